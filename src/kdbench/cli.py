@@ -1,0 +1,103 @@
+"""Command-line plumbing: one-line errors and validation of Hydra overrides before Hydra runs.
+
+Hydra's own errors are multi-line tracebacks-with-advice; a user who typed `objective=att_kll` should read one
+line that names the problem and lists the valid choices, and get exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kdbench.errors import ConfigError
+
+# Hydra flags that take a value (the value is not an override).
+_VALUE_FLAGS = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--cfg", "-c",
+                "--package", "-p", "--info", "--experimental-rerun", "--shell-completion", "-sc"}
+_CUSTOM_CONFIG = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
+
+
+def config_dir() -> Path:
+    return Path(__file__).parent / "conf"
+
+
+def fail(message: str, code: int = 2) -> None:
+    print(f"kdbench: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+def overrides_of(argv: list[str]) -> list[str] | None:
+    """The override strings of a command line, or None when it uses a custom config (then Hydra checks it)."""
+    overrides, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        if token.startswith("-"):
+            if token.split("=")[0] in _CUSTOM_CONFIG:
+                return None
+            skip = token in _VALUE_FLAGS
+            continue
+        overrides.append(token)
+    return overrides
+
+
+def check_overrides(argv: list[str]) -> None:
+    """Validate group choices and keys of a command line (each value of a sweep); exit 2 with one line."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        tokens = overrides_of(argv)
+        if not tokens:
+            return
+        try:
+            parsed = OverridesParser.create().parse_overrides(tokens)
+        except Exception as exc:
+            raise ConfigError(f"cannot parse the overrides: {one_line(exc)}") from None
+        first_values = []
+        for override in parsed:
+            key = override.get_key_element()
+            if key.lstrip("+~").startswith("hydra"):
+                continue
+            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+            group = override.key_or_group
+            if (config_dir() / group).is_dir():
+                valid = group_options(group)
+                for value in values:
+                    if str(value) not in valid:
+                        raise ConfigError(f"unknown {group} {value!r}; valid {group} options: {', '.join(valid)}")
+            if override.is_delete():
+                first_values.append(key)
+            elif values:
+                first = values[0]
+                first_values.append(f"{key}={first if isinstance(first, str) else override.get_value_element_as_str()}")
+        compose_check(first_values)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def compose_check(overrides: list[str]) -> None:
+    """Compose the config as Hydra will (first value of each sweep) and report a failure as one line."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(config_dir()), version_base="1.3"):
+            compose("config", overrides=overrides)
+    except Exception as exc:
+        raise ConfigError(one_line(exc)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def one_line(exc: BaseException) -> str:
+    while not str(exc).strip() and exc.__cause__ is not None:  # Hydra wraps the real error without a message
+        exc = exc.__cause__
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    keep = [line for line in lines if not line.startswith(("full_key", "object_type", "reference_type"))]
+    return "; ".join(keep[:3]) or type(exc).__name__

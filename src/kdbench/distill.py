@@ -1,0 +1,127 @@
+"""The task-specific recipe (the paper's Section 4), top to bottom:
+
+1. data: the task's train subset and dev set(s), tokenised with the teacher's tokenizer;
+2. teacher: fine-tuned on the task (cached, shared by every run that needs it), frozen;
+3. student: built from its shape, initialised randomly or from the chosen teacher layers;
+4. stage 1: intermediate-layer distillation with the objective's terms (skipped for vanilla KD);
+5. stage 2: prediction-layer distillation with vanilla KD;
+6. evaluation on the dev set(s).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from transformers import set_seed
+
+from kdbench import data, loop, models
+from kdbench.initialization import init_from_teacher
+from kdbench.objectives.features import FeatureRecorder
+from kdbench.objectives.functional import kd_loss
+from kdbench.objectives.objective import Objective
+from kdbench.plan import Plan
+from kdbench.record import StepLog
+from kdbench.teacher import finetuned_teacher
+
+
+def detached(tree):
+    """Copies of inference-mode tensors that autograd may save (inference tensors cannot be saved for backward)."""
+    if isinstance(tree, dict):
+        return {k: detached(v) for k, v in tree.items()}
+    return tree.clone()
+
+
+def prepare_data(cfg: DictConfig, tokenizer):
+    train = data.subset(data.load_split(cfg.task, "train", cfg.data), cfg.data.train_limit, cfg.data.subset_seed)
+    train = data.tokenize(train, cfg.task, tokenizer, cfg.trainer.max_length)
+    eval_sets = {}
+    for suffix, split in cfg.task.eval_splits.items():
+        dev = data.load_split(cfg.task, split, cfg.data)
+        if cfg.data.eval_limit is not None:
+            dev = dev.select(range(min(cfg.data.eval_limit, len(dev))))
+        eval_sets[suffix] = data.tokenize(dev, cfg.task, tokenizer, cfg.trainer.max_length)
+    return train, eval_sets
+
+
+def stage1_losses(student_recorder: FeatureRecorder, teacher_recorder: FeatureRecorder, objective: Objective,
+                  precision: str, device):
+    """Step function of intermediate-layer distillation from the two models' recorded features."""
+
+    def step(batch):
+        inputs = loop.model_inputs(batch)
+        with torch.inference_mode(), loop.autocast(device, precision):
+            teacher_recorder.forward(**inputs)
+        teacher_records = detached(teacher_recorder.records)
+        with loop.autocast(device, precision):
+            student_recorder.forward(**inputs)
+        return objective(student_recorder.records, teacher_records, batch["attention_mask"])
+
+    return step
+
+
+def stage2_losses(student, teacher, kd: DictConfig, precision: str, device):
+    """Step function of prediction-layer distillation: vanilla KD against the teacher's logits (+ hard labels)."""
+
+    def step(batch):
+        inputs = loop.model_inputs(batch)
+        with torch.inference_mode(), loop.autocast(device, precision):
+            teacher_logits = teacher(**inputs).logits
+        teacher_logits = teacher_logits.clone()
+        with loop.autocast(device, precision):
+            student_logits = student(**inputs).logits
+        loss = kd_loss(student_logits, teacher_logits, batch["labels"], temperature=kd.temperature, alpha=kd.alpha)
+        return {"kd": loss, "total": loss}
+
+    return step
+
+
+def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) -> dict:
+    """Runs the recipe; returns the record's metrics, teacher metrics and timing."""
+    device, precision, trainer = plan.device, cfg.trainer.precision, cfg.trainer
+    tokenizer = models.teacher_tokenizer(cfg.teacher, plan.cache_dir)
+    train_set, eval_sets = prepare_data(cfg, tokenizer)
+    teacher_train_loader = data.make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=trainer.teacher_seed)
+    eval_loaders = {
+        suffix: data.make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False) for suffix, ds in eval_sets.items()
+    }
+    teacher, teacher_metrics, teacher_seconds = finetuned_teacher(cfg, plan, teacher_train_loader, eval_loaders, log)
+
+    set_seed(cfg.seed)
+    student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, cfg.seed)
+    if plan.init_layers is not None:
+        init_from_teacher(
+            student, teacher, plan.init_layers,
+            copy_embeddings=cfg.init.get("copy_embeddings", True), copy_head=cfg.init.get("copy_head", True),
+        )
+    student.to(device)
+    train_loader = data.make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=cfg.seed)
+    timing = {"teacher_finetune_s": teacher_seconds, "stage1_s": 0.0, "stage2_s": 0.0}
+
+    if plan.terms and trainer.stage1_epochs > 0:
+        objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf).to(device)
+        student_needs, teacher_needs = objective.needs("student"), objective.needs("teacher")
+        # Both models stop after their last mapped layer: nothing above it is computed in stage 1.
+        with (
+            FeatureRecorder(student, student_needs, stop_after=max(student_needs)) as student_recorder,
+            FeatureRecorder(teacher, teacher_needs, stop_after=max(teacher_needs)) as teacher_recorder,
+        ):
+            step = stage1_losses(student_recorder, teacher_recorder, objective, precision, device)
+            stats = loop.train("stage1", [student, objective], train_loader, trainer.stage1_epochs, trainer.lr,
+                               step, trainer, log, device)
+        timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
+
+    if trainer.stage2_epochs > 0:
+        step = stage2_losses(student, teacher, cfg.prediction_kd, precision, device)
+        stats = loop.train("stage2", [student], train_loader, trainer.stage2_epochs, trainer.lr, step, trainer, log, device)
+        timing.update(stage2_s=stats["seconds"], stage2_examples_per_s=stats["examples_per_s"])
+
+    start = time.perf_counter()
+    metrics = loop.evaluate(student, eval_loaders, cfg.task.metrics, device, precision)
+    timing["eval_s"] = time.perf_counter() - start
+    if cfg.save_student:
+        student.save_pretrained(str(run_dir / "student"))
+        tokenizer.save_pretrained(str(run_dir / "student"))
+    return {"metrics": metrics, "teacher_metrics": teacher_metrics, "timing": timing}

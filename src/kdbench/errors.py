@@ -1,0 +1,19 @@
+"""The one exception users see: a single line that names the problem and the fix."""
+
+
+class KdbenchError(Exception):
+    """Bad input or an unusable environment. The CLI prints the message as one line and exits 2."""
+
+    exit_code = 2
+
+
+class ConfigError(KdbenchError):
+    """The composed configuration is invalid (caught before any heavy work starts)."""
+
+
+class DataError(KdbenchError):
+    """A data file is missing, empty or malformed."""
+
+
+class ModelNotFoundError(KdbenchError):
+    """A model could not be found locally or on the Hub."""

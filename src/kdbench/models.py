@@ -1,0 +1,178 @@
+"""Loading teachers and tokenizers (Hub id or local copy), building students of the teacher's family.
+
+A model is looked for, in order: a local directory given as `name_or_path`; a folder named like the model
+under $KDBENCH_MODELS_DIR (`sentence-transformers/all-MiniLM-L6-v2` -> `$KDBENCH_MODELS_DIR/all-MiniLM-L6-v2`);
+the Hugging Face Hub. Remote code is never executed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertTokenizerFast,
+    PretrainedConfig,
+    PreTrainedModel,
+)
+
+from kdbench.errors import ConfigError, ModelNotFoundError
+
+MODELS_DIR_ENV = "KDBENCH_MODELS_DIR"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A local directory for the model if there is one, else the Hub id unchanged."""
+    if Path(name_or_path).expanduser().is_dir():
+        return str(Path(name_or_path).expanduser())
+    models_dir = os.environ.get(MODELS_DIR_ENV)
+    if models_dir:
+        candidate = Path(models_dir) / name_or_path.rstrip("/").split("/")[-1]
+        if candidate.is_dir():
+            return str(candidate)
+    return name_or_path
+
+
+def _not_found(name_or_path: str, exc: Exception) -> ModelNotFoundError:
+    folder = name_or_path.rstrip("/").split("/")[-1]
+    where = os.environ.get(MODELS_DIR_ENV)
+    looked = f"${MODELS_DIR_ENV}/{folder} ({where}/{folder})" if where else f"${MODELS_DIR_ENV} (unset)"
+    return ModelNotFoundError(
+        f"model {name_or_path!r} not found: looked for a local directory, {looked} and the Hugging Face Hub "
+        f"({type(exc).__name__}); offline, download it once and point ${MODELS_DIR_ENV} at the folder that "
+        f"holds {folder}/, or set the path directly (teacher.name_or_path=/path/to/{folder})"
+    )
+
+
+def load_pretrained(name_or_path: str, num_labels: int) -> PreTrainedModel:
+    """A sequence-classification model from a checkpoint (its head new unless the checkpoint has one)."""
+    path = resolve_model_path(name_or_path)
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=num_labels, trust_remote_code=False
+        )
+    except OSError as exc:
+        raise _not_found(name_or_path, exc) from exc
+
+
+def load_tokenizer(name_or_path: str):
+    path = resolve_model_path(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    except OSError as exc:
+        raise _not_found(name_or_path, exc) from exc
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The `tiny` teacher: a random BERT from a config and a character-level WordPiece vocabulary, so tests and
+# smoke runs need no download at all.
+
+_TINY_VOCAB = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + list("abcdefghijklmnopqrstuvwxyz0123456789.,;:!?'\"-()&/$%")
+    + ["##" + c for c in "abcdefghijklmnopqrstuvwxyz0123456789"]
+)
+
+
+def tiny_tokenizer(cache_dir: Path) -> BertTokenizerFast:
+    vocab = cache_dir / "tiny-vocab.txt"
+    if not vocab.exists():
+        vocab.parent.mkdir(parents=True, exist_ok=True)
+        tmp = vocab.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text("\n".join(_TINY_VOCAB) + "\n")
+        tmp.replace(vocab)
+    return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+
+
+def tiny_config(shape: DictConfig, num_labels: int) -> BertConfig:
+    return BertConfig(
+        vocab_size=len(_TINY_VOCAB),
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        intermediate_size=shape.ffn_size,
+        max_position_embeddings=shape.get("max_positions", 512),
+        num_labels=num_labels,
+    )
+
+
+def tiny_teacher(teacher_cfg: DictConfig, num_labels: int, seed: int) -> PreTrainedModel:
+    torch.manual_seed(seed)
+    return AutoModelForSequenceClassification.from_config(tiny_config(teacher_cfg.shape, num_labels))
+
+
+def teacher_tokenizer(teacher_cfg: DictConfig, cache_dir: Path):
+    if teacher_cfg.get("shape") is not None:
+        return tiny_tokenizer(cache_dir)
+    return load_tokenizer(teacher_cfg.name_or_path)
+
+
+def pretrained_teacher(teacher_cfg: DictConfig, num_labels: int, seed: int) -> PreTrainedModel:
+    """The teacher before task fine-tuning: from a checkpoint, or built from `shape` (the tiny test teacher)."""
+    if teacher_cfg.get("shape") is not None:
+        return tiny_teacher(teacher_cfg, num_labels, seed)
+    return load_pretrained(teacher_cfg.name_or_path, num_labels)
+
+
+def teacher_config(teacher_cfg: DictConfig) -> PretrainedConfig:
+    """The teacher's architecture config, cheaply (no weights): used to validate before heavy work."""
+    if teacher_cfg.get("shape") is not None:
+        return tiny_config(teacher_cfg.shape, 2)
+    path = resolve_model_path(teacher_cfg.name_or_path)
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=False)
+    except OSError as exc:
+        raise _not_found(teacher_cfg.name_or_path, exc) from exc
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Students and model anatomy
+
+
+def student_config(teacher_conf: PretrainedConfig, shape: DictConfig, num_labels: int) -> PretrainedConfig:
+    """The teacher's config with the student's depth and width: the student is the teacher's model family."""
+    config = teacher_conf.__class__.from_dict(teacher_conf.to_dict())
+    config.num_hidden_layers = shape.num_layers
+    config.hidden_size = shape.hidden_size
+    config.num_attention_heads = shape.num_heads
+    config.intermediate_size = shape.ffn_size
+    config.num_labels = num_labels
+    return config
+
+
+def build_student(teacher_conf: PretrainedConfig, shape: DictConfig, num_labels: int, seed: int) -> PreTrainedModel:
+    if shape.hidden_size % shape.num_heads:
+        raise ConfigError(f"student {shape.name}: hidden size {shape.hidden_size} is not divisible by {shape.num_heads} heads")
+    torch.manual_seed(seed)
+    return AutoModelForSequenceClassification.from_config(student_config(teacher_conf, shape, num_labels))
+
+
+def encoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
+    """The transformer blocks of a BERT-family encoder (BERT, RoBERTa, ELECTRA, ...)."""
+    base = model.base_model
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    if layers is None:
+        raise ConfigError(
+            f"{type(model).__name__} has no encoder.layer blocks: kdbench supports BERT-family encoders "
+            "(BERT, RoBERTa, ELECTRA, ...)"
+        )
+    return layers
+
+
+def embeddings(model: PreTrainedModel) -> torch.nn.Module:
+    return model.base_model.embeddings
+
+
+def prediction_head(model: PreTrainedModel) -> dict[str, torch.nn.Module]:
+    """The modules above the encoder: the pooler (BERT) and the classifier."""
+    head = {"classifier": model.classifier}
+    pooler = getattr(model.base_model, "pooler", None)
+    if pooler is not None:
+        head["pooler"] = pooler
+    return head

@@ -1,0 +1,163 @@
+"""An objective = weighted loss terms read from config, each applied to mapped (student, teacher) layer pairs.
+
+Config (data only, `conf/objective/*.yaml`):
+    name: att_kl+val_kl
+    mapping: init                      # default for the terms: init | last | uniform | embeddings | [t1, t2, ...]
+    terms:
+      - {loss: att_kl, feature: attention_scores, weight: 1.0}
+      - {loss: val_kl, feature: values, weight: 1.0}
+
+A term's loss is summed over its layer pairs (TinyBERT's and the paper's convention) and weighted;
+learnable parts (projections) live here, on the student side, and are trained with the student.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from torch import nn
+
+from kdbench.errors import ConfigError
+from kdbench.initialization import every_kth, validate_layer_list
+from kdbench.objectives import functional as F
+from kdbench.objectives.features import FEATURES, TOKEN_LEVEL
+
+
+@dataclass(frozen=True)
+class LossEntry:
+    fn: Callable[..., torch.Tensor]
+    features: tuple[str, ...]  # features the loss is defined on
+    same_heads: bool = False  # student and teacher must have equal head counts
+    projected: bool = False  # a learnable student->teacher width projection precedes it
+    heads_param: bool = False  # takes `num_heads` (relation heads; default: the teacher's head count)
+
+
+LOSSES: dict[str, LossEntry] = {
+    "att_mse": LossEntry(F.att_mse, ("attention_scores",), same_heads=True),
+    "att_kl": LossEntry(F.att_kl, ("attention_scores",), same_heads=True),
+    "val_kl": LossEntry(F.val_kl, ("values",), same_heads=True),
+    "relation_kl": LossEntry(F.relation_kl, ("query", "key", "value"), heads_param=True),
+    "hid_mse": LossEntry(F.hid_mse, ("hidden", "cls"), projected=True),
+    "cosine": LossEntry(F.cosine_loss, ("hidden", "cls")),
+}
+
+
+def lookup(registry: Mapping, name: str, kind: str):
+    if name not in registry:
+        raise ConfigError(f"unknown {kind} {name!r}; valid: {', '.join(sorted(registry))}")
+    return registry[name]
+
+
+def resolve_pairs(
+    mapping, init_layers: list[int] | None, student_layers: int, teacher_layers: int
+) -> list[tuple[int, int]]:
+    """(student layer, teacher layer) pairs, 1-based, 0 = embeddings; validated once here."""
+    if isinstance(mapping, (list, ListConfig)):
+        layers = list(mapping)
+        validate_layer_list(layers, teacher_layers, student_layers, what="objective.mapping")
+        return list(zip(range(1, student_layers + 1), layers))
+    if mapping == "init" and init_layers is not None:
+        return list(zip(range(1, student_layers + 1), init_layers))
+    if mapping in ("init", "uniform"):  # random init has no source layers: TinyBERT's uniform g(m) = k*m
+        return list(zip(range(1, student_layers + 1), every_kth(teacher_layers, student_layers)))
+    if mapping == "last":
+        return [(student_layers, teacher_layers)]
+    if mapping == "embeddings":
+        return [(0, 0)]
+    raise ConfigError(
+        f"unknown layer mapping {mapping!r}; valid: init, last, uniform, embeddings, or a list of teacher layers"
+    )
+
+
+@dataclass
+class Term:
+    name: str
+    loss: str
+    feature: str
+    weight: float
+    pairs: list[tuple[int, int]]
+    params: dict = field(default_factory=dict)
+
+
+def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_conf) -> list[Term]:
+    """Terms of an objective config, validated against the two architectures (raises ConfigError)."""
+    terms = []
+    for index, spec in enumerate(objective_cfg.terms):
+        entry = lookup(LOSSES, spec.loss, "loss")
+        feature = spec.get("feature") or entry.features[0]
+        if feature not in entry.features:
+            raise ConfigError(
+                f"objective {objective_cfg.name}, term {index}: loss {spec.loss} reads {', '.join(entry.features)}, "
+                f"not {feature!r}"
+            )
+        if entry.same_heads and student_conf.num_attention_heads != teacher_conf.num_attention_heads:
+            raise ConfigError(
+                f"objective {objective_cfg.name}: {spec.loss} compares attention heads one to one, but the student "
+                f"has {student_conf.num_attention_heads} heads and the teacher {teacher_conf.num_attention_heads}; "
+                "use a student with as many heads, or objective=minilm_v2 (relations work for any head count)"
+            )
+        mapping = spec.get("mapping") or objective_cfg.mapping
+        pairs = resolve_pairs(mapping, init_layers, student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
+        params = dict(OmegaConf.to_container(spec.params, resolve=True)) if spec.get("params") else {}
+        if entry.heads_param:
+            params.setdefault("num_heads", teacher_conf.num_attention_heads)
+        weight = float(spec.get("weight", 1.0))
+        terms.append(Term(spec.get("name") or spec.loss, spec.loss, feature, weight, pairs, params))
+    names = [t.name for t in terms]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"objective {objective_cfg.name}: term names {names} repeat; give each term a `name`")
+    return terms
+
+
+class Objective(nn.Module):
+    """Computes every term from recorded student/teacher features; owns the learnable projections."""
+
+    def __init__(self, terms: list[Term], student_conf, teacher_conf):
+        super().__init__()
+        self.terms = terms
+        self.student_heads = student_conf.num_attention_heads
+        self.teacher_heads = teacher_conf.num_attention_heads
+        self.projections = nn.ModuleDict()
+        for term in terms:
+            if LOSSES[term.loss].projected:
+                self.projections[term.name] = width_projection(student_conf.hidden_size, teacher_conf.hidden_size)
+
+    def needs(self, side: str) -> dict[int, set[str]]:
+        """Raw features to record per layer for the student (`side="student"`) or the teacher."""
+        position = 0 if side == "student" else 1
+        wanted: dict[int, set[str]] = {}
+        for term in self.terms:
+            raw = FEATURES[term.feature][0]
+            for pair in term.pairs:
+                wanted.setdefault(pair[position], set()).update(raw)
+        return wanted
+
+    def forward(self, student_records, teacher_records, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-term weighted losses (float32 scalars) and their sum under "total"."""
+        losses: dict[str, torch.Tensor] = {}
+        for term in self.terms:
+            derive = FEATURES[term.feature][1]
+            term_mask = mask if term.feature in TOKEN_LEVEL else None
+            value = 0.0
+            for student_layer, teacher_layer in term.pairs:
+                student_feature = derive(student_records[student_layer], self.student_heads)
+                teacher_feature = derive(teacher_records[teacher_layer], self.teacher_heads)
+                if term.name in self.projections:
+                    student_feature = self.projections[term.name](student_feature)
+                value = value + LOSSES[term.loss].fn(student_feature, teacher_feature, mask=term_mask, **term.params)
+            losses[term.name] = term.weight * value
+        losses["total"] = sum(losses.values())
+        return losses
+
+
+def width_projection(student_width: int, teacher_width: int) -> nn.Linear:
+    """Learnable W_h; the identity at start when the widths match (so a teacher-initialised student starts aligned)."""
+    projection = nn.Linear(student_width, teacher_width)
+    if student_width == teacher_width:
+        with torch.no_grad():
+            projection.weight.copy_(torch.eye(student_width))
+            projection.bias.zero_()
+    return projection

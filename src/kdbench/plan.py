@@ -1,0 +1,107 @@
+"""Validate a composed config once, cheaply, before any heavy work, and resolve what the run needs.
+
+Everything a user can get wrong in a config fails here with one line (a ConfigError/DataError): the
+layer lists, the widths, the head counts, numbers out of range, missing data files, an absent GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from transformers import PretrainedConfig
+
+from kdbench import data
+from kdbench.errors import ConfigError
+from kdbench.initialization import check_width, resolve_init_layers
+from kdbench.models import student_config, teacher_config
+from kdbench.objectives.objective import Term, build_terms
+
+SETTINGS = ("task_specific",)
+
+
+@dataclass
+class Plan:
+    teacher_conf: PretrainedConfig
+    student_conf: PretrainedConfig
+    init_layers: list[int] | None
+    terms: list[Term]
+    device: torch.device
+    num_labels: int
+    cache_dir: Path
+
+    @property
+    def init_label(self) -> str:
+        """How records and tables name the init: "random" or the teacher layers, "4,8,12"."""
+        return "random" if self.init_layers is None else ",".join(map(str, self.init_layers))
+
+
+def check_numbers(trainer: DictConfig) -> None:
+    for key in ("teacher_epochs", "stage1_epochs", "stage2_epochs"):
+        if trainer[key] < 0:
+            raise ConfigError(f"trainer.{key}={trainer[key]} is negative: use 0 to skip the stage, or a positive count")
+    for key in ("batch_size", "eval_batch_size", "max_length", "log_every"):
+        if trainer[key] <= 0:
+            raise ConfigError(f"trainer.{key}={trainer[key]} must be a positive integer")
+    for key in ("lr", "teacher_lr"):
+        if trainer[key] <= 0:
+            raise ConfigError(f"trainer.{key}={trainer[key]} must be a positive learning rate, e.g. 1e-5")
+    if not 0 <= trainer.warmup_ratio < 1:
+        raise ConfigError(f"trainer.warmup_ratio={trainer.warmup_ratio} must be in [0, 1)")
+    if trainer.precision not in ("fp32", "bf16"):
+        raise ConfigError(f"trainer.precision={trainer.precision!r}: valid are fp32, bf16")
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise ConfigError(f"trainer.device={requested!r} is not a device: use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.device={requested} but no CUDA GPU is available: use trainer.device=auto or cpu")
+    return device
+
+
+def check_data_files(cfg: DictConfig) -> None:
+    """With a local GLUE directory, every split the run reads must exist (read errors come with line numbers later)."""
+    root = data.glue_dir(cfg.data)
+    if root is None:
+        return
+    for split in ["train", *cfg.task.eval_splits.values()]:
+        files = cfg.task.tsv.files
+        if split not in files or not (root / cfg.task.tsv.dir / files[split]).is_file():
+            where = root / cfg.task.tsv.dir / files.get(split, f"<{split}>")
+            raise ConfigError(
+                f"task {cfg.task.name} needs {where}, which is missing: the local GLUE directory lacks this "
+                "task or split; choose another task, or unset data.glue_dir / $KDBENCH_GLUE_DIR to use the Hub"
+            )
+
+
+def make_plan(cfg: DictConfig) -> Plan:
+    if cfg.setting.name not in SETTINGS:
+        raise ConfigError(
+            f"setting={cfg.setting.name} is not implemented yet; available: {', '.join(SETTINGS)}"
+        )
+    check_numbers(cfg.trainer)
+    device = resolve_device(cfg.trainer.device)
+    if cfg.trainer.precision == "bf16" and device.type == "cpu" and not torch.backends.mkldnn.is_available():
+        raise ConfigError("trainer.precision=bf16 needs a GPU or a CPU with bf16 support: use trainer.precision=fp32")
+    check_data_files(cfg)
+    num_labels = data.num_labels(cfg.task)
+    teacher_conf = teacher_config(cfg.teacher)
+    student_conf = student_config(teacher_conf, cfg.student, num_labels)
+    if cfg.student.hidden_size % cfg.student.num_heads:
+        raise ConfigError(
+            f"student {cfg.student.name}: hidden size {cfg.student.hidden_size} is not divisible by "
+            f"{cfg.student.num_heads} heads"
+        )
+    init_layers = resolve_init_layers(cfg.init, teacher_conf.num_hidden_layers, cfg.student.num_layers)
+    if init_layers is not None:
+        check_width(cfg.student.hidden_size, teacher_conf.hidden_size, cfg.init.name)
+    terms = build_terms(cfg.objective, init_layers, student_conf, teacher_conf)
+    cache_dir = Path(cfg.paths.cache_dir).expanduser()
+    return Plan(teacher_conf, student_conf, init_layers, terms, device, num_labels, cache_dir)

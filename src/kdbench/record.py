@@ -1,0 +1,67 @@
+"""Run records: result.json (written atomically) and the per-step JSONL loss log."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, payload: dict) -> None:
+    atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False, default=_jsonable) + "\n")
+
+
+def _jsonable(value):
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class StepLog:
+    """Appends one JSON line per logged step: {"stage", "step", "epoch", "lr", term: value, ...}."""
+
+    def __init__(self, path: Path, sinks=()):
+        self.path = path
+        self.sinks = list(sinks)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = path.open("a")
+
+    def log(self, stage: str, step: int, values: dict[str, float], **extra) -> None:
+        row = {"stage": stage, "step": step, **extra, **{k: float(v) for k, v in values.items()}}
+        self._handle.write(json.dumps(row, allow_nan=True) + "\n")
+        self._handle.flush()
+        for sink in self.sinks:
+            sink({f"train/{k}": v for k, v in row.items() if k != "stage"}, step)
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def finite(value: float) -> bool:
+    return math.isfinite(value)

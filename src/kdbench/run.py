@@ -1,0 +1,103 @@
+"""Entry point: `python -m kdbench.run objective=att_kl+val_kl student=6x384 ...`.
+
+`run(cfg)` is a plain function (tests call it with a composed config); `main` is the thin Hydra wrapper.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from kdbench import __version__
+from kdbench.cli import check_overrides, config_dir, fail
+from kdbench.distill import run_task_specific
+from kdbench.errors import KdbenchError
+from kdbench.loggers import make_logger
+from kdbench.plan import make_plan
+from kdbench.record import SCHEMA_VERSION, StepLog, write_json
+
+SETTING_RUNNERS = {"task_specific": run_task_specific}
+
+
+def base_record(cfg: DictConfig) -> dict:
+    return {
+        "schema": SCHEMA_VERSION,
+        "status": "running",
+        "setting": cfg.setting.name,
+        "task": cfg.task.name,
+        "teacher": cfg.teacher.name,
+        "student": cfg.student.name,
+        "init": cfg.init.name,
+        "objective": cfg.objective.name,
+        "seed": cfg.seed,
+        "kdbench_version": __version__,
+    }
+
+
+def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
+    """Validate, run the configured setting, and write result.json; returns the record.
+
+    Bad input raises KdbenchError before any heavy work. A failure after validation is recorded as
+    `status: "failed"` (with the error) before it propagates.
+    """
+    run_dir = Path(run_dir or cfg.paths.run_dir or ".")
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    plan = make_plan(cfg)  # raises before anything is written or loaded
+    record = base_record(cfg) | {"init": plan.init_label, "init_name": cfg.init.name, "config": resolved}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / "config.json", resolved)
+    result_path = run_dir / "result.json"
+    write_json(result_path, record)
+    logger = make_logger(cfg, run_dir)
+    log = StepLog(run_dir / "train_log.jsonl", sinks=[logger.log] if logger else [])
+    start = time.perf_counter()
+    try:
+        outcome = SETTING_RUNNERS[cfg.setting.name](cfg, plan, run_dir, log)
+    except BaseException as exc:
+        record |= {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - start}
+        write_json(result_path, record)
+        raise
+    finally:
+        log.close()
+        if logger:
+            logger.finish()
+    score_key = next(iter(outcome["metrics"]))
+    record |= outcome | {"status": "completed", "score": outcome["metrics"][score_key], "score_metric": score_key,
+                         "wall_s": time.perf_counter() - start}
+    write_json(result_path, record)
+    if logger:
+        logger.summary(record)
+    return record
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    run_dir = cfg.paths.run_dir or HydraConfig.get().runtime.output_dir
+    try:
+        record = run(cfg, run_dir)
+    except KdbenchError as exc:
+        if cfg.kdbench.debug:
+            traceback.print_exc()
+        fail(str(exc), exc.exit_code)
+    teacher = ", ".join(f"{k} {v:.2f}" for k, v in record["teacher_metrics"].items())
+    student = ", ".join(f"{k} {v:.2f}" for k, v in record["metrics"].items())
+    print(f"teacher ({record['teacher']}): {teacher}\nstudent ({record['student']}, {record['objective']}, "
+          f"init {record['init']}): {student}\nrecord: {Path(run_dir) / 'result.json'}")
+    return record["score"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    check_overrides(argv)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The fine-tuned teacher: trained once per (teacher, task, data, recipe), cached on disk, shared by every run.
+
+The cache key covers everything that determines the fine-tuned weights. Concurrent jobs that need the same
+teacher take a file lock: one builds it (into a temp folder, renamed into place when complete), the others
+wait and reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+from filelock import FileLock
+from omegaconf import DictConfig, OmegaConf
+from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
+
+from kdbench import loop, models
+from kdbench.errors import ModelNotFoundError
+from kdbench.record import StepLog, read_json, write_json
+
+TEACHER_CACHE_VERSION = 1
+
+
+def teacher_key(cfg: DictConfig) -> dict:
+    """Everything that determines the fine-tuned teacher (and nothing that varies across a sweep's students)."""
+    trainer = cfg.trainer
+    return {
+        "version": TEACHER_CACHE_VERSION,
+        "teacher": OmegaConf.to_container(cfg.teacher, resolve=True),
+        "task": cfg.task.name,
+        "data": {
+            "source": str(cfg.data.glue_dir or "env/hub"),
+            "train_limit": cfg.data.train_limit,
+            "subset_seed": cfg.data.subset_seed,
+        },
+        "recipe": {
+            k: OmegaConf.to_container(trainer[k]) if OmegaConf.is_config(trainer[k]) else trainer[k]
+            for k in ("teacher_epochs", "teacher_lr", "batch_size", "warmup_ratio", "weight_decay",
+                      "adam_betas", "adam_eps", "max_grad_norm", "max_length", "teacher_seed", "precision")
+        },
+    }
+
+
+def cache_path(cfg: DictConfig, cache_dir: Path) -> Path:
+    key = teacher_key(cfg)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir / "teachers" / f"{cfg.task.name}-{cfg.teacher.name}-{digest}"
+
+
+def load_finetuned(path: Path, num_labels: int) -> PreTrainedModel:
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=num_labels, trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        raise ModelNotFoundError(
+            f"cannot load the fine-tuned teacher from {path} ({type(exc).__name__}): give a directory written by "
+            "save_pretrained with the task's number of labels"
+        ) from exc
+
+
+def freeze(model: PreTrainedModel) -> PreTrainedModel:
+    """The teacher never trains again: eval mode (no dropout) and no gradients."""
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> tuple[PreTrainedModel, dict, float]:
+    """(frozen teacher on the plan's device, its dev metrics, seconds spent fine-tuning in this run)."""
+    if cfg.teacher.finetuned_path:
+        teacher = load_finetuned(Path(cfg.teacher.finetuned_path).expanduser(), plan.num_labels).to(plan.device)
+        freeze(teacher)
+        metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, cfg.trainer.precision)
+        return teacher, metrics, 0.0
+
+    path = cache_path(cfg, plan.cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        meta = read_json(path / "kdbench_teacher.json")
+        if meta is not None:
+            teacher = load_finetuned(path, plan.num_labels).to(plan.device)
+            return freeze(teacher), meta["metrics"], 0.0
+        start = time.perf_counter()
+        set_seed(cfg.trainer.teacher_seed)
+        teacher = models.pretrained_teacher(cfg.teacher, plan.num_labels, cfg.trainer.teacher_seed).to(plan.device)
+        if cfg.trainer.teacher_epochs > 0:
+
+            def supervised(batch):
+                with loop.autocast(plan.device, cfg.trainer.precision):
+                    out = teacher(**loop.model_inputs(batch), labels=batch["labels"])
+                return {"total": out.loss.float()}
+
+            loop.train(
+                "teacher", [teacher], train_loader, cfg.trainer.teacher_epochs, cfg.trainer.teacher_lr,
+                supervised, cfg.trainer, log, plan.device,
+            )
+        freeze(teacher)
+        metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, cfg.trainer.precision)
+        seconds = time.perf_counter() - start
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        teacher.save_pretrained(str(tmp))
+        write_json(tmp / "kdbench_teacher.json", {"key": teacher_key(cfg), "metrics": metrics, "seconds": seconds})
+        tmp.rename(path)
+        return teacher, metrics, seconds

@@ -1,0 +1,60 @@
+"""Every option of every config group composes, and options are data of the documented shape."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from kdbench.cli import config_dir, group_options
+from tests.helpers import compose_config
+
+GROUPS = sorted(p.name for p in config_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_group_option_composes(group, option):
+    overrides = [f"{group}={option}"]
+    if (group, option) == ("init", "layers"):
+        overrides.append("init.layers=[4,8,12]")
+    cfg = compose_config(overrides)
+    resolved = OmegaConf.to_container(cfg[group], resolve=True)  # every interpolation resolves
+    assert resolved["name"] == option
+
+
+def test_the_groups_users_rely_on_exist():
+    assert {"setting", "task", "teacher", "student", "init", "objective", "trainer", "data", "logger"} <= set(GROUPS)
+    assert {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"} <= set(group_options("task"))
+    assert {"roberta_base", "bert_base_uncased", "minilm_l6", "tiny"} <= set(group_options("teacher"))
+    assert {"random", "layers", "every_kth", "bottom"} <= set(group_options("init"))
+
+
+@pytest.mark.parametrize("option", group_options("student"))
+def test_student_shapes_are_named_by_layers_and_width(option):
+    student = compose_config([f"student={option}"]).student
+    assert set(student) == {"name", "num_layers", "hidden_size", "num_heads", "ffn_size"}
+    if option != "tiny":
+        assert option == f"{student.num_layers}x{student.hidden_size}"
+    assert student.hidden_size % student.num_heads == 0
+
+
+def test_layer_lists_are_integer_lists():
+    cfg = compose_config(["init=layers", "init.layers=[1,8,12]"])
+    assert list(cfg.init.layers) == [1, 8, 12]
+    assert all(isinstance(x, int) for x in cfg.init.layers)
+
+
+def test_task_recipe_follows_the_paper():
+    rte, sst2, cola = (compose_config([f"task={t}"]) for t in ("rte", "sst2", "cola"))
+    assert (rte.trainer.lr, rte.trainer.batch_size) == (2e-5, 16)
+    assert (sst2.trainer.lr, sst2.trainer.batch_size) == (1e-5, 32)
+    assert cola.trainer.batch_size == 16
+    assert (sst2.trainer.stage1_epochs, sst2.trainer.stage2_epochs, sst2.trainer.warmup_ratio) == (10, 10, 0.06)
+
+
+def test_objective_with_a_plus_in_its_name_is_selectable():
+    names = group_options("objective")
+    assert "att_kl" in names and "vanilla_kd" in names
+    for name in names:
+        if "+" in name:
+            assert compose_config([f"objective={name}"]).objective.name == name

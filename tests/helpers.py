@@ -1,0 +1,75 @@
+"""Test helpers: a tiny GLUE directory in the TSV layout, Hydra composition, the real-data marker."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from kdbench.cli import config_dir
+
+POSITIVE = ["a good movie", "great fun", "i loved it", "wonderful acting", "a fine story", "very nice"]
+NEGATIVE = ["a bad movie", "awful plot", "i hated it", "boring scenes", "a poor story", "very dull"]
+
+
+def _rows(n: int, seed: int):
+    rng = random.Random(seed)
+    for i in range(n):
+        label = i % 2
+        words = rng.choice(POSITIVE if label else NEGATIVE)
+        yield i, words + " " + rng.choice(["indeed", "really", "so", "again"]), label
+
+
+def write_tiny_glue(root: Path, train: int = 48, dev: int = 16) -> Path:
+    """SST-2, RTE, STS-B, MRPC and CoLA files in download_glue_data.py's layout, with a few examples each."""
+    for split, n, seed in (("train", train, 0), ("dev", dev, 1)):
+        rows = list(_rows(n, seed))
+        (root / "SST-2").mkdir(parents=True, exist_ok=True)
+        (root / "SST-2" / f"{split}.tsv").write_text(
+            "sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for _, s, y in rows)
+        )
+        (root / "CoLA").mkdir(exist_ok=True)
+        (root / "CoLA" / f"{split}.tsv").write_text("".join(f"src{i}\t{y}\t\t{s}\n" for i, s, y in rows))
+        (root / "RTE").mkdir(exist_ok=True)
+        names = ["entailment", "not_entailment"]
+        (root / "RTE" / f"{split}.tsv").write_text(
+            "index\tsentence1\tsentence2\tlabel\n"
+            + "".join(f"{i}\t{s}\t{s.split()[-1]} it is\t{names[y]}\n" for i, s, y in rows)
+        )
+        (root / "STS-B").mkdir(exist_ok=True)
+        (root / "STS-B" / f"{split}.tsv").write_text(
+            "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+            + "".join(f"{i}\tg\tf\t2012\t{i}\tnone\tnone\t{s}\t{s[::-1]}\t{(i % 6) * 1.0:.3f}\n" for i, s, _ in rows)
+        )
+        (root / "MRPC").mkdir(exist_ok=True)
+        (root / "MRPC" / f"{split}.tsv").write_text(
+            "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+            + "".join(f"{y}\t{i}\t{i + 1}\t{s}\t{s} too\n" for i, s, y in rows)
+        )
+    return root
+
+
+def compose_config(overrides: list[str] | None = None):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        return compose("config", overrides=overrides or [])
+
+
+def tiny_overrides(glue: Path, run_dir: Path, *extra: str) -> list[str]:
+    """A complete tiny run: random tiny BERT teacher (4x32) to a 2x32 student on the tiny SST-2 files."""
+    return [
+        "teacher=tiny", "student=tiny", "task=sst2", "trainer=smoke", "init=every_kth",
+        f"data.glue_dir={glue}", f"paths.run_dir={run_dir}", *extra,
+    ]
+
+
+REAL_GLUE = os.environ.get("KDBENCH_GLUE_DIR")
+REAL_MODELS = os.environ.get("KDBENCH_MODELS_DIR")
+realdata = pytest.mark.skipif(
+    not (REAL_GLUE and REAL_MODELS and Path(REAL_GLUE).is_dir() and Path(REAL_MODELS).is_dir()),
+    reason="set KDBENCH_GLUE_DIR and KDBENCH_MODELS_DIR to the shared data to run real-data tests",
+)

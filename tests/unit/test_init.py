@@ -1,0 +1,78 @@
+"""Student initialisation copies exactly the chosen teacher layers; layer lists are validated once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kdbench.errors import ConfigError
+from kdbench.initialization import bottom, every_kth, init_from_teacher, resolve_init_layers
+from kdbench.models import build_student, encoder_layers, tiny_teacher
+from tests.helpers import compose_config
+
+
+def test_presets_match_the_paper():
+    assert every_kth(12, 3) == [4, 8, 12]
+    assert every_kth(6, 3) == [2, 4, 6]
+    assert every_kth(12, 6) == [2, 4, 6, 8, 10, 12]
+    assert bottom(12, 3) == [1, 2, 3]
+
+
+def resolve(*overrides, teacher_layers=12, student_layers=3):
+    cfg = compose_config(list(overrides))
+    return resolve_init_layers(cfg.init, teacher_layers, student_layers)
+
+
+def test_resolution_of_each_init_option():
+    assert resolve("init=random") is None
+    assert resolve("init=every_kth") == [4, 8, 12]
+    assert resolve("init=bottom") == [1, 2, 3]
+    assert resolve("init=layers", "init.layers=[1,8,12]") == [1, 8, 12]
+
+
+@pytest.mark.parametrize(
+    ("layers", "message"),
+    [
+        ("[4,8]", "has 2 entries but the student has 3 layers"),
+        ("[4,8,13]", "layer 13 does not exist; the teacher has layers 1..12"),
+        ("[0,8,12]", "layer 0 does not exist"),
+        ("[8,8,12]", "strictly ascending"),
+        ("[12,8,4]", "strictly ascending"),
+    ],
+)
+def test_bad_layer_lists_are_refused(layers, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve("init=layers", f"init.layers={layers}")
+
+
+def test_every_kth_needs_a_divisible_depth():
+    with pytest.raises(ConfigError, match="multiple"):
+        resolve("init=every_kth", teacher_layers=12, student_layers=5)
+
+
+def _tiny_pair():
+    cfg = compose_config(["teacher=tiny", "student=tiny"])
+    teacher = tiny_teacher(cfg.teacher, num_labels=2, seed=0)
+    student = build_student(teacher.config, cfg.student, num_labels=2, seed=1)
+    return teacher, student
+
+
+def test_init_copies_exactly_the_chosen_layers():
+    teacher, student = _tiny_pair()
+    init_from_teacher(student, teacher, [1, 4])
+    t_blocks, s_blocks = encoder_layers(teacher), encoder_layers(student)
+    for s_index, t_layer in enumerate([1, 4]):
+        for (name, s_param), t_param in zip(s_blocks[s_index].state_dict().items(), t_blocks[t_layer - 1].state_dict().values()):
+            assert torch.equal(s_param, t_param), name
+    # ...and not a neighbour: block 0 must differ from teacher block 2
+    assert not torch.equal(s_blocks[0].attention.self.query.weight, t_blocks[1].attention.self.query.weight)
+    assert torch.equal(student.bert.embeddings.word_embeddings.weight, teacher.bert.embeddings.word_embeddings.weight)
+    assert torch.equal(student.classifier.weight, teacher.classifier.weight)
+
+
+def test_embeddings_and_head_copies_are_optional():
+    teacher, student = _tiny_pair()
+    before = student.bert.embeddings.word_embeddings.weight.clone()
+    init_from_teacher(student, teacher, [2, 4], copy_embeddings=False, copy_head=False)
+    assert torch.equal(student.bert.embeddings.word_embeddings.weight, before)
+    assert not torch.equal(student.classifier.weight, teacher.classifier.weight)
