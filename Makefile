@@ -1,0 +1,27 @@
+# kdbench: `make help` lists the targets.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_ARGS := task=sst2 teacher=minilm_l6 student=3x384 init=layers 'init.layers=[2,4,6]' objective=att_kl \
+	data.train_limit=2000 trainer.teacher_epochs=1 trainer.stage1_epochs=1 trainer.stage2_epochs=1
+
+.PHONY: help install test test-fast demo lint
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install:  ## create .venv and install kdbench (editable) with the pinned versions of constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+
+test:  ## the whole test suite (real-data tests run when KDBENCH_GLUE_DIR and KDBENCH_MODELS_DIR are set)
+	$(BIN)/python -m pytest
+
+test-fast:  ## unit and config tests only
+	$(BIN)/python -m pytest tests/unit tests/config
+
+demo:  ## a small real distillation: MiniLM-L6 teacher -> 3-layer student on an SST-2 subset (minutes on a CPU)
+	$(BIN)/python -m kdbench.run $(DEMO_ARGS)
+
+lint:  ## ruff
+	$(BIN)/ruff check src tests

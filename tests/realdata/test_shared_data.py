@@ -1,0 +1,36 @@
+"""Real GLUE files and the real MiniLM-L6 teacher (run when KDBENCH_GLUE_DIR / KDBENCH_MODELS_DIR are set)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdbench import data
+from kdbench.run import run
+from tests.helpers import REAL_GLUE, compose_config, realdata
+
+pytestmark = [realdata, pytest.mark.realdata]
+
+OFFICIAL_SIZES = {"cola": (8551, 1043), "sst2": (67349, 872), "mrpc": (3668, 408), "stsb": (5749, 1500), "rte": (2490, 277)}
+
+
+@pytest.mark.parametrize("task", sorted(OFFICIAL_SIZES))
+def test_real_glue_files_load_completely(task):
+    cfg = compose_config([f"task={task}", f"data.glue_dir={REAL_GLUE}"])
+    sizes = tuple(len(data.load_split(cfg.task, split, cfg.data)) for split in ("train", "validation"))
+    assert sizes == OFFICIAL_SIZES[task]
+
+
+def test_real_label_ids_follow_hugging_face_order():
+    cfg = compose_config(["task=rte", f"data.glue_dir={REAL_GLUE}"])
+    dev = data.load_split(cfg.task, "validation", cfg.data)
+    assert sum(1 for y in dev["label"] if y == 0) == 146  # entailment = 0, as in nyu-mll/glue
+
+
+def test_minilm_teacher_distils_on_sst2(tmp_path):
+    cfg = compose_config([
+        "task=sst2", "teacher=minilm_l6", "student=3x384", "init=layers", "init.layers=[2,4,6]",
+        "objective=att_kl", "data.train_limit=64", "data.eval_limit=64", "trainer=smoke", f"paths.run_dir={tmp_path}",
+    ])
+    record = run(cfg)
+    assert record["status"] == "completed" and record["init"] == "2,4,6"
+    assert 0 <= record["score"] <= 100 and record["timing"]["stage1_examples_per_s"] > 0

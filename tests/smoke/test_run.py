@@ -1,0 +1,179 @@
+"""End to end on a tiny random BERT: records, stages, a frozen teacher, caching, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kdbench import distill
+from kdbench import teacher as teacher_module
+from kdbench.run import run
+from tests.helpers import compose_config, tiny_overrides
+
+RECORD_KEYS = {"schema", "status", "setting", "task", "teacher", "student", "init", "objective", "seed",
+               "metrics", "score", "teacher_metrics", "timing", "config"}
+
+
+def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path)))
+    on_disk = json.loads((tmp_path / "result.json").read_text())
+    assert on_disk == json.loads(json.dumps(record))
+    assert RECORD_KEYS <= set(on_disk)
+    assert on_disk["status"] == "completed" and on_disk["schema"] == 1
+    assert (on_disk["task"], on_disk["teacher"], on_disk["student"], on_disk["objective"]) == ("sst2", "tiny", "tiny", "att_kl")
+    assert on_disk["init"] == "2,4"  # every_kth for 4 -> 2 layers
+    assert set(on_disk["metrics"]) == {"accuracy"} and 0 <= on_disk["score"] <= 100
+    assert on_disk["score"] == on_disk["metrics"]["accuracy"]
+    assert {"teacher_finetune_s", "stage1_s", "stage2_s", "eval_s", "stage1_examples_per_s",
+            "stage2_examples_per_s"} <= set(on_disk["timing"])
+    assert on_disk["config"]["objective"]["name"] == "att_kl"
+    assert json.loads((tmp_path / "config.json").read_text())["seed"] == 1
+    steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    stage1 = [s for s in steps if s["stage"] == "stage1"]
+    assert stage1 and {"att_kl", "total", "lr", "step"} <= set(stage1[0])
+    assert any(s["stage"] == "stage2" and "kd" in s for s in steps)
+
+
+def test_vanilla_kd_runs_the_prediction_stage_only(tiny_glue, tmp_path):
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, "objective=vanilla_kd")))
+    stages = {json.loads(line)["stage"] for line in (tmp_path / "train_log.jsonl").read_text().splitlines()}
+    assert "stage1" not in stages and "stage2" in stages
+    assert record["timing"]["stage1_s"] == 0.0
+
+
+def test_zero_epochs_skip_stages(tiny_glue, tmp_path):
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, "trainer.stage1_epochs=0", "trainer.stage2_epochs=0")))
+    assert record["status"] == "completed" and record["timing"]["stage2_s"] == 0.0
+
+
+def test_teacher_is_frozen_and_never_updated(tiny_glue, tmp_path, monkeypatch):
+    seen = {}
+    real = teacher_module.finetuned_teacher
+
+    def spy(*args, **kwargs):
+        teacher, metrics, seconds = real(*args, **kwargs)
+        seen["teacher"] = teacher
+        seen["before"] = {k: v.clone() for k, v in teacher.state_dict().items()}
+        return teacher, metrics, seconds
+
+    optimised = []
+    real_adamw = torch.optim.AdamW
+
+    def recording_adamw(groups, **kwargs):
+        optimised.extend(p for g in groups for p in g["params"])
+        return real_adamw(groups, **kwargs)
+
+    monkeypatch.setattr(distill, "finetuned_teacher", spy)
+    monkeypatch.setattr(torch.optim, "AdamW", recording_adamw)
+    run(compose_config(tiny_overrides(tiny_glue, tmp_path)))
+    teacher = seen["teacher"]
+    assert not teacher.training
+    assert all(not p.requires_grad and p.grad is None for p in teacher.parameters())
+    assert all(torch.equal(v, seen["before"][k]) for k, v in teacher.state_dict().items())
+    teacher_ids = {id(p) for p in teacher.parameters()}
+    assert optimised and not teacher_ids & {id(p) for p in optimised}
+
+
+def test_fine_tuned_teacher_is_cached_and_reused(tiny_glue, tmp_path):
+    first = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "a", "seed=11", "trainer.teacher_seed=5")))
+    second = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "b", "seed=12", "trainer.teacher_seed=5")))
+    assert first["timing"]["teacher_finetune_s"] > 0
+    assert second["timing"]["teacher_finetune_s"] == 0.0  # loaded from the cache
+    assert second["teacher_metrics"] == first["teacher_metrics"]
+
+
+def test_same_seed_gives_the_same_metrics(tiny_glue, tmp_path):
+    a = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "a", "seed=3")))
+    b = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "b", "seed=3")))
+    assert a["metrics"] == b["metrics"]
+
+
+def test_save_student_writes_a_loadable_model(tiny_glue, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    run(compose_config(tiny_overrides(tiny_glue, tmp_path, "save_student=true", "objective=vanilla_kd")))
+    student = AutoModelForSequenceClassification.from_pretrained(tmp_path / "student")
+    assert student.config.num_hidden_layers == 2
+
+
+@pytest.mark.parametrize("task", ["stsb", "rte", "mrpc", "cola"])
+def test_other_task_kinds_run(tiny_glue, tmp_path, task):
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, f"task={task}", "trainer.stage1_epochs=0")))
+    expected = {"stsb": {"pearson", "spearman"}, "rte": {"accuracy"}, "mrpc": {"f1", "accuracy"}, "cola": {"mcc"}}
+    assert set(record["metrics"]) == expected[task]
+
+
+# -- the command line: one readable line, exit code 2, nothing heavy started ------------------------------------
+
+def cli(*args, env_glue=None):
+    import os
+
+    env = dict(os.environ)
+    if env_glue is not None:
+        env["KDBENCH_GLUE_DIR"] = str(env_glue)
+    return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("kdbench: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_unknown_option_lists_the_valid_ones(tmp_path):
+    assert_one_line_error(cli("objective=att_kll", f"paths.run_dir={tmp_path}"), "unknown objective 'att_kll'", "att_kl")
+
+
+def test_cli_unknown_option_inside_a_sweep(tmp_path):
+    assert_one_line_error(cli("-m", "task=sst2,sts", f"paths.run_dir={tmp_path}"), "unknown task 'sts'", "stsb")
+
+
+def test_cli_unknown_key(tmp_path):
+    assert_one_line_error(cli("trainer.epochs=3", f"paths.run_dir={tmp_path}"), "trainer.epochs")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        (["init=layers", "init.layers=[1,2,3]"], ["init.layers=[1, 2, 3]", "student has 2 layers"]),
+        (["init=layers", "init.layers=[2,9]"], ["layer 9 does not exist", "1..4"]),
+        (["student=2x384"], ["hidden size (384)", "teacher's (32)", "init=random"]),
+        (["trainer.stage1_epochs=-1"], ["negative"]),
+        (["trainer.batch_size=0"], ["batch_size=0"]),
+        (["trainer.lr=0"], ["learning rate"]),
+        (["task=qnli"], ["QNLI/train.tsv", "missing"]),
+        (["setting=task_agnostic"], ["not implemented yet"]),
+        (["trainer.device=cuda"] if not torch.cuda.is_available() else ["trainer.device=cuda:99"], ["cuda"]),
+    ],
+)
+def test_cli_bad_config_is_refused_before_work(tiny_glue, tmp_path, overrides, fragments):
+    result = cli(*tiny_overrides(tiny_glue, tmp_path / "run"), *overrides)
+    assert_one_line_error(result, *fragments)
+    assert not (tmp_path / "run" / "result.json").exists()
+
+
+def test_cli_malformed_data_names_file_and_line(tmp_path):
+    from tests.helpers import write_tiny_glue
+
+    glue = write_tiny_glue(tmp_path / "glue")
+    path = glue / "SST-2" / "train.tsv"
+    path.write_text(path.read_text() + "a row without a label\n")
+    result = cli(*tiny_overrides(glue, tmp_path / "run"))
+    assert_one_line_error(result, "SST-2/train.tsv:50", "tab-separated columns")
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert record["status"] == "failed" and "train.tsv:50" in record["error"]
+
+
+def test_cli_success_prints_scores_and_where_the_record_is(tiny_glue, tmp_path):
+    result = cli(*tiny_overrides(tiny_glue, tmp_path), "objective=vanilla_kd")
+    assert result.returncode == 0, result.stderr
+    assert "teacher (tiny): accuracy" in result.stdout and f"record: {tmp_path}/result.json" in result.stdout
