@@ -147,7 +147,7 @@ def tokenize(ds: datasets.Dataset, task: DictConfig, tokenizer: PreTrainedTokeni
         return tokenizer(*texts, truncation=True, max_length=max_length)
 
     encoded = ds.map(encode, batched=True, desc=f"tokenising {task.name}", load_from_cache_file=False)
-    keep = [c for c in (*TOKEN_COLUMNS, "label", "idx") if c in encoded.column_names]
+    keep = [c for c in (*TOKEN_COLUMNS, "label", "idx", "example") if c in encoded.column_names]
     encoded = encoded.select_columns(keep).rename_column("label", "labels")
     encoded.set_format("torch")
     return encoded

@@ -21,7 +21,7 @@ from kdbench import data, loop, models
 from kdbench.initialization import init_from_teacher
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.functional import kd_loss
-from kdbench.objectives.objective import Objective
+from kdbench.objectives.objective import LOGITS, Objective
 from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.teacher import finetuned_teacher
@@ -36,6 +36,8 @@ def detached(tree):
 
 def prepare_data(cfg: DictConfig, tokenizer):
     train = data.subset(data.load_split(cfg.task, "train", cfg.data), cfg.data.train_limit, cfg.data.subset_seed)
+    # `example` numbers the training examples 0..N-1 (per-example state such as CRD's memory banks indexes it)
+    train = train.add_column("example", list(range(len(train))))
     train = data.tokenize(train, cfg.task, tokenizer, cfg.trainer.max_length)
     eval_sets = {}
     for suffix, split in cfg.task.eval_splits.items():
@@ -46,6 +48,15 @@ def prepare_data(cfg: DictConfig, tokenizer):
     return train, eval_sets
 
 
+def recorded(recorder: FeatureRecorder, inputs: dict) -> dict:
+    """The recorder's features of one forward, plus the logits when the forward ran to the end."""
+    output = recorder.forward(**inputs)
+    records = dict(recorder.records)
+    if output is not None:
+        records[LOGITS] = output.logits
+    return records
+
+
 def stage1_losses(student_recorder: FeatureRecorder, teacher_recorder: FeatureRecorder, objective: Objective,
                   precision: str, device):
     """Step function of intermediate-layer distillation from the two models' recorded features."""
@@ -53,11 +64,11 @@ def stage1_losses(student_recorder: FeatureRecorder, teacher_recorder: FeatureRe
     def step(batch):
         inputs = loop.model_inputs(batch)
         with torch.inference_mode(), loop.autocast(device, precision):
-            teacher_recorder.forward(**inputs)
-        teacher_records = detached(teacher_recorder.records)
+            teacher_records = recorded(teacher_recorder, inputs)
+        teacher_records = detached(teacher_records)
         with loop.autocast(device, precision):
-            student_recorder.forward(**inputs)
-        return objective(student_recorder.records, teacher_records, batch["attention_mask"])
+            student_records = recorded(student_recorder, inputs)
+        return objective(student_records, teacher_records, batch)
 
     return step
 
@@ -101,12 +112,12 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
     timing = {"teacher_finetune_s": teacher_seconds, "stage1_s": 0.0, "stage2_s": 0.0}
 
     if plan.terms and trainer.stage1_epochs > 0:
-        objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf).to(device)
-        student_needs, teacher_needs = objective.needs("student"), objective.needs("teacher")
+        objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_set["labels"], cfg.seed)
+        objective.to(device)
         # Both models stop after their last mapped layer: nothing above it is computed in stage 1.
         with (
-            FeatureRecorder(student, student_needs, stop_after=max(student_needs)) as student_recorder,
-            FeatureRecorder(teacher, teacher_needs, stop_after=max(teacher_needs)) as teacher_recorder,
+            FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
+            FeatureRecorder(teacher, objective.needs("teacher"), objective.last_layer("teacher")) as teacher_recorder,
         ):
             step = stage1_losses(student_recorder, teacher_recorder, objective, precision, device)
             stats = loop.train("stage1", [student, objective], train_loader, trainer.stage1_epochs, trainer.lr,

@@ -102,6 +102,6 @@ def make_plan(cfg: DictConfig) -> Plan:
     init_layers = resolve_init_layers(cfg.init, teacher_conf.num_hidden_layers, cfg.student.num_layers)
     if init_layers is not None:
         check_width(cfg.student.hidden_size, teacher_conf.hidden_size, cfg.init.name)
-    terms = build_terms(cfg.objective, init_layers, student_conf, teacher_conf)
+    terms = build_terms(cfg.objective, init_layers, student_conf, teacher_conf, regression=data.is_regression(cfg.task))
     cache_dir = Path(cfg.paths.cache_dir).expanduser()
     return Plan(teacher_conf, student_conf, init_layers, terms, device, num_labels, cache_dir)

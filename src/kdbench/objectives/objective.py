@@ -28,21 +28,35 @@ from kdbench.objectives.features import FEATURES, TOKEN_LEVEL
 
 @dataclass(frozen=True)
 class LossEntry:
-    fn: Callable[..., torch.Tensor]
+    """How a loss is applied. Pairwise losses are summed over layer pairs; a `module` loss (CRD) is a learnable
+    module called once on the features of all mapped layers concatenated."""
+
+    fn: Callable[..., torch.Tensor] | None
     features: tuple[str, ...]  # features the loss is defined on
     same_heads: bool = False  # student and teacher must have equal head counts
     projected: bool = False  # a learnable student->teacher width projection precedes it
     heads_param: bool = False  # takes `num_heads` (relation heads; default: the teacher's head count)
+    module: Callable[..., nn.Module] | None = None  # builds the learnable loss module (CRD)
+    classification_only: bool = False
+
+
+def _contrastive(student_width, teacher_width, train_labels, seed, **params):
+    from kdbench.objectives.crd import ContrastiveTerm
+
+    return ContrastiveTerm(student_width, teacher_width, train_labels, seed=seed, **params)
 
 
 LOSSES: dict[str, LossEntry] = {
+    "kd": LossEntry(F.kd_loss, ("logits",)),
     "att_mse": LossEntry(F.att_mse, ("attention_scores",), same_heads=True),
     "att_kl": LossEntry(F.att_kl, ("attention_scores",), same_heads=True),
     "val_kl": LossEntry(F.val_kl, ("values",), same_heads=True),
     "relation_kl": LossEntry(F.relation_kl, ("query", "key", "value"), heads_param=True),
     "hid_mse": LossEntry(F.hid_mse, ("hidden", "cls"), projected=True),
-    "cosine": LossEntry(F.cosine_loss, ("hidden", "cls")),
+    "cosine": LossEntry(F.cosine_loss, ("hidden", "cls"), projected=True),
+    "crd": LossEntry(None, ("cls",), module=_contrastive, classification_only=True),
 }
+LOGITS = "logits"  # the records key of the model outputs (not a layer)
 
 
 def lookup(registry: Mapping, name: str, kind: str):
@@ -82,11 +96,16 @@ class Term:
     params: dict = field(default_factory=dict)
 
 
-def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_conf) -> list[Term]:
-    """Terms of an objective config, validated against the two architectures (raises ConfigError)."""
+def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_conf, regression: bool = False) -> list[Term]:
+    """Terms of an objective config, validated against the two architectures and the task (raises ConfigError)."""
     terms = []
     for index, spec in enumerate(objective_cfg.terms):
         entry = lookup(LOSSES, spec.loss, "loss")
+        if entry.classification_only and regression:
+            raise ConfigError(
+                f"objective {objective_cfg.name}: {spec.loss} contrasts examples of different classes and needs a "
+                "classification task; this task is regression (STS-B): choose another objective or task"
+            )
         feature = spec.get("feature") or entry.features[0]
         if feature not in entry.features:
             raise ConfigError(
@@ -100,7 +119,7 @@ def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_co
                 "use a student with as many heads, or objective=minilm_v2 (relations work for any head count)"
             )
         mapping = spec.get("mapping") or objective_cfg.mapping
-        pairs = resolve_pairs(mapping, init_layers, student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
+        pairs = [(LOGITS, LOGITS)] if feature == "logits" else resolve_pairs(mapping, init_layers, student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
         params = dict(OmegaConf.to_container(spec.params, resolve=True)) if spec.get("params") else {}
         if entry.heads_param:
             params.setdefault("num_heads", teacher_conf.num_attention_heads)
@@ -113,41 +132,76 @@ def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_co
 
 
 class Objective(nn.Module):
-    """Computes every term from recorded student/teacher features; owns the learnable projections."""
+    """Computes every term from recorded student/teacher features; owns the learnable parts (projections, CRD)."""
 
-    def __init__(self, terms: list[Term], student_conf, teacher_conf):
+    def __init__(self, terms: list[Term], student_conf, teacher_conf, train_labels: torch.Tensor | None = None,
+                 seed: int = 0):
+        """`train_labels` [N]: the training labels by example number (for terms with per-example state)."""
         super().__init__()
         self.terms = terms
         self.student_heads = student_conf.num_attention_heads
         self.teacher_heads = teacher_conf.num_attention_heads
         self.projections = nn.ModuleDict()
+        self.loss_modules = nn.ModuleDict()
         for term in terms:
-            if LOSSES[term.loss].projected:
+            entry = LOSSES[term.loss]
+            if entry.projected:
                 self.projections[term.name] = width_projection(student_conf.hidden_size, teacher_conf.hidden_size)
+            if entry.module is not None:
+                widths = [len(term.pairs) * conf.hidden_size for conf in (student_conf, teacher_conf)]
+                self.loss_modules[term.name] = entry.module(*widths, train_labels, seed, **term.params)
+
+    @property
+    def uses_logits(self) -> bool:
+        return any(term.feature == "logits" for term in self.terms)
 
     def needs(self, side: str) -> dict[int, set[str]]:
         """Raw features to record per layer for the student (`side="student"`) or the teacher."""
         position = 0 if side == "student" else 1
         wanted: dict[int, set[str]] = {}
         for term in self.terms:
+            if term.feature == "logits":
+                continue
             raw = FEATURES[term.feature][0]
             for pair in term.pairs:
                 wanted.setdefault(pair[position], set()).update(raw)
         return wanted
 
-    def forward(self, student_records, teacher_records, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per-term weighted losses (float32 scalars) and their sum under "total"."""
+    def last_layer(self, side: str) -> int | None:
+        """Where that side's forward may stop: its last needed layer, or None when the logits are needed."""
+        needs = self.needs(side)
+        return None if self.uses_logits or not needs else max(needs)
+
+    def _feature(self, records, layer, feature: str, heads: int) -> torch.Tensor:
+        if feature == "logits":
+            return records[LOGITS]
+        return FEATURES[feature][1](records[layer], heads)
+
+    def forward(self, student_records, teacher_records, batch: dict) -> dict[str, torch.Tensor]:
+        """Per-term weighted losses (float32 scalars) and their sum under "total".
+
+        Records map a layer (0 = embeddings) to its raw features, and LOGITS to the model's logits.
+        """
         losses: dict[str, torch.Tensor] = {}
         for term in self.terms:
-            derive = FEATURES[term.feature][1]
-            term_mask = mask if term.feature in TOKEN_LEVEL else None
-            value = 0.0
-            for student_layer, teacher_layer in term.pairs:
-                student_feature = derive(student_records[student_layer], self.student_heads)
-                teacher_feature = derive(teacher_records[teacher_layer], self.teacher_heads)
-                if term.name in self.projections:
-                    student_feature = self.projections[term.name](student_feature)
-                value = value + LOSSES[term.loss].fn(student_feature, teacher_feature, mask=term_mask, **term.params)
+            pairs = [
+                (self._feature(student_records, s, term.feature, self.student_heads),
+                 self._feature(teacher_records, t, term.feature, self.teacher_heads))
+                for s, t in term.pairs
+            ]
+            if term.name in self.projections:
+                pairs = [(self.projections[term.name](s), t) for s, t in pairs]
+            if term.name in self.loss_modules:  # one call on all mapped layers, concatenated (CRD)
+                student_all = torch.cat([s for s, _ in pairs], dim=-1)
+                teacher_all = torch.cat([t for _, t in pairs], dim=-1)
+                value = self.loss_modules[term.name](student_all, teacher_all, batch["example"], batch["labels"])
+            else:
+                kwargs = dict(term.params)
+                if term.feature in TOKEN_LEVEL:
+                    kwargs["mask"] = batch["attention_mask"]
+                if term.feature == "logits":
+                    kwargs["labels"] = batch["labels"]
+                value = sum(LOSSES[term.loss].fn(s, t, **kwargs) for s, t in pairs)
             losses[term.name] = term.weight * value
         losses["total"] = sum(losses.values())
         return losses

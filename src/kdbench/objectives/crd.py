@@ -1,0 +1,194 @@
+"""`hid_cls_contrast`: contrastive distillation of [CLS] representations with memory banks.
+
+This is the contrastive term of "How to Distill your BERT" (Wang et al. 2023), which follows CoDIR
+(Sun et al. 2020a, "Contrastive Distillation on Intermediate Representations"), itself CRD-style
+(Tian et al. 2020): learnable heads map both sides to a small unit sphere, every training example owns
+one memory-bank slot per side, negatives are examples of *other* classes, and an InfoNCE loss is taken
+in both directions.
+
+Shapes (B = batch, N = training examples, F = ``feat_dim``, K = ``num_negatives``):
+
+* ``student_repr`` ``[B, student_width]``: the student's [CLS] hidden states at the mapped layers,
+  concatenated by the caller.
+* ``teacher_repr`` ``[B, teacher_width]``: the same for the (frozen) teacher; always detached here and may
+  be an inference-mode tensor.
+* ``idx`` ``[B]`` (long): the examples' ids, rows of the memory banks; ``labels`` ``[B]`` their classes.
+* memory banks ``memory_student`` / ``memory_teacher`` ``[N, F]`` (buffers, saved in ``state_dict``).
+
+The loss, with ``z_s = normalize(W_s student_repr)``, ``z_t = normalize(W_t teacher_repr)``, negative ids
+``n_ij`` (j = 1..K) drawn uniformly, with replacement, among the training examples whose label differs from
+example i's, and temperature tau::
+
+    L = mean_i [ -log softmax( [z_s_i . z_t_i,  z_s_i . bank_t[n_i1], ..., z_s_i . bank_t[n_iK]] / tau )_0
+                 -log softmax( [z_t_i . z_s_i,  z_t_i . bank_s[n_i1], ..., z_t_i . bank_s[n_iK]] / tau )_0 ]
+
+The positive is the *current* embedding of the same example on the other side; negatives are read from the
+other side's memory bank. Everything is computed in float32. After a training-mode forward the banks are
+updated at ``idx``: ``bank[idx] = normalize(m * bank[idx] + (1 - m) * z.detach())`` with momentum m.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from kdbench.errors import ConfigError
+
+__all__ = ["ContrastiveSetupError", "ContrastiveTerm"]
+
+
+class ContrastiveSetupError(ConfigError, ValueError):
+    """The contrastive term cannot be built for this training set (a ValueError and a one-line CLI error)."""
+
+
+def _unit(x: Tensor) -> Tensor:
+    """L2-normalise the last dimension."""
+    return F.normalize(x, dim=-1)
+
+
+def _info_nce(anchor: Tensor, positive: Tensor, negatives: Tensor, temperature: float) -> Tensor:
+    """Mean over the batch of -log softmax(...)[positive]; anchor/positive [B, F], negatives [B, K, F]."""
+    pos = (anchor * positive).sum(-1, keepdim=True)  # [B, 1]
+    neg = torch.einsum("bf,bkf->bk", anchor, negatives)  # [B, K]
+    logits = torch.cat([pos, neg], dim=1) / temperature
+    return -torch.log_softmax(logits, dim=1)[:, 0].mean()
+
+
+def _class_layout(labels: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Validate train labels and group example ids by class.
+
+    Returns ``classes`` [C] (sorted label values), ``order`` [N] (example ids sorted by class, stable),
+    ``start`` [C] and ``count`` [C] (class c occupies ``order[start[c] : start[c] + count[c]]``).
+    """
+    if labels.is_floating_point() or labels.is_complex():
+        raise ContrastiveSetupError(
+            "hid_cls_contrast needs a classification task; STS-B is regression "
+            f"(got {labels.dtype} labels); drop the contrastive term for regression tasks"
+        )
+    if labels.dim() != 1 or labels.numel() == 0:
+        raise ContrastiveSetupError(
+            f"hid_cls_contrast needs a non-empty 1-D vector of training labels, got shape {tuple(labels.shape)}"
+        )
+    labels = labels.long()
+    classes, class_of, count = torch.unique(labels, sorted=True, return_inverse=True, return_counts=True)
+    if len(classes) < 2:
+        raise ContrastiveSetupError(
+            f"hid_cls_contrast draws negatives from other classes, but every training example has label "
+            f"{classes[0].item()}; it needs at least two classes"
+        )
+    order = torch.argsort(class_of, stable=True)
+    start = torch.cumsum(count, 0) - count
+    return classes, order, start, count
+
+
+class ContrastiveTerm(nn.Module):
+    """Contrastive [CLS] distillation (CoDIR / CRD style) with per-example memory banks; see the module doc.
+
+    Args:
+        student_width: width of ``student_repr`` (hidden size x number of mapped layers).
+        teacher_width: width of ``teacher_repr``.
+        labels: ``[N]`` integer labels of the whole training set, indexed by example id.
+        feat_dim: F, the dimension of the contrastive embedding.
+        num_negatives: K, negatives per example (drawn with replacement from other classes).
+        temperature: tau of the InfoNCE logits.
+        momentum: memory-bank momentum m.
+        seed: seeds the bank initialisation and the negative sampler (the sampler's state advances each call).
+
+    Both heads (``student_head`` and ``teacher_head``) are learnable and belong to the student-side optimizer;
+    only the teacher *model* is frozen. ``forward`` returns a float32 scalar.
+    """
+
+    def __init__(
+        self,
+        student_width: int,
+        teacher_width: int,
+        labels: Tensor,
+        *,
+        feat_dim: int = 128,
+        num_negatives: int = 100,
+        temperature: float = 0.07,
+        momentum: float = 0.5,
+        seed: int = 0,
+    ):
+        super().__init__()
+        if feat_dim < 1 or num_negatives < 1:
+            raise ContrastiveSetupError(
+                f"hid_cls_contrast: feat_dim ({feat_dim}) and num_negatives ({num_negatives}) must be >= 1"
+            )
+        if temperature <= 0 or not 0.0 <= momentum <= 1.0:
+            raise ContrastiveSetupError(
+                f"hid_cls_contrast: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got {momentum})"
+            )
+        classes, order, start, count = _class_layout(torch.as_tensor(labels).detach().cpu())
+        self.num_negatives = num_negatives
+        self.temperature = temperature
+        self.momentum = momentum
+        self.seed = seed
+        self.student_head = nn.Linear(student_width, feat_dim)
+        self.teacher_head = nn.Linear(teacher_width, feat_dim)
+
+        init = torch.Generator().manual_seed(seed)
+        num_examples = len(order)
+        self.register_buffer("memory_student", _unit(torch.randn(num_examples, feat_dim, generator=init)))
+        self.register_buffer("memory_teacher", _unit(torch.randn(num_examples, feat_dim, generator=init)))
+        # Derived from `labels`: rebuilt at construction, so not saved.
+        self.register_buffer("classes", classes, persistent=False)
+        self.register_buffer("class_order", order, persistent=False)
+        self.register_buffer("class_start", start, persistent=False)
+        self.register_buffer("class_count", count, persistent=False)
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        """The sampler's generator on `device`, created (seeded with `seed`) on first use there."""
+        if device not in self._generators:
+            self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
+        return self._generators[device]
+
+    @torch.no_grad()
+    def sample_negatives(self, labels: Tensor) -> Tensor:
+        """``[B, K]`` example ids, each uniform (with replacement) among training examples whose label != ``labels[b]``.
+
+        Runs on the banks' device: the other-class examples of class c are ``class_order`` minus the contiguous
+        block of class c, so a uniform position in ``[0, N - count[c])`` is shifted past that block.
+        """
+        device = self.class_order.device
+        cls = torch.searchsorted(self.classes, labels.to(device=device, dtype=torch.long))
+        start, count = self.class_start[cls].unsqueeze(1), self.class_count[cls].unsqueeze(1)  # [B, 1]
+        available = len(self.class_order) - count
+        u = torch.rand(len(cls), self.num_negatives, generator=self._generator(device), device=device, dtype=torch.float64)
+        pos = torch.minimum((u * available).long(), available - 1)
+        pos = pos + (pos >= start).long() * count
+        return self.class_order[pos]
+
+    @torch.no_grad()
+    def update_memory(self, idx: Tensor, z_student: Tensor, z_teacher: Tensor) -> None:
+        """``bank[idx] = normalize(m * bank[idx] + (1 - m) * z)`` for both banks; other rows are untouched."""
+        idx = idx.to(self.memory_student.device)
+        for bank, z in ((self.memory_student, z_student), (self.memory_teacher, z_teacher)):
+            mixed = self.momentum * bank[idx].float() + (1.0 - self.momentum) * z.detach().float()
+            bank.index_copy_(0, idx, _unit(mixed).to(bank.dtype))
+
+    def _embed(self, head: nn.Linear, x: Tensor) -> Tensor:
+        return _unit(F.linear(x.float(), head.weight.float(), None if head.bias is None else head.bias.float()))
+
+    def forward(self, student_repr: Tensor, teacher_repr: Tensor, idx: Tensor, labels: Tensor) -> Tensor:
+        """Student->teacher-bank plus teacher->student-bank InfoNCE, float32 scalar; updates the banks in training mode."""
+        if student_repr.dim() != 2 or teacher_repr.dim() != 2 or not (len(student_repr) == len(teacher_repr) == len(idx)):
+            raise ValueError(
+                f"hid_cls_contrast expects student [B, Ws], teacher [B, Wt] and idx [B]; got "
+                f"{tuple(student_repr.shape)}, {tuple(teacher_repr.shape)}, {tuple(idx.shape)}"
+            )
+        teacher_repr = teacher_repr.detach()
+        if teacher_repr.is_inference():  # inference tensors cannot be saved for backward
+            teacher_repr = teacher_repr.clone()
+        negatives = self.sample_negatives(labels)  # [B, K]
+        with torch.autocast(device_type=student_repr.device.type, enabled=False):
+            z_s = self._embed(self.student_head, student_repr)
+            z_t = self._embed(self.teacher_head, teacher_repr)
+            loss = _info_nce(z_s, z_t, self.memory_teacher[negatives].float(), self.temperature) + _info_nce(
+                z_t, z_s, self.memory_student[negatives].float(), self.temperature
+            )
+        if self.training:
+            self.update_memory(idx, z_s, z_t)
+        return loss

@@ -1,0 +1,187 @@
+"""Tests for kdbench.objectives.crd (hid_cls_contrast: contrastive [CLS] distillation with memory banks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kdbench.errors import ConfigError
+from kdbench.objectives.crd import ContrastiveTerm
+
+TRAIN_LABELS = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0, 1, 2, 2, 0, 1, 0, 2, 1, 0, 2, 1, 0])
+
+
+def make(student_width: int = 12, teacher_width: int = 16, labels: torch.Tensor = TRAIN_LABELS, **kw) -> ContrastiveTerm:
+    kw = {"feat_dim": 8, "num_negatives": 5, **kw}
+    return ContrastiveTerm(student_width, teacher_width, labels, **kw)
+
+
+def batch(idx: list[int], student_width: int = 12, teacher_width: int = 16, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    idx_t = torch.tensor(idx)
+    return torch.randn(len(idx), student_width, generator=g), torch.randn(len(idx), teacher_width, generator=g), idx_t
+
+
+def test_shape_and_gradients_reach_both_heads_and_student_only():
+    term = make()
+    s, t, idx = batch([0, 1, 2, 5])
+    s.requires_grad_(True)
+    loss = term(s, t, idx, TRAIN_LABELS[idx])
+    assert loss.shape == () and loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    for head in (term.student_head, term.teacher_head):
+        assert head.weight.grad is not None and head.weight.grad.abs().sum() > 0
+    assert s.grad is not None and s.grad.abs().sum() > 0
+    assert t.grad is None
+    assert not term.memory_student.requires_grad and not term.memory_teacher.requires_grad
+
+
+def test_teacher_may_be_an_inference_tensor_and_bf16_inputs_give_float32():
+    term = make()
+    s, t, idx = batch([3, 4])
+    with torch.inference_mode():
+        t_inf = t.clone()
+    loss = term(s.bfloat16().requires_grad_(True), t_inf, idx, TRAIN_LABELS[idx])
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert term.teacher_head.weight.grad is not None
+
+
+def test_negatives_never_share_the_anchor_class_and_cover_all_other_examples():
+    term = make(num_negatives=200)
+    labels = TRAIN_LABELS.repeat(3)  # every class appears many times in the batch
+    seen: dict[int, set[int]] = {0: set(), 1: set(), 2: set()}
+    for _ in range(20):
+        neg = term.sample_negatives(labels)
+        assert neg.shape == (len(labels), 200) and neg.dtype == torch.long
+        assert (TRAIN_LABELS[neg] != labels.unsqueeze(1)).all()
+        for c in seen:
+            seen[c].update(neg[labels == c].flatten().tolist())
+    for c, ids in seen.items():
+        assert ids == set(torch.nonzero(TRAIN_LABELS != c).flatten().tolist())
+
+
+def test_negatives_with_unsorted_sparse_label_values():
+    labels = torch.tensor([7, -1, 7, 3, -1, 3, 3])
+    term = make(labels=labels, num_negatives=50)
+    neg = term.sample_negatives(labels)
+    assert (labels[neg] != labels.unsqueeze(1)).all()
+
+
+def test_memory_update_follows_momentum_formula_and_leaves_other_rows():
+    term = make(momentum=0.5)
+    before_s, before_t = term.memory_student.clone(), term.memory_teacher.clone()
+    s, t, idx = batch([2, 7, 11])
+    term.train()
+    term(s, t, idx, TRAIN_LABELS[idx])
+    with torch.no_grad():
+        z_s = torch.nn.functional.normalize(term.student_head(s), dim=-1)
+        z_t = torch.nn.functional.normalize(term.teacher_head(t), dim=-1)
+    for before, after, z in ((before_s, term.memory_student, z_s), (before_t, term.memory_teacher, z_t)):
+        expected = torch.nn.functional.normalize(0.5 * before[idx] + 0.5 * z, dim=-1)
+        torch.testing.assert_close(after[idx], expected)
+        others = torch.ones(len(TRAIN_LABELS), dtype=torch.bool)
+        others[idx] = False
+        assert torch.equal(after[others], before[others])
+        torch.testing.assert_close(after.norm(dim=-1), torch.ones(len(after)))
+
+
+def test_eval_mode_does_not_touch_the_banks():
+    term = make().eval()
+    before = term.memory_teacher.clone()
+    s, t, idx = batch([0, 1])
+    term(s, t, idx, TRAIN_LABELS[idx])
+    assert torch.equal(term.memory_teacher, before)
+
+
+def test_aligned_representations_give_lower_loss_than_random():
+    torch.manual_seed(0)
+    width = 16
+    term = make(student_width=width, teacher_width=width, feat_dim=16, num_negatives=10, seed=3)
+    term.teacher_head.load_state_dict(term.student_head.state_dict())
+    x = torch.randn(len(TRAIN_LABELS), width)
+    all_idx = torch.arange(len(TRAIN_LABELS))
+    with torch.no_grad():  # banks hold the (identical) embeddings of every example, as after training
+        term.update_memory(all_idx, term._embed(term.student_head, x), term._embed(term.teacher_head, x))
+        term.update_memory(all_idx, term._embed(term.student_head, x), term._embed(term.teacher_head, x))
+    term.eval()
+    idx = torch.tensor([0, 1, 2, 3, 4, 5])
+    aligned = term(x[idx], x[idx], idx, TRAIN_LABELS[idx])
+    random = term(x[idx], torch.randn(len(idx), width), idx, TRAIN_LABELS[idx])
+    assert aligned < random
+
+
+def test_deterministic_given_seed():
+    s, t, idx = batch([0, 4, 9, 13])
+    losses = []
+    for _ in range(2):
+        torch.manual_seed(123)  # the heads' init uses the global RNG; banks and sampler use `seed`
+        term = make(seed=5)
+        losses.append([term(s, t, idx, TRAIN_LABELS[idx]) for _ in range(3)])
+    for a, b in zip(*losses):
+        assert torch.equal(a, b)
+    torch.manual_seed(123)
+    other = make(seed=6)
+    assert not torch.equal(other.memory_teacher, make(seed=5).memory_teacher)
+
+
+def test_regression_labels_raise():
+    with pytest.raises(ValueError, match="STS-B is regression"):
+        make(labels=torch.rand(10))
+
+
+def test_single_class_raises():
+    with pytest.raises(ValueError, match="at least two classes") as info:
+        make(labels=torch.zeros(10, dtype=torch.long))
+    assert isinstance(info.value, ConfigError)
+
+
+def test_state_dict_holds_the_banks():
+    term = make()
+    state = term.state_dict()
+    assert {"memory_student", "memory_teacher"} <= set(state)
+    assert state["memory_student"].shape == (len(TRAIN_LABELS), 8)
+    assert "class_order" not in state
+    clone = make(seed=99)
+    clone.load_state_dict(state)
+    assert torch.equal(clone.memory_teacher, term.memory_teacher)
+
+
+def test_hand_computed_info_nce():
+    # Two examples of different classes: with K = 1 the negative of each is the other one.
+    labels = torch.tensor([0, 1])
+    term = ContrastiveTerm(2, 2, labels, feat_dim=2, num_negatives=1, temperature=0.5)
+    with torch.no_grad():
+        for head in (term.student_head, term.teacher_head):
+            head.weight.copy_(torch.eye(2))
+            head.bias.zero_()
+        term.memory_student.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        term.memory_teacher.copy_(torch.tensor([[0.6, 0.8], [-1.0, 0.0]]))
+    student = torch.tensor([[3.0, 4.0], [0.0, -2.0]])  # unit: (0.6, 0.8), (0, -1)
+    teacher = torch.tensor([[1.0, 0.0], [1.0, 1.0]])  # unit: (1, 0), (0.7071, 0.7071)
+    idx = torch.tensor([0, 1])
+    assert term.sample_negatives(labels).tolist() == [[1], [0]]
+    loss = term(student, teacher, idx, labels)
+
+    r = 2**-0.5
+    z_s = [(0.6, 0.8), (0.0, -1.0)]
+    z_t = [(1.0, 0.0), (r, r)]
+    bank_s = [(1.0, 0.0), (0.0, 1.0)]
+    bank_t = [(0.6, 0.8), (-1.0, 0.0)]
+    neg = [1, 0]
+
+    def dot(a, b):
+        return a[0] * b[0] + a[1] * b[1]
+
+    def nll_first(logits):
+        return -torch.log_softmax(torch.tensor(logits) / 0.5, dim=0)[0]
+
+    expected = (
+        sum(
+            nll_first([dot(z_s[i], z_t[i]), dot(z_s[i], bank_t[neg[i]])])
+            + nll_first([dot(z_t[i], z_s[i]), dot(z_t[i], bank_s[neg[i]])])
+            for i in range(2)
+        )
+        / 2
+    )
+    torch.testing.assert_close(loss, expected.float())

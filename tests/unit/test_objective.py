@@ -1,0 +1,112 @@
+"""Objectives from config: layer mappings, validation, and terms computed from hooked features."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kdbench.errors import ConfigError
+from kdbench.models import build_student, tiny_teacher
+from kdbench.objectives import functional as F
+from kdbench.objectives.features import FeatureRecorder, attention_scores, split_heads
+from kdbench.objectives.objective import LOGITS, Objective, build_terms, resolve_pairs
+from tests.helpers import compose_config
+
+
+def test_mappings():
+    assert resolve_pairs("init", [2, 4, 6], 3, 6) == [(1, 2), (2, 4), (3, 6)]
+    assert resolve_pairs("init", None, 3, 12) == [(1, 4), (2, 8), (3, 12)]  # random init: uniform
+    assert resolve_pairs("uniform", [1, 2, 3], 3, 12) == [(1, 4), (2, 8), (3, 12)]
+    assert resolve_pairs("last", [1, 2, 3], 3, 12) == [(3, 12)]
+    assert resolve_pairs("embeddings", None, 3, 12) == [(0, 0)]
+    assert resolve_pairs([1, 8, 12], None, 3, 12) == [(1, 1), (2, 8), (3, 12)]
+    with pytest.raises(ConfigError, match="unknown layer mapping 'top'"):
+        resolve_pairs("top", None, 3, 12)
+    with pytest.raises(ConfigError, match="strictly ascending"):
+        resolve_pairs([8, 1, 12], None, 3, 12)
+
+
+def _pair(student="tiny", heads=None):
+    cfg = compose_config(["teacher=tiny", f"student={student}"])
+    if heads:
+        cfg.student.num_heads = heads
+    teacher = tiny_teacher(cfg.teacher, 2, seed=0).eval()
+    student = build_student(teacher.config, cfg.student, 2, seed=1)
+    return teacher, student
+
+
+def terms_of(objective, teacher, student, init_layers=(2, 4), regression=False, extra=()):
+    cfg = compose_config([f"objective={objective}", *extra])
+    return build_terms(cfg.objective, list(init_layers) if init_layers else None, student.config, teacher.config, regression)
+
+
+def test_head_mismatch_suggests_minilm_v2():
+    teacher, student = _pair(heads=2)
+    with pytest.raises(ConfigError, match="student has 2 heads and the teacher 4.*minilm_v2"):
+        terms_of("att_kl+val_kl", teacher, student)
+    assert terms_of("minilm_v2", teacher, student)  # relations work for any head count
+
+
+def test_contrastive_refuses_regression():
+    teacher, student = _pair()
+    with pytest.raises(ConfigError, match="needs a classification task"):
+        terms_of("hid_cls_contrast", teacher, student, regression=True)
+
+
+def test_weights_are_overridable_and_terms_named():
+    teacher, student = _pair()
+    terms = terms_of("att_kl+val_kl", teacher, student, extra=["objective.terms.0.weight=2"])
+    assert [(t.name, t.weight, t.pairs) for t in terms] == [("att_kl", 2.0, [(1, 2), (2, 4)]), ("val_kl", 1.0, [(1, 2), (2, 4)])]
+    tiny = terms_of("tinybert", teacher, student, init_layers=None)
+    assert [(t.name, t.pairs) for t in tiny] == [("emb_mse", [(0, 0)]), ("att_mse", [(1, 2), (2, 4)]), ("hid_mse", [(1, 2), (2, 4)])]
+
+
+def _records(model, needs, ids, mask):
+    with FeatureRecorder(model, needs) as recorder:
+        out = recorder.forward(input_ids=ids, attention_mask=mask)
+        return {**recorder.records, LOGITS: out.logits}
+
+
+@pytest.fixture
+def batch():
+    torch.manual_seed(0)
+    ids = torch.randint(5, 60, (3, 9))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    mask[2, 3:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1, 1]), "example": torch.arange(3)}
+
+
+def test_att_kl_val_kl_terms_equal_the_functions_on_eager_features(batch):
+    teacher, student = _pair()
+    terms = terms_of("att_kl+val_kl", teacher, student)
+    objective = Objective(terms, student.config, teacher.config)
+    s = _records(student, objective.needs("student"), batch["input_ids"], batch["attention_mask"])
+    with torch.no_grad():
+        t = _records(teacher, objective.needs("teacher"), batch["input_ids"], batch["attention_mask"])
+    losses = objective(s, t, batch)
+    mask = batch["attention_mask"]
+    expected_att = sum(F.att_kl(attention_scores(s[i], 4), attention_scores(t[j], 4), mask) for i, j in [(1, 2), (2, 4)])
+    expected_val = sum(F.val_kl(split_heads(s[i]["value"], 4), split_heads(t[j]["value"], 4), mask) for i, j in [(1, 2), (2, 4)])
+    assert torch.allclose(losses["att_kl"], expected_att) and torch.allclose(losses["val_kl"], expected_val)
+    assert torch.allclose(losses["total"], expected_att + expected_val)
+    losses["total"].backward()
+    assert all(p.grad is None for p in teacher.parameters())
+    assert student.bert.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+
+
+def test_identity_projection_makes_hidden_loss_zero_for_a_copy(batch):
+    teacher, _ = _pair()
+    terms = terms_of("hid_seq", teacher, teacher, init_layers=(1, 2, 3, 4))
+    objective = Objective(terms, teacher.config, teacher.config)
+    with torch.no_grad():
+        records = _records(teacher, objective.needs("teacher"), batch["input_ids"], batch["attention_mask"])
+        assert objective(records, records, batch)["hid_mse"].item() == pytest.approx(0.0, abs=1e-10)
+
+
+def test_last_layer_stops_early_unless_logits_are_needed():
+    teacher, student = _pair()
+    att = Objective(terms_of("att_kl", teacher, student), student.config, teacher.config)
+    assert (att.last_layer("student"), att.last_layer("teacher")) == (2, 4)
+    distil = Objective(terms_of("distilbert", teacher, student), student.config, teacher.config)
+    assert distil.uses_logits and distil.last_layer("teacher") is None
