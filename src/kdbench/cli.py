@@ -17,6 +17,18 @@ _VALUE_FLAGS = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", 
 _CUSTOM_CONFIG = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
 
 
+def job_dir_name(overrides: str, seed) -> str:
+    """A sweep job's folder: its overrides (Hydra's override_dirname, seed excluded) with the seed last."""
+    safe = overrides.replace("/", "_")
+    return f"{safe},seed={seed}" if safe else f"seed={seed}"
+
+
+def register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("kdbench_job_dir", job_dir_name, replace=True)
+
+
 def config_dir() -> Path:
     return Path(__file__).parent / "conf"
 

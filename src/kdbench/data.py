@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import datasets
+import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
@@ -144,27 +145,65 @@ def tokenize(ds: datasets.Dataset, task: DictConfig, tokenizer: PreTrainedTokeni
 
     def encode(batch):
         texts = [batch[field] for field in task.text_fields]
-        return tokenizer(*texts, truncation=True, max_length=max_length)
+        encoded = tokenizer(*texts, truncation=True, max_length=max_length)
+        encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
+        return encoded
 
     encoded = ds.map(encode, batched=True, desc=f"tokenising {task.name}", load_from_cache_file=False)
-    keep = [c for c in (*TOKEN_COLUMNS, "label", "idx", "example") if c in encoded.column_names]
+    keep = [c for c in (*TOKEN_COLUMNS, "length", "label", "idx", "example") if c in encoded.column_names]
     encoded = encoded.select_columns(keep).rename_column("label", "labels")
     encoded.set_format("torch")
     return encoded
 
 
-def make_loader(encoded, tokenizer, batch_size: int, *, shuffle: bool, seed: int | None = None) -> DataLoader:
-    """Batches padded to their own longest example (dynamic padding)."""
-    import torch
+class SeededBatches(torch.utils.data.Sampler):
+    """Batches of example indices, reproducible per (seed, epoch), resumable mid-epoch.
 
-    generator = None
-    if shuffle:
-        generator = torch.Generator()
-        generator.manual_seed(seed if seed is not None else 0)
-    return DataLoader(
-        encoded,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        generator=generator,
-        collate_fn=DataCollatorWithPadding(tokenizer),
-    )
+    `shuffle`: a fresh seeded permutation each epoch. `group_by_length`: the permutation is cut into chunks of
+    `megabatch` batches, each chunk sorted by length and split into batches whose order is shuffled again
+    (batches of similar length, so dynamic padding wastes little). Without shuffling, batches are in length
+    order (evaluation: the same examples, less padding). `set_epoch(epoch, start_batch)` positions the sampler
+    (resume); `len()` is always the full epoch.
+    """
+
+    def __init__(self, lengths, batch_size: int, *, shuffle: bool, seed: int = 0, group_by_length: bool = False,
+                 megabatch: int = 50):
+        self.lengths = torch.as_tensor(lengths)
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.group_by_length, self.megabatch = group_by_length, megabatch
+        self.epoch, self.start_batch = 0, 0
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.epoch, self.start_batch = epoch, start_batch
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        n = len(self.lengths)
+        if not self.shuffle:
+            order = torch.sort(self.lengths, descending=True, stable=True).indices
+            return [chunk.tolist() for chunk in order.split(self.batch_size)]
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        order = torch.randperm(n, generator=generator)
+        if not self.group_by_length:
+            return [chunk.tolist() for chunk in order.split(self.batch_size)]
+        batches = []
+        for chunk in order.split(self.batch_size * self.megabatch):
+            by_length = chunk[torch.sort(self.lengths[chunk], descending=True, stable=True).indices]
+            batches.extend(by_length.split(self.batch_size))
+        shuffled = torch.randperm(len(batches), generator=generator)
+        return [batches[i].tolist() for i in shuffled]
+
+    def __iter__(self):
+        yield from self.batches(self.epoch)[self.start_batch:]
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+
+def make_loader(encoded, tokenizer, batch_size: int, *, shuffle: bool, seed: int = 0,
+                group_by_length: bool = False) -> DataLoader:
+    """Batches padded to their own longest example (dynamic padding), from a seeded, resumable sampler."""
+    sampler = SeededBatches(encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length)
+    # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a resumed
+    # run would diverge from an uninterrupted one.
+    return DataLoader(encoded, batch_sampler=sampler, collate_fn=DataCollatorWithPadding(tokenizer),
+                      generator=torch.Generator().manual_seed(seed))

@@ -10,14 +10,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import time
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from transformers import set_seed
 
 from kdbench import data, loop, models
+from kdbench.checkpoint import Checkpoints
+from kdbench.errors import KdbenchError
 from kdbench.initialization import init_from_teacher
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.functional import kd_loss
@@ -25,6 +30,8 @@ from kdbench.objectives.objective import LOGITS, Objective
 from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.teacher import finetuned_teacher
+
+logger = logging.getLogger("kdbench")
 
 
 def detached(tree):
@@ -89,6 +96,46 @@ def stage2_losses(student, teacher, kd: DictConfig, precision: str, device):
     return step
 
 
+STAGES = ("stage1", "stage2")
+
+
+def config_fingerprint(cfg: DictConfig) -> str:
+    """Identifies the run's resolved config (less where it is written), to refuse resuming a different run."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved.get("paths", {}).pop("run_dir", None)
+    resolved.get("trainer", {}).pop("progress_bar", None)
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def resumable_state(checkpoints: Checkpoints, cfg: DictConfig) -> dict | None:
+    """The latest checkpoint of this run directory, if any; refuses one written by a different config."""
+    latest = checkpoints.latest()
+    if latest is None:
+        return None
+    state, path = latest
+    if state.get("fingerprint") != config_fingerprint(cfg):
+        raise KdbenchError(
+            f"{checkpoints.folder} holds checkpoints of a different configuration: re-run the same command to "
+            "resume, or give this run its own directory (paths.run_dir or Hydra's hydra.run.dir)"
+        )
+    logger.info("resuming from %s, %s, step %d%s", path, state["stage"], state["step"], " (done)" if state["done"] else "")
+    return state
+
+
+def skip_stage(stage: str, latest: dict | None, modules: list) -> bool:
+    """Whether a checkpoint already covers this stage; if it ended exactly there, its weights are loaded."""
+    if latest is None:
+        return False
+    mine, theirs = STAGES.index(stage), STAGES.index(latest["stage"])
+    if mine == theirs and latest["done"]:
+        modules[0].load_state_dict(latest["modules"][0])  # the student
+    return mine < theirs or (mine == theirs and latest["done"])
+
+
+def resume_from(stage: str, latest: dict | None) -> dict | None:
+    return latest if latest is not None and latest["stage"] == stage else None
+
+
 def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) -> dict:
     """Runs the recipe; returns the record's metrics, teacher metrics and timing."""
     device, precision, trainer = plan.device, cfg.trainer.precision, cfg.trainer
@@ -108,10 +155,13 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
             copy_embeddings=cfg.init.get("copy_embeddings", True), copy_head=cfg.init.get("copy_head", True),
         )
     student.to(device)
-    train_loader = data.make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=cfg.seed)
+    train_loader = data.make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=cfg.seed,
+                                    group_by_length=trainer.group_by_length)
     timing = {"teacher_finetune_s": teacher_seconds, "stage1_s": 0.0, "stage2_s": 0.0}
+    checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": config_fingerprint(cfg)})
+    latest = resumable_state(checkpoints, cfg)
 
-    if plan.terms and trainer.stage1_epochs > 0:
+    if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, [student]):
         objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_set["labels"], cfg.seed)
         objective.to(device)
         # Both models stop after their last mapped layer: nothing above it is computed in stage 1.
@@ -121,12 +171,13 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
         ):
             step = stage1_losses(student_recorder, teacher_recorder, objective, precision, device)
             stats = loop.train("stage1", [student, objective], train_loader, trainer.stage1_epochs, trainer.lr,
-                               step, trainer, log, device)
+                               step, trainer, log, device, checkpoints, resume_from("stage1", latest))
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
 
-    if trainer.stage2_epochs > 0:
+    if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, [student]):
         step = stage2_losses(student, teacher, cfg.prediction_kd, precision, device)
-        stats = loop.train("stage2", [student], train_loader, trainer.stage2_epochs, trainer.lr, step, trainer, log, device)
+        stats = loop.train("stage2", [student], train_loader, trainer.stage2_epochs, trainer.lr, step, trainer, log,
+                           device, checkpoints, resume_from("stage2", latest))
         timing.update(stage2_s=stats["seconds"], stage2_examples_per_s=stats["examples_per_s"])
 
     start = time.perf_counter()
@@ -135,4 +186,6 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
     if cfg.save_student:
         student.save_pretrained(str(run_dir / "student"))
         tokenizer.save_pretrained(str(run_dir / "student"))
+    if not trainer.keep_checkpoints:
+        checkpoints.clear()
     return {"metrics": metrics, "teacher_metrics": teacher_metrics, "timing": timing}

@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from kdbench.checkpoint import Checkpoints, rng_state, set_rng_state
 from kdbench.errors import KdbenchError
 from kdbench.metrics import compute_metrics
 from kdbench.record import StepLog
@@ -57,11 +58,14 @@ def train(
     trainer: DictConfig,
     log: StepLog,
     device: torch.device,
+    checkpoints: Checkpoints | None = None,
+    resume: dict | None = None,
 ) -> dict[str, float]:
     """Train `modules` (the student and its learnable objective parts) for `epochs` on `step_losses`.
 
     AdamW with linear warm-up over `trainer.warmup_ratio` of the steps, then linear decay to zero.
-    Returns timing: seconds and examples per second.
+    With `checkpoints`, the state is saved every `trainer.checkpoint_every` steps and when the stage ends;
+    `resume` (such a saved state) continues exactly where it was written. Returns seconds and examples/s.
     """
     for module in modules:
         module.train()
@@ -74,9 +78,28 @@ def train(
     total_steps = epochs * len(loader)
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(trainer.warmup_ratio * total_steps), total_steps)
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    step, examples, start = 0, 0, time.perf_counter()
-    progress = tqdm(total=total_steps, desc=stage, disable=not trainer.progress_bar, leave=False)
-    for epoch in range(epochs):
+    step, first_epoch, first_batch = 0, 0, 0
+    if resume is not None:
+        for module, state in zip(modules, resume["modules"], strict=True):
+            module.load_state_dict(state)
+        optimizer.load_state_dict(resume["optimizer"])
+        scheduler.load_state_dict(resume["scheduler"])
+        set_rng_state(resume["rng"])
+        step, first_epoch, first_batch = resume["step"], resume["epoch"], resume["batch"]
+
+    def save(epoch: int, batch: int, done: bool) -> None:
+        if checkpoints is not None:
+            checkpoints.save({
+                "stage": stage, "done": done, "step": step, "epoch": epoch, "batch": batch,
+                "modules": [m.state_dict() for m in modules], "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "rng": rng_state(),
+            })
+
+    examples, start = 0, time.perf_counter()
+    progress = tqdm(total=total_steps, initial=step, desc=stage, disable=not trainer.progress_bar, leave=False)
+    for epoch in range(first_epoch, epochs):
+        loader.batch_sampler.set_epoch(epoch, first_batch if epoch == first_epoch else 0)
+        batch_index = first_batch if epoch == first_epoch else 0
         for batch in loader:
             batch = to_device(batch, device)
             losses = step_losses(batch)
@@ -94,12 +117,16 @@ def train(
             optimizer.step()
             scheduler.step()
             step += 1
+            batch_index += 1
             examples += batch["input_ids"].shape[0]
             if step % trainer.log_every == 0 or step == total_steps:
                 log.log(stage, step, values, epoch=epoch, lr=scheduler.get_last_lr()[0])
+            if trainer.checkpoint_every and step % trainer.checkpoint_every == 0 and step < total_steps:
+                save(epoch, batch_index, done=False)
             progress.update()
             progress.set_postfix(loss=f"{values['total']:.4f}")
     progress.close()
+    save(epochs, 0, done=True)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "examples_per_s": examples / seconds if seconds else 0.0}
 

@@ -14,14 +14,15 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__
-from kdbench.cli import check_overrides, config_dir, fail
+from kdbench.cli import check_overrides, config_dir, fail, register_resolvers
 from kdbench.distill import run_task_specific
 from kdbench.errors import KdbenchError
 from kdbench.loggers import make_logger
 from kdbench.plan import make_plan
-from kdbench.record import SCHEMA_VERSION, StepLog, write_json
+from kdbench.record import SCHEMA_VERSION, StepLog, read_json, write_json
 
 SETTING_RUNNERS = {"task_specific": run_task_specific}
+register_resolvers()  # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
 
 
 def base_record(cfg: DictConfig) -> dict:
@@ -47,11 +48,19 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """
     run_dir = Path(run_dir or cfg.paths.run_dir or ".")
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    plan = make_plan(cfg)  # raises before anything is written or loaded
-    record = base_record(cfg) | {"init": plan.init_label, "init_name": cfg.init.name, "config": resolved}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "config.json", resolved)
     result_path = run_dir / "result.json"
+    previous = read_json(result_path)
+    if previous and previous.get("status") == "completed" and previous.get("config") == resolved:
+        return previous | {"skipped": True}  # a re-run sweep skips finished jobs
+    record = base_record(cfg) | {"config": resolved}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        plan = make_plan(cfg)  # bad input fails here, before anything is loaded
+    except KdbenchError as exc:
+        write_json(result_path, record | {"status": "failed", "error": str(exc)})
+        raise
+    record |= {"init": plan.init_label, "init_name": cfg.init.name}
+    write_json(run_dir / "config.json", resolved)
     write_json(result_path, record)
     logger = make_logger(cfg, run_dir)
     log = StepLog(run_dir / "train_log.jsonl", sinks=[logger.log] if logger else [])
@@ -67,8 +76,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
         if logger:
             logger.finish()
     score_key = next(iter(outcome["metrics"]))
+    config = record.pop("config")  # keep the long config last in the file
     record |= outcome | {"status": "completed", "score": outcome["metrics"][score_key], "score_metric": score_key,
-                         "wall_s": time.perf_counter() - start}
+                         "wall_s": time.perf_counter() - start, "config": config}
     write_json(result_path, record)
     if logger:
         logger.summary(record)
@@ -78,6 +88,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     run_dir = cfg.paths.run_dir or HydraConfig.get().runtime.output_dir
     try:
@@ -85,7 +96,14 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     except KdbenchError as exc:
         if cfg.kdbench.debug:
             traceback.print_exc()
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            # One line now; Hydra records the job as failed, runs the rest of the sweep, then exits non-zero.
+            print(f"kdbench: error: {exc} [job {run_dir}]", file=sys.stderr)
+            raise
         fail(str(exc), exc.exit_code)
+    if record.get("skipped"):
+        print(f"already completed with the same config: {Path(run_dir) / 'result.json'}")
+        return record["score"]
     teacher = ", ".join(f"{k} {v:.2f}" for k, v in record["teacher_metrics"].items())
     student = ", ".join(f"{k} {v:.2f}" for k, v in record["metrics"].items())
     print(f"teacher ({record['teacher']}): {teacher}\nstudent ({record['student']}, {record['objective']}, "

@@ -14,6 +14,8 @@ OPTIONS = [(group, option) for group in GROUPS for option in group_options(group
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_group_option_composes(group, option):
+    if group == "experiment":  # global overrides, composed with + (see test_experiments_compose)
+        return
     overrides = [f"{group}={option}"]
     if (group, option) == ("init", "layers"):
         overrides.append("init.layers=[4,8,12]")
@@ -58,3 +60,32 @@ def test_objective_with_a_plus_in_its_name_is_selectable():
     for name in names:
         if "+" in name:
             assert compose_config([f"objective={name}"]).objective.name == name
+
+
+@pytest.mark.parametrize("experiment", group_options("experiment"))
+def test_experiments_compose_with_their_sweep(experiment):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=[f"+experiment={experiment}"], return_hydra_config=True)
+    assert cfg.hydra.sweeper.params, "an experiment preset declares its sweep"
+    OmegaConf.to_container(cfg, resolve=False)
+    if experiment.startswith(("table", "mini")):
+        assert cfg.setting.name == "task_specific" and "seed" in cfg.hydra.sweeper.params
+
+
+def test_paper_presets_follow_the_paper():
+    table1 = compose_config(["+experiment=table1_objectives"])
+    assert (table1.teacher.name, table1.student.name, list(table1.init.layers)) == ("roberta_base", "3x768", [4, 8, 12])
+    mini = compose_config(["+experiment=mini_table1"])
+    assert (mini.teacher.name, mini.student.name, list(mini.init.layers)) == ("minilm_l6", "3x384", [2, 4, 6])
+
+
+def test_sweep_job_folders_end_with_the_seed():
+    from kdbench.cli import job_dir_name
+
+    assert job_dir_name("objective=att_kl,task=rte", 3) == "objective=att_kl,task=rte,seed=3"
+    assert job_dir_name("", 1) == "seed=1"
+    assert job_dir_name("data.glue_dir=/a/b", 1) == "data.glue_dir=_a_b,seed=1"

@@ -158,7 +158,9 @@ def test_cli_unknown_key(tmp_path):
 def test_cli_bad_config_is_refused_before_work(tiny_glue, tmp_path, overrides, fragments):
     result = cli(*tiny_overrides(tiny_glue, tmp_path / "run"), *overrides)
     assert_one_line_error(result, *fragments)
-    assert not (tmp_path / "run" / "result.json").exists()
+    record = json.loads((tmp_path / "run" / "result.json").read_text())  # a sweep's report lists it as failed
+    assert record["status"] == "failed" and fragments[0] in record["error"]
+    assert not (tmp_path / "run" / "train_log.jsonl").exists()  # refused before any work
 
 
 def test_cli_malformed_data_names_file_and_line(tmp_path):

@@ -119,7 +119,8 @@ def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_co
                 "use a student with as many heads, or objective=minilm_v2 (relations work for any head count)"
             )
         mapping = spec.get("mapping") or objective_cfg.mapping
-        pairs = [(LOGITS, LOGITS)] if feature == "logits" else resolve_pairs(mapping, init_layers, student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
+        depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
+        pairs = [(LOGITS, LOGITS)] if feature == "logits" else resolve_pairs(mapping, init_layers, *depths)
         params = dict(OmegaConf.to_container(spec.params, resolve=True)) if spec.get("params") else {}
         if entry.heads_param:
             params.setdefault("num_heads", teacher_conf.num_attention_heads)

@@ -1,0 +1,78 @@
+"""Training checkpoints: atomic writes, torn-file detection, safe loading (`weights_only=True`).
+
+A checkpoint holds everything needed to continue a stage exactly: the trained modules' state, the optimizer,
+the scheduler, the torch RNG states and the data position (epoch, batch within the epoch).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+_NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
+
+
+class Checkpoints:
+    """The checkpoints of one run, newest last; keeps the `keep` most recent."""
+
+    def __init__(self, folder: Path, keep: int = 2, meta: dict | None = None):
+        self.folder = Path(folder)
+        self.keep = keep
+        self.meta = dict(meta or {})  # stored in every checkpoint (e.g. the config fingerprint)
+
+    def _existing(self) -> list[Path]:
+        if not self.folder.is_dir():
+            return []
+        return sorted(p for p in self.folder.iterdir() if _NAME.match(p.name))
+
+    def save(self, state: dict) -> Path:
+        """Write atomically (temp file, fsync, rename), then drop the oldest beyond `keep`."""
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        existing = self._existing()
+        number = int(_NAME.match(existing[-1].name).group(1)) + 1 if existing else 1
+        path = self.folder / f"ckpt-{number:08d}.pt"
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".ckpt-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                torch.save(self.meta | state, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        for old in self._existing()[: -self.keep]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def latest(self) -> tuple[dict, Path] | None:
+        """The newest checkpoint that loads; a torn or truncated one is reported and skipped."""
+        for path in reversed(self._existing()):
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True), path
+            except Exception as exc:  # truncated zip, bad pickle, ...: fall back to the previous one
+                log.warning("checkpoint %s is unreadable (%s: %s); using the previous one", path, type(exc).__name__, exc)
+        return None
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
