@@ -8,7 +8,7 @@ DEMO_ARGS := task=sst2 teacher=minilm_l6 student=3x384 init=layers 'init.layers=
 .PHONY: help install test test-fast demo lint
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 install:  ## create .venv and install kdbench (editable) with the pinned versions of constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ test-fast:  ## unit and config tests only
 
 demo:  ## a small real distillation: MiniLM-L6 teacher -> 3-layer student on an SST-2 subset (minutes on a CPU)
 	$(BIN)/python -m kdbench.run $(DEMO_ARGS)
+
+sweep-%:  ## run an experiment preset's sweep: make sweep-mini_table1 (any conf/experiment/NAME.yaml)
+	$(BIN)/python -m kdbench.run -m +experiment=$* $(ARGS)
+
+report-%:  ## build the tables of a preset's sweep: make report-mini_table1 (into results/NAME)
+	$(BIN)/python -m kdbench.report multirun/$* --out results/$* $(ARGS)
 
 lint:  ## ruff
 	$(BIN)/ruff check src tests

@@ -336,7 +336,9 @@ def default_cache_dir() -> Path:
 def _tokenizer_fingerprint(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        payload = backend.to_str()
+        # truncation / padding are call-time state (every call rewrites them), not part of what tokens come out
+        settings = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+        payload = json.dumps(settings, sort_keys=True)
     else:
         payload = json.dumps(sorted(tokenizer.get_vocab().items()))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
@@ -493,10 +495,13 @@ def _build(tmp: Path, files: Sequence[Path], origin: Path, fmt: str, tokenizer, 
         for w in writers.values():
             w.close()
     if writers["train"].docs + writers["heldout"].docs == 0:
-        raise DataError(f"no document under {origin} produced any token with tokenizer {tokenizer.name_or_path}: check the corpus text")
+        raise DataError(
+            f"no document under {origin} produced any token with tokenizer {tokenizer.name_or_path}: check the corpus text"
+        )
     if writers["train"].docs == 0:
         raise DataError(
-            f"every document under {origin} went to the held-out split ({dict(split)}): lower heldout_fraction / heldout_docs or add text"
+            f"every document under {origin} went to the held-out split ({dict(split)}): "
+            "lower heldout_fraction / heldout_docs or add text"
         )
     splits = {}
     for name, w in writers.items():
@@ -568,8 +573,7 @@ def build_packed_corpus(
     Held-out: `heldout_fraction` (default 0.01, by a hash of each document's text) or `heldout_docs` (the last N
     documents), not both. `max_docs` keeps the first N non-empty documents in reading order.
     """
-    reader_check = _reader(fmt)
-    del reader_check
+    _reader(fmt)
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 3:
         raise ConfigError(f"seq_len={seq_len!r} must be an integer >= 3 ([CLS] + at least one token + [SEP])")
     model_max = getattr(tokenizer, "model_max_length", None)

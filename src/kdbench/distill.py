@@ -29,7 +29,7 @@ from kdbench.objectives.functional import kd_loss
 from kdbench.objectives.objective import LOGITS, Objective
 from kdbench.plan import Plan
 from kdbench.record import StepLog
-from kdbench.teacher import finetuned_teacher
+from kdbench.teacher import finetuned_teacher, teacher_logits_table
 
 logger = logging.getLogger("kdbench")
 
@@ -80,17 +80,29 @@ def stage1_losses(student_recorder: FeatureRecorder, teacher_recorder: FeatureRe
     return step
 
 
-def stage2_losses(student, teacher, kd: DictConfig, precision: str, device):
-    """Step function of prediction-layer distillation: vanilla KD against the teacher's logits (+ hard labels)."""
+def teacher_logits_fn(teacher, device, precision: str):
+    """The teacher's logits of a batch, computed now (the uncached path)."""
+
+    def logits(batch):
+        with torch.inference_mode(), loop.autocast(device, precision):
+            out = teacher(**loop.model_inputs(batch)).logits.float()
+        return out.clone()  # a normal tensor: autograd may save it
+
+    return logits
+
+
+def stage2_losses(student, teacher_logits, kd: DictConfig, precision: str, device):
+    """Step function of prediction-layer distillation: vanilla KD against the teacher's logits (+ hard labels).
+
+    `teacher_logits(batch)` gives the targets: from the on-disk cache, or a teacher forward.
+    """
 
     def step(batch):
         inputs = loop.model_inputs(batch)
-        with torch.inference_mode(), loop.autocast(device, precision):
-            teacher_logits = teacher(**inputs).logits
-        teacher_logits = teacher_logits.clone()
+        targets = teacher_logits(batch)
         with loop.autocast(device, precision):
             student_logits = student(**inputs).logits
-        loss = kd_loss(student_logits, teacher_logits, batch["labels"], temperature=kd.temperature, alpha=kd.alpha)
+        loss = kd_loss(student_logits, targets, batch["labels"], temperature=kd.temperature, alpha=kd.alpha)
         return {"kd": loss, "total": loss}
 
     return step
@@ -145,7 +157,8 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
     eval_loaders = {
         suffix: data.make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False) for suffix, ds in eval_sets.items()
     }
-    teacher, teacher_metrics, teacher_seconds = finetuned_teacher(cfg, plan, teacher_train_loader, eval_loaders, log)
+    finetuned = finetuned_teacher(cfg, plan, teacher_train_loader, eval_loaders, log)
+    teacher, teacher_metrics, teacher_seconds = finetuned.model, finetuned.metrics, finetuned.seconds
 
     set_seed(cfg.seed)
     student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, cfg.seed)
@@ -175,7 +188,11 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
 
     if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, [student]):
-        step = stage2_losses(student, teacher, cfg.prediction_kd, precision, device)
+        if trainer.cache_teacher_logits:
+            table = teacher_logits_table(finetuned, train_set, tokenizer, cfg, plan).to(device)
+            step = stage2_losses(student, lambda batch: table[batch["example"]], cfg.prediction_kd, precision, device)
+        else:
+            step = stage2_losses(student, teacher_logits_fn(teacher, device, precision), cfg.prediction_kd, precision, device)
         stats = loop.train("stage2", [student], train_loader, trainer.stage2_epochs, trainer.lr, step, trainer, log,
                            device, checkpoints, resume_from("stage2", latest))
         timing.update(stage2_s=stats["seconds"], stage2_examples_per_s=stats["examples_per_s"])

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
+from typing import NamedTuple
 
+import torch
 from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
-from kdbench import loop, models
+from kdbench import data, loop, models
 from kdbench.errors import ModelNotFoundError
 from kdbench.record import StepLog, read_json, write_json
 
@@ -67,13 +70,21 @@ def freeze(model: PreTrainedModel) -> PreTrainedModel:
     return model
 
 
-def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> tuple[PreTrainedModel, dict, float]:
-    """(frozen teacher on the plan's device, its dev metrics, seconds spent fine-tuning in this run)."""
+class FineTuned(NamedTuple):
+    model: PreTrainedModel  # frozen, on the plan's device
+    metrics: dict  # dev metrics
+    seconds: float  # spent fine-tuning in this run (0 when loaded)
+    identity: str  # names these exact weights (for caches derived from the teacher)
+
+
+def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> FineTuned:
     if cfg.teacher.finetuned_path:
-        teacher = load_finetuned(Path(cfg.teacher.finetuned_path).expanduser(), plan.num_labels).to(plan.device)
+        path = Path(cfg.teacher.finetuned_path).expanduser()
+        teacher = load_finetuned(path, plan.num_labels).to(plan.device)
         freeze(teacher)
         metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, cfg.trainer.precision)
-        return teacher, metrics, 0.0
+        stamp = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
+        return FineTuned(teacher, metrics, 0.0, f"{path.resolve()}:{stamp}")
 
     path = cache_path(cfg, plan.cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +92,7 @@ def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> tu
         meta = read_json(path / "kdbench_teacher.json")
         if meta is not None:
             teacher = load_finetuned(path, plan.num_labels).to(plan.device)
-            return freeze(teacher), meta["metrics"], 0.0
+            return FineTuned(freeze(teacher), meta["metrics"], 0.0, path.name)
         start = time.perf_counter()
         set_seed(cfg.trainer.teacher_seed)
         teacher = models.pretrained_teacher(cfg.teacher, plan.num_labels, cfg.trainer.teacher_seed).to(plan.device)
@@ -104,4 +115,38 @@ def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> tu
         teacher.save_pretrained(str(tmp))
         write_json(tmp / "kdbench_teacher.json", {"key": teacher_key(cfg), "metrics": metrics, "seconds": seconds})
         tmp.rename(path)
-        return teacher, metrics, seconds
+        return FineTuned(teacher, metrics, seconds, path.name)
+
+
+def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, cfg, plan) -> torch.Tensor:
+    """The teacher's logits for every training example, [N, C] float32 by `example` number.
+
+    The teacher is deterministic in eval mode, so its prediction-layer targets are computed once per
+    (fine-tuned teacher, task subset, tokenisation, precision) and cached on disk, then shared by every
+    epoch, seed and objective of a sweep.
+    """
+    key = {"teacher": teacher.identity, "task": cfg.task.name, "train_limit": cfg.data.train_limit,
+           "subset_seed": cfg.data.subset_seed, "max_length": cfg.trainer.max_length,
+           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": cfg.trainer.precision, "n": len(train_set)}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = plan.cache_dir / "teacher_logits" / f"{cfg.task.name}-{digest}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            return torch.load(path, map_location="cpu", weights_only=True)
+        loader = data.make_loader(train_set, tokenizer, cfg.trainer.eval_batch_size, shuffle=False)
+        table = torch.empty(len(train_set), plan.num_labels)
+        with torch.inference_mode():
+            for batch in loader:
+                batch = loop.to_device(batch, plan.device)
+                with loop.autocast(plan.device, cfg.trainer.precision):
+                    logits = teacher.model(**loop.model_inputs(batch)).logits
+                table[batch["example"].cpu()] = logits.float().cpu()
+        atomic_torch_save(table, path)
+        return table
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)

@@ -89,3 +89,14 @@ def test_sweep_job_folders_end_with_the_seed():
     assert job_dir_name("objective=att_kl,task=rte", 3) == "objective=att_kl,task=rte,seed=3"
     assert job_dir_name("", 1) == "seed=1"
     assert job_dir_name("data.glue_dir=/a/b", 1) == "data.glue_dir=_a_b,seed=1"
+
+
+def test_slurm_launcher_preset_composes_on_submitit():
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert (cfg.hydra.launcher.partition, cfg.hydra.launcher.gpus_per_node) == ("gpu", 1)

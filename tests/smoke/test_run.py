@@ -55,10 +55,10 @@ def test_teacher_is_frozen_and_never_updated(tiny_glue, tmp_path, monkeypatch):
     real = teacher_module.finetuned_teacher
 
     def spy(*args, **kwargs):
-        teacher, metrics, seconds = real(*args, **kwargs)
-        seen["teacher"] = teacher
-        seen["before"] = {k: v.clone() for k, v in teacher.state_dict().items()}
-        return teacher, metrics, seconds
+        finetuned = real(*args, **kwargs)
+        seen["teacher"] = finetuned.model
+        seen["before"] = {k: v.clone() for k, v in finetuned.model.state_dict().items()}
+        return finetuned
 
     optimised = []
     real_adamw = torch.optim.AdamW

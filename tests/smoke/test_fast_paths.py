@@ -1,0 +1,66 @@
+"""The fast paths compute what the straightforward ones do: cached teacher logits, length-grouped batches."""
+
+from __future__ import annotations
+
+import torch
+
+from kdbench import data, distill, models
+from kdbench.plan import make_plan
+from kdbench.record import StepLog
+from kdbench.teacher import finetuned_teacher, teacher_logits_table
+from tests.helpers import compose_config, tiny_overrides
+
+
+def _setup(tiny_glue, tmp_path):
+    cfg = compose_config(tiny_overrides(tiny_glue, tmp_path))
+    plan = make_plan(cfg)
+    tokenizer = models.teacher_tokenizer(cfg.teacher, plan.cache_dir)
+    train_set, eval_sets = distill.prepare_data(cfg, tokenizer)
+    loader = data.make_loader(train_set, tokenizer, 8, shuffle=True, seed=0)
+    evals = {"": data.make_loader(eval_sets[""], tokenizer, 8, shuffle=False)}
+    teacher = finetuned_teacher(cfg, plan, loader, evals, StepLog(tmp_path / "log.jsonl"))
+    return cfg, plan, tokenizer, train_set, loader, teacher
+
+
+def test_cached_teacher_logits_equal_a_teacher_forward(tiny_glue, tmp_path):
+    cfg, plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    table = teacher_logits_table(teacher, train_set, tokenizer, cfg, plan)
+    direct = distill.teacher_logits_fn(teacher.model, plan.device, "fp32")
+    for batch in loader:
+        assert torch.allclose(table[batch["example"]], direct(batch), atol=1e-5)
+
+
+def test_teacher_logits_are_computed_once(tiny_glue, tmp_path, monkeypatch):
+    cfg, plan, tokenizer, train_set, _, teacher = _setup(tiny_glue, tmp_path)
+    first = teacher_logits_table(teacher, train_set, tokenizer, cfg, plan)
+    monkeypatch.setattr(teacher.model, "forward", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
+    assert torch.equal(teacher_logits_table(teacher, train_set, tokenizer, cfg, plan), first)
+
+
+def test_stage2_loss_is_the_same_with_cached_logits(tiny_glue, tmp_path):
+    cfg, plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    table = teacher_logits_table(teacher, train_set, tokenizer, cfg, plan)
+    student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, seed=0).eval()
+    cached = distill.stage2_losses(student, lambda b: table[b["example"]], cfg.prediction_kd, "fp32", plan.device)
+    direct = distill.stage2_losses(student, distill.teacher_logits_fn(teacher.model, plan.device, "fp32"),
+                                   cfg.prediction_kd, "fp32", plan.device)
+    batch = next(iter(loader))
+    assert torch.allclose(cached(batch)["total"], direct(batch)["total"], atol=1e-6)
+
+
+def test_length_grouped_batches_cover_every_example_once_and_waste_less_padding():
+    lengths = torch.randint(5, 120, (1000,), generator=torch.Generator().manual_seed(0))
+    grouped = data.SeededBatches(lengths, 16, shuffle=True, seed=3, group_by_length=True)
+    plain = data.SeededBatches(lengths, 16, shuffle=True, seed=3)
+    for epoch in (0, 1):
+        batches = grouped.batches(epoch)
+        assert sorted(i for b in batches for i in b) == list(range(1000))
+    padded = lambda batches: sum(len(b) * max(lengths[b].tolist()) for b in batches)  # noqa: E731
+    assert padded(grouped.batches(0)) < 0.7 * padded(plain.batches(0))
+    assert grouped.batches(0) != grouped.batches(1)  # reshuffled each epoch, seeded
+    assert grouped.batches(0) == data.SeededBatches(lengths, 16, shuffle=True, seed=3, group_by_length=True).batches(0)
+
+
+def test_evaluation_batches_are_sorted_by_length():
+    lengths = torch.tensor([3, 9, 1, 7, 5])
+    assert data.SeededBatches(lengths, 2, shuffle=False).batches(0) == [[1, 3], [4, 0], [2]]
