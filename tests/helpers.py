@@ -53,6 +53,31 @@ def write_tiny_glue(root: Path, train: int = 48, dev: int = 16) -> Path:
     return root
 
 
+def write_tiny_corpus(root: Path, docs: int = 60) -> Path:
+    """WikiExtractor-style shards of short made-up documents (for the task-agnostic setting)."""
+    rng = random.Random(0)
+    words = [w for phrase in POSITIVE + NEGATIVE for w in phrase.split()]
+    (root / "AA").mkdir(parents=True, exist_ok=True)
+    for shard in range(2):
+        blocks = []
+        for i in range(docs // 2):
+            doc_id = shard * 1000 + i
+            lines = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) for _ in range(rng.randint(1, 4))]
+            blocks.append(f'<doc id="{doc_id}" url="x?curid={doc_id}" title="t{doc_id}">\nt{doc_id}\n' + "\n".join(lines) + "\n</doc>")
+        (root / "AA" / f"wiki_{shard:02d}").write_text("\n".join(blocks) + "\n")
+    return root
+
+
+def agnostic_overrides(corpus: Path, run_dir: Path, *extra: str) -> list[str]:
+    """A tiny task-agnostic distillation: tiny teacher (4x32) -> tiny student, a few steps on a made-up corpus."""
+    return [
+        "setting=task_agnostic", "teacher=tiny", "student=tiny", "init=random", f"corpus.path={corpus}",
+        "corpus.seq_len=32", "trainer.max_steps=6", "trainer.batch_size=8", "trainer.device_batch_size=4",
+        "trainer.eval_every=3", "trainer.heldout_batches=4", "trainer.log_every=1", "trainer.progress_bar=false",
+        "corpus.heldout_fraction=0.2", f"paths.run_dir={run_dir}", *extra,
+    ]
+
+
 def compose_config(overrides: list[str] | None = None):
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(config_dir()), version_base="1.3"):

@@ -10,14 +10,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from transformers import set_seed
 
 from kdbench import data, loop, models
@@ -111,21 +109,13 @@ def stage2_losses(student, teacher_logits, kd: DictConfig, precision: str, devic
 STAGES = ("stage1", "stage2")
 
 
-def config_fingerprint(cfg: DictConfig) -> str:
-    """Identifies the run's resolved config (less where it is written), to refuse resuming a different run."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved.get("paths", {}).pop("run_dir", None)
-    resolved.get("trainer", {}).pop("progress_bar", None)
-    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def resumable_state(checkpoints: Checkpoints, cfg: DictConfig) -> dict | None:
+def resumable_state(checkpoints: Checkpoints, fingerprint: str) -> dict | None:
     """The latest checkpoint of this run directory, if any; refuses one written by a different config."""
     latest = checkpoints.latest()
     if latest is None:
         return None
     state, path = latest
-    if state.get("fingerprint") != config_fingerprint(cfg):
+    if state.get("fingerprint") != fingerprint:
         raise KdbenchError(
             f"{checkpoints.folder} holds checkpoints of a different configuration: re-run the same command to "
             "resume, or give this run its own directory (paths.run_dir or Hydra's hydra.run.dir)"
@@ -150,7 +140,7 @@ def resume_from(stage: str, latest: dict | None) -> dict | None:
 
 def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) -> dict:
     """Runs the recipe; returns the record's metrics, teacher metrics and timing."""
-    device, precision, trainer = plan.device, cfg.trainer.precision, cfg.trainer
+    device, precision, trainer = plan.device, plan.precision, cfg.trainer
     tokenizer = models.teacher_tokenizer(cfg.teacher, plan.cache_dir)
     train_set, eval_sets = prepare_data(cfg, tokenizer)
     teacher_train_loader = data.make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=trainer.teacher_seed)
@@ -171,8 +161,8 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
     train_loader = data.make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=cfg.seed,
                                     group_by_length=trainer.group_by_length)
     timing = {"teacher_finetune_s": teacher_seconds, "stage1_s": 0.0, "stage2_s": 0.0}
-    checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": config_fingerprint(cfg)})
-    latest = resumable_state(checkpoints, cfg)
+    checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
+    latest = resumable_state(checkpoints, plan.fingerprint)
 
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, [student]):
         objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_set["labels"], cfg.seed)

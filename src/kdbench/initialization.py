@@ -84,7 +84,8 @@ def init_from_teacher(
         student_blocks[student_index].load_state_dict(teacher_blocks[teacher_layer - 1].state_dict())
     if copy_embeddings:
         embeddings(student).load_state_dict(embeddings(teacher).state_dict())
-    if copy_head:
+    if copy_head:  # the heads both models have (a fine-tuned classifier, an MLM head, a pooler)
         teacher_head = prediction_head(teacher)
         for name, module in prediction_head(student).items():
-            module.load_state_dict(teacher_head[name].state_dict())
+            if name in teacher_head:
+                module.load_state_dict(teacher_head[name].state_dict())

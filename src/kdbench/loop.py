@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -60,12 +61,21 @@ def train(
     device: torch.device,
     checkpoints: Checkpoints | None = None,
     resume: dict | None = None,
+    *,
+    max_steps: int | None = None,
+    accumulation: int = 1,
+    sync_modules: Iterable[torch.nn.Module] = (),
+    after_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
-    """Train `modules` (the student and its learnable objective parts) for `epochs` on `step_losses`.
+    """Train `modules` (the student and its learnable objective parts) on `step_losses`.
 
-    AdamW with linear warm-up over `trainer.warmup_ratio` of the steps, then linear decay to zero.
-    With `checkpoints`, the state is saved every `trainer.checkpoint_every` steps and when the stage ends;
-    `resume` (such a saved state) continues exactly where it was written. Returns seconds and examples/s.
+    Runs `epochs` passes over `loader`, or exactly `max_steps` optimizer steps when given (cycling over the
+    data). Each optimizer step takes `accumulation` micro-batches, each weighted 1/accumulation; data-parallel
+    wrappers in `sync_modules` all-reduce gradients only on a step's last micro-batch. AdamW with linear
+    warm-up over `trainer.warmup_ratio` of the steps, then linear decay to zero. With `checkpoints`, the state is
+    saved every `trainer.checkpoint_every` steps and when the stage ends; `resume` (such a saved state) continues
+    exactly where it was written. `after_step(step)` runs after every optimizer step (periodic evaluation).
+    Returns seconds and examples per second.
     """
     for module in modules:
         module.train()
@@ -75,9 +85,10 @@ def train(
         betas=tuple(trainer.adam_betas),
         eps=trainer.adam_eps,
     )
-    total_steps = epochs * len(loader)
+    total_steps = max_steps if max_steps is not None else epochs * (len(loader) // accumulation)
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(trainer.warmup_ratio * total_steps), total_steps)
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    sync_modules = list(sync_modules)
     step, first_epoch, first_batch = 0, 0, 0
     if resume is not None:
         for module, state in zip(modules, resume["modules"], strict=True):
@@ -95,38 +106,57 @@ def train(
                 "scheduler": scheduler.state_dict(), "rng": rng_state(),
             })
 
+    def micro_step(batch, last: bool) -> dict[str, float]:
+        with contextlib.ExitStack() as stack:
+            if not last:  # gradients are all-reduced once per optimizer step
+                for module in sync_modules:
+                    stack.enter_context(module.no_sync())
+            losses = step_losses(batch)
+            (losses["total"] / accumulation).backward()
+        return {name: loss.item() for name, loss in losses.items()}
+
     examples, start = 0, time.perf_counter()
     progress = tqdm(total=total_steps, initial=step, desc=stage, disable=not trainer.progress_bar, leave=False)
-    for epoch in range(first_epoch, epochs):
+    epoch = first_epoch
+    while step < total_steps:
         loader.batch_sampler.set_epoch(epoch, first_batch if epoch == first_epoch else 0)
         batch_index = first_batch if epoch == first_epoch else 0
+        micro: list[dict[str, float]] = []
         for batch in loader:
             batch = to_device(batch, device)
-            losses = step_losses(batch)
-            values = {name: loss.item() for name, loss in losses.items()}
+            micro.append(micro_step(batch, last=len(micro) + 1 == accumulation))
+            batch_index += 1
+            examples += batch["input_ids"].shape[0]
+            if len(micro) < accumulation:
+                continue
+            values = {name: sum(m[name] for m in micro) / accumulation for name in micro[0]}
+            micro = []
             for name, value in values.items():
                 if not math.isfinite(value):
                     raise NonFiniteLoss(
                         f"loss term {name!r} became {value} at {stage} step {step} (epoch {epoch}): lower the "
                         "learning rate or use trainer.precision=fp32"
                     )
-            optimizer.zero_grad(set_to_none=True)
-            losses["total"].backward()
             if trainer.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, trainer.max_grad_norm)
             optimizer.step()
             scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
             step += 1
-            batch_index += 1
-            examples += batch["input_ids"].shape[0]
             if step % trainer.log_every == 0 or step == total_steps:
                 log.log(stage, step, values, epoch=epoch, lr=scheduler.get_last_lr()[0])
+            if after_step is not None:
+                after_step(step)
             if trainer.checkpoint_every and step % trainer.checkpoint_every == 0 and step < total_steps:
                 save(epoch, batch_index, done=False)
             progress.update()
             progress.set_postfix(loss=f"{values['total']:.4f}")
+            if step == total_steps:
+                break
+        optimizer.zero_grad(set_to_none=True)  # an epoch's incomplete last step is dropped
+        epoch += 1
     progress.close()
-    save(epochs, 0, done=True)
+    save(epoch, 0, done=True)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "examples_per_s": examples / seconds if seconds else 0.0}
 

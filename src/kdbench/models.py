@@ -8,16 +8,18 @@ the Hugging Face Hub. Remote code is never executed.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 from transformers import (
     AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
     BertConfig,
-    BertTokenizerFast,
     PretrainedConfig,
     PreTrainedModel,
 )
@@ -80,14 +82,19 @@ _TINY_VOCAB = (
 )
 
 
-def tiny_tokenizer(cache_dir: Path) -> BertTokenizerFast:
-    vocab = cache_dir / "tiny-vocab.txt"
-    if not vocab.exists():
-        vocab.parent.mkdir(parents=True, exist_ok=True)
-        tmp = vocab.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text("\n".join(_TINY_VOCAB) + "\n")
-        tmp.replace(vocab)
-    return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+def tiny_tokenizer(cache_dir: Path):
+    """A BERT WordPiece tokenizer over `_TINY_VOCAB`, saved as a tokenizer folder and loaded like any model's."""
+    folder = cache_dir / "tiny-tokenizer"
+    if not (folder / "tokenizer_config.json").exists():
+        tmp = cache_dir / f".tiny-tokenizer.{os.getpid()}.tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "vocab.txt").write_text("\n".join(_TINY_VOCAB) + "\n")
+        (tmp / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer", "do_lower_case": true}')
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return AutoTokenizer.from_pretrained(str(folder))
 
 
 def tiny_config(shape: DictConfig, num_labels: int) -> BertConfig:
@@ -169,10 +176,46 @@ def embeddings(model: PreTrainedModel) -> torch.nn.Module:
     return model.base_model.embeddings
 
 
+HEAD_NAMES = ("classifier", "cls", "lm_head")  # sequence classifier, BERT's MLM head, RoBERTa's MLM head
+
+
 def prediction_head(model: PreTrainedModel) -> dict[str, torch.nn.Module]:
-    """The modules above the encoder: the pooler (BERT) and the classifier."""
-    head = {"classifier": model.classifier}
+    """The modules above the encoder that the model has: the pooler, a classifier, an MLM head."""
+    head = {name: getattr(model, name) for name in HEAD_NAMES if isinstance(getattr(model, name, None), torch.nn.Module)}
     pooler = getattr(model.base_model, "pooler", None)
     if pooler is not None:
         head["pooler"] = pooler
     return head
+
+
+def mlm_head(model: PreTrainedModel) -> torch.nn.Module:
+    """The masked-language-model head (hidden states -> vocabulary logits)."""
+    for name in ("cls", "lm_head"):
+        if isinstance(getattr(model, name, None), torch.nn.Module):
+            return getattr(model, name)
+    raise ConfigError(f"{type(model).__name__} has no MLM head: MLM-based objectives need a teacher with one")
+
+
+def pretrained_encoder(teacher_cfg: DictConfig, seed: int) -> PreTrainedModel:
+    """The pre-trained teacher for task-agnostic distillation: with its MLM head when it has one."""
+    auto = AutoModelForMaskedLM if teacher_cfg.get("has_mlm_head") else AutoModel
+    if teacher_cfg.get("shape") is not None:
+        torch.manual_seed(seed)
+        return auto.from_config(tiny_config(teacher_cfg.shape, 2))
+    path = resolve_model_path(teacher_cfg.name_or_path)
+    try:
+        return auto.from_pretrained(path, trust_remote_code=False)
+    except OSError as exc:
+        raise _not_found(teacher_cfg.name_or_path, exc) from exc
+
+
+def build_mlm_student(teacher_conf: PretrainedConfig, shape: DictConfig, seed: int, dropout: float | None = None) -> PreTrainedModel:
+    """A student with an MLM head (saved with save_pretrained, it loads with AutoModel and fine-tunes on GLUE).
+
+    `dropout` (if given) replaces the family's hidden and attention dropout probabilities.
+    """
+    config = student_config(teacher_conf, shape, num_labels=2)
+    if dropout is not None:
+        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
+    torch.manual_seed(seed)
+    return AutoModelForMaskedLM.from_config(config)

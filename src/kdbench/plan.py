@@ -6,11 +6,13 @@ layer lists, the widths, the head counts, numbers out of range, missing data fil
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
 from kdbench import data
@@ -19,7 +21,7 @@ from kdbench.initialization import check_width, resolve_init_layers
 from kdbench.models import student_config, teacher_config
 from kdbench.objectives.objective import Term, build_terms
 
-SETTINGS = ("task_specific",)
+SETTINGS = ("task_specific", "task_agnostic")
 
 
 @dataclass
@@ -31,6 +33,8 @@ class Plan:
     device: torch.device
     num_labels: int
     cache_dir: Path
+    precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device)
+    fingerprint: str  # identifies the resolved config, less where it is written (checkpoints refuse others)
 
     @property
     def init_label(self) -> str:
@@ -38,20 +42,41 @@ class Plan:
         return "random" if self.init_layers is None else ",".join(map(str, self.init_layers))
 
 
+POSITIVE = ("batch_size", "eval_batch_size", "max_length", "log_every", "max_steps", "device_batch_size")
+NON_NEGATIVE = ("teacher_epochs", "stage1_epochs", "stage2_epochs", "eval_every", "heldout_batches", "checkpoint_every")
+
+
 def check_numbers(trainer: DictConfig) -> None:
-    for key in ("teacher_epochs", "stage1_epochs", "stage2_epochs"):
-        if trainer[key] < 0:
-            raise ConfigError(f"trainer.{key}={trainer[key]} is negative: use 0 to skip the stage, or a positive count")
-    for key in ("batch_size", "eval_batch_size", "max_length", "log_every"):
-        if trainer[key] <= 0:
+    """Counts, sizes and rates in range (keys a trainer recipe does not have are skipped)."""
+    for key in NON_NEGATIVE:
+        if trainer.get(key) is not None and trainer[key] < 0:
+            raise ConfigError(f"trainer.{key}={trainer[key]} is negative: use 0 to skip or turn it off, or a positive count")
+    for key in POSITIVE:
+        if trainer.get(key) is not None and trainer[key] <= 0:
             raise ConfigError(f"trainer.{key}={trainer[key]} must be a positive integer")
     for key in ("lr", "teacher_lr"):
-        if trainer[key] <= 0:
+        if trainer.get(key) is not None and trainer[key] <= 0:
             raise ConfigError(f"trainer.{key}={trainer[key]} must be a positive learning rate, e.g. 1e-5")
     if not 0 <= trainer.warmup_ratio < 1:
         raise ConfigError(f"trainer.warmup_ratio={trainer.warmup_ratio} must be in [0, 1)")
-    if trainer.precision not in ("fp32", "bf16"):
-        raise ConfigError(f"trainer.precision={trainer.precision!r}: valid are fp32, bf16")
+    if trainer.precision not in ("fp32", "bf16", "auto"):
+        raise ConfigError(f"trainer.precision={trainer.precision!r}: valid are fp32, bf16, auto (bf16 on a GPU that has it)")
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    if requested == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if requested == "bf16" and device.type == "cpu" and not torch.backends.mkldnn.is_available():
+        raise ConfigError("trainer.precision=bf16 needs a GPU or a CPU with bf16 support: use trainer.precision=fp32")
+    return requested
+
+
+def config_fingerprint(cfg: DictConfig) -> str:
+    """Identifies the run's resolved config, less where it is written and how progress is shown."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved.get("paths", {}).pop("run_dir", None)
+    resolved.get("trainer", {}).pop("progress_bar", None)
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -88,9 +113,11 @@ def make_plan(cfg: DictConfig) -> Plan:
         )
     check_numbers(cfg.trainer)
     device = resolve_device(cfg.trainer.device)
-    if cfg.trainer.precision == "bf16" and device.type == "cpu" and not torch.backends.mkldnn.is_available():
-        raise ConfigError("trainer.precision=bf16 needs a GPU or a CPU with bf16 support: use trainer.precision=fp32")
-    check_data_files(cfg)
+    precision = resolve_precision(cfg.trainer.precision, device)
+    if cfg.setting.name == "task_agnostic":
+        check_corpus(cfg.corpus)
+    else:
+        check_data_files(cfg)
     num_labels = data.num_labels(cfg.task)
     teacher_conf = teacher_config(cfg.teacher)
     student_conf = student_config(teacher_conf, cfg.student, num_labels)
@@ -102,6 +129,14 @@ def make_plan(cfg: DictConfig) -> Plan:
     init_layers = resolve_init_layers(cfg.init, teacher_conf.num_hidden_layers, cfg.student.num_layers)
     if init_layers is not None:
         check_width(cfg.student.hidden_size, teacher_conf.hidden_size, cfg.init.name)
-    terms = build_terms(cfg.objective, init_layers, student_conf, teacher_conf, regression=data.is_regression(cfg.task))
+    terms = build_terms(cfg.objective, init_layers, student_conf, teacher_conf, regression=data.is_regression(cfg.task),
+                        setting=cfg.setting, teacher_has_mlm_head=cfg.teacher.get("has_mlm_head", False))
     cache_dir = Path(cfg.paths.cache_dir).expanduser()
-    return Plan(teacher_conf, student_conf, init_layers, terms, device, num_labels, cache_dir)
+    return Plan(teacher_conf, student_conf, init_layers, terms, device, num_labels, cache_dir, precision,
+                config_fingerprint(cfg))
+
+
+def check_corpus(corpus: DictConfig) -> None:
+    from kdbench.corpus_sources import check_corpus_config
+
+    check_corpus_config(corpus)

@@ -46,13 +46,18 @@ def read_json(path: Path) -> dict | None:
 class StepLog:
     """Appends one JSON line per logged step: {"stage", "step", "epoch", "lr", term: value, ...}."""
 
-    def __init__(self, path: Path, sinks=()):
+    def __init__(self, path: Path | None, sinks=()):
+        """`path` None: a process that logs nothing (a data-parallel rank other than 0)."""
         self.path = path
         self.sinks = list(sinks)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = path.open("a")
+        self._handle = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("a")
 
     def log(self, stage: str, step: int, values: dict[str, float], **extra) -> None:
+        if self._handle is None:
+            return
         row = {"stage": stage, "step": step, **extra, **{k: float(v) for k, v in values.items()}}
         self._handle.write(json.dumps(row, allow_nan=True) + "\n")
         self._handle.flush()
@@ -60,7 +65,8 @@ class StepLog:
             sink({f"train/{k}": v for k, v in row.items() if k != "stage"}, step)
 
     def close(self) -> None:
-        self._handle.close()
+        if self._handle is not None:
+            self._handle.close()
 
 
 def finite(value: float) -> bool:

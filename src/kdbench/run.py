@@ -13,7 +13,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from kdbench import __version__
+from kdbench import __version__, distributed
+from kdbench.agnostic import run_task_agnostic
 from kdbench.cli import check_overrides, config_dir, fail, register_resolvers
 from kdbench.distill import run_task_specific
 from kdbench.errors import KdbenchError
@@ -21,7 +22,7 @@ from kdbench.loggers import make_logger
 from kdbench.plan import make_plan
 from kdbench.record import SCHEMA_VERSION, StepLog, read_json, write_json
 
-SETTING_RUNNERS = {"task_specific": run_task_specific}
+SETTING_RUNNERS = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic}
 register_resolvers()  # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
 
 
@@ -47,39 +48,43 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     `status: "failed"` (with the error) before it propagates.
     """
     run_dir = Path(run_dir or cfg.paths.run_dir or ".")
+    main_process = distributed.current().is_main  # under torchrun only rank 0 writes
     resolved = OmegaConf.to_container(cfg, resolve=True)
     result_path = run_dir / "result.json"
     previous = read_json(result_path)
     if previous and previous.get("status") == "completed" and previous.get("config") == resolved:
         return previous | {"skipped": True}  # a re-run sweep skips finished jobs
     record = base_record(cfg) | {"config": resolved}
-    run_dir.mkdir(parents=True, exist_ok=True)
+    write = (lambda path, payload: write_json(path, payload)) if main_process else (lambda path, payload: None)
+    if main_process:
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         plan = make_plan(cfg)  # bad input fails here, before anything is loaded
     except KdbenchError as exc:
-        write_json(result_path, record | {"status": "failed", "error": str(exc)})
+        write(result_path, record | {"status": "failed", "error": str(exc)})
         raise
     record |= {"init": plan.init_label, "init_name": cfg.init.name}
-    write_json(run_dir / "config.json", resolved)
-    write_json(result_path, record)
-    logger = make_logger(cfg, run_dir)
-    log = StepLog(run_dir / "train_log.jsonl", sinks=[logger.log] if logger else [])
+    write(run_dir / "config.json", resolved)
+    write(result_path, record)
+    logger = make_logger(cfg, run_dir) if main_process else None
+    log = StepLog(run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else [])
     start = time.perf_counter()
     try:
         outcome = SETTING_RUNNERS[cfg.setting.name](cfg, plan, run_dir, log)
     except BaseException as exc:
         record |= {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - start}
-        write_json(result_path, record)
+        write(result_path, record)
         raise
     finally:
         log.close()
         if logger:
             logger.finish()
+        distributed.shutdown()
     score_key = next(iter(outcome["metrics"]))
     config = record.pop("config")  # keep the long config last in the file
     record |= outcome | {"status": "completed", "score": outcome["metrics"][score_key], "score_metric": score_key,
                          "wall_s": time.perf_counter() - start, "config": config}
-    write_json(result_path, record)
+    write(result_path, record)
     if logger:
         logger.summary(record)
     return record
@@ -104,8 +109,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     if record.get("skipped"):
         print(f"already completed with the same config: {Path(run_dir) / 'result.json'}")
         return record["score"]
-    teacher = ", ".join(f"{k} {v:.2f}" for k, v in record["teacher_metrics"].items())
-    student = ", ".join(f"{k} {v:.2f}" for k, v in record["metrics"].items())
+    if not distributed.current().is_main:
+        return record["score"]
+    teacher = ", ".join(f"{k} {v:.2f}" for k, v in record["teacher_metrics"].items()) or "pre-trained"
+    student = ", ".join(f"{k} {v:.4g}" for k, v in record["metrics"].items())
     print(f"teacher ({record['teacher']}): {teacher}\nstudent ({record['student']}, {record['objective']}, "
           f"init {record['init']}): {student}\nrecord: {Path(run_dir) / 'result.json'}")
     return record["score"]

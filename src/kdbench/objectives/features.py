@@ -69,7 +69,7 @@ class FeatureRecorder:
     """
 
     def __init__(self, model: nn.Module, needs: Mapping[int, set[str]], stop_after: int | None = None):
-        self.model = model
+        self.model = model  # called by `forward`; hooks go on its layers
         self.records: dict[int, dict[str, torch.Tensor]] = {}
         self._handles = []
         blocks = encoder_layers(model)

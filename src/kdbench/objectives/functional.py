@@ -36,6 +36,8 @@ __all__ = [
     "relation_kl",
     "hid_mse",
     "cosine_loss",
+    "soft_cross_entropy",
+    "mlm_loss",
 ]
 
 # Large negative *finite* fill value for masked scores: exp() underflows to
@@ -190,6 +192,40 @@ def kd_loss(
         return soft
     hard = F.cross_entropy(s, labels.to(s.device).long())
     return alpha * soft + (1.0 - alpha) * hard
+
+
+def soft_cross_entropy(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float = 1.0) -> Tensor:
+    """Soft cross-entropy to the teacher's distribution (DistilBERT's MLM distillation).
+
+    Shapes: ``[M, V]`` (M = the masked positions gathered from the batch, V = vocabulary)::
+
+        loss = T^2 * mean_m sum_v -softmax(t_m / T)_v * log softmax(s_m / T)_v
+
+    It differs from ``T^2 * KL`` by the teacher's entropy, a constant: the gradients are the same.
+    Zero positions (M == 0) give 0.
+    """
+    _check_ndim(student_logits, (2,), "soft_cross_entropy", "[M, V]")
+    _check_same_shape(student_logits, teacher_logits, "soft_cross_entropy")
+    if temperature <= 0:
+        raise ValueError(f"soft_cross_entropy: temperature must be positive, got {temperature}")
+    if student_logits.shape[0] == 0:
+        return _f32(student_logits).sum()
+    target = F.softmax(_f32(teacher_logits).detach() / temperature, dim=-1)
+    log_student = F.log_softmax(_f32(student_logits) / temperature, dim=-1)
+    return -(target * log_student).sum(-1).mean() * temperature**2
+
+
+def mlm_loss(student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None) -> Tensor:
+    """Masked-language-model cross-entropy: ``[M, V]`` logits at the masked positions, ``[M]`` original ids.
+
+    ``teacher_logits`` is not used (the hard MLM term reads the labels); it keeps every term's call alike.
+    """
+    if labels is None:
+        raise ValueError("mlm_loss needs labels (the original token ids at the masked positions)")
+    _check_ndim(student_logits, (2,), "mlm_loss", "[M, V]")
+    if student_logits.shape[0] == 0:
+        return _f32(student_logits).sum()
+    return F.cross_entropy(_f32(student_logits), labels.to(student_logits.device).long())
 
 
 # --------------------------------------------------------------------------- #

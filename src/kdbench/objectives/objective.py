@@ -38,6 +38,8 @@ class LossEntry:
     heads_param: bool = False  # takes `num_heads` (relation heads; default: the teacher's head count)
     module: Callable[..., nn.Module] | None = None  # builds the learnable loss module (CRD)
     classification_only: bool = False
+    takes_labels: bool = False  # called with the batch's labels (task labels, or the MLM's original ids)
+    mlm: bool = False  # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
 
 
 def _contrastive(student_width, teacher_width, train_labels, seed, **params):
@@ -47,7 +49,9 @@ def _contrastive(student_width, teacher_width, train_labels, seed, **params):
 
 
 LOSSES: dict[str, LossEntry] = {
-    "kd": LossEntry(F.kd_loss, ("logits",)),
+    "kd": LossEntry(F.kd_loss, ("logits",), takes_labels=True),
+    "mlm_kd": LossEntry(F.soft_cross_entropy, ("logits",), mlm=True),
+    "mlm": LossEntry(F.mlm_loss, ("logits",), takes_labels=True, mlm=True),
     "att_mse": LossEntry(F.att_mse, ("attention_scores",), same_heads=True),
     "att_kl": LossEntry(F.att_kl, ("attention_scores",), same_heads=True),
     "val_kl": LossEntry(F.val_kl, ("values",), same_heads=True),
@@ -96,15 +100,37 @@ class Term:
     params: dict = field(default_factory=dict)
 
 
-def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_conf, regression: bool = False) -> list[Term]:
-    """Terms of an objective config, validated against the two architectures and the task (raises ConfigError)."""
+def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_conf, *, regression: bool = False,
+                setting: DictConfig | None = None, teacher_has_mlm_head: bool = False) -> list[Term]:
+    """Terms of an objective config, validated against the architectures, the task and the setting.
+
+    In the task-agnostic setting an objective's `terms_task_agnostic` (if any) replace its `terms`, and the
+    setting's `mapping` (the last layer) replaces the objective's; a term's own `mapping` always holds.
+    """
+    agnostic = setting is not None and setting.name == "task_agnostic"
+    specs = objective_cfg.terms
+    if agnostic and objective_cfg.get("terms_task_agnostic"):
+        specs = objective_cfg.terms_task_agnostic
+    default_mapping = (setting.get("mapping") if setting is not None else None) or objective_cfg.mapping
     terms = []
-    for index, spec in enumerate(objective_cfg.terms):
+    for index, spec in enumerate(specs):
         entry = lookup(LOSSES, spec.loss, "loss")
+        if entry.classification_only and agnostic:
+            raise ConfigError(f"objective {objective_cfg.name}: {spec.loss} contrasts examples by their task labels, "
+                              "which raw text does not have: use it in setting=task_specific")
         if entry.classification_only and regression:
             raise ConfigError(
                 f"objective {objective_cfg.name}: {spec.loss} contrasts examples of different classes and needs a "
                 "classification task; this task is regression (STS-B): choose another objective or task"
+            )
+        if entry.mlm and not agnostic:
+            raise ConfigError(f"objective {objective_cfg.name}: {spec.loss} reads MLM logits, which exist only in "
+                              "setting=task_agnostic")
+        if entry.mlm and not teacher_has_mlm_head:
+            raise ConfigError(
+                f"objective {objective_cfg.name} distils MLM logits ({spec.loss}) but this teacher has no MLM head "
+                "(teacher.has_mlm_head=false): choose a teacher with one (bert_base_uncased, roberta_base) or an "
+                "objective on attention or hidden states"
             )
         feature = spec.get("feature") or entry.features[0]
         if feature not in entry.features:
@@ -118,7 +144,7 @@ def build_terms(objective_cfg: DictConfig, init_layers, student_conf, teacher_co
                 f"has {student_conf.num_attention_heads} heads and the teacher {teacher_conf.num_attention_heads}; "
                 "use a student with as many heads, or objective=minilm_v2 (relations work for any head count)"
             )
-        mapping = spec.get("mapping") or objective_cfg.mapping
+        mapping = spec.get("mapping") or default_mapping
         depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
         pairs = [(LOGITS, LOGITS)] if feature == "logits" else resolve_pairs(mapping, init_layers, *depths)
         params = dict(OmegaConf.to_container(spec.params, resolve=True)) if spec.get("params") else {}
@@ -155,6 +181,10 @@ class Objective(nn.Module):
     @property
     def uses_logits(self) -> bool:
         return any(term.feature == "logits" for term in self.terms)
+
+    @property
+    def uses_mlm(self) -> bool:
+        return any(LOSSES[term.loss].mlm for term in self.terms)
 
     def needs(self, side: str) -> dict[int, set[str]]:
         """Raw features to record per layer for the student (`side="student"`) or the teacher."""
@@ -200,7 +230,7 @@ class Objective(nn.Module):
                 kwargs = dict(term.params)
                 if term.feature in TOKEN_LEVEL:
                     kwargs["mask"] = batch["attention_mask"]
-                if term.feature == "logits":
+                if LOSSES[term.loss].takes_labels:
                     kwargs["labels"] = batch["labels"]
                 value = sum(LOSSES[term.loss].fn(s, t, **kwargs) for s, t in pairs)
             losses[term.name] = term.weight * value

@@ -1,0 +1,69 @@
+"""Where the raw text comes from: local files, or Hugging Face datasets written once to a local text file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from filelock import FileLock
+from omegaconf import DictConfig, OmegaConf
+
+from kdbench.corpus import READERS
+from kdbench.errors import ConfigError, DataError
+
+CORPUS_ENV = "KDBENCH_CORPUS"
+
+
+def check_corpus_config(corpus: DictConfig) -> None:
+    """Validate before any work: a local corpus names an existing path and a known format."""
+    if corpus.get("hf_datasets"):
+        return
+    if corpus.format not in READERS:
+        raise ConfigError(f"corpus.format={corpus.format!r}; valid: {', '.join(sorted(READERS))}")
+    if not corpus.get("path"):
+        raise ConfigError(f"corpus=local needs corpus.path (a text file or a folder of them) or ${CORPUS_ENV}")
+    if not Path(corpus.path).expanduser().exists():
+        raise ConfigError(f"corpus.path={corpus.path} does not exist: give a text file or a folder of them")
+
+
+def corpus_files(corpus: DictConfig, cache_dir: Path) -> tuple[Path, str]:
+    """(a file or folder of text, its format) for the corpus config."""
+    if not corpus.get("hf_datasets"):
+        return Path(corpus.path).expanduser(), corpus.format
+    return materialise_hf(corpus, cache_dir), "text"
+
+
+def materialise_hf(corpus: DictConfig, cache_dir: Path) -> Path:
+    """Stream the Hugging Face datasets' documents once into a local text file (blank line between documents)."""
+    import datasets
+
+    specs = OmegaConf.to_container(corpus.hf_datasets, resolve=True)
+    key = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
+    target = cache_dir / "hf_corpora" / f"{corpus.name}-{key}.txt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if target.exists():
+            return target
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            with tmp.open("w") as handle:
+                for spec in specs:
+                    try:
+                        rows = datasets.load_dataset(spec["path"], spec.get("name"), split=spec.get("split", "train"),
+                                                     streaming=True)
+                        for row in rows:
+                            text = re.sub(r"\n\s*\n+", "\n", row[spec.get("field", "text")]).strip()
+                            if text:
+                                handle.write(text + "\n\n")
+                    except Exception as exc:
+                        raise DataError(
+                            f"could not read {spec['path']} from the Hugging Face Hub ({type(exc).__name__}); offline, "
+                            f"use corpus=local with corpus.path (or ${CORPUS_ENV}) pointing at local text"
+                        ) from exc
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return target

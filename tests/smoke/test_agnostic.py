@@ -1,0 +1,126 @@
+"""The task-agnostic setting on a tiny teacher and a made-up corpus: objectives, resume, torchrun, saving."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from kdbench.errors import ConfigError
+from kdbench.run import run
+from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
+
+OBJECTIVES = ["att_mse", "att_kl", "att_kl+val_kl", "hid_seq", "hid_cls", "att_mse+hid_seq", "att_kl+hid_seq",
+              "minilm_v2", "vanilla_kd", "distilbert"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_tiny_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_every_objective_distils_and_records_heldout_losses(corpus, tmp_path, objective):
+    record = run(compose_config(agnostic_overrides(corpus, tmp_path, f"objective={objective}")))
+    assert record["status"] == "completed" and record["setting"] == "task_agnostic"
+    metrics = record["metrics"]
+    assert "heldout_loss" in metrics and len(metrics) >= 2
+    assert metrics["heldout_loss"] == pytest.approx(sum(v for k, v in metrics.items() if k != "heldout_loss"), rel=1e-5)
+    assert record["batch"] == {"global": 8, "per_device": 4, "accumulation": 2}
+    steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if s["stage"] == "heldout"] == [0, 3, 6]
+    assert max(s["step"] for s in steps if s["stage"] == "distill") == 6
+
+
+def test_heldout_attention_loss_goes_down(corpus, tmp_path):
+    record = run(compose_config(agnostic_overrides(corpus, tmp_path, "objective=att_mse", "trainer.max_steps=30",
+                                                   "trainer.lr=2e-3")))
+    assert record["metrics"]["att_mse"] < 0.8 * record["initial_heldout"]["att_mse"]
+
+
+def test_saved_student_loads_with_automodel(corpus, tmp_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    record = run(compose_config(agnostic_overrides(corpus, tmp_path, "objective=att_kl")))
+    model = AutoModel.from_pretrained(record["student_path"])
+    tokenizer = AutoTokenizer.from_pretrained(record["student_path"])
+    assert model.config.num_hidden_layers == 2
+    assert model(**tokenizer("a good movie", return_tensors="pt")).last_hidden_state.shape[-1] == 32
+
+
+def test_resume_mid_run_gives_the_same_final_weights(corpus, tmp_path, monkeypatch):
+    from kdbench import loop
+
+    extra = ("objective=att_kl+val_kl", "trainer.checkpoint_every=2", "trainer.max_steps=8")
+    run(compose_config(agnostic_overrides(corpus, tmp_path / "ref", *extra)))
+    calls = {"n": 0}
+    real = loop.to_device
+
+    def crash_on_twelfth_batch(batch, device):
+        calls["n"] += 1
+        if calls["n"] == 12 + 2 * 2:  # after the initial held-out batches (2 per process) and 5 steps of 2 micro-batches
+            raise RuntimeError("killed")
+        return real(batch, device)
+
+    monkeypatch.setattr(loop, "to_device", crash_on_twelfth_batch)
+    cfg = compose_config(agnostic_overrides(corpus, tmp_path / "run", *extra))
+    with pytest.raises(RuntimeError, match="killed"):
+        run(cfg)
+    monkeypatch.undo()
+    assert (tmp_path / "run" / "checkpoints").is_dir()
+    run(cfg)
+    ref = load_file(tmp_path / "ref" / "student" / "model.safetensors")
+    got = load_file(tmp_path / "run" / "student" / "model.safetensors")
+    assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+
+
+def test_two_processes_with_gloo_equal_one_process_with_accumulation(corpus, tmp_path):
+    extra = ["objective=att_kl+hid_seq", "trainer.student_dropout=0.0", "trainer.max_steps=4", "trainer.eval_every=0"]
+    single = run(compose_config(agnostic_overrides(corpus, tmp_path / "single", *extra)))
+    assert single["batch"]["accumulation"] == 2
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517", "-m",
+               "kdbench.run", *agnostic_overrides(corpus, tmp_path / "ddp", *extra)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((tmp_path / "ddp" / "result.json").read_text())
+    assert record["world_size"] == 2 and record["batch"] == {"global": 8, "per_device": 4, "accumulation": 1}
+    for name, value in single["metrics"].items():
+        assert record["metrics"][name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    ref = load_file(tmp_path / "single" / "student" / "model.safetensors")
+    got = load_file(tmp_path / "ddp" / "student" / "model.safetensors")
+    assert all(torch.allclose(ref[k], got[k], atol=1e-5) for k in ref)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["objective=vanilla_kd", "teacher.has_mlm_head=false"], "has no MLM head"),
+        (["objective=hid_cls_contrast"], "raw text does not have"),
+        (["trainer.batch_size=6"], "not a multiple of trainer.device_batch_size=4"),
+        (["trainer.max_steps=0"], "max_steps=0 must be a positive integer"),
+    ],
+)
+def test_bad_task_agnostic_configs_are_refused(corpus, tmp_path, overrides, message):
+    from kdbench.plan import make_plan
+
+    cfg = compose_config(agnostic_overrides(corpus, tmp_path, *overrides))
+    with pytest.raises(ConfigError, match=message):
+        if "batch_size" in overrides[0]:
+            from kdbench.agnostic import batch_layout
+
+            batch_layout(cfg.trainer.batch_size, 1, cfg.trainer.device_batch_size)
+        else:
+            make_plan(cfg)
+
+
+def test_corpus_without_text_is_refused(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "wiki_00").write_text("\n\n")
+    with pytest.raises(Exception, match="no"):
+        run(compose_config(agnostic_overrides(empty, tmp_path / "run")))
