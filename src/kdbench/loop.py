@@ -161,6 +161,17 @@ def train(
     return {"seconds": seconds, "examples_per_s": examples / seconds if seconds else 0.0}
 
 
+def supervised_step(model: torch.nn.Module, device: torch.device, precision: str):
+    """Step function of plain fine-tuning: the model's own task loss (cross-entropy, or MSE for regression)."""
+
+    def step(batch):
+        with autocast(device, precision):
+            out = model(**model_inputs(batch), labels=batch["labels"])
+        return {"total": out.loss.float()}
+
+    return step
+
+
 @torch.inference_mode()
 def predict(model: torch.nn.Module, loader, device: torch.device, precision: str) -> tuple[np.ndarray, np.ndarray]:
     """Model outputs [N, C] (float32) and labels [N] over a loader."""

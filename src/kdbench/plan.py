@@ -21,7 +21,7 @@ from kdbench.initialization import check_width, resolve_init_layers
 from kdbench.models import student_config, teacher_config
 from kdbench.objectives.objective import Term, build_terms
 
-SETTINGS = ("task_specific", "task_agnostic")
+SETTINGS = ("task_specific", "task_agnostic", "finetune")
 
 
 @dataclass
@@ -114,6 +114,12 @@ def make_plan(cfg: DictConfig) -> Plan:
     check_numbers(cfg.trainer)
     device = resolve_device(cfg.trainer.device)
     precision = resolve_precision(cfg.trainer.precision, device)
+    cache_dir = Path(cfg.paths.cache_dir).expanduser()
+    if cfg.setting.name == "finetune":  # a distilled student alone: no teacher, no objective
+        check_data_files(cfg)
+        student_conf = finetune_student_config(cfg.setting.student_path)
+        return Plan(student_conf, student_conf, None, [], device, data.num_labels(cfg.task), cache_dir, precision,
+                    config_fingerprint(cfg))
     if cfg.setting.name == "task_agnostic":
         check_corpus(cfg.corpus)
     else:
@@ -131,9 +137,18 @@ def make_plan(cfg: DictConfig) -> Plan:
         check_width(cfg.student.hidden_size, teacher_conf.hidden_size, cfg.init.name)
     terms = build_terms(cfg.objective, init_layers, student_conf, teacher_conf, regression=data.is_regression(cfg.task),
                         setting=cfg.setting, teacher_has_mlm_head=cfg.teacher.get("has_mlm_head", False))
-    cache_dir = Path(cfg.paths.cache_dir).expanduser()
     return Plan(teacher_conf, student_conf, init_layers, terms, device, num_labels, cache_dir, precision,
                 config_fingerprint(cfg))
+
+
+def finetune_student_config(student_path: str) -> PretrainedConfig:
+    from transformers import AutoConfig
+
+    path = Path(student_path).expanduser()
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"setting.student_path={student_path} is not a saved model (no config.json): give the "
+                          "student/ folder of a task-agnostic run")
+    return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
 
 
 def check_corpus(corpus: DictConfig) -> None:

@@ -18,11 +18,12 @@ from kdbench.agnostic import run_task_agnostic
 from kdbench.cli import check_overrides, config_dir, fail, register_resolvers
 from kdbench.distill import run_task_specific
 from kdbench.errors import KdbenchError
+from kdbench.finetune import run_finetune
 from kdbench.loggers import make_logger
 from kdbench.plan import make_plan
 from kdbench.record import SCHEMA_VERSION, StepLog, read_json, write_json
 
-SETTING_RUNNERS = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic}
+SETTING_RUNNERS = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic, "finetune": run_finetune}
 register_resolvers()  # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
 
 
@@ -31,7 +32,7 @@ def base_record(cfg: DictConfig) -> dict:
         "schema": SCHEMA_VERSION,
         "status": "running",
         "setting": cfg.setting.name,
-        "task": cfg.task.name,
+        "task": None if cfg.setting.name == "task_agnostic" else cfg.task.name,  # distillation on raw text: no task
         "teacher": cfg.teacher.name,
         "student": cfg.student.name,
         "init": cfg.init.name,

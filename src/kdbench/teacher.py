@@ -82,7 +82,7 @@ def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> Fi
         path = Path(cfg.teacher.finetuned_path).expanduser()
         teacher = load_finetuned(path, plan.num_labels).to(plan.device)
         freeze(teacher)
-        metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, cfg.trainer.precision)
+        metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, plan.precision)
         stamp = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
         return FineTuned(teacher, metrics, 0.0, f"{path.resolve()}:{stamp}")
 
@@ -97,18 +97,11 @@ def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> Fi
         set_seed(cfg.trainer.teacher_seed)
         teacher = models.pretrained_teacher(cfg.teacher, plan.num_labels, cfg.trainer.teacher_seed).to(plan.device)
         if cfg.trainer.teacher_epochs > 0:
-
-            def supervised(batch):
-                with loop.autocast(plan.device, cfg.trainer.precision):
-                    out = teacher(**loop.model_inputs(batch), labels=batch["labels"])
-                return {"total": out.loss.float()}
-
-            loop.train(
-                "teacher", [teacher], train_loader, cfg.trainer.teacher_epochs, cfg.trainer.teacher_lr,
-                supervised, cfg.trainer, log, plan.device,
-            )
+            step = loop.supervised_step(teacher, plan.device, plan.precision)
+            loop.train("teacher", [teacher], train_loader, cfg.trainer.teacher_epochs, cfg.trainer.teacher_lr, step,
+                       cfg.trainer, log, plan.device)
         freeze(teacher)
-        metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, cfg.trainer.precision)
+        metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, plan.precision)
         seconds = time.perf_counter() - start
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -127,7 +120,7 @@ def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, cfg, plan) ->
     """
     key = {"teacher": teacher.identity, "task": cfg.task.name, "train_limit": cfg.data.train_limit,
            "subset_seed": cfg.data.subset_seed, "max_length": cfg.trainer.max_length,
-           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": cfg.trainer.precision, "n": len(train_set)}
+           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = plan.cache_dir / "teacher_logits" / f"{cfg.task.name}-{digest}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +132,7 @@ def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, cfg, plan) ->
         with torch.inference_mode():
             for batch in loader:
                 batch = loop.to_device(batch, plan.device)
-                with loop.autocast(plan.device, cfg.trainer.precision):
+                with loop.autocast(plan.device, plan.precision):
                     logits = teacher.model(**loop.model_inputs(batch)).logits
                 table[batch["example"].cpu()] = logits.float().cpu()
         atomic_torch_save(table, path)

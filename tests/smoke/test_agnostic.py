@@ -124,3 +124,18 @@ def test_corpus_without_text_is_refused(tmp_path):
     (empty / "wiki_00").write_text("\n\n")
     with pytest.raises(Exception, match="no"):
         run(compose_config(agnostic_overrides(empty, tmp_path / "run")))
+
+
+def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(corpus, tiny_glue, tmp_path):
+    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "distill", "objective=att_kl", "seed=7")))
+    assert distilled["task"] is None
+    record = run(compose_config([
+        "setting=finetune", f"setting.student_path={distilled['student_path']}", "task=rte", f"data.glue_dir={tiny_glue}",
+        "trainer.stage2_epochs=1", "trainer.batch_size=16", "trainer.lr=5e-5", "trainer.progress_bar=false",
+        f"paths.run_dir={tmp_path / 'ft'}",
+    ]))
+    assert record["status"] == "completed" and set(record["metrics"]) == {"accuracy"}
+    assert record["grid"] == {"lr": 5e-5, "batch_size": 16}
+    assert (record["objective"], record["seed"], record["teacher"], record["init"]) == ("att_kl", 7, "tiny", "random")
+    assert (record["setting"], record["stage"]) == ("task_agnostic", "finetune")
+    assert record["distilled_from"] == str((tmp_path / "distill" / "result.json").resolve())
