@@ -246,6 +246,10 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
     if status != "completed":
         reason = _last_line(data["error"]) if data.get("error") else f"status {status!r}"
         return None, _exclusion(rel, status, reason, data)
+    if data.get("setting") == "task_agnostic" and data.get("task") is None:
+        loss = data.get("metrics", {}).get("heldout_loss")
+        return None, _exclusion(rel, "distillation", f"task-agnostic distillation (held-out loss {loss}); "
+                                "its GLUE fine-tuning runs carry the scores", data)
     missing = [key for key in REQUIRED_KEYS if data.get(key) is None or _text(data.get(key)) is None]
     if missing:
         return None, _exclusion(rel, "skipped", "missing key(s): " + ", ".join(missing), data)
@@ -258,7 +262,9 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
     if not isinstance(data["metrics"], dict):
         return None, _exclusion(rel, "skipped", "metrics is not a JSON object", data)
     record = {key: _text(data[key]) for key in KEY_COLS if key != "seed"}
-    record.update(seed=seed, score=score, metrics=_flatten(data["metrics"]), path=rel)
+    grid = data.get("grid")
+    grid = ",".join(f"{k}={v}" for k, v in grid.items()) if isinstance(grid, dict) else None
+    record.update(seed=seed, score=score, metrics=_flatten(data["metrics"]), path=rel, grid=grid)
     return record, None
 
 
@@ -316,7 +322,7 @@ def ordered_tasks(tasks) -> list[str]:
 
 def to_frame(records: list[dict]) -> pd.DataFrame:
     """One row per run: key columns, score, one column per metric, path (sorted by key)."""
-    base = KEY_COLS + ["score"]
+    base = KEY_COLS + ["score", "grid"]
     metric_names: list[str] = []
     for record in records:
         for name in record["metrics"]:
@@ -325,7 +331,7 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
     rename = {name: (f"metric_{name}" if name in base + ["path"] else name) for name in metric_names}
     rows = []
     for record in records:
-        row = {key: record[key] for key in base}
+        row = {key: record.get(key) for key in base}
         row.update({rename[name]: value for name, value in record["metrics"].items()})
         row["path"] = record["path"]
         rows.append(row)
@@ -353,6 +359,26 @@ def sort_frame(frame: pd.DataFrame) -> pd.DataFrame:
     )
     order = sorted(range(len(frame)), key=lambda i: keys.iloc[i])
     return frame.iloc[order].reset_index(drop=True)
+
+
+def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """Fine-tuning grids (the task-agnostic protocol): keep each run's best grid point by dev score.
+
+    Runs that differ only in their grid point (lr, batch size) share a key; the best score is the run's
+    result, as in the paper. The other grid points are listed as ``grid`` exclusions (not errors).
+    """
+    gridded = frame["grid"].notna()
+    if not gridded.any():
+        return frame, []
+    ranked = frame[gridded].sort_values(["score", "path"], ascending=[False, True], kind="stable")
+    below = ranked.duplicated(KEY_COLS, keep="first")
+    best = ranked[~below].set_index(KEY_COLS)
+    excluded = []
+    for _, row in ranked[below].iterrows():
+        winner = best.loc[tuple(row[KEY_COLS])]
+        reason = f"grid point {row['grid']} scored {row['score']:.2f}; the best, {winner['grid']}, scored {winner['score']:.2f}"
+        excluded.append(_exclusion(row["path"], "grid", reason, {key: row[key] for key in KEY_COLS}))
+    return sort_frame(pd.concat([frame[~gridded], ranked[~below]])), excluded
 
 
 def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
@@ -1047,8 +1073,9 @@ def main(argv: list[str] | None = None) -> int:
         _fail(f"--out {out} exists and is not a directory; pass a directory path")
     out.mkdir(parents=True, exist_ok=True)
 
-    frame, duplicates = drop_duplicates(to_frame(loaded.records))
-    excluded = loaded.excluded + duplicates
+    frame, below_best = best_of_grid(to_frame(loaded.records))
+    frame, duplicates = drop_duplicates(frame)
+    excluded = loaded.excluded + below_best + duplicates
     kinds = Counter(row["kind"] for row in excluded)
     kind_text = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
     print(
