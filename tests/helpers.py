@@ -63,7 +63,8 @@ def write_tiny_corpus(root: Path, docs: int = 60) -> Path:
         for i in range(docs // 2):
             doc_id = shard * 1000 + i
             lines = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) for _ in range(rng.randint(1, 4))]
-            blocks.append(f'<doc id="{doc_id}" url="x?curid={doc_id}" title="t{doc_id}">\nt{doc_id}\n' + "\n".join(lines) + "\n</doc>")
+            header = f'<doc id="{doc_id}" url="x?curid={doc_id}" title="t{doc_id}">'
+            blocks.append(f"{header}\nt{doc_id}\n" + "\n".join(lines) + "\n</doc>")
         (root / "AA" / f"wiki_{shard:02d}").write_text("\n".join(blocks) + "\n")
     return root
 

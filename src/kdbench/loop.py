@@ -17,6 +17,7 @@ from kdbench.checkpoint import Checkpoints, rng_state, set_rng_state
 from kdbench.errors import KdbenchError
 from kdbench.metrics import compute_metrics
 from kdbench.record import StepLog
+from kdbench.signals import Interrupted, stop_requested
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -149,6 +150,10 @@ def train(
                 after_step(step)
             if trainer.checkpoint_every and step % trainer.checkpoint_every == 0 and step < total_steps:
                 save(epoch, batch_index, done=False)
+            if stop_requested() and step < total_steps:
+                save(epoch, batch_index, done=False)
+                raise Interrupted(f"stopped by a signal at {stage} step {step}; the state is checkpointed: re-run the "
+                                  "same command (same run directory) to resume")
             progress.update()
             progress.set_postfix(loss=f"{values['total']:.4f}")
             if step == total_steps:

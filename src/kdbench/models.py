@@ -209,7 +209,9 @@ def pretrained_encoder(teacher_cfg: DictConfig, seed: int) -> PreTrainedModel:
         raise _not_found(teacher_cfg.name_or_path, exc) from exc
 
 
-def build_mlm_student(teacher_conf: PretrainedConfig, shape: DictConfig, seed: int, dropout: float | None = None) -> PreTrainedModel:
+def build_mlm_student(
+    teacher_conf: PretrainedConfig, shape: DictConfig, seed: int, dropout: float | None = None
+) -> PreTrainedModel:
     """A student with an MLM head (saved with save_pretrained, it loads with AutoModel and fine-tunes on GLUE).
 
     `dropout` (if given) replaces the family's hidden and attention dropout probabilities.

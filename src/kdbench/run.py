@@ -22,6 +22,7 @@ from kdbench.finetune import run_finetune
 from kdbench.loggers import make_logger
 from kdbench.plan import make_plan
 from kdbench.record import SCHEMA_VERSION, StepLog, read_json, write_json
+from kdbench.signals import Interrupted, graceful_stop
 
 SETTING_RUNNERS = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic, "finetune": run_finetune}
 register_resolvers()  # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
@@ -71,9 +72,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     log = StepLog(run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else [])
     start = time.perf_counter()
     try:
-        outcome = SETTING_RUNNERS[cfg.setting.name](cfg, plan, run_dir, log)
+        with graceful_stop():
+            outcome = SETTING_RUNNERS[cfg.setting.name](cfg, plan, run_dir, log)
     except BaseException as exc:
-        record |= {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - start}
+        status = "interrupted" if isinstance(exc, Interrupted) else "failed"
+        record |= {"status": status, "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - start}
         write(result_path, record)
         raise
     finally:
@@ -99,6 +102,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     run_dir = cfg.paths.run_dir or HydraConfig.get().runtime.output_dir
     try:
         record = run(cfg, run_dir)
+    except Interrupted as exc:  # a clean, resumable stop, not an error
+        print(f"kdbench: {exc}", file=sys.stderr)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            return None
+        raise SystemExit(exc.exit_code) from None
     except KdbenchError as exc:
         if cfg.kdbench.debug:
             traceback.print_exc()

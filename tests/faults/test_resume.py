@@ -114,3 +114,50 @@ def test_a_different_config_does_not_resume_silently(tiny_glue, tmp_path, monkey
     monkeypatch.undo()
     with pytest.raises(KdbenchError, match="different configuration"):
         run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED, "trainer.lr=3e-4")))
+
+
+def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(tiny_glue, tmp_path):
+    overrides = tiny_overrides(tiny_glue, tmp_path / "run", *CHECKPOINTED, "trainer.stage1_epochs=6",
+                               "trainer.checkpoint_every=1000")
+    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *CHECKPOINTED, "trainer.stage1_epochs=6",
+                                                  "trainer.checkpoint_every=1000")))
+    command = [sys.executable, "-m", "kdbench.run", *overrides]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "run" / "train_log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.exists() and '"stage1"' in log.read_text()):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-2000:]
+    assert "stopped by a signal at stage1" in stderr
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert record["status"] == "interrupted"
+    state, _ = Checkpoints(tmp_path / "run" / "checkpoints").latest()
+    assert state["stage"] == "stage1" and not state["done"]
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["metrics"] == reference["metrics"]
+
+
+def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(tiny_glue, tmp_path, monkeypatch):
+    from kdbench.objectives import objective as objective_module
+
+    real = objective_module.Objective.forward
+    calls = {"n": 0}
+
+    def poisoned(self, *args, **kwargs):
+        losses = real(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 5:
+            losses["val_kl"] = losses["val_kl"] * float("nan")
+            losses["total"] = losses["att_kl"] + losses["val_kl"]
+        return losses
+
+    monkeypatch.setattr(objective_module.Objective, "forward", poisoned)
+    with pytest.raises(KdbenchError, match=r"loss term 'val_kl' became nan at stage1 step 4"):
+        run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED)))
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert record["status"] == "failed" and "val_kl" in record["error"]
+    state, _ = Checkpoints(tmp_path / "checkpoints").latest()
+    assert state["stage"] == "stage1" and state["step"] == 4  # the last good step

@@ -185,3 +185,12 @@ def test_hand_computed_info_nce():
         / 2
     )
     torch.testing.assert_close(loss, expected.float())
+
+
+def test_sampler_state_travels_with_the_state_dict():
+    labels = torch.tensor([0, 1, 0, 1, 1, 0, 1, 0])
+    a = ContrastiveTerm(4, 4, labels, feat_dim=4, num_negatives=3, seed=5)
+    a.sample_negatives(labels[:2])
+    b = ContrastiveTerm(4, 4, labels, feat_dim=4, num_negatives=3, seed=5)
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a.sample_negatives(labels[:4]), b.sample_negatives(labels[:4]))

@@ -145,6 +145,14 @@ class ContrastiveTerm(nn.Module):
             self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
         return self._generators[device]
 
+    def get_extra_state(self) -> dict:
+        """The samplers' RNG states travel with the state dict: a resumed run draws the same negatives."""
+        return {str(device): generator.get_state() for device, generator in self._generators.items()}
+
+    def set_extra_state(self, state: dict) -> None:
+        for device, generator_state in state.items():
+            self._generator(torch.device(device)).set_state(generator_state)
+
     @torch.no_grad()
     def sample_negatives(self, labels: Tensor) -> Tensor:
         """``[B, K]`` example ids, each uniform (with replacement) among training examples whose label != ``labels[b]``.
