@@ -7,13 +7,13 @@ the scheduler, the torch RNG states and the data position (epoch, batch within t
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from kdbench.record import atomic_write
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
@@ -38,16 +38,7 @@ class Checkpoints:
         existing = self._existing()
         number = int(_NAME.match(existing[-1].name).group(1)) + 1 if existing else 1
         path = self.folder / f"ckpt-{number:08d}.pt"
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".ckpt-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(self.meta | state, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda handle: torch.save(self.meta | state, handle), binary=True)
         for old in self._existing()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path

@@ -6,24 +6,31 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 SCHEMA_VERSION = 1
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: readers never see half a file."""
+def atomic_write(path: Path, write: Callable[[IO], None], *, binary: bool = False) -> None:
+    """Write through `write(handle)` to a temp file in the same folder, fsync, then rename: readers (and a
+    process killed mid-write) never leave or see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb" if binary else "w") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda handle: handle.write(text))
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -566,6 +566,26 @@ DESCRIPTION = (
 )
 
 
+def _body(table: Table, digits: int, escape, *, pm: str, bold: str):
+    """The table's rows as lists of cell strings: labels, then `mean pm std` per column, the best in `bold`."""
+    best = {c: best_rows(table, c, digits) for c in table.columns}
+    for row in table.rows:
+        cells = [escape(row[0])] + ([escape(row[1])] if table.show_init else [])
+        for column in table.columns:
+            parts = _cell_parts(table, row, column, digits)
+            if parts is None:
+                cells.append("")
+                continue
+            mean, std, mark = parts
+            text = mean if std is None else f"{mean} {pm} {std}"
+            if row in best[column]:
+                text = bold.format(text)
+            if mark is not None:
+                text += f" (n={mark})"
+            cells.append(text)
+        yield cells
+
+
 def _md_escape(text: str) -> str:
     return str(text).replace("|", "\\|")
 
@@ -582,21 +602,7 @@ def render_markdown(tables: list[Table], digits: int = 1, excluded: list[dict] |
         )
         align = ["---"] * (2 if table.show_init else 1) + ["---:"] * len(table.columns)
         out += ["| " + " | ".join(_md_escape(h) for h in head) + " |", "|" + "|".join(align) + "|"]
-        best = {c: best_rows(table, c, digits) for c in table.columns}
-        for row in table.rows:
-            cells = [_md_escape(row[0])] + ([_md_escape(row[1])] if table.show_init else [])
-            for column in table.columns:
-                parts = _cell_parts(table, row, column, digits)
-                if parts is None:
-                    cells.append("")
-                    continue
-                mean, std, mark = parts
-                text = mean if std is None else f"{mean} ± {std}"
-                if row in best[column]:
-                    text = f"**{text}**"
-                if mark is not None:
-                    text += f" (n={mark})"
-                cells.append(text)
+        for cells in _body(table, digits, _md_escape, pm="±", bold="**{}**"):
             out.append("| " + " | ".join(cells) + " |")
         note = _footnote(table)
         out += ["", f"_{note}._" if note else "", ""]
@@ -650,21 +656,7 @@ def render_latex(tables: list[Table], digits: int = 1) -> str:
             " & ".join(tex_escape(h) for h in head) + " \\\\",
             "\\midrule",
         ]
-        best = {c: best_rows(table, c, digits) for c in table.columns}
-        for row in table.rows:
-            cells = [tex_escape(row[0])] + ([tex_escape(row[1])] if table.show_init else [])
-            for column in table.columns:
-                parts = _cell_parts(table, row, column, digits)
-                if parts is None:
-                    cells.append("")
-                    continue
-                mean, std, mark = parts
-                text = mean if std is None else f"{mean} $\\pm$ {std}"
-                if row in best[column]:
-                    text = f"\\textbf{{{text}}}"
-                if mark is not None:
-                    text += f" (n={mark})"
-                cells.append(text)
+        for cells in _body(table, digits, tex_escape, pm="$\\pm$", bold="\\textbf{{{}}}"):
             out.append(" & ".join(cells) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     return "\n".join(out)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel, se
 
 from kdbench import data, loop, models
 from kdbench.errors import ModelNotFoundError
-from kdbench.record import StepLog, read_json, write_json
+from kdbench.record import StepLog, atomic_write, read_json, write_json
 
 TEACHER_CACHE_VERSION = 1
 
@@ -135,11 +134,5 @@ def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, cfg, plan) ->
                 with loop.autocast(plan.device, plan.precision):
                     logits = teacher.model(**loop.model_inputs(batch)).logits
                 table[batch["example"].cpu()] = logits.float().cpu()
-        atomic_torch_save(table, path)
+        atomic_write(path, lambda handle: torch.save(table, handle), binary=True)
         return table
-
-
-def atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
