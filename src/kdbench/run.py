@@ -66,6 +66,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
         write(result_path, record | {"status": "failed", "error": str(exc)})
         raise
     record |= {"init": plan.init_label, "init_name": cfg.init.name}
+    plan.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # caches hold weights: the user's eyes only
     write(run_dir / "config.json", resolved)
     write(result_path, record)
     logger = make_logger(cfg, run_dir) if main_process else None
@@ -74,6 +75,13 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     try:
         with graceful_stop():
             outcome = SETTING_RUNNERS[cfg.setting.name](cfg, plan, run_dir, log)
+        score_key = next(iter(outcome["metrics"]))
+        config = record.pop("config")  # keep the long config last in the file
+        record |= outcome | {"status": "completed", "score": outcome["metrics"][score_key], "score_metric": score_key,
+                             "wall_s": time.perf_counter() - start, "config": config}
+        write(result_path, record)
+        if logger:
+            logger.summary(record)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, Interrupted) else "failed"
         record |= {"status": status, "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - start}
@@ -84,13 +92,6 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
         if logger:
             logger.finish()
         distributed.shutdown()
-    score_key = next(iter(outcome["metrics"]))
-    config = record.pop("config")  # keep the long config last in the file
-    record |= outcome | {"status": "completed", "score": outcome["metrics"][score_key], "score_metric": score_key,
-                         "wall_s": time.perf_counter() - start, "config": config}
-    write(result_path, record)
-    if logger:
-        logger.summary(record)
     return record
 
 
