@@ -125,6 +125,10 @@ def make_plan(cfg: DictConfig) -> Plan:
     else:
         check_data_files(cfg)
     num_labels = data.num_labels(cfg.task)
+    finetuned = cfg.teacher.get("finetuned_path")
+    if finetuned and not (Path(finetuned).expanduser() / "config.json").is_file():
+        raise ConfigError(f"cannot load the fine-tuned teacher from teacher.finetuned_path={finetuned}: no config.json "
+                          "there; give a folder written by save_pretrained, or null to fine-tune the teacher")
     teacher_conf = teacher_config(cfg.teacher)
     student_conf = student_config(teacher_conf, cfg.student, num_labels)
     if cfg.student.hidden_size % cfg.student.num_heads:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -105,77 +103,3 @@ def test_other_task_kinds_run(tiny_glue, tmp_path, task):
     record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, f"task={task}", "trainer.stage1_epochs=0")))
     expected = {"stsb": {"pearson", "spearman"}, "rte": {"accuracy"}, "mrpc": {"f1", "accuracy"}, "cola": {"mcc"}}
     assert set(record["metrics"]) == expected[task]
-
-
-# -- the command line: one readable line, exit code 2, nothing heavy started ------------------------------------
-
-def cli(*args, env_glue=None):
-    import os
-
-    env = dict(os.environ)
-    if env_glue is not None:
-        env["KDBENCH_GLUE_DIR"] = str(env_glue)
-    return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
-
-
-def assert_one_line_error(result, *fragments):
-    assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("kdbench: error: ")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    assert "Traceback" not in result.stderr
-
-
-def test_cli_unknown_option_lists_the_valid_ones(tmp_path):
-    assert_one_line_error(cli("objective=att_kll", f"paths.run_dir={tmp_path}"), "unknown objective 'att_kll'", "att_kl")
-
-
-def test_cli_unknown_option_inside_a_sweep(tmp_path):
-    assert_one_line_error(cli("-m", "task=sst2,sts", f"paths.run_dir={tmp_path}"), "unknown task 'sts'", "stsb")
-
-
-def test_cli_unknown_key(tmp_path):
-    assert_one_line_error(cli("trainer.epochs=3", f"paths.run_dir={tmp_path}"), "trainer.epochs")
-
-
-@pytest.mark.parametrize(
-    ("overrides", "fragments"),
-    [
-        (["init=layers", "init.layers=[1,2,3]"], ["init.layers=[1, 2, 3]", "student has 2 layers"]),
-        (["init=layers", "init.layers=[2,9]"], ["layer 9 does not exist", "1..4"]),
-        (["student=2x384"], ["hidden size (384)", "teacher's (32)", "init=random"]),
-        (["trainer.stage1_epochs=-1"], ["negative"]),
-        (["trainer.batch_size=0"], ["batch_size=0"]),
-        (["trainer.lr=0"], ["learning rate"]),
-        (["task=qnli"], ["QNLI/train.tsv", "missing"]),
-        (["setting=task_agnostic"], ["not implemented yet"]),
-        (["trainer.device=cuda"] if not torch.cuda.is_available() else ["trainer.device=cuda:99"], ["cuda"]),
-    ],
-)
-def test_cli_bad_config_is_refused_before_work(tiny_glue, tmp_path, overrides, fragments):
-    result = cli(*tiny_overrides(tiny_glue, tmp_path / "run"), *overrides)
-    assert_one_line_error(result, *fragments)
-    record = json.loads((tmp_path / "run" / "result.json").read_text())  # a sweep's report lists it as failed
-    assert record["status"] == "failed" and fragments[0] in record["error"]
-    assert not (tmp_path / "run" / "train_log.jsonl").exists()  # refused before any work
-
-
-def test_cli_malformed_data_names_file_and_line(tmp_path):
-    from tests.helpers import write_tiny_glue
-
-    glue = write_tiny_glue(tmp_path / "glue")
-    path = glue / "SST-2" / "train.tsv"
-    path.write_text(path.read_text() + "a row without a label\n")
-    result = cli(*tiny_overrides(glue, tmp_path / "run"))
-    assert_one_line_error(result, "SST-2/train.tsv:50", "tab-separated columns")
-    record = json.loads((tmp_path / "run" / "result.json").read_text())
-    assert record["status"] == "failed" and "train.tsv:50" in record["error"]
-
-
-def test_cli_success_prints_scores_and_where_the_record_is(tiny_glue, tmp_path):
-    result = cli(*tiny_overrides(tiny_glue, tmp_path), "objective=vanilla_kd")
-    assert result.returncode == 0, result.stderr
-    assert "teacher (tiny): accuracy" in result.stdout and f"record: {tmp_path}/result.json" in result.stdout
