@@ -10,7 +10,8 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
 
 ``results.csv``
     one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
-    flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_`` prefix), ``path``.
+    flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_`` prefix), ``grid``
+    (the fine-tuning grid point, if any), ``path``.
 ``summary.csv``
     long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample std
     (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of a row that has
@@ -38,8 +39,10 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
 ``scores_<group>.png`` / ``pvalues_<group>_<factor>_<fixed>.png``
     grouped bar chart of mean score (std error bars) and heat map of the task-ALL Holm p-values.
 ``excluded.csv``
-    path, kind (failed / running / other status / skipped / duplicate), reason and whatever key fields the
-    file had.
+    path, kind (failed / running / other status / skipped / distillation / grid / duplicate), reason and
+    whatever key fields the file had. ``distillation``: a task-agnostic distillation record (no task; its
+    GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point (record with a ``grid``
+    dict) that lost to the best point of the same run key, which is the one used.
 
 Decisions where the brief was silent:
 
@@ -247,7 +250,8 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
         reason = _last_line(data["error"]) if data.get("error") else f"status {status!r}"
         return None, _exclusion(rel, status, reason, data)
     if data.get("setting") == "task_agnostic" and data.get("task") is None:
-        loss = data.get("metrics", {}).get("heldout_loss")
+        metrics = data.get("metrics")
+        loss = metrics.get("heldout_loss") if isinstance(metrics, dict) else None
         return None, _exclusion(rel, "distillation", f"task-agnostic distillation (held-out loss {loss}); "
                                 "its GLUE fine-tuning runs carry the scores", data)
     missing = [key for key in REQUIRED_KEYS if data.get(key) is None or _text(data.get(key)) is None]
@@ -376,7 +380,10 @@ def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     excluded = []
     for _, row in ranked[below].iterrows():
         winner = best.loc[tuple(row[KEY_COLS])]
-        reason = f"grid point {row['grid']} scored {row['score']:.2f}; the best, {winner['grid']}, scored {winner['score']:.2f}"
+        reason = (
+            f"grid point {row['grid']} scored {row['score']:.2f}; "
+            f"the best, {winner['grid']}, scored {winner['score']:.2f}"
+        )
         excluded.append(_exclusion(row["path"], "grid", reason, {key: row[key] for key in KEY_COLS}))
     return sort_frame(pd.concat([frame[~gridded], ranked[~below]])), excluded
 
@@ -567,7 +574,7 @@ DESCRIPTION = (
 
 
 def _body(table: Table, digits: int, escape, *, pm: str, bold: str):
-    """The table's rows as lists of cell strings: labels, then `mean pm std` per column, the best in `bold`."""
+    """The table's rows as lists of cell strings: labels, then `mean pm std` per column, best in `bold`."""
     best = {c: best_rows(table, c, digits) for c in table.columns}
     for row in table.rows:
         cells = [escape(row[0])] + ([escape(row[1])] if table.show_init else [])
@@ -955,6 +962,12 @@ def plot_scores(table: Table, path: Path) -> Path:
         label = f"{row[0]} [{row[1]}]" if table.show_init else row[0]
         ax.bar(x - 0.4 + width * (i + 0.5), means, width, yerr=errs, capsize=2, label=label)
     ax.set_xticks(x, [TASK_LABELS.get(t, t) for t in table.tasks])
+    all_means = table.mean[table.tasks].to_numpy(dtype=float)
+    all_errs = np.nan_to_num(table.std[table.tasks].to_numpy(dtype=float))
+    low, high = np.nanmin(all_means - all_errs), np.nanmax(all_means + all_errs)
+    if np.isfinite(low) and np.isfinite(high) and low > 0:
+        margin = max(1.0, 0.15 * (high - low))
+        ax.set_ylim(max(0.0, low - margin), high + margin)  # zoom in: the differences are a few points
     ax.set_ylabel("score (mean ± std over seeds)")
     ax.set_title(table.title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -973,17 +986,12 @@ def plot_pvalues(matrix: pd.DataFrame, title: str, path: Path, alpha: float = 0.
     cmap = colormaps["viridis"].with_extremes(bad="lightgrey")
     image = ax.imshow(shown, cmap=cmap, norm=LogNorm(vmin=1e-4, vmax=1.0))
     for i, j in itertools.product(range(n), range(n)):
-        if i != j and not np.isnan(values[i, j]):
-            text = format_p(values[i, j]) + ("*" if values[i, j] < alpha else "")
-            ax.text(
-                j,
-                i,
-                text,
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="white" if values[i, j] < 0.01 else "k",
-            )
+        if i == j:
+            continue
+        value = values[i, j]
+        text = "n/a" if np.isnan(value) else format_p(value) + ("*" if value < alpha else "")
+        color = "white" if value < 0.01 else "k"
+        ax.text(j, i, text, ha="center", va="center", fontsize=7, color=color)
     labels = [str(c) for c in matrix.columns]
     ax.set_xticks(range(n), labels, rotation=45, ha="right", fontsize=7)
     ax.set_yticks(range(n), labels, fontsize=7)
