@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m kdbench.report RESULTS_DIR [--out DIR] [--digits N] [--alpha A] [--no-plots]
+    python -m kdbench.report RESULTS_DIR [--out DIR] [--digits N] [--alpha A] [--no-plots] [--paper]
 
 Every ``result.json`` under RESULTS_DIR (any depth) is read. Only ``status: completed`` records enter the
 tables and tests; failed/running records and malformed files are listed (with their path and the reason) on
@@ -43,6 +43,12 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     whatever key fields the file had. ``distillation``: a task-agnostic distillation record (no task; its
     GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point (record with a ``grid``
     dict) that lost to the best point of the same run key, which is the one used.
+``paper.csv`` (only with ``--paper``)
+    the published numbers of Wang et al. (2023), long form: table, objective, init, task, score. With
+    ``--paper``, ``tables.md`` also shows, after each measured table, the paper's tables of the same setting
+    (task_specific: Tables 1 and 3, task_agnostic: Tables 2 and 4), restricted to the measured objectives and
+    tasks (the whole paper table when none match), with the paper's teacher and student named. The numbers
+    live in ``kdbench/paper/wang2023.json``.
 
 Decisions where the brief was silent:
 
@@ -71,6 +77,7 @@ import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -597,8 +604,11 @@ def _md_escape(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
-def render_markdown(tables: list[Table], digits: int = 1, excluded: list[dict] | None = None) -> str:
-    """All tables as GitHub markdown, followed by the list of excluded runs."""
+def render_markdown(
+    tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: dict | None = None
+) -> str:
+    """All tables as GitHub markdown (each followed by the published ones when ``paper`` is given), then the
+    list of excluded runs."""
     out = ["# kdbench results", "", DESCRIPTION, ""]
     for table in tables:
         out += [f"## {_md_escape(table.title)}", ""]
@@ -613,12 +623,104 @@ def render_markdown(tables: list[Table], digits: int = 1, excluded: list[dict] |
             out.append("| " + " | ".join(cells) + " |")
         note = _footnote(table)
         out += ["", f"_{note}._" if note else "", ""]
+        if paper is not None:
+            out += render_published(table, paper)
     if excluded:
         out += ["## Excluded runs", ""]
         for row in excluded:
             out.append(f"- `{row['path']}` ({row['kind']}): {_md_escape(row['reason'])}")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+# ------------------------------------------------------------------------------------------ published numbers
+
+PAPER_PACKAGE = "kdbench.paper"
+PAPER_FILE = "wang2023.json"
+PAPER_CITE = "Wang et al. 2023"
+PAPER_COLS = ["table", "objective", "init", "task", "score"]
+
+
+def load_paper() -> dict:
+    """The published numbers shipped in ``kdbench/paper/wang2023.json`` (see its ``source`` and ``status``)."""
+    where = f"{PAPER_PACKAGE.replace('.', '/')}/{PAPER_FILE}"
+    try:
+        paper = json.loads((resources.files(PAPER_PACKAGE) / PAPER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ModuleNotFoundError, json.JSONDecodeError) as exc:
+        raise ReportError(f"cannot read the published numbers {where}: {exc}") from exc
+    if not isinstance(paper, dict) or not isinstance(paper.get("tables"), dict):
+        raise ReportError(f"{where} has no 'tables' object")
+    return paper
+
+
+def _paper_rows(spec: dict) -> list[dict]:
+    """A paper table's rows, each with its init filled in from the table when the row has none."""
+    return [{**row, "init": row.get("init") or spec.get("init")} for row in spec.get("rows") or []]
+
+
+def paper_frame(paper: dict) -> pd.DataFrame:
+    """Every published cell, long form: table, objective, init, task, score."""
+    cells = [
+        {"table": name, "objective": row["objective"], "init": row["init"], "task": task, "score": score}
+        for name, spec in paper["tables"].items()
+        for row in _paper_rows(spec)
+        for task, score in row.get("scores", {}).items()
+    ]
+    return pd.DataFrame(cells, columns=PAPER_COLS)
+
+
+def _paper_cell(row: dict, column: str) -> str:
+    """A published value exactly as stored (``mean ± std`` when the paper prints a std)."""
+    score = row.get("scores", {}).get(column)
+    if score is None:
+        return ""
+    std = (row.get("std") or {}).get(column)
+    return str(score) if std is None else f"{score} ± {std}"
+
+
+def render_published(table: Table, paper: dict) -> list[str]:
+    """Markdown lines: the paper tables of ``table``'s setting, restricted to its objectives and tasks."""
+    out = []
+    objectives = {row[0] for row in table.rows}
+    for name, spec in paper["tables"].items():
+        if spec.get("setting") != table.setting:
+            continue
+        number = re.sub(r"\D", "", name) or name
+        out += [f"### Published ({PAPER_CITE}, Table {number})", ""]
+        rows = _paper_rows(spec)
+        if not rows:
+            out += [f"_No published numbers recorded for this table in {PAPER_FILE} (see its `status`)._", ""]
+            continue
+        scored = {task for row in rows for task in row.get("scores", {})}
+        columns = spec.get("columns") or ordered_tasks(scored - {AVG}) + ([AVG] if AVG in scored else [])
+        shown_rows = [row for row in rows if row["objective"] in objectives] or rows
+        tasks = [t for t in table.tasks if t in columns] or [c for c in columns if c != AVG]  # measured order
+        shown_cols = tasks + ([AVG] if AVG in columns else [])
+        inits = {row["init"] for row in shown_rows}
+        show_init = len(inits) > 1
+        head = ["Objective"] + (["Init"] if show_init else []) + [TASK_LABELS.get(c, c) for c in shown_cols]
+        align = ["---"] * (2 if show_init else 1) + ["---:"] * len(shown_cols)
+        out += ["| " + " | ".join(_md_escape(h) for h in head) + " |", "|" + "|".join(align) + "|"]
+        for row in shown_rows:
+            labels = [row["objective"]] + ([row["init"] or ""] if show_init else [])
+            cells = [_md_escape(label) for label in labels] + [_paper_cell(row, c) for c in shown_cols]
+            out.append("| " + " | ".join(cells) + " |")
+        paper_init = "" if show_init or not inits - {None} else f", init {next(iter(inits))}"
+        note = (
+            f"Published numbers ({spec.get('title') or name}), copied from the paper, not measured here. "
+            f"Paper: teacher {spec.get('teacher')}, student {spec.get('student')}{paper_init}; "
+            f"this table: teacher {table.teacher}, student {table.student}. "
+            "Models and training set-up may differ, so compare with care"
+        )
+        if len(shown_rows) < len(rows) or len(shown_cols) < len(columns):
+            note += (
+                f"; {len(shown_rows)} of {len(rows)} rows and {len(shown_cols)} of {len(columns)} "
+                "columns shown (those of this table)"
+            )
+        if AVG in shown_cols:
+            note += "; Avg as published (over all the paper's tasks)"
+        out += ["", f"_{_md_escape(note)}._", ""]
+    return out
 
 
 _TEX_SPECIAL = {
@@ -1038,6 +1140,11 @@ def _parser() -> argparse.ArgumentParser:
         "--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--paper",
+        action="store_true",
+        help=f"show the published numbers ({PAPER_CITE}) beside the measured tables; write paper.csv",
+    )
     return parser
 
 
@@ -1069,6 +1176,12 @@ def main(argv: list[str] | None = None) -> int:
         loaded = load_records(results_dir, skip=out)
     except ReportError as exc:
         _fail(str(exc))
+    paper = None
+    if args.paper:
+        try:
+            paper = load_paper()
+        except ReportError as exc:
+            _fail(str(exc))
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} exists and is not a directory; pass a directory path")
     out.mkdir(parents=True, exist_ok=True)
@@ -1098,7 +1211,9 @@ def main(argv: list[str] | None = None) -> int:
     _write_csv(summary, out / "summary.csv")
     _write_csv(pvalues, out / "pvalues.csv")
     _write_csv(unmatched, out / "unmatched.csv")
-    (out / "tables.md").write_text(render_markdown(tables, args.digits, excluded), encoding="utf-8")
+    (out / "tables.md").write_text(render_markdown(tables, args.digits, excluded, paper), encoding="utf-8")
+    if paper is not None:
+        _write_csv(paper_frame(paper), out / "paper.csv")
     (out / "tables.tex").write_text(render_latex(tables, args.digits), encoding="utf-8")
     (out / "significance.md").write_text(
         render_significance(pvalues, args.alpha, args.digits), encoding="utf-8"
@@ -1113,7 +1228,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{PROG}: files: results.csv summary.csv tables.md tables.tex pvalues.csv unmatched.csv "
-        f"significance.md excluded.csv"
+        f"significance.md excluded.csv" + (" paper.csv" if paper is not None else "")
     )
     return 0
 
