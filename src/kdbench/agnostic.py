@@ -24,6 +24,7 @@ from kdbench import distributed, loop, models
 from kdbench.checkpoint import Checkpoints
 from kdbench.corpus import MaskingSpec, build_packed_corpus, mask_tokens
 from kdbench.data import SeededBatches
+from kdbench.distill import detached, resumable_state
 from kdbench.errors import ConfigError
 from kdbench.initialization import init_from_teacher
 from kdbench.objectives.features import FeatureRecorder
@@ -170,8 +171,7 @@ def make_step(step_module: nn.Module, objective: Objective, teacher_recorder: Fe
             teacher_records = dict(teacher_recorder.records)
             if objective.uses_mlm:
                 teacher_records = mlm_records(teacher_records, teacher, teacher_last, targets["positions"])
-        teacher_records = {k: (v.clone() if torch.is_tensor(v) else {n: t.clone() for n, t in v.items()})
-                           for k, v in teacher_records.items()}
+        teacher_records = detached(teacher_records)
         with loop.autocast(device, precision):
             return step_module(inputs, teacher_records, targets)
 
@@ -280,8 +280,6 @@ def run_task_agnostic(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
 
 
 def plan_resume(run_dir: Path, plan: Plan) -> dict | None:
-    from kdbench.distill import resumable_state
-
     state = resumable_state(Checkpoints(run_dir / "checkpoints"), plan.fingerprint)
     if state is not None and state["done"]:
         raise ConfigError(f"{run_dir} already holds a finished distillation: give a new run directory")
