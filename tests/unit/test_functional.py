@@ -522,7 +522,38 @@ def test_public_names():
         "relation_kl",
         "hid_mse",
         "cosine_loss",
+        "soft_cross_entropy",
+        "mlm_loss",
     }
+
+
+def test_soft_cross_entropy_by_hand_and_its_kl_gradient():
+    s = torch.tensor([[1.0, 0.0, -1.0], [0.5, 0.5, 2.0]], requires_grad=True)
+    t = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]])
+    temperature = 2.0
+    expected = 0.0
+    for row_s, row_t in zip(s.tolist(), t.tolist()):
+        p = [math.exp(v / temperature) for v in row_t]
+        p = [v / sum(p) for v in p]
+        q = [math.exp(v / temperature) for v in row_s]
+        log_q = [math.log(v / sum(q)) for v in q]
+        expected += -sum(pi * lq for pi, lq in zip(p, log_q))
+    expected = expected / 2 * temperature**2
+    loss = Fn.soft_cross_entropy(s, t, temperature=temperature)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    loss.backward()
+    kl_grad = torch.autograd.grad(Fn.kd_loss(s, t, temperature=temperature), s)[0]
+    assert torch.allclose(s.grad, kl_grad, atol=1e-6)  # differs from T^2 KL by a constant only
+    assert Fn.soft_cross_entropy(s[:0], t[:0]).item() == 0.0
+
+
+def test_mlm_loss_is_cross_entropy_on_the_masked_positions():
+    s = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    labels = torch.tensor([0, 1])
+    expected = -(math.log(math.exp(2) / (math.exp(2) + 2)) + math.log(1 / (2 + math.exp(3)))) / 2
+    assert Fn.mlm_loss(s, None, labels=labels).item() == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="needs labels"):
+        Fn.mlm_loss(s, None)
 
 
 # --------------------------------------------------------------------------- #
