@@ -103,10 +103,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     run_dir = cfg.paths.run_dir or HydraConfig.get().runtime.output_dir
     try:
         record = run(cfg, run_dir)
-    except Interrupted as exc:  # a clean, resumable stop, not an error
+    except Interrupted as exc:  # a clean, resumable stop, not an error; in a sweep it stops the whole sweep
         print(f"kdbench: {exc}", file=sys.stderr)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            return None
         raise SystemExit(exc.exit_code) from None
     except KdbenchError as exc:
         if cfg.kdbench.debug:
