@@ -37,7 +37,8 @@ def _pair(student="tiny", heads=None):
 
 def terms_of(objective, teacher, student, init_layers=(2, 4), regression=False, extra=()):
     cfg = compose_config([f"objective={objective}", *extra])
-    return build_terms(cfg.objective, list(init_layers) if init_layers else None, student.config, teacher.config, regression)
+    return build_terms(cfg.objective, list(init_layers) if init_layers else None, student.config, teacher.config,
+                       regression=regression)
 
 
 def test_head_mismatch_suggests_minilm_v2():
