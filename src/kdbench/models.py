@@ -154,8 +154,6 @@ def student_config(teacher_conf: PretrainedConfig, shape: DictConfig, num_labels
 
 
 def build_student(teacher_conf: PretrainedConfig, shape: DictConfig, num_labels: int, seed: int) -> PreTrainedModel:
-    if shape.hidden_size % shape.num_heads:
-        raise ConfigError(f"student {shape.name}: hidden size {shape.hidden_size} is not divisible by {shape.num_heads} heads")
     torch.manual_seed(seed)
     return AutoModelForSequenceClassification.from_config(student_config(teacher_conf, shape, num_labels))
 

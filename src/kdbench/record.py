@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -74,7 +73,3 @@ class StepLog:
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
-
-
-def finite(value: float) -> bool:
-    return math.isfinite(value)

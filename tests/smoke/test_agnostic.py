@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from kdbench.errors import ConfigError
+from kdbench.errors import ConfigError, DataError
 from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
@@ -122,7 +122,7 @@ def test_corpus_without_text_is_refused(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "wiki_00").write_text("\n\n")
-    with pytest.raises(Exception, match="no"):
+    with pytest.raises(DataError, match=str(empty)):
         run(compose_config(agnostic_overrides(empty, tmp_path / "run")))
 
 
