@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_ARGS := task=sst2 teacher=minilm_l6 student=3x384 init=layers 'init.layers=[2,4,6]' objective=att_kl \
 	data.train_limit=2000 trainer.teacher_epochs=1 trainer.stage1_epochs=1 trainer.stage2_epochs=1
 
-.PHONY: help install test test-fast demo lint
+.PHONY: help install test test-fast demo lint bench-env bench
 
 help:  ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,3 +31,11 @@ report-%:  ## build the tables of a preset's sweep: make report-mini_table1 (int
 
 lint:  ## ruff
 	$(BIN)/ruff check src tests
+
+bench-env:  ## .venv-bench: kdbench + the peers it is benchmarked against (TextBrewer), torch pinned
+	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/python -m pip install --quiet -c constraints.txt -e .
+	.venv-bench/bin/python -m pip install --quiet --no-deps -r benchmarks/requirements.txt
+
+bench:  ## the side-by-side benchmarks (kdbench vs a plain HF loop vs TextBrewer) -> benchmarks/RESULTS.md
+	.venv-bench/bin/python benchmarks/run.py $(ARGS)

@@ -16,8 +16,6 @@ import torch
 
 from kdbench import data, distill, loop, models
 from kdbench.initialization import init_from_teacher
-from kdbench.objectives.features import FeatureRecorder
-from kdbench.objectives.objective import Objective
 from kdbench.plan import make_plan
 from kdbench.teacher import freeze
 
@@ -44,14 +42,9 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
     if plan.init_layers is not None:
         init_from_teacher(student, teacher, plan.init_layers)
     student.to(plan.device)
-    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_set["labels"], cfg.seed).to(plan.device)
-    params = [p for m in (student, objective) for p in m.parameters()]
-    optimizer = torch.optim.AdamW(params, lr=cfg.trainer.lr)
-    with (
-        FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
-        FeatureRecorder(teacher, objective.needs("teacher"), objective.last_layer("teacher")) as teacher_recorder,
-    ):
-        step = distill.stage1_losses(student_recorder, teacher_recorder, objective, plan.precision, plan.device)
+    with distill.stage1(plan, student, teacher, train_set["labels"], cfg.seed) as (step, modules):
+        params = [p for m in modules for p in m.parameters()]
+        optimizer = torch.optim.AdamW(params, lr=cfg.trainer.lr)
         batches = iter(loader)
         examples = tokens = 0
         if plan.device.type == "cuda":

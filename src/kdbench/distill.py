@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -76,6 +77,20 @@ def stage1_losses(student_recorder: FeatureRecorder, teacher_recorder: FeatureRe
         return objective(student_records, teacher_records, batch)
 
     return step
+
+
+@contextmanager
+def stage1(plan: Plan, student, teacher, train_labels, seed: int):
+    """Intermediate-layer distillation: yields its step function and the modules it trains (student, objective).
+
+    Both models stop after their last mapped layer while the context is open: nothing above it is computed.
+    """
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, seed).to(plan.device)
+    with (
+        FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
+        FeatureRecorder(teacher, objective.needs("teacher"), objective.last_layer("teacher")) as teacher_recorder,
+    ):
+        yield stage1_losses(student_recorder, teacher_recorder, objective, plan.precision, plan.device), [student, objective]
 
 
 def teacher_logits_fn(teacher, device, precision: str):
@@ -165,15 +180,8 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
     latest = resumable_state(checkpoints, plan.fingerprint)
 
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, [student]):
-        objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_set["labels"], cfg.seed)
-        objective.to(device)
-        # Both models stop after their last mapped layer: nothing above it is computed in stage 1.
-        with (
-            FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
-            FeatureRecorder(teacher, objective.needs("teacher"), objective.last_layer("teacher")) as teacher_recorder,
-        ):
-            step = stage1_losses(student_recorder, teacher_recorder, objective, precision, device)
-            stats = loop.train("stage1", [student, objective], train_loader, trainer.stage1_epochs, trainer.lr,
+        with stage1(plan, student, teacher, train_set["labels"], cfg.seed) as (step, modules):
+            stats = loop.train("stage1", modules, train_loader, trainer.stage1_epochs, trainer.lr,
                                step, trainer, log, device, checkpoints, resume_from("stage1", latest))
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
 

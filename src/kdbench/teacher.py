@@ -127,12 +127,18 @@ def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, cfg, plan) ->
         if path.exists():
             return torch.load(path, map_location="cpu", weights_only=True)
         loader = data.make_loader(train_set, tokenizer, cfg.trainer.eval_batch_size, shuffle=False)
-        table = torch.empty(len(train_set), plan.num_labels)
-        with torch.inference_mode():
-            for batch in loader:
-                batch = loop.to_device(batch, plan.device)
-                with loop.autocast(plan.device, plan.precision):
-                    logits = teacher.model(**loop.model_inputs(batch)).logits
-                table[batch["example"].cpu()] = logits.float().cpu()
+        table = logits_table(teacher.model, loader, len(train_set), plan.num_labels, plan.device, plan.precision)
         atomic_write(path, lambda handle: torch.save(table, handle), binary=True)
         return table
+
+
+def logits_table(model, loader, num_examples: int, num_labels: int, device, precision: str) -> torch.Tensor:
+    """A model's logits [N, C] (float32, on the CPU) for every example of a loader, indexed by `example` number."""
+    table = torch.empty(num_examples, num_labels)
+    with torch.inference_mode():
+        for batch in loader:
+            batch = loop.to_device(batch, device)
+            with loop.autocast(device, precision):
+                logits = model(**loop.model_inputs(batch)).logits
+            table[batch["example"].cpu()] = logits.float().cpu()
+    return table

@@ -1,0 +1,258 @@
+"""One measurement, in its own process: `python benchmarks/measure.py '<json spec>'` prints one JSON line.
+
+spec: impl (kdbench | plain | textbrewer | check: kdbench's loss and gradients against the plain loop's),
+objective (att_kl+val_kl | hid_seq | vanilla_kd: stage 2),
+task (sst2 | rte | wiki: Wikipedia text packed to exactly seq_len tokens), seq_len, student_layers,
+batch_size, steps (timed), warmup, precision (kdbench only: fp32 | bf16), seed; optional teacher, student
+(config options, default minilm_l6 and 3x384), init (every_kth or random), overrides (more Hydra overrides), threads.
+
+Every implementation gets the same teacher and student weights and the same examples: `warmup` untimed
+batches, then `steps` timed batches that cover the same `steps * batch_size` examples (kdbench batches them
+by length with dynamic padding; the peers pad every batch to seq_len in a seeded random order), then one
+untimed batch (TextBrewer saves the student after its last step). The clock starts when the first timed
+batch is fetched and stops when the batch after the last timed one is, so a step is the full loop
+iteration (forward, backward, optimizer step, the framework's own overhead). Peak memory: the process's
+peak resident set during the timed steps (Linux VmHWM, reset through /proc/self/clear_refs), or the
+CUDA allocator's peak on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from transformers import DataCollatorWithPadding
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
+
+from kdbench import corpus, data, distill, loop, models  # noqa: E402
+from kdbench.bench import compose  # noqa: E402
+from kdbench.initialization import every_kth, init_from_teacher  # noqa: E402
+from kdbench.plan import make_plan  # noqa: E402
+from kdbench.teacher import freeze, logits_table  # noqa: E402
+
+TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def read_peak_rss() -> float:
+    """The process's peak resident set since the last reset, MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def reset_peak(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_mib(device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() / 2**20
+    return read_peak_rss()
+
+
+class TimedBatches:
+    """warm-up batches, timed batches, one tail batch; stamps the clock and the peak memory around the timed ones."""
+
+    def __init__(self, warmup: list, timed: list, tail: list, device):
+        self.parts, self.device = (warmup, timed, tail), device
+        self.seconds = self.peak = self.start_mib = None
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def __iter__(self):
+        warmup, timed, tail = self.parts
+        yield from warmup
+        reset_peak(self.device)
+        self.start_mib = peak_mib(self.device)
+        start = time.perf_counter()
+        yield from timed
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - start
+        self.peak = peak_mib(self.device)
+        yield from tail
+
+
+def wiki_rows(tokenizer, seq_len: int, n: int) -> Dataset:
+    """n sequences of exactly seq_len tokens ([CLS] text [SEP]) from the Wikipedia sample: no padding anywhere."""
+    ids = []
+    for doc in corpus.iter_documents(os.environ["KDBENCH_CORPUS"], "wikiextractor"):
+        ids.extend(tokenizer(doc, add_special_tokens=False)["input_ids"])
+        if len(ids) > n * seq_len:
+            break
+    rows, _ = corpus.pack_tokens(torch.tensor(ids).numpy(), seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id,
+                                 tokenizer.pad_token_id)
+    rows = rows[:n]  # all full: more than n rows' worth of tokens were read
+    ds = Dataset.from_dict({"input_ids": rows.tolist(), "attention_mask": [[1] * seq_len] * len(rows),
+                            "token_type_ids": [[0] * seq_len] * len(rows), "labels": [0] * len(rows),
+                            "example": list(range(len(rows))), "length": [seq_len] * len(rows)})
+    ds.set_format("torch")
+    return ds
+
+
+class Setup:
+    """The config, data, teacher and student every implementation shares."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        torch.manual_seed(spec["seed"])
+        k, batch = spec["student_layers"], spec["batch_size"]
+        n = (spec["warmup"] + spec["steps"] + 1) * batch
+        overrides = [
+            f"task={'sst2' if spec['task'] == 'wiki' else spec['task']}", f"teacher={spec.get('teacher', 'minilm_l6')}",
+            f"student={spec.get('student', '3x384')}", f"student.num_layers={k}", f"init={spec.get('init', 'every_kth')}",
+            f"objective={spec['objective']}",
+            f"trainer.max_length={spec['seq_len']}", f"trainer.batch_size={batch}", f"data.train_limit={n}",
+            f"trainer.precision={spec.get('precision', 'fp32')}", "trainer.teacher_epochs=0", f"seed={spec['seed']}",
+            *spec.get("overrides", []),
+        ]
+        self.cfg = cfg = compose(overrides)
+        self.plan = plan = make_plan(cfg)
+        self.device = plan.device
+        # (student, teacher) layers, 1-based: the init layers, or TinyBERT's uniform map for a random student
+        mapped = plan.init_layers or every_kth(plan.teacher_conf.num_hidden_layers, k)
+        self.pairs = list(zip(range(1, k + 1), mapped))
+        self.tokenizer = models.teacher_tokenizer(cfg.teacher, plan.cache_dir)
+        if spec["task"] == "wiki":
+            self.train = wiki_rows(self.tokenizer, spec["seq_len"], n)
+        else:
+            self.train = distill.prepare_data(cfg, self.tokenizer)[0]
+        self.teacher = freeze(models.pretrained_teacher(cfg.teacher, plan.num_labels, spec["seed"])).to(self.device)
+        self.student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, spec["seed"])
+        if plan.init_layers:
+            init_from_teacher(self.student, self.teacher, plan.init_layers)
+        self.student.to(self.device).train()
+        # the example sets: timed ones first, then warm-up and tail
+        timed = batch * spec["steps"]
+        self.timed_set = self.train.select(range(timed))
+        self.other_set = self.train.select(range(timed, len(self.train)))
+
+    def batches(self, dataset, *, padded: bool, stage1: bool) -> list[dict]:
+        keep = TOKEN_INPUTS + (("labels", "example") if not (padded and stage1) else ())
+        if padded:  # the peers: every batch padded to seq_len, random order
+            collate = DataCollatorWithPadding(self.tokenizer, padding="max_length", max_length=self.spec["seq_len"])
+            loader = torch.utils.data.DataLoader(dataset, batch_size=self.spec["batch_size"], shuffle=True,
+                                                 collate_fn=collate, generator=torch.Generator().manual_seed(0))
+        else:  # kdbench: length-grouped, dynamic padding
+            loader = data.make_loader(dataset, self.tokenizer, self.spec["batch_size"], shuffle=True,
+                                      seed=self.spec["seed"], group_by_length=True)
+        return [loop.to_device({k: v for k, v in b.items() if k in keep}, self.device) for b in loader]
+
+    def timed_batches(self, *, padded: bool, stage1: bool) -> TimedBatches:
+        other = self.batches(self.other_set, padded=padded, stage1=stage1)
+        warmup = other[: self.spec["warmup"]]
+        return TimedBatches(warmup, self.batches(self.timed_set, padded=padded, stage1=stage1), other[-1:], self.device)
+
+
+def optimizer_for(modules):
+    return torch.optim.AdamW([p for m in modules for p in m.parameters() if p.requires_grad], lr=1e-5)
+
+
+def train_steps(step, modules, batches: TimedBatches) -> None:
+    """The explicit loop of the kdbench and plain implementations."""
+    optimizer = optimizer_for(modules)
+    for batch in batches:
+        loss = step(batch)
+        loss = loss["total"] if isinstance(loss, dict) else loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def run_kdbench(setup: Setup) -> TimedBatches:
+    batches = setup.timed_batches(padded=False, stage1=True)
+    plan, cfg = setup.plan, setup.cfg
+    if plan.terms:
+        with distill.stage1(plan, setup.student, setup.teacher, setup.train["labels"], cfg.seed) as (step, modules):
+            train_steps(step, modules, batches)
+    else:  # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
+        loader = data.make_loader(setup.train, setup.tokenizer, cfg.trainer.eval_batch_size, shuffle=False)
+        table = logits_table(setup.teacher, loader, len(setup.train), plan.num_labels, setup.device, plan.precision)
+        table = table.to(setup.device)
+        step = distill.stage2_losses(setup.student, lambda b: table[b["example"]], cfg.prediction_kd,
+                                     plan.precision, setup.device)
+        train_steps(step, [setup.student], batches)
+    return batches
+
+
+def run_plain(setup: Setup) -> TimedBatches:
+    stage1 = bool(setup.plan.terms)
+    for model in (setup.teacher, setup.student):
+        model.set_attn_implementation("eager" if stage1 else "sdpa")
+    batches = setup.timed_batches(padded=True, stage1=stage1)
+    step, modules = (peers.plain_stage1 if stage1 else peers.plain_stage2)(setup)
+    train_steps(step, modules, batches)
+    return batches
+
+
+def run_textbrewer(setup: Setup) -> TimedBatches:
+    stage1 = bool(setup.plan.terms)
+    for model in (setup.teacher, setup.student):
+        model.set_attn_implementation("eager" if stage1 else "sdpa")
+    batches = setup.timed_batches(padded=True, stage1=stage1)
+    peers.textbrewer_train(setup, batches, optimizer_for, num_steps=len(batches))
+    return batches
+
+
+def student_grads(student, loss) -> dict[str, torch.Tensor]:
+    student.zero_grad(set_to_none=True)
+    loss.backward()
+    return {name: p.grad.clone() for name, p in student.named_parameters() if p.grad is not None}
+
+
+def check(setup: Setup) -> dict:
+    """kdbench's stage-1 loss and student gradients against the plain loop's, same padded batch, same weights."""
+    setup.student.eval()  # no dropout: both implementations must see the same student
+    batch = setup.batches(setup.timed_set, padded=True, stage1=False)[0]
+    with distill.stage1(setup.plan, setup.student, setup.teacher, setup.train["labels"], setup.cfg.seed) as (step, _):
+        ours = step(batch)["total"]
+        our_grads = student_grads(setup.student, ours)
+    for model in (setup.teacher, setup.student):
+        model.set_attn_implementation("eager")
+    step, _ = peers.plain_stage1(setup)
+    theirs = step({k: v for k, v in batch.items() if k in TOKEN_INPUTS})
+    their_grads = student_grads(setup.student, theirs)
+    diff = max(float((our_grads[n] - g).abs().max()) for n, g in their_grads.items())
+    scale = max(float(g.abs().max()) for g in their_grads.values())
+    return {"kdbench_loss": ours.item(), "plain_loss": theirs.item(), "same_parameters": our_grads.keys() == their_grads.keys(),
+            "max_grad_diff": diff, "max_grad": scale}
+
+
+IMPLEMENTATIONS = {"kdbench": run_kdbench, "plain": run_plain, "textbrewer": run_textbrewer}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    torch.set_num_threads(int(spec.get("threads") or os.cpu_count()))
+    setup = Setup(spec)
+    if spec["impl"] == "check":
+        print(json.dumps({**spec, **check(setup)}), flush=True)
+        return
+    batches = IMPLEMENTATIONS[spec["impl"]](setup)
+    timed = batches.parts[1]
+    examples = sum(int(b["input_ids"].shape[0]) for b in timed)
+    tokens = sum(int(b["attention_mask"].sum()) for b in timed)
+    padded = sum(int(b["input_ids"].numel()) for b in timed)
+    print(json.dumps({**spec, "device": str(setup.device), "seconds": batches.seconds, "examples": examples,
+                      "examples_per_s": examples / batches.seconds, "tokens_per_s": tokens / batches.seconds,
+                      "padded_tokens": padded, "real_tokens": tokens, "peak_mib": batches.peak,
+                      "step_memory_mib": batches.peak - batches.start_mib}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

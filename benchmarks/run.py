@@ -1,0 +1,245 @@
+"""kdbench against the peers, side by side: `python benchmarks/run.py [--quick] [--only GROUP ...]` (make bench).
+
+Runs every case of every group in its own process (`measure.py`), each implementation in turn, `--repeats`
+times, appends the raw measurements to benchmarks/raw.jsonl, and writes benchmarks/RESULTS.md from them
+(medians over repeats, ratios to the peers, the machine). `--report` rewrites RESULTS.md from raw.jsonl only.
+Needs the benchmark environment (make bench-env: TextBrewer), KDBENCH_GLUE_DIR / KDBENCH_MODELS_DIR with the
+MiniLM-L6 teacher, and KDBENCH_CORPUS (a WikiExtractor dump or text) for the sequence-length series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PEERS = ("plain", "textbrewer")
+IMPLEMENTATIONS = ("kdbench", *PEERS)
+BASE = {"seq_len": 128, "student_layers": 3, "warmup": 2, "seed": 1}
+
+
+def groups(quick: bool) -> dict[str, list[dict]]:
+    """The benchmark cases by group; `quick` shrinks the step counts (a smoke run of the whole script)."""
+    steps = (lambda n: 2) if quick else (lambda n: n)
+    main = [
+        {**BASE, "task": task, "objective": objective, "batch_size": batch, "steps": steps(10)}
+        for task, batch in (("sst2", 32), ("rte", 16))
+        for objective in ("att_kl+val_kl", "hid_seq", "vanilla_kd")
+    ]
+    seq_len = [
+        {**BASE, "task": "wiki", "objective": "att_kl+val_kl", "seq_len": length, "batch_size": 8,
+         "steps": steps(8 if length <= 128 else 4)}
+        for length in (64, 128, 256, 512)
+    ]
+    layers = [
+        {**BASE, "task": "sst2", "objective": "att_kl+val_kl", "student_layers": k, "batch_size": 32, "steps": steps(6)}
+        for k in (1, 2, 3, 6)
+    ]
+    return {"main": main, "seq_len": seq_len, "layers": layers}
+
+
+def case_key(spec: dict) -> tuple:
+    return tuple(spec.get(k) for k in ("task", "objective", "seq_len", "student_layers", "batch_size", "precision"))
+
+
+def measure(spec: dict) -> dict:
+    proc = subprocess.run([sys.executable, str(HERE / "measure.py"), json.dumps(spec)], capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise SystemExit(f"benchmarks: {spec['impl']} failed on {case_key(spec)}: {tail[0]}")
+    return json.loads(lines[-1])
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    versions = {}
+    for package in ("torch", "transformers", "textbrewer"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": torch.get_num_threads(), "gpu": gpu,
+            "python": platform.python_version(), **versions}
+
+
+def run(selected: list[str], repeats: int, quick: bool, raw: Path) -> None:
+    cases = groups(quick)
+    with raw.open("a") as out:
+        check = measure({**cases["main"][0], "impl": "check", "group": "check"})
+        out.write(json.dumps(check) + "\n")
+        print(f"check: kdbench loss {check['kdbench_loss']:.6f}, plain {check['plain_loss']:.6f}, "
+              f"max |grad diff| {check['max_grad_diff']:.2e}", flush=True)
+        for group in selected:
+            for spec in cases[group]:
+                for repeat in range(repeats):
+                    for impl in IMPLEMENTATIONS:
+                        result = measure({**spec, "impl": impl, "group": group, "repeat": repeat})
+                        out.write(json.dumps(result) + "\n")
+                        out.flush()
+                        print(f"{group} {case_key(spec)} {impl} #{repeat}: {result['examples_per_s']:.1f} ex/s, "
+                              f"peak {result['peak_mib']:.0f} MiB", flush=True)
+            if group == "main" and not quick:  # kdbench's optional bf16 autocast (CPU with bf16 support)
+                for spec in cases["main"][:1]:
+                    for repeat in range(repeats):
+                        result = measure({**spec, "impl": "kdbench", "precision": "bf16", "group": "bf16", "repeat": repeat})
+                        out.write(json.dumps(result) + "\n")
+
+
+# ---- the report ---------------------------------------------------------------------------------------------------
+
+
+def medians(rows: list[dict]) -> dict[tuple, dict[str, dict[str, float]]]:
+    """{case: {impl: {metric: median over repeats}}}"""
+    grouped: dict[tuple, dict[str, list[dict]]] = {}
+    for row in rows:
+        grouped.setdefault(case_key(row), {}).setdefault(row["impl"], []).append(row)
+    return {
+        case: {impl: {m: statistics.median(r[m] for r in runs) for m in ("examples_per_s", "tokens_per_s", "peak_mib",
+                                                                          "step_memory_mib")} | {"n": len(runs)}
+               for impl, runs in impls.items()}
+        for case, impls in grouped.items()
+    }
+
+
+def describe(case: tuple) -> str:
+    task, objective, seq_len, layers, batch, _ = case
+    stage = "stage 2 (KD)" if objective == "vanilla_kd" else f"stage 1 ({objective})"
+    data = {"sst2": "SST-2", "rte": "RTE", "wiki": "Wikipedia, packed"}[task]
+    return f"{data}, {stage}, max len {seq_len}, {layers} mapped layer{'s' * (layers > 1)}, batch {batch}"
+
+
+def table(group_rows: list[dict], title: str) -> list[str]:
+    lines = [f"### {title}", "",
+             "| case | kdbench ex/s | plain ex/s | TextBrewer ex/s | vs plain | vs TextBrewer "
+             "| peak MiB kdbench / plain / TextBrewer | step MiB kdbench / plain / TextBrewer | n |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for case, impls in medians(group_rows).items():
+        if not all(i in impls for i in IMPLEMENTATIONS):
+            continue
+        k, p, t = (impls[i] for i in IMPLEMENTATIONS)
+        lines.append(
+            f"| {describe(case)} | {k['examples_per_s']:.1f} | {p['examples_per_s']:.1f} | {t['examples_per_s']:.1f} "
+            f"| **{k['examples_per_s'] / p['examples_per_s']:.2f}x** | **{k['examples_per_s'] / t['examples_per_s']:.2f}x** "
+            f"| {k['peak_mib']:.0f} / {p['peak_mib']:.0f} / {t['peak_mib']:.0f} "
+            f"| {k['step_memory_mib']:.0f} / {p['step_memory_mib']:.0f} / {t['step_memory_mib']:.0f} | {k['n']} |")
+    return lines + [""]
+
+
+def targets(rows: list[dict]) -> list[str]:
+    """The issue's targets, each against its measured ratio."""
+    main = medians([r for r in rows if r.get("group") == "main"])
+    lengths = medians([r for r in rows if r.get("group") == "seq_len"])
+    checks = []
+
+    def ratio(table, case_match, metric, peer):
+        for case, impls in table.items():
+            if case_match(case) and "kdbench" in impls and peer in impls:
+                return impls["kdbench"][metric] / impls[peer][metric]
+        return None
+
+    sst2_stage1 = lambda c: c[0] == "sst2" and c[1] == "att_kl+val_kl"  # noqa: E731
+    speed = "examples_per_s"
+    for name, value, goal, better in (
+        ("stage 1 att_kl+val_kl on SST-2, examples/s vs TextBrewer", ratio(main, sst2_stage1, speed, "textbrewer"), 2, "ge"),
+        ("stage 1 att_kl+val_kl on SST-2, examples/s vs plain loop", ratio(main, sst2_stage1, speed, "plain"), 3, "ge"),
+        ("stage 2 (cached logits) on SST-2, examples/s vs plain loop",
+         ratio(main, lambda c: c[0] == "sst2" and c[1] == "vanilla_kd", "examples_per_s", "plain"), 3, "ge"),
+        ("stage 2 (cached logits) on RTE, examples/s vs plain loop",
+         ratio(main, lambda c: c[0] == "rte" and c[1] == "vanilla_kd", "examples_per_s", "plain"), 3, "ge"),
+        ("peak memory at length 512 vs plain loop", ratio(lengths, lambda c: c[2] == 512, "peak_mib", "plain"), 0.5, "le"),
+        ("step memory at length 512 vs plain loop", ratio(lengths, lambda c: c[2] == 512, "step_memory_mib", "plain"), 0.5, "le"),
+    ):
+        if value is not None:
+            met = value >= goal if better == "ge" else value <= goal
+            sign = ">=" if better == "ge" else "<="
+            checks.append(f"| {name} | {sign} {goal}x | {value:.2f}x | {'met' if met else '**not met**'} |")
+    if not checks:
+        return []
+    return ["### Targets", "", "| target | goal | measured | |", "|---|---:|---:|---|", *checks, ""]
+
+
+def report(raw: Path, out: Path) -> None:
+    rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
+    info = machine()
+    lines = [
+        "# Benchmarks: kdbench against a plain Hugging Face loop and TextBrewer", "",
+        "Generated by `python benchmarks/run.py` (`make bench`) from `raw.jsonl`; see `measure.py` for what one",
+        "measurement is. Same teacher (MiniLM-L6, all-MiniLM-L6-v2 with a seeded classifier), same student weights",
+        "(3x384 initialised from teacher layers 2,4,6 unless stated), same examples, same number of optimizer steps;",
+        "examples/s and the peak memory are medians over the repeats (n). *peak*: the process's peak resident",
+        "memory during the timed steps (models, data and Python included); *step*: its rise above the resident",
+        "memory when the timed steps began (what the steps themselves allocate). Ratios: kdbench's examples/s",
+        "over the peer's.", "",
+        f"**Machine**: {info['cpu']}, {info['cores']} cores, {info['threads']} torch threads"
+        f"{', GPU ' + info['gpu'] if info['gpu'] else ', no GPU'}; Python {info['python']}, torch {info['torch']}, "
+        f"transformers {info['transformers']}, TextBrewer {info['textbrewer']}.", "",
+        "**Implementations**: *kdbench*: its stage-1 / stage-2 step functions and the same loop as the training "
+        "recipe (SDPA attention, scores recomputed from hooked q/k at the mapped layers only, both models stopped "
+        "after their last mapped layer, teacher under inference mode, length-grouped batches with dynamic padding, "
+        "stage 2 from cached teacher logits). *plain*: a Hugging Face loop as users write it (`benchmarks/peers.py`): "
+        "eager attention with `output_attentions=True, output_hidden_states=True` on both models, value projections "
+        "by hooks, teacher recomputed under `no_grad` every step, every batch padded to the maximum length; in stage 2 "
+        "it runs without the output flags (the stricter baseline). *TextBrewer*: `GeneralDistiller` on the same "
+        "padded batches with the matching intermediate matches (attention and value-relation KL registered as match "
+        "losses since TextBrewer's own expect pre-softmax scores; hid_seq with its `hidden_mse` and a linear "
+        "projection; stage 2 with its `ce` KD loss and the hard-label loss).", "",
+    ]
+    checks = [r for r in rows if r.get("impl") == "check"]
+    if checks:
+        c = checks[-1]
+        lines += [f"**Same work**: on one padded batch with the same weights, kdbench's stage-1 loss is "
+                  f"{c['kdbench_loss']:.6f} and the plain loop's {c['plain_loss']:.6f}; the largest difference of a "
+                  f"student gradient entry is {c['max_grad_diff']:.1e} (largest entry {c['max_grad']:.2f}).", ""]
+    titles = {"main": "Distillation stages (max length 128)",
+              "seq_len": "Sequence length (att_kl+val_kl, Wikipedia text packed to exactly that length: no padding)",
+              "layers": "Number of mapped layers (att_kl+val_kl on SST-2; student depth = mapped layers)"}
+    for group, title in titles.items():
+        group_rows = [r for r in rows if r.get("group") == group]
+        if group_rows:
+            lines += table(group_rows, title)
+    lines += targets(rows)
+    bf16 = [r for r in rows if r.get("group") == "bf16"]
+    if bf16:
+        fp32 = medians([r for r in rows if r.get("group") == "main" and r["impl"] == "kdbench"])
+        for case, impls in medians(bf16).items():
+            base = fp32.get(case[:-1] + (None,), {}).get("kdbench")
+            if base:
+                lines += ["### bf16 autocast on this CPU (kdbench only, optional)", "",
+                          f"{describe(case)}: {impls['kdbench']['examples_per_s']:.1f} examples/s with bf16 autocast "
+                          f"against {base['examples_per_s']:.1f} in float32 "
+                          f"({impls['kdbench']['examples_per_s'] / base['examples_per_s']:.2f}x; "
+                          "losses in float32 either way).", ""]
+    out.write_text("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=("main", "seq_len", "layers"), default=["main", "seq_len", "layers"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="two timed steps per case: checks the script, not speed")
+    parser.add_argument("--raw", type=Path, default=HERE / "raw.jsonl")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--report", action="store_true", help="only rewrite --out from --raw")
+    args = parser.parse_args()
+    if not args.report:
+        start = time.perf_counter()
+        run(args.only, args.repeats, args.quick, args.raw)
+        print(f"benchmarks: {time.perf_counter() - start:.0f} s", flush=True)
+    report(args.raw, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The benchmark script's measurements on the tiny model: each implementation runs, and kdbench's fast stage-1
+path (SDPA, hooked q/k/v, early stop) gives the plain loop's loss and gradients on the same batch."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import realdata
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def measure(glue: Path, impl: str, objective: str = "att_kl+val_kl", **extra) -> dict:
+    spec = {"impl": impl, "objective": objective, "task": "sst2", "seq_len": 32, "student_layers": 2,
+            "batch_size": 4, "steps": 2, "warmup": 1, "seed": 1, "threads": 1, "teacher": "tiny", "student": "tiny",
+            "overrides": [f"data.glue_dir={glue}"], **extra}
+    return run_measure(spec)
+
+
+def run_measure(spec: dict) -> dict:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "measure.py"), json.dumps(spec)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_fast_stage1_matches_the_plain_loop(tiny_glue):
+    result = measure(tiny_glue, "check", init="random")  # a student that is not a copy of teacher layers
+    assert result["plain_loss"] > 1e-4
+    assert result["kdbench_loss"] == pytest.approx(result["plain_loss"], rel=1e-4)
+    assert result["same_parameters"]
+    assert result["max_grad_diff"] <= 1e-5 * max(result["max_grad"], 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["kdbench", "plain"])
+@pytest.mark.parametrize("objective", ["att_kl+val_kl", "hid_seq", "vanilla_kd"])
+def test_each_implementation_times_the_same_examples(tiny_glue, impl, objective):
+    result = measure(tiny_glue, impl, objective)
+    assert result["examples"] == 2 * 4
+    assert result["seconds"] > 0 and result["peak_mib"] > 0
+    if impl == "plain":
+        assert result["padded_tokens"] == 2 * 4 * 32  # the peers pad every batch to the maximum length
+    else:
+        assert result["padded_tokens"] < 2 * 4 * 32  # dynamic padding
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("textbrewer") is None, reason="TextBrewer lives in the benchmark env")
+def test_textbrewer_runs(tiny_glue):
+    assert measure(tiny_glue, "textbrewer")["examples"] == 2 * 4
+
+
+@realdata
+def test_fast_stage1_matches_the_plain_loop_on_minilm():
+    spec = {"impl": "check", "objective": "att_kl+val_kl", "task": "sst2", "seq_len": 64, "student_layers": 3,
+            "batch_size": 8, "steps": 1, "warmup": 1, "seed": 1, "threads": 2}
+    result = run_measure(spec)
+    assert result["plain_loss"] > 0.1
+    assert result["kdbench_loss"] == pytest.approx(result["plain_loss"], rel=1e-5)
+    assert result["max_grad_diff"] <= 1e-5 * result["max_grad"]
