@@ -74,7 +74,8 @@ def train(
     data). Each optimizer step takes `accumulation` micro-batches, each weighted 1/accumulation; data-parallel
     wrappers in `sync_modules` all-reduce gradients only on a step's last micro-batch. AdamW with linear
     warm-up over `trainer.warmup_ratio` of the steps, then linear decay to zero. With `checkpoints`, the state is
-    saved every `trainer.checkpoint_every` steps and when the stage ends; `resume` (such a saved state) continues
+    saved every `trainer.checkpoint_every` steps, at every epoch boundary (`trainer.checkpoint_epochs`), when a
+    stop signal arrives, and when the stage ends; `resume` (such a saved state) continues
     exactly where it was written. `after_step(step)` runs after every optimizer step (periodic evaluation).
     Returns seconds and examples per second.
     """
@@ -160,6 +161,8 @@ def train(
                 break
         optimizer.zero_grad(set_to_none=True)  # an epoch's incomplete last step is dropped
         epoch += 1
+        if trainer.get("checkpoint_epochs", True) and step < total_steps:
+            save(epoch, 0, done=False)
     progress.close()
     save(epoch, 0, done=True)
     seconds = time.perf_counter() - start

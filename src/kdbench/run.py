@@ -105,6 +105,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         record = run(cfg, run_dir)
     except Interrupted as exc:  # a clean, resumable stop, not an error; in a sweep it stops the whole sweep
         print(f"kdbench: {exc}", file=sys.stderr)
+        exc.hand_over()  # under submitit: its handler requeues the job (the requeued job resumes) and exits
         raise SystemExit(exc.exit_code) from None
     except KdbenchError as exc:
         if cfg.kdbench.debug:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -20,8 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
 from kdbench import data, loop, models
+from kdbench.checkpoint import Checkpoints
 from kdbench.errors import ModelNotFoundError
 from kdbench.record import StepLog, atomic_write, read_json, write_json
+
+logger = logging.getLogger("kdbench")
 
 TEACHER_CACHE_VERSION = 1
 
@@ -95,10 +99,15 @@ def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> Fi
         start = time.perf_counter()
         set_seed(cfg.trainer.teacher_seed)
         teacher = models.pretrained_teacher(cfg.teacher, plan.num_labels, cfg.trainer.teacher_seed).to(plan.device)
+        # Checkpointed like a stage (a killed or pre-empted builder's successor resumes), next to the cache entry.
+        checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"), meta={"teacher": path.name})
         if cfg.trainer.teacher_epochs > 0:
+            latest = checkpoints.latest()
+            if latest is not None:
+                logger.info("resuming the teacher's fine-tuning from %s, step %d", latest[1], latest[0]["step"])
             step = loop.supervised_step(teacher, plan.device, plan.precision)
             loop.train("teacher", [teacher], train_loader, cfg.trainer.teacher_epochs, cfg.trainer.teacher_lr, step,
-                       cfg.trainer, log, plan.device)
+                       cfg.trainer, log, plan.device, checkpoints, latest[0] if latest else None)
         freeze(teacher)
         metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, plan.precision)
         seconds = time.perf_counter() - start
@@ -107,6 +116,7 @@ def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> Fi
         teacher.save_pretrained(str(tmp))
         write_json(tmp / "kdbench_teacher.json", {"key": teacher_key(cfg), "metrics": metrics, "seconds": seconds})
         tmp.rename(path)
+        checkpoints.clear()
         return FineTuned(teacher, metrics, seconds, path.name)
 
 

@@ -16,6 +16,7 @@ from kdbench import loop
 from kdbench.checkpoint import Checkpoints
 from kdbench.errors import KdbenchError
 from kdbench.run import run
+from kdbench.signals import graceful_stop
 from tests.helpers import compose_config, tiny_overrides
 
 CHECKPOINTED = ("trainer.checkpoint_every=1", "trainer.keep_checkpoints=true", "trainer.stage1_epochs=2",
@@ -116,28 +117,106 @@ def test_a_different_config_does_not_resume_silently(tiny_glue, tmp_path, monkey
         run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED, "trainer.lr=3e-4")))
 
 
-def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(tiny_glue, tmp_path):
-    overrides = tiny_overrides(tiny_glue, tmp_path / "run", *CHECKPOINTED, "trainer.stage1_epochs=6",
-                               "trainer.checkpoint_every=1000")
-    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *CHECKPOINTED, "trainer.stage1_epochs=6",
-                                                  "trainer.checkpoint_every=1000")))
-    command = [sys.executable, "-m", "kdbench.run", *overrides]
+LONG_STAGE1 = (*CHECKPOINTED, "trainer.stage1_epochs=6", "trainer.checkpoint_every=1000")
+
+# Stands in for submitit's job process: its pre-emption handler (USR2) requeues the job and exits with 144.
+FAKE_SUBMITIT = """
+import signal, sys
+from pathlib import Path
+marker = Path(sys.argv[1])
+def requeue(signum, frame):
+    marker.write_text("requeued")
+    sys.exit(144)
+signal.signal(signal.SIGUSR2, requeue)
+sys.argv = ["kdbench.run", *sys.argv[2:]]
+from kdbench.run import main
+main()
+"""
+
+
+def stop_during_stage1(command: list[str], run_dir, sig) -> subprocess.CompletedProcess:
+    """Starts `command`, sends `sig` once stage 1 has logged a step, and waits for the process to end."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = tmp_path / "run" / "train_log.jsonl"
+    log = run_dir / "train_log.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and not (log.exists() and '"stage1"' in log.read_text()):
         time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr[-2000:]
-    assert "stopped by a signal at stage1" in stderr
-    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def assert_checkpointed_then_resumes(command: list[str], run_dir, reference: dict) -> None:
+    record = json.loads((run_dir / "result.json").read_text())
     assert record["status"] == "interrupted"
-    state, _ = Checkpoints(tmp_path / "run" / "checkpoints").latest()
+    state, _ = Checkpoints(run_dir / "checkpoints").latest()
     assert state["stage"] == "stage1" and not state["done"]
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert json.loads((tmp_path / "run" / "result.json").read_text())["metrics"] == reference["metrics"]
+    assert "resuming from" in again.stderr + again.stdout
+    assert json.loads((run_dir / "result.json").read_text())["metrics"] == reference["metrics"]
+
+
+def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(tiny_glue, tmp_path):
+    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *LONG_STAGE1)))
+    command = [sys.executable, "-m", "kdbench.run", *tiny_overrides(tiny_glue, tmp_path / "run", *LONG_STAGE1)]
+    stopped = stop_during_stage1(command, tmp_path / "run", signal.SIGTERM)
+    assert stopped.returncode == 0, stopped.stderr[-2000:]
+    assert "stopped by a signal at stage1" in stopped.stderr
+    assert_checkpointed_then_resumes(command, tmp_path / "run", reference)
+
+
+def test_submitit_preemption_checkpoints_first_then_submitit_requeues(tiny_glue, tmp_path):
+    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *LONG_STAGE1)))
+    overrides = tiny_overrides(tiny_glue, tmp_path / "run", *LONG_STAGE1)
+    marker = tmp_path / "requeued"
+    stopped = stop_during_stage1([sys.executable, "-c", FAKE_SUBMITIT, str(marker), *overrides], tmp_path / "run",
+                                 signal.SIGUSR2)
+    # submitit's handler ran (requeue: exit 144), but only after kdbench wrote its checkpoint and record
+    assert stopped.returncode == 144, stopped.stderr[-2000:]
+    assert marker.read_text() == "requeued"
+    assert "stopped by a signal at stage1" in stopped.stderr
+    assert_checkpointed_then_resumes([sys.executable, "-m", "kdbench.run", *overrides], tmp_path / "run", reference)
+
+
+def test_without_a_scheduler_the_preemption_signal_is_left_alone():
+    with graceful_stop():
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+
+
+def test_a_crash_resumes_from_the_last_epoch_boundary(tiny_glue, tmp_path, monkeypatch):
+    epochs = ("trainer.checkpoint_every=0", "trainer.keep_checkpoints=true", "trainer.stage1_epochs=3",
+              "objective=att_kl")
+    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *epochs)))
+    crash_at(monkeypatch, "stage1", 6 * 2 + 3)  # 6 steps per epoch: in the third epoch
+    cfg = compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *epochs))
+    with pytest.raises(Crash):
+        run(cfg)
+    state, _ = Checkpoints(tmp_path / "run" / "checkpoints").latest()
+    assert (state["stage"], state["epoch"], state["batch"], state["step"], state["done"]) == ("stage1", 2, 0, 12, False)
+    monkeypatch.undo()
+    assert run(cfg)["metrics"] == reference["metrics"]
+
+
+def test_a_killed_teacher_fine_tuning_resumes_from_its_checkpoint(tiny_glue, tmp_path, monkeypatch):
+    teacher = ("trainer.teacher_epochs=3", "trainer.checkpoint_every=4", "objective=att_kl")
+    monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache-ref"))
+    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *teacher)))
+    monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))
+    crash_at(monkeypatch, "teacher", 10)
+    cfg = compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *teacher))
+    with pytest.raises(Crash):
+        run(cfg)
+    (partial,) = (tmp_path / "cache" / "teachers").glob("*.checkpoints")
+    state, _ = Checkpoints(partial).latest()
+    assert state["stage"] == "teacher" and state["step"] == 8
+    assert not partial.with_name(partial.name.removesuffix(".checkpoints")).exists()  # no half-built cache entry
+    monkeypatch.undo()
+    monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))
+    resumed = run(cfg)
+    assert resumed["teacher_metrics"] == reference["teacher_metrics"]
+    assert resumed["metrics"] == reference["metrics"]
+    assert not partial.exists()  # cleared once the teacher is cached
 
 
 def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(tiny_glue, tmp_path, monkeypatch):
