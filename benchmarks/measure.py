@@ -3,7 +3,8 @@
 spec: impl (kdbench | plain | textbrewer | check: kdbench's loss and gradients against the plain loop's),
 objective (att_kl+val_kl | hid_seq | vanilla_kd: stage 2),
 task (sst2 | rte | wiki: Wikipedia text packed to exactly seq_len tokens), seq_len, student_layers,
-batch_size, steps (timed), warmup, precision (kdbench only: fp32 | bf16), seed; optional teacher, student
+batch_size, steps (timed), warmup, precision (kdbench only: fp32 | bf16), recompute (kdbench only: loss
+intermediates recomputed in backward), seed; optional teacher, student
 (config options, default minilm_l6 and 3x384), init (every_kth or random), overrides (more Hydra overrides), threads.
 
 Every implementation gets the same teacher and student weights and the same examples: `warmup` untimed
@@ -12,8 +13,9 @@ by length with dynamic padding; the peers pad every batch to seq_len in a seeded
 untimed batch (TextBrewer saves the student after its last step). The clock starts when the first timed
 batch is fetched and stops when the batch after the last timed one is, so a step is the full loop
 iteration (forward, backward, optimizer step, the framework's own overhead). Peak memory: the process's
-peak resident set during the timed steps (Linux VmHWM, reset through /proc/self/clear_refs), or the
-CUDA allocator's peak on a GPU.
+resident-set high-water mark over the timed steps (Linux VmHWM, reset through /proc/self/clear_refs when they
+begin; the allocator keeps what the warm-up steps took, so it is the training peak), or the CUDA
+allocator's peak on a GPU.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class TimedBatches:
 
     def __init__(self, warmup: list, timed: list, tail: list, device):
         self.parts, self.device = (warmup, timed, tail), device
-        self.seconds = self.peak = self.start_mib = None
+        self.seconds = self.peak = None
 
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)
@@ -78,7 +80,6 @@ class TimedBatches:
         warmup, timed, tail = self.parts
         yield from warmup
         reset_peak(self.device)
-        self.start_mib = peak_mib(self.device)
         start = time.perf_counter()
         yield from timed
         if self.device.type == "cuda":
@@ -178,7 +179,9 @@ def run_kdbench(setup: Setup) -> TimedBatches:
     batches = setup.timed_batches(padded=False, stage1=True)
     plan, cfg = setup.plan, setup.cfg
     if plan.terms:
-        with distill.stage1(plan, setup.student, setup.teacher, setup.train["labels"], cfg.seed) as (step, modules):
+        recompute = bool(setup.spec.get("recompute", False))
+        with distill.stage1(plan, setup.student, setup.teacher, setup.train["labels"], cfg.seed,
+                            recompute=recompute) as (step, modules):
             train_steps(step, modules, batches)
     else:  # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
         loader = data.make_loader(setup.train, setup.tokenizer, cfg.trainer.eval_batch_size, shuffle=False)
@@ -250,8 +253,7 @@ def main() -> None:
     padded = sum(int(b["input_ids"].numel()) for b in timed)
     print(json.dumps({**spec, "device": str(setup.device), "seconds": batches.seconds, "examples": examples,
                       "examples_per_s": examples / batches.seconds, "tokens_per_s": tokens / batches.seconds,
-                      "padded_tokens": padded, "real_tokens": tokens, "peak_mib": batches.peak,
-                      "step_memory_mib": batches.peak - batches.start_mib}), flush=True)
+                      "padded_tokens": padded, "real_tokens": tokens, "peak_mib": batches.peak}), flush=True)
 
 
 if __name__ == "__main__":

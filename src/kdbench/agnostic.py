@@ -223,7 +223,8 @@ def run_task_agnostic(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
         init_from_teacher(student, teacher, plan.init_layers, copy_embeddings=cfg.init.get("copy_embeddings", True),
                           copy_head=cfg.init.get("copy_head", True))
     student.to(device)
-    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, cfg.seed).to(device)
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, cfg.seed,
+                          recompute=trainer.recompute_losses).to(device)
 
     micro, accumulation = batch_layout(trainer.batch_size, world.size, trainer.device_batch_size)
     masking = MaskingSpec.from_tokenizer(tokenizer) if objective.uses_mlm else None

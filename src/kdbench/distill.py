@@ -80,12 +80,14 @@ def stage1_losses(student_recorder: FeatureRecorder, teacher_recorder: FeatureRe
 
 
 @contextmanager
-def stage1(plan: Plan, student, teacher, train_labels, seed: int):
+def stage1(plan: Plan, student, teacher, train_labels, seed: int, *, recompute: bool = False):
     """Intermediate-layer distillation: yields its step function and the modules it trains (student, objective).
 
     Both models stop after their last mapped layer while the context is open: nothing above it is computed.
+    `recompute`: the loss terms' intermediates are recomputed in the backward pass instead of stored.
     """
-    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, seed).to(plan.device)
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, seed, recompute=recompute)
+    objective.to(plan.device)
     with (
         FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
         FeatureRecorder(teacher, objective.needs("teacher"), objective.last_layer("teacher")) as teacher_recorder,
@@ -180,7 +182,9 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
     latest = resumable_state(checkpoints, plan.fingerprint)
 
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, [student]):
-        with stage1(plan, student, teacher, train_set["labels"], cfg.seed) as (step, modules):
+        with stage1(plan, student, teacher, train_set["labels"], cfg.seed, recompute=trainer.recompute_losses) as (
+            step, modules
+        ):
             stats = loop.train("stage1", modules, train_loader, trainer.stage1_epochs, trainer.lr,
                                step, trainer, log, device, checkpoints, resume_from("stage1", latest))
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])

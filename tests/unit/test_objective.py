@@ -112,3 +112,27 @@ def test_last_layer_stops_early_unless_logits_are_needed():
     assert (att.last_layer("student"), att.last_layer("teacher")) == (2, 4)
     distil = Objective(terms_of("distilbert", teacher, student), student.config, teacher.config)
     assert distil.uses_logits and distil.last_layer("teacher") is None
+
+
+@pytest.mark.parametrize("objective_name", ["att_kl+val_kl", "att_mse+hid_seq", "minilm_v2", "tinybert"])
+def test_recomputed_losses_give_the_same_losses_and_gradients(batch, objective_name):
+    """trainer.recompute_losses trades memory for time only: losses and gradients are unchanged."""
+    teacher, student = _pair()
+    results = []
+    for recompute in (False, True):
+        student.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        objective = Objective(terms_of(objective_name, teacher, student, init_layers=None), student.config,
+                              teacher.config, recompute=recompute)
+        s = _records(student, objective.needs("student"), batch["input_ids"], batch["attention_mask"])
+        with torch.no_grad():
+            t = _records(teacher, objective.needs("teacher"), batch["input_ids"], batch["attention_mask"])
+        losses = objective(s, t, batch)
+        losses["total"].backward()
+        grads = {n: p.grad.clone() for n, p in [*student.named_parameters(), *objective.named_parameters()]
+                 if p.grad is not None}
+        results.append(({k: v.item() for k, v in losses.items()}, grads))
+    (plain_losses, plain_grads), (recomputed_losses, recomputed_grads) = results
+    assert recomputed_losses == plain_losses
+    assert plain_grads.keys() == recomputed_grads.keys() and plain_grads
+    assert all(torch.equal(plain_grads[n], recomputed_grads[n]) for n in plain_grads)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from kdbench.errors import ConfigError
 from kdbench.initialization import every_kth, validate_layer_list
@@ -162,10 +163,11 @@ class Objective(nn.Module):
     """Computes every term from recorded student/teacher features; owns the learnable parts (projections, CRD)."""
 
     def __init__(self, terms: list[Term], student_conf, teacher_conf, train_labels: torch.Tensor | None = None,
-                 seed: int = 0):
+                 seed: int = 0, *, recompute: bool = False):
         """`train_labels` [N]: the training labels by example number (for terms with per-example state)."""
         super().__init__()
         self.terms = terms
+        self.recompute = recompute
         self.student_heads = student_conf.num_attention_heads
         self.teacher_heads = teacher_conf.num_attention_heads
         self.projections = nn.ModuleDict()
@@ -212,30 +214,44 @@ class Objective(nn.Module):
         """Per-term weighted losses (float32 scalars) and their sum under "total".
 
         Records map a layer (0 = embeddings) to its raw features, and LOGITS to the model's logits.
+        With `recompute`, a token-level term keeps only the raw features (q, k, v, hidden) for the backward
+        pass: each layer pair's [B, H, L, L] maps and loss intermediates are recomputed then, one pair at a time
+        (activation checkpointing), which bounds the memory of long sequences at the cost of evaluating the
+        loss twice.
         """
         losses: dict[str, torch.Tensor] = {}
         for term in self.terms:
-            pairs = [
-                (self._feature(student_records, s, term.feature, self.student_heads),
-                 self._feature(teacher_records, t, term.feature, self.teacher_heads))
-                for s, t in term.pairs
-            ]
-            if term.name in self.projections:
-                pairs = [(self.projections[term.name](s), t) for s, t in pairs]
             if term.name in self.loss_modules:  # one call on all mapped layers, concatenated (CRD)
+                pairs = [self._pair(term, student_records, teacher_records, s, t) for s, t in term.pairs]
                 student_all = torch.cat([s for s, _ in pairs], dim=-1)
                 teacher_all = torch.cat([t for _, t in pairs], dim=-1)
                 value = self.loss_modules[term.name](student_all, teacher_all, batch["example"], batch["labels"])
             else:
-                kwargs = dict(term.params)
-                if term.feature in TOKEN_LEVEL:
-                    kwargs["mask"] = batch["attention_mask"]
-                if LOSSES[term.loss].takes_labels:
-                    kwargs["labels"] = batch["labels"]
-                value = sum(LOSSES[term.loss].fn(s, t, **kwargs) for s, t in pairs)
+                recompute = self.recompute and term.feature in TOKEN_LEVEL
+                value = sum(
+                    checkpoint(self._pair_loss, term, student_records, teacher_records, s, t, batch, use_reentrant=False)
+                    if recompute else self._pair_loss(term, student_records, teacher_records, s, t, batch)
+                    for s, t in term.pairs
+                )
             losses[term.name] = term.weight * value
         losses["total"] = sum(losses.values())
         return losses
+
+    def _pair(self, term: Term, student_records, teacher_records, s: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The term's (student, teacher) features at one layer pair, the student's projected when it has W_h."""
+        student = self._feature(student_records, s, term.feature, self.student_heads)
+        teacher = self._feature(teacher_records, t, term.feature, self.teacher_heads)
+        if term.name in self.projections:
+            student = self.projections[term.name](student)
+        return student, teacher
+
+    def _pair_loss(self, term: Term, student_records, teacher_records, s: int, t: int, batch: dict) -> torch.Tensor:
+        kwargs = dict(term.params)
+        if term.feature in TOKEN_LEVEL:
+            kwargs["mask"] = batch["attention_mask"]
+        if LOSSES[term.loss].takes_labels:
+            kwargs["labels"] = batch["labels"]
+        return LOSSES[term.loss].fn(*self._pair(term, student_records, teacher_records, s, t), **kwargs)
 
 
 def width_projection(student_width: int, teacher_width: int) -> nn.Linear:
