@@ -1,11 +1,12 @@
 """One measurement, in its own process: `python benchmarks/measure.py '<json spec>'` prints one JSON line.
 
 spec: impl (kdbench | plain | textbrewer | check: kdbench's loss and gradients against the plain loop's),
-objective (att_kl+val_kl | hid_seq | vanilla_kd: stage 2),
-task (sst2 | rte | wiki: Wikipedia text packed to exactly seq_len tokens), seq_len, student_layers,
-batch_size, steps (timed), warmup, precision (kdbench only: fp32 | bf16), recompute (kdbench only: loss
-intermediates recomputed in backward), seed; optional teacher, student
-(config options, default minilm_l6 and 3x384), init (every_kth or random), overrides (more Hydra overrides), threads.
+objective (att_kl+val_kl | hid_seq | vanilla_kd: stage 2), task (sst2 | rte | wiki: Wikipedia text packed to
+exactly seq_len tokens), seq_len, student_layers, batch_size, steps (timed), warmup, seed; kdbench only:
+precision (fp32 | bf16), recompute (loss intermediates recomputed in backward), compile (torch.compile the
+blocks); optional: teacher and student
+(config options, default minilm_l6 and 3x384), init (every_kth or random), overrides (more Hydra overrides),
+threads.
 
 Every implementation gets the same teacher and student weights and the same examples: `warmup` untimed
 batches, then `steps` timed batches that cover the same `steps * batch_size` examples (kdbench batches them
@@ -71,16 +72,18 @@ class TimedBatches:
 
     def __init__(self, warmup: list, timed: list, tail: list, device):
         self.parts, self.device = (warmup, timed, tail), device
-        self.seconds = self.peak = None
+        self.seconds = self.peak = self.warmup_seconds = None
 
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)
 
     def __iter__(self):
         warmup, timed, tail = self.parts
+        warmup_start = time.perf_counter()
         yield from warmup
         reset_peak(self.device)
         start = time.perf_counter()
+        self.warmup_seconds = start - warmup_start
         yield from timed
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -178,6 +181,8 @@ def train_steps(step, modules, batches: TimedBatches) -> None:
 def run_kdbench(setup: Setup) -> TimedBatches:
     batches = setup.timed_batches(padded=False, stage1=True)
     plan, cfg = setup.plan, setup.cfg
+    if setup.spec.get("compile"):  # compiled during the warm-up steps (their time is reported as warmup_s)
+        models.compile_blocks(setup.student, setup.teacher)
     if plan.terms:
         recompute = bool(setup.spec.get("recompute", False))
         with distill.stage1(plan, setup.student, setup.teacher, setup.train["labels"], cfg.seed,
@@ -253,7 +258,8 @@ def main() -> None:
     padded = sum(int(b["input_ids"].numel()) for b in timed)
     print(json.dumps({**spec, "device": str(setup.device), "seconds": batches.seconds, "examples": examples,
                       "examples_per_s": examples / batches.seconds, "tokens_per_s": tokens / batches.seconds,
-                      "padded_tokens": padded, "real_tokens": tokens, "peak_mib": batches.peak}), flush=True)
+                      "padded_tokens": padded, "real_tokens": tokens, "peak_mib": batches.peak,
+                      "warmup_s": batches.warmup_seconds}), flush=True)
 
 
 if __name__ == "__main__":

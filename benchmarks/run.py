@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -22,8 +23,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PEERS = ("plain", "textbrewer")
-GROUPS = ("main", "seq_len", "layers", "bf16", "recompute")
-VARIANTS = {"bf16": "bf16 autocast (losses in float32)", "recompute": "`trainer.recompute_losses=true`"}
+GROUPS = ("main", "seq_len", "layers", "bf16", "recompute", "compile")
+VARIANTS = {"bf16": "bf16 autocast (losses in float32)", "recompute": "`trainer.recompute_losses=true`",
+            "compile": "`trainer.compile=true` (compiled in the warm-up steps)"}
 IMPLEMENTATIONS = ("kdbench", *PEERS)
 BASE = {"seq_len": 128, "student_layers": 3, "warmup": 2, "seed": 1}
 
@@ -48,7 +50,7 @@ def groups(quick: bool) -> dict[str, list[dict]]:
     # kdbench's optional settings, kdbench only: bf16 autocast (a CPU with bf16 support, or a GPU) on the SST-2
     # stage-1 case; the loss intermediates recomputed in backward on the longest sequences
     return {"main": main, "seq_len": seq_len, "layers": layers, "bf16": [{**main[0], "precision": "bf16"}],
-            "recompute": [{**seq_len[-1], "recompute": True}]}
+            "recompute": [{**seq_len[-1], "recompute": True}], "compile": [{**main[0], "compile": True}]}
 
 
 def case_key(spec: dict) -> tuple:
@@ -107,8 +109,8 @@ def medians(rows: list[dict]) -> dict[tuple, dict[str, dict[str, float]]]:
     for row in rows:
         grouped.setdefault(case_key(row), {}).setdefault(row["impl"], []).append(row)
     return {
-        case: {impl: {m: statistics.median(r[m] for r in runs) for m in ("examples_per_s", "tokens_per_s", "peak_mib")}
-               | {"n": len(runs)}
+        case: {impl: {m: statistics.median(r.get(m, math.nan) for r in runs)
+                      for m in ("examples_per_s", "tokens_per_s", "peak_mib", "warmup_s")} | {"n": len(runs)}
                for impl, runs in impls.items()}
         for case, impls in grouped.items()
     }
@@ -170,6 +172,10 @@ def targets(rows: list[dict]) -> list[str]:
     return ["### Targets", "", "| target | goal | measured | |", "|---|---:|---:|---|", *checks, ""]
 
 
+def seconds(value: float) -> str:
+    return "not recorded" if math.isnan(value) else f"{value:.1f}"
+
+
 def variant_lines(rows: list[dict]) -> list[str]:
     """kdbench's optional settings against its defaults on the same case."""
     defaults = medians([r for r in rows if r.get("group") in ("main", "seq_len") and r["impl"] == "kdbench"])
@@ -180,12 +186,13 @@ def variant_lines(rows: list[dict]) -> list[str]:
             if base:
                 lines.append(f"| {describe(case)} | {text} | {new['examples_per_s']:.1f} vs {base['examples_per_s']:.1f} "
                              f"({new['examples_per_s'] / base['examples_per_s']:.2f}x) | {new['peak_mib']:.0f} vs "
-                             f"{base['peak_mib']:.0f} ({new['peak_mib'] / base['peak_mib']:.2f}x) |")
+                             f"{base['peak_mib']:.0f} ({new['peak_mib'] / base['peak_mib']:.2f}x) "
+                             f"| {seconds(new['warmup_s'])} vs {seconds(base['warmup_s'])} |")
     if not lines:
         return []
     return ["### kdbench's optional settings", "",
-            "| case | setting | examples/s (vs default) | peak MiB (vs default) |",
-            "|---|---|---:|---:|", *lines, ""]
+            "| case | setting | examples/s (vs default) | peak MiB (vs default) | warm-up steps, s (vs default) |",
+            "|---|---|---:|---:|---:|", *lines, ""]
 
 
 def report(raw: Path, out: Path) -> None:

@@ -175,6 +175,8 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
             copy_embeddings=cfg.init.get("copy_embeddings", True), copy_head=cfg.init.get("copy_head", True),
         )
     student.to(device)
+    if trainer.compile:  # measured in benchmarks/RESULTS.md; off by default
+        models.compile_blocks(student, teacher)
     train_loader = data.make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=cfg.seed,
                                     group_by_length=trainer.group_by_length)
     timing = {"teacher_finetune_s": teacher_seconds, "stage1_s": 0.0, "stage2_s": 0.0}

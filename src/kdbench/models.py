@@ -170,6 +170,24 @@ def encoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
     return layers
 
 
+COMPILED_PARTS = ("attention.output", "intermediate", "output")  # a BERT-family block, less its self-attention
+
+
+def compile_blocks(*models: PreTrainedModel) -> None:
+    """`torch.compile` the dense parts of every transformer block, with dynamic shapes (batches vary in length).
+
+    The self-attention stays eager: its query/key/value projections carry the hooks that read features (hooks
+    inside a compiled region would not run), and SDPA is already a fused kernel. What is compiled is the
+    attention output projection and the feed-forward (dense, GELU, dropout, residual, layer norm), whose
+    elementwise steps inductor fuses; identical parts share one compiled graph.
+    """
+    for model in models:
+        for block in encoder_layers(model):
+            for name in COMPILED_PARTS:
+                part = block.get_submodule(name)
+                part.forward = torch.compile(part.forward, dynamic=True)
+
+
 def embeddings(model: PreTrainedModel) -> torch.nn.Module:
     return model.base_model.embeddings
 

@@ -1,7 +1,8 @@
-"""The fast paths compute what the straightforward ones do: cached teacher logits, length-grouped batches."""
+"""The fast paths compute what the straightforward ones do: cached teacher logits, length-grouped batches, compiled blocks."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kdbench import data, distill, models
@@ -64,3 +65,31 @@ def test_length_grouped_batches_cover_every_example_once_and_waste_less_padding(
 def test_evaluation_batches_are_sorted_by_length():
     lengths = torch.tensor([3, 9, 1, 7, 5])
     assert data.SeededBatches(lengths, 2, shuffle=False).batches(0) == [[1, 3], [4, 0], [2]]
+
+
+@pytest.mark.slow
+def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path):
+    """trainer.compile: torch.compile'd blocks, hooks still reading features and stopping the forward early."""
+    cfg, plan, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, "objective=att_kl+hid_seq")))
+    student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, seed=1).eval()  # no dropout
+    batches = list(loader)[:2]  # two lengths: the dynamic-shape graph serves both
+
+    def losses_and_grads():
+        results = []
+        with distill.stage1(plan, student, teacher.model, train_set["labels"], seed=1) as (step, modules):
+            for batch in batches:
+                student.zero_grad(set_to_none=True)
+                losses = step(batch)
+                losses["total"].backward()
+                results.append(({k: v.detach() for k, v in losses.items()},
+                                {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}))
+        return results
+
+    eager = losses_and_grads()
+    models.compile_blocks(student, teacher.model)
+    compiled = losses_and_grads()
+    for (losses, grads), (c_losses, c_grads) in zip(eager, compiled, strict=True):
+        assert losses.keys() == c_losses.keys() and grads.keys() == c_grads.keys()
+        assert all(torch.allclose(losses[k], c_losses[k], rtol=1e-4, atol=1e-6) for k in losses)
+        assert all(torch.allclose(grads[n], c_grads[n], rtol=1e-3, atol=1e-6) for n in grads)
