@@ -198,21 +198,23 @@ def run_kdbench(setup: Setup) -> TimedBatches:
     return batches
 
 
-def run_plain(setup: Setup) -> TimedBatches:
+def peer_batches(setup: Setup) -> tuple[bool, TimedBatches]:
+    """(stage 1?, the padded batches) for a peer: eager attention where it must return attention maps."""
     stage1 = bool(setup.plan.terms)
     for model in (setup.teacher, setup.student):
         model.set_attn_implementation("eager" if stage1 else "sdpa")
-    batches = setup.timed_batches(padded=True, stage1=stage1)
+    return stage1, setup.timed_batches(padded=True, stage1=stage1)
+
+
+def run_plain(setup: Setup) -> TimedBatches:
+    stage1, batches = peer_batches(setup)
     step, modules = (peers.plain_stage1 if stage1 else peers.plain_stage2)(setup)
     train_steps(step, modules, batches)
     return batches
 
 
 def run_textbrewer(setup: Setup) -> TimedBatches:
-    stage1 = bool(setup.plan.terms)
-    for model in (setup.teacher, setup.student):
-        model.set_attn_implementation("eager" if stage1 else "sdpa")
-    batches = setup.timed_batches(padded=True, stage1=stage1)
+    _, batches = peer_batches(setup)
     peers.textbrewer_train(setup, batches, optimizer_for, num_steps=len(batches))
     return batches
 

@@ -161,7 +161,7 @@ def train(
                 break
         optimizer.zero_grad(set_to_none=True)  # an epoch's incomplete last step is dropped
         epoch += 1
-        if trainer.get("checkpoint_epochs", True) and step < total_steps:
+        if trainer.checkpoint_epochs and step < total_steps:
             save(epoch, 0, done=False)
     progress.close()
     save(epoch, 0, done=True)

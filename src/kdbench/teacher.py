@@ -100,7 +100,7 @@ def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> Fi
         set_seed(cfg.trainer.teacher_seed)
         teacher = models.pretrained_teacher(cfg.teacher, plan.num_labels, cfg.trainer.teacher_seed).to(plan.device)
         # Checkpointed like a stage (a killed or pre-empted builder's successor resumes), next to the cache entry.
-        checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"), meta={"teacher": path.name})
+        checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"))  # keyed like the entry: no fingerprint
         if cfg.trainer.teacher_epochs > 0:
             latest = checkpoints.latest()
             if latest is not None:
