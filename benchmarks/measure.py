@@ -3,10 +3,9 @@
 spec: impl (kdbench | plain | textbrewer | check: kdbench's loss and gradients against the plain loop's),
 objective (att_kl+val_kl | hid_seq | vanilla_kd: stage 2), task (sst2 | rte | wiki: Wikipedia text packed to
 exactly seq_len tokens), seq_len, student_layers, batch_size, steps (timed), warmup, seed; kdbench only:
-precision (fp32 | bf16), recompute (loss intermediates recomputed in backward), compile (torch.compile the
-blocks); optional: teacher and student
-(config options, default minilm_l6 and 3x384), init (every_kth or random), overrides (more Hydra overrides),
-threads.
+precision (fp32 | bf16), overrides (Hydra overrides: kdbench's optional trainer settings, e.g.
+trainer.recompute_losses=true, trainer.recompute_attention=true, trainer.compile=true); optional: teacher and
+student (config options, default minilm_l6 and 3x384), init (every_kth or random), threads.
 
 Every implementation gets the same teacher and student weights and the same examples: `warmup` untimed
 batches, then `steps` timed batches that cover the same `steps * batch_size` examples (kdbench batches them
@@ -109,6 +108,12 @@ def wiki_rows(tokenizer, seq_len: int, n: int) -> Dataset:
     return ds
 
 
+def setting_overrides(spec: dict) -> list[str]:
+    """kdbench's optional trainer settings of a spec as Hydra overrides (older specs: `recompute`, `compile`)."""
+    legacy = {"recompute": "trainer.recompute_losses=true", "compile": "trainer.compile=true"}
+    return [*spec.get("overrides", []), *(override for key, override in legacy.items() if spec.get(key))]
+
+
 class Setup:
     """The config, data, teacher and student every implementation shares."""
 
@@ -123,7 +128,7 @@ class Setup:
             f"objective={spec['objective']}",
             f"trainer.max_length={spec['seq_len']}", f"trainer.batch_size={batch}", f"data.train_limit={n}",
             f"trainer.precision={spec.get('precision', 'fp32')}", "trainer.teacher_epochs=0", f"seed={spec['seed']}",
-            *spec.get("overrides", []),
+            *setting_overrides(spec),
         ]
         self.cfg = cfg = compose(overrides)
         self.plan = plan = make_plan(cfg)
@@ -181,12 +186,13 @@ def train_steps(step, modules, batches: TimedBatches) -> None:
 def run_kdbench(setup: Setup) -> TimedBatches:
     batches = setup.timed_batches(padded=False, stage1=True)
     plan, cfg = setup.plan, setup.cfg
-    if setup.spec.get("compile"):  # compiled during the warm-up steps (their time is reported as warmup_s)
+    models.prepare_for_training(setup.student, cfg.trainer)
+    if cfg.trainer.compile:  # compiled during the warm-up steps (their time is reported as warmup_s)
         models.compile_blocks(setup.student, setup.teacher)
     if plan.terms:
-        recompute = bool(setup.spec.get("recompute", False))
-        with distill.stage1(plan, setup.student, setup.teacher, setup.train["labels"], cfg.seed,
-                            recompute=recompute) as (step, modules):
+        with distill.stage1(plan, setup.student, setup.teacher, setup.train["labels"], cfg.seed, cfg.trainer) as (
+            step, modules
+        ):
             train_steps(step, modules, batches)
     else:  # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
         loader = data.make_loader(setup.train, setup.tokenizer, cfg.trainer.eval_batch_size, shuffle=False)

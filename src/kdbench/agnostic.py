@@ -28,7 +28,7 @@ from kdbench.distill import detached, resumable_state
 from kdbench.errors import ConfigError
 from kdbench.initialization import init_from_teacher
 from kdbench.objectives.features import FeatureRecorder
-from kdbench.objectives.objective import LOGITS, Objective
+from kdbench.objectives.objective import LOGITS, Objective, computation
 from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.teacher import freeze
@@ -222,9 +222,8 @@ def run_task_agnostic(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
     if plan.init_layers is not None:
         init_from_teacher(student, teacher, plan.init_layers, copy_embeddings=cfg.init.get("copy_embeddings", True),
                           copy_head=cfg.init.get("copy_head", True))
-    student.to(device)
-    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, cfg.seed,
-                          recompute=trainer.recompute_losses).to(device)
+    models.prepare_for_training(student, trainer).to(device)
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, cfg.seed, **computation(trainer)).to(device)
 
     micro, accumulation = batch_layout(trainer.batch_size, world.size, trainer.device_batch_size)
     masking = MaskingSpec.from_tokenizer(tokenizer) if objective.uses_mlm else None

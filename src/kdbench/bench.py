@@ -41,10 +41,10 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
     student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, cfg.seed)
     if plan.init_layers is not None:
         init_from_teacher(student, teacher, plan.init_layers)
-    student.to(plan.device)
+    models.prepare_for_training(student, cfg.trainer).to(plan.device)
     if cfg.trainer.compile:
         models.compile_blocks(student, teacher)
-    with distill.stage1(plan, student, teacher, train_set["labels"], cfg.seed) as (step, modules):
+    with distill.stage1(plan, student, teacher, train_set["labels"], cfg.seed, cfg.trainer) as (step, modules):
         params = [p for m in modules for p in m.parameters()]
         optimizer = torch.optim.AdamW(params, lr=cfg.trainer.lr)
         batches = iter(loader)

@@ -25,7 +25,7 @@ from kdbench.errors import KdbenchError
 from kdbench.initialization import init_from_teacher
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.functional import kd_loss
-from kdbench.objectives.objective import LOGITS, Objective
+from kdbench.objectives.objective import LOGITS, Objective, computation
 from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.teacher import finetuned_teacher, teacher_logits_table
@@ -80,13 +80,14 @@ def stage1_losses(student_recorder: FeatureRecorder, teacher_recorder: FeatureRe
 
 
 @contextmanager
-def stage1(plan: Plan, student, teacher, train_labels, seed: int, *, recompute: bool = False):
+def stage1(plan: Plan, student, teacher, train_labels, seed: int, trainer: DictConfig | None = None):
     """Intermediate-layer distillation: yields its step function and the modules it trains (student, objective).
 
     Both models stop after their last mapped layer while the context is open: nothing above it is computed.
-    `recompute`: the loss terms' intermediates are recomputed in the backward pass instead of stored.
+    `trainer`: its settings of how the objective computes (`computation`; None: the defaults).
     """
-    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, seed, recompute=recompute)
+    how = computation(trainer) if trainer is not None else {}
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, seed, **how)
     objective.to(plan.device)
     with (
         FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
@@ -174,7 +175,7 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
             student, teacher, plan.init_layers,
             copy_embeddings=cfg.init.get("copy_embeddings", True), copy_head=cfg.init.get("copy_head", True),
         )
-    student.to(device)
+    models.prepare_for_training(student, trainer).to(device)
     if trainer.compile:  # measured in benchmarks/RESULTS.md; off by default
         models.compile_blocks(student, teacher)
     train_loader = data.make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=cfg.seed,
@@ -184,9 +185,7 @@ def run_task_specific(cfg: DictConfig, plan: Plan, run_dir: Path, log: StepLog) 
     latest = resumable_state(checkpoints, plan.fingerprint)
 
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, [student]):
-        with stage1(plan, student, teacher, train_set["labels"], cfg.seed, recompute=trainer.recompute_losses) as (
-            step, modules
-        ):
+        with stage1(plan, student, teacher, train_set["labels"], cfg.seed, trainer) as (step, modules):
             stats = loop.train("stage1", modules, train_loader, trainer.stage1_epochs, trainer.lr,
                                step, trainer, log, device, checkpoints, resume_from("stage1", latest))
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])

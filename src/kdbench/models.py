@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
+from torch.utils.checkpoint import checkpoint
 from transformers import (
+    AttentionInterface,
     AutoConfig,
     AutoModel,
     AutoModelForMaskedLM,
@@ -23,6 +25,8 @@ from transformers import (
     PretrainedConfig,
     PreTrainedModel,
 )
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from kdbench.errors import ConfigError, ModelNotFoundError
 
@@ -186,6 +190,34 @@ def compile_blocks(*models: PreTrainedModel) -> None:
             for name in COMPILED_PARTS:
                 part = block.get_submodule(name)
                 part.forward = torch.compile(part.forward, dynamic=True)
+
+
+RECOMPUTED_SDPA = "kdbench_recomputed_sdpa"  # the attention implementation `recompute_attention` registers
+
+
+def _recomputed_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
+    """Transformers' SDPA attention, its [B, H, L, L] maps recomputed in backward where it would keep them.
+
+    On CPU, SDPA with dropout runs the unfused kernel, which keeps the softmax output, the dropout mask and the
+    dropped probabilities of every layer for backward (about 2.25 maps per layer). Under activation checkpointing
+    only q, k, v and the mask are kept, and the maps of one layer at a time are rebuilt in backward from the saved
+    RNG state: the same dropout mask, so outputs and gradients are bitwise those of plain SDPA. The fused GPU
+    kernels keep no maps (dropout included), so there, and without dropout, this is plain SDPA.
+    """
+    if dropout > 0 and query.device.type == "cpu" and torch.is_grad_enabled():
+        return checkpoint(sdpa_attention_forward, module, query, key, value, attention_mask, dropout=dropout,
+                          use_reentrant=False, **kwargs)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
+
+
+def prepare_for_training(model: PreTrainedModel, trainer: DictConfig) -> PreTrainedModel:
+    """The trainer's memory setting for a model about to be trained: with `trainer.recompute_attention`, its
+    attention becomes `_recomputed_sdpa`, with SDPA's form of the padding mask. Not saved with the model."""
+    if trainer.recompute_attention:
+        AttentionInterface.register(RECOMPUTED_SDPA, _recomputed_sdpa)
+        AttentionMaskInterface.register(RECOMPUTED_SDPA, sdpa_mask)
+        model.set_attn_implementation(RECOMPUTED_SDPA)
+    return model
 
 
 def embeddings(model: PreTrainedModel) -> torch.nn.Module:

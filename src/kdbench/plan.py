@@ -71,11 +71,17 @@ def resolve_precision(requested: str, device: torch.device) -> str:
     return requested
 
 
+# Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run
+# re-run with recomputation on).
+HOW_NOT_WHAT = ("progress_bar", "compile", "fused_losses", "recompute_losses", "recompute_attention")
+
+
 def config_fingerprint(cfg: DictConfig) -> str:
     """Identifies the run's resolved config, less where it is written and how progress is shown."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.get("paths", {}).pop("run_dir", None)
-    resolved.get("trainer", {}).pop("progress_bar", None)
+    for how in HOW_NOT_WHAT:
+        resolved.get("trainer", {}).pop(how, None)
     return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
 
 

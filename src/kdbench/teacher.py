@@ -102,6 +102,7 @@ def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> Fi
         # Checkpointed like a stage (a killed or pre-empted builder's successor resumes), next to the cache entry.
         checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"))  # keyed like the entry: no fingerprint
         if cfg.trainer.teacher_epochs > 0:
+            models.prepare_for_training(teacher, cfg.trainer)
             latest = checkpoints.latest()
             if latest is not None:
                 logger.info("resuming the teacher's fine-tuning from %s, step %d", latest[1], latest[0]["step"])

@@ -100,3 +100,13 @@ def test_slurm_launcher_preset_composes_on_submitit():
         cfg = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], return_hydra_config=True)
     assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert (cfg.hydra.launcher.partition, cfg.hydra.launcher.gpus_per_node) == ("gpu", 1)
+
+
+def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
+    """An out-of-memory run re-run with recomputation on resumes its checkpoints; a different recipe does not."""
+    from kdbench.plan import HOW_NOT_WHAT, config_fingerprint
+
+    base = config_fingerprint(compose_config([]))
+    flipped = [f"trainer.{key}={not compose_config([]).trainer[key]}" for key in HOW_NOT_WHAT]
+    assert config_fingerprint(compose_config(flipped)) == base
+    assert config_fingerprint(compose_config(["trainer.lr=1e-3"])) != base

@@ -1,4 +1,5 @@
-"""The fast paths compute what the straightforward ones do: cached teacher logits, length-grouped batches, compiled blocks."""
+"""The fast paths compute what the straightforward ones do: cached teacher logits, length-grouped batches, compiled
+blocks, recomputed attention, the attention-map losses with their gradient formed in the forward pass."""
 
 from __future__ import annotations
 
@@ -93,3 +94,65 @@ def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path)
         assert losses.keys() == c_losses.keys() and grads.keys() == c_grads.keys()
         assert all(torch.allclose(losses[k], c_losses[k], rtol=1e-4, atol=1e-6) for k in losses)
         assert all(torch.allclose(grads[n], c_grads[n], rtol=1e-3, atol=1e-6) for n in grads)
+
+
+def _stage1_step_results(plan, trainer, student, teacher, train_set, batches, seed=1):
+    """Per batch: losses, student gradients and the bytes autograd saved for backward, in training mode."""
+    results = []
+    with distill.stage1(plan, student, teacher, train_set["labels"], seed, trainer) as (step, _):
+        for batch in batches:
+            student.zero_grad(set_to_none=True)
+            saved = {}
+
+            def keep(tensor):
+                saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+                return tensor
+
+            torch.manual_seed(7)  # the same dropout masks for both variants
+            with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+                losses = step(batch)
+            losses["total"].backward()
+            results.append(({k: v.detach() for k, v in losses.items()},
+                            {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None},
+                            sum(saved.values()), torch.get_rng_state()))
+    return results
+
+
+def test_recomputed_attention_gives_bitwise_the_same_step_and_keeps_fewer_maps(tiny_glue, tmp_path):
+    """trainer.recompute_attention: the student's attention (with its dropout) rebuilt in backward, same RNG use."""
+    cfg, plan, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    batches = list(loader)[:2]
+    runs = {}
+    for recompute in (False, True):
+        trainer = compose_config(tiny_overrides(tiny_glue, tmp_path, f"trainer.recompute_attention={recompute}")).trainer
+        student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, seed=1).train()
+        models.prepare_for_training(student, trainer)
+        assert (student.config._attn_implementation == models.RECOMPUTED_SDPA) == recompute
+        assert student.config.attention_probs_dropout_prob > 0  # the case where SDPA on CPU keeps the maps
+        runs[recompute] = _stage1_step_results(plan, trainer, student, teacher.model, train_set, batches)
+    for (losses, grads, saved, rng), (r_losses, r_grads, r_saved, r_rng) in zip(runs[False], runs[True], strict=True):
+        assert all(torch.equal(losses[k], r_losses[k]) for k in losses)
+        assert grads.keys() == r_grads.keys() and all(torch.equal(grads[n], r_grads[n]) for n in grads)
+        assert torch.equal(rng, r_rng)
+        assert r_saved < saved
+
+
+@pytest.mark.parametrize("objective", ["att_kl+val_kl", "minilm_v2", "tinybert"])
+def test_fused_losses_give_the_reference_losses_and_gradients_in_a_step(tiny_glue, tmp_path, objective):
+    """trainer.fused_losses (the default) against the reference functions through autograd, keeping fewer bytes."""
+    cfg, _, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    batches = list(loader)[:2]
+    runs = {}
+    for fused in (False, True):
+        run_cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, f"objective={objective}", f"trainer.fused_losses={fused}"))
+        plan = make_plan(run_cfg)
+        student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, seed=1).eval()  # no dropout
+        runs[fused] = _stage1_step_results(plan, run_cfg.trainer, student, teacher.model, train_set, batches)
+    for (losses, grads, saved, _), (f_losses, f_grads, f_saved, _) in zip(runs[False], runs[True], strict=True):
+        assert losses.keys() == f_losses.keys() and grads.keys() == f_grads.keys()
+        for k in losses:
+            torch.testing.assert_close(f_losses[k], losses[k], rtol=1e-5, atol=1e-7)
+        scale = max(float(g.abs().max()) for g in grads.values())
+        for n in grads:
+            torch.testing.assert_close(f_grads[n], grads[n], rtol=1e-4, atol=1e-5 * scale)
+        assert f_saved < saved

@@ -25,6 +25,7 @@ from kdbench.errors import ConfigError
 from kdbench.initialization import every_kth, validate_layer_list
 from kdbench.objectives import functional as F
 from kdbench.objectives.features import FEATURES, TOKEN_LEVEL
+from kdbench.objectives.score_maps import score_map_loss
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class LossEntry:
     classification_only: bool = False
     takes_labels: bool = False  # called with the batch's labels (task labels, or the MLM's original ids)
     mlm: bool = False  # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
+    score_map: str | None = None  # its form in `score_maps` (gradient formed in the forward pass): "kl" or "mse"
 
 
 def _contrastive(student_width, teacher_width, train_labels, seed, **params):
@@ -53,15 +55,18 @@ LOSSES: dict[str, LossEntry] = {
     "kd": LossEntry(F.kd_loss, ("logits",), takes_labels=True),
     "mlm_kd": LossEntry(F.soft_cross_entropy, ("logits",), mlm=True),
     "mlm": LossEntry(F.mlm_loss, ("logits",), takes_labels=True, mlm=True),
-    "att_mse": LossEntry(F.att_mse, ("attention_scores",), same_heads=True),
-    "att_kl": LossEntry(F.att_kl, ("attention_scores",), same_heads=True),
-    "val_kl": LossEntry(F.val_kl, ("values",), same_heads=True),
-    "relation_kl": LossEntry(F.relation_kl, ("query", "key", "value"), heads_param=True),
+    "att_mse": LossEntry(F.att_mse, ("attention_scores",), same_heads=True, score_map="mse"),
+    "att_kl": LossEntry(F.att_kl, ("attention_scores",), same_heads=True, score_map="kl"),
+    "val_kl": LossEntry(F.val_kl, ("values",), same_heads=True, score_map="kl"),
+    "relation_kl": LossEntry(F.relation_kl, ("query", "key", "value"), heads_param=True, score_map="kl"),
     "hid_mse": LossEntry(F.hid_mse, ("hidden", "cls"), projected=True),
     "cosine": LossEntry(F.cosine_loss, ("hidden", "cls"), projected=True),
     "crd": LossEntry(None, ("cls",), module=_contrastive, classification_only=True),
 }
 LOGITS = "logits"  # the records key of the model outputs (not a layer)
+# The (A, B) projections whose per-head maps A B^T / sqrt(d) a score-map loss compares, by the term's feature.
+SCORE_MAP_INPUTS = {"attention_scores": ("query", "key"), "values": ("value", "value"), "query": ("query", "query"),
+                    "key": ("key", "key"), "value": ("value", "value")}
 
 
 def lookup(registry: Mapping, name: str, kind: str):
@@ -163,11 +168,14 @@ class Objective(nn.Module):
     """Computes every term from recorded student/teacher features; owns the learnable parts (projections, CRD)."""
 
     def __init__(self, terms: list[Term], student_conf, teacher_conf, train_labels: torch.Tensor | None = None,
-                 seed: int = 0, *, recompute: bool = False):
-        """`train_labels` [N]: the training labels by example number (for terms with per-example state)."""
+                 seed: int = 0, *, recompute: bool = False, fused: bool = True):
+        """`train_labels` [N]: the training labels by example number (for terms with per-example state).
+        `fused`: attention-map terms through `score_maps` (gradient formed in the forward pass, no maps kept);
+        otherwise through autograd on the reference functions."""
         super().__init__()
         self.terms = terms
         self.recompute = recompute
+        self.fused = fused
         self.student_heads = student_conf.num_attention_heads
         self.teacher_heads = teacher_conf.num_attention_heads
         self.projections = nn.ModuleDict()
@@ -227,7 +235,7 @@ class Objective(nn.Module):
                 teacher_all = torch.cat([t for _, t in pairs], dim=-1)
                 value = self.loss_modules[term.name](student_all, teacher_all, batch["example"], batch["labels"])
             else:
-                recompute = self.recompute and term.feature in TOKEN_LEVEL
+                recompute = self.recompute and term.feature in TOKEN_LEVEL and not self._fused(term)
                 value = sum(
                     checkpoint(self._pair_loss, term, student_records, teacher_records, s, t, batch, use_reentrant=False)
                     if recompute else self._pair_loss(term, student_records, teacher_records, s, t, batch)
@@ -245,13 +253,27 @@ class Objective(nn.Module):
             student = self.projections[term.name](student)
         return student, teacher
 
+    def _fused(self, term: Term) -> bool:
+        return self.fused and LOSSES[term.loss].score_map is not None
+
     def _pair_loss(self, term: Term, student_records, teacher_records, s: int, t: int, batch: dict) -> torch.Tensor:
+        if self._fused(term):
+            a, b = SCORE_MAP_INPUTS[term.feature]
+            student, teacher = student_records[s], teacher_records[t]
+            heads = term.params["num_heads"] if LOSSES[term.loss].heads_param else self.student_heads
+            return score_map_loss(LOSSES[term.loss].score_map, (student[a], student[b]), (teacher[a], teacher[b]),
+                                  heads, batch["attention_mask"])
         kwargs = dict(term.params)
         if term.feature in TOKEN_LEVEL:
             kwargs["mask"] = batch["attention_mask"]
         if LOSSES[term.loss].takes_labels:
             kwargs["labels"] = batch["labels"]
         return LOSSES[term.loss].fn(*self._pair(term, student_records, teacher_records, s, t), **kwargs)
+
+
+def computation(trainer: DictConfig) -> dict:
+    """The trainer's settings of how an Objective computes (not what): its keyword arguments."""
+    return {"recompute": trainer.recompute_losses, "fused": trainer.fused_losses}
 
 
 def width_projection(student_width: int, teacher_width: int) -> nn.Linear:

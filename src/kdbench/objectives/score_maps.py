@@ -1,0 +1,118 @@
+"""The attention-map losses with their gradient formed in the forward pass, a chunk of heads at a time.
+
+att_kl and att_mse (maps Z = Q K^T / sqrt(d)), val_kl and relation_kl (maps Z = X X^T / sqrt(d)) are sums over
+heads of a function of the student's and the teacher's [B, h, L, L] score maps. Through autograd, every one of
+those maps and the loss's intermediates stay alive until backward: at length 512 and batch 8, 100 MiB per map and
+about 2 GiB for att_kl+val_kl over three layer pairs. Here the gradient with respect to the student's map has a
+closed form (KL: p_s - p_t on valid entries; MSE: 2 (z_s - z_t)), so the forward pass turns it into the gradients
+of the student's projections, dA = G B / sqrt(d) and dB = G^T A / sqrt(d) ([B, L, H*d], as small as the
+projections), and keeps only those; the maps of one chunk of heads exist at a time. The definitions, masking and
+normalisations are those of `functional` (the reference the tests compare with): the same losses and
+gradients to float32 rounding, in one pass instead of a forward and a backward through the maps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from kdbench.objectives.functional import _NEG_FILL, _mask_f32
+
+# Heads per chunk are chosen so that one [B, h, L, L] float32 map is about this size: every head at once on
+# GLUE-length batches, a few heads at a time at length 512 (a chunk holds about four maps at once).
+CHUNK_BYTES = 64 * 2**20
+
+
+def _heads_view(x: Tensor, start: int, stop: int, heads: int, valid: Tensor) -> Tensor:
+    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], padded tokens zeroed."""
+    batch, length, width = x.shape
+    d = width // heads
+    chunk = x[..., start * d: stop * d].float().masked_fill(~valid[:, :, None], 0.0)
+    return chunk.view(batch, length, stop - start, d).transpose(1, 2)
+
+
+def _kl_rows(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
+    """sum over valid (query, key) of p_t (log p_t - log p_s), and its gradient p_s - p_t, for [B, h, L, L] maps.
+
+    Both maps are consumed (overwritten). Invalid keys leave the softmax; invalid rows contribute nothing.
+    """
+    log_student = torch.log_softmax(student.masked_fill_(~pair, _NEG_FILL), dim=-1)
+    log_teacher = torch.log_softmax(teacher.masked_fill_(~pair, _NEG_FILL), dim=-1)
+    del student, teacher
+    p_teacher = log_teacher.exp().masked_fill_(~pair, 0.0)
+    value = log_teacher.sub_(log_student).masked_fill_(~pair, 0.0).mul_(p_teacher).sum()
+    grad = log_student.exp_().sub_(p_teacher).masked_fill_(~pair, 0.0)
+    return value, grad
+
+
+def _squared_error(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
+    """sum over valid (query, key) of (s - t)^2, and its gradient 2 (s - t)."""
+    diff = student.sub_(teacher).masked_fill_(~pair, 0.0)
+    return diff.square().sum(), diff.mul_(2.0)
+
+
+# kind -> (the sum over a chunk's valid entries and its gradient, the normaliser's per-example count)
+KINDS = {
+    "kl": (_kl_rows, lambda counts: counts.sum()),  # valid query rows: sum_b n_b
+    "mse": (_squared_error, lambda counts: counts.square().sum()),  # valid (query, key) pairs: sum_b n_b^2
+}
+
+
+class _ScoreMapLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, student_a, student_b, teacher_a, teacher_b, mask, heads: int, kind: str, with_grad: bool):
+        rows, count = KINDS[kind]
+        batch, length, _ = student_a.shape
+        m = _mask_f32(mask, batch, length, student_a.device)
+        valid = m > 0
+        pair = valid[:, None, :, None] & valid[:, None, None, :]
+        denom = (heads * count(m.sum(dim=1))).clamp_min(1.0)
+        grad_a = torch.zeros(student_a.shape, dtype=torch.float32, device=student_a.device)
+        grad_b = torch.zeros(student_b.shape, dtype=torch.float32, device=student_b.device)
+        step = max(1, CHUNK_BYTES // (4 * batch * length * length))
+        total = torch.zeros((), dtype=torch.float32, device=student_a.device)
+        for start in range(0, heads, step):
+            stop = min(heads, start + step)
+            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, valid) for x in (student_a, student_b, teacher_a, teacher_b))
+            student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
+            value, grad = rows((sa @ sb.transpose(-1, -2)).mul_(student_scale),
+                               (ta @ tb.transpose(-1, -2)).mul_(teacher_scale), pair)
+            total += value
+            if not with_grad:
+                continue
+            grad.mul_(student_scale / denom)
+            d = sa.shape[-1]
+            # dA = G B and dB = G^T A, back in the projections' [B, L, h*d] layout
+            grad_a[..., start * d: stop * d] = (grad @ sb).transpose(1, 2).reshape(batch, length, -1)
+            grad_b[..., start * d: stop * d] = (grad.transpose(-1, -2) @ sa).transpose(1, 2).reshape(batch, length, -1)
+        ctx.save_for_backward(grad_a.to(student_a.dtype), grad_b.to(student_b.dtype))
+        return total / denom
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_a, grad_b = ctx.saved_tensors
+        return grad_output * grad_a, grad_output * grad_b, None, None, None, None, None, None
+
+
+def score_map_loss(kind: str, student: tuple[Tensor, Tensor], teacher: tuple[Tensor, Tensor], heads: int,
+                   mask: Tensor | None = None) -> Tensor:
+    """The loss between per-head maps A B^T / sqrt(d) of the student and of the teacher, float32 scalar.
+
+    `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be the same tensor,
+    a self-relation, whose gradient autograd then sums over both roles); `mask`: [B, L] or None.
+    kind "kl": `functional.att_kl` on the maps (sum / (heads * sum_b n_b)); "mse": `functional.att_mse`.
+    Padded tokens are zeroed before the product, as `functional`'s relations do. Gradients reach the student only.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown score-map loss {kind!r}; valid: {', '.join(KINDS)}")
+    for name, x in (("student", student[0]), ("teacher", teacher[0])):
+        if x.dim() != 3 or x.shape[-1] % heads:
+            raise ValueError(f"score_map_loss: {name} projections must be [B, L, heads*d] with {heads} heads, "
+                             f"got {tuple(x.shape)}")
+    if student[0].shape[:2] != teacher[0].shape[:2]:
+        raise ValueError(f"score_map_loss: student and teacher [B, L] differ: {tuple(student[0].shape[:2])} vs "
+                         f"{tuple(teacher[0].shape[:2])}")
+    with_grad = torch.is_grad_enabled() and (student[0].requires_grad or student[1].requires_grad)
+    return _ScoreMapLoss.apply(*student, teacher[0].detach(), teacher[1].detach(), mask, heads, kind, with_grad)
