@@ -253,7 +253,8 @@ def report(raw: Path, out: Path) -> None:
                   f"student gradient entry is {c['max_grad_diff']:.1e} (largest entry {c['max_grad']:.2f}).", ""]
     titles = {"main": "Distillation stages (max length 128)",
               "seq_len": "Sequence length (att_kl+val_kl, Wikipedia text packed to exactly that length: no padding)",
-              "layers": "Number of mapped layers (att_kl+val_kl on SST-2; student depth = mapped layers)"}
+              "layers": "Number of mapped layers (att_kl+val_kl on SST-2; student depth = mapped layers; measured at "
+                        "code d55e44a, before the score-map losses, and not re-run since)"}
     for group, title in titles.items():
         group_rows = [r for r in rows if r.get("group") == group]
         if group_rows:
