@@ -108,12 +108,6 @@ def wiki_rows(tokenizer, seq_len: int, n: int) -> Dataset:
     return ds
 
 
-def setting_overrides(spec: dict) -> list[str]:
-    """kdbench's optional trainer settings of a spec as Hydra overrides (older specs: `recompute`, `compile`)."""
-    legacy = {"recompute": "trainer.recompute_losses=true", "compile": "trainer.compile=true"}
-    return [*spec.get("overrides", []), *(override for key, override in legacy.items() if spec.get(key))]
-
-
 class Setup:
     """The config, data, teacher and student every implementation shares."""
 
@@ -128,7 +122,7 @@ class Setup:
             f"objective={spec['objective']}",
             f"trainer.max_length={spec['seq_len']}", f"trainer.batch_size={batch}", f"data.train_limit={n}",
             f"trainer.precision={spec.get('precision', 'fp32')}", "trainer.teacher_epochs=0", f"seed={spec['seed']}",
-            *setting_overrides(spec),
+            *spec.get("overrides", []),
         ]
         self.cfg = cfg = compose(overrides)
         self.plan = plan = make_plan(cfg)

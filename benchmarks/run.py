@@ -61,9 +61,8 @@ def case_key(spec: dict) -> tuple:
 
 
 def setting(row: dict) -> str:
-    """A kdbench variant's setting, as the overrides that give it (rows of older runs: `recompute`, `compile`)."""
-    legacy = {"recompute": "trainer.recompute_losses=true", "compile": "trainer.compile=true"}
-    overrides = [*row.get("overrides", []), *(o for key, o in legacy.items() if row.get(key))]
+    """A kdbench variant's setting, as the overrides that give it."""
+    overrides = list(row.get("overrides", []))
     if row.get("precision") == "bf16":
         overrides.append("trainer.precision=bf16 (losses in float32)")
     return " ".join(f"`{o}`" for o in overrides)

@@ -80,8 +80,9 @@ def config_fingerprint(cfg: DictConfig) -> str:
     """Identifies the run's resolved config, less where it is written and how progress is shown."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.get("paths", {}).pop("run_dir", None)
+    trainer = resolved.get("trainer", {})
     for how in HOW_NOT_WHAT:
-        resolved.get("trainer", {}).pop(how, None)
+        trainer.pop(how, None)
     return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -98,16 +98,16 @@ def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path)
 
 def _stage1_step_results(plan, trainer, student, teacher, train_set, batches, seed=1):
     """Per batch: losses, student gradients and the bytes autograd saved for backward, in training mode."""
-    results = []
+    results, saved = [], {}
+
+    def keep(tensor):
+        saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
     with distill.stage1(plan, student, teacher, train_set["labels"], seed, trainer) as (step, _):
         for batch in batches:
             student.zero_grad(set_to_none=True)
-            saved = {}
-
-            def keep(tensor):
-                saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-                return tensor
-
+            saved.clear()
             torch.manual_seed(7)  # the same dropout masks for both variants
             with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
                 losses = step(batch)

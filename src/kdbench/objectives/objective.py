@@ -64,9 +64,6 @@ LOSSES: dict[str, LossEntry] = {
     "crd": LossEntry(None, ("cls",), module=_contrastive, classification_only=True),
 }
 LOGITS = "logits"  # the records key of the model outputs (not a layer)
-# The (A, B) projections whose per-head maps A B^T / sqrt(d) a score-map loss compares, by the term's feature.
-SCORE_MAP_INPUTS = {"attention_scores": ("query", "key"), "values": ("value", "value"), "query": ("query", "query"),
-                    "key": ("key", "key"), "value": ("value", "value")}
 
 
 def lookup(registry: Mapping, name: str, kind: str):
@@ -222,10 +219,9 @@ class Objective(nn.Module):
         """Per-term weighted losses (float32 scalars) and their sum under "total".
 
         Records map a layer (0 = embeddings) to its raw features, and LOGITS to the model's logits.
-        With `recompute`, a token-level term keeps only the raw features (q, k, v, hidden) for the backward
-        pass: each layer pair's [B, H, L, L] maps and loss intermediates are recomputed then, one pair at a time
-        (activation checkpointing), which bounds the memory of long sequences at the cost of evaluating the
-        loss twice.
+        Attention-map terms (`fused`) keep no maps for backward (`score_maps`). With `recompute`, another
+        token-level term keeps only the raw features for the backward pass: each layer pair's loss intermediates
+        are recomputed then, one pair at a time (activation checkpointing), at the cost of evaluating it twice.
         """
         losses: dict[str, torch.Tensor] = {}
         for term in self.terms:
@@ -258,7 +254,8 @@ class Objective(nn.Module):
 
     def _pair_loss(self, term: Term, student_records, teacher_records, s: int, t: int, batch: dict) -> torch.Tensor:
         if self._fused(term):
-            a, b = SCORE_MAP_INPUTS[term.feature]
+            raw = FEATURES[term.feature][0]  # the maps A B^T: q k^T, or a projection's self-relation x x^T
+            a, b = raw if len(raw) == 2 else raw * 2
             student, teacher = student_records[s], teacher_records[t]
             heads = term.params["num_heads"] if LOSSES[term.loss].heads_param else self.student_heads
             return score_map_loss(LOSSES[term.loss].score_map, (student[a], student[b]), (teacher[a], teacher[b]),
