@@ -34,11 +34,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
 
-from kdbench import corpus, data, distill, loop, models  # noqa: E402
+from kdbench import models  # noqa: E402
 from kdbench.bench import compose  # noqa: E402
-from kdbench.initialization import every_kth, init_from_teacher  # noqa: E402
+from kdbench.data.batches import make_loader  # noqa: E402
+from kdbench.data.corpus import pack_tokens  # noqa: E402
+from kdbench.data.glue import task_datasets  # noqa: E402
+from kdbench.data.readers import iter_documents  # noqa: E402
+from kdbench.layers import every_kth  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
-from kdbench.teacher import freeze, logits_table  # noqa: E402
+from kdbench.recipes.task_specific import stage1 as kdbench_stage1  # noqa: E402
+from kdbench.teacher import freeze  # noqa: E402
+from kdbench.training.evaluate import logits_table  # noqa: E402
+from kdbench.training.steps import prediction_kd_step, to_device  # noqa: E402
 
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -94,11 +101,11 @@ class TimedBatches:
 def wiki_rows(tokenizer, seq_len: int, n: int) -> Dataset:
     """n sequences of exactly seq_len tokens ([CLS] text [SEP]) from the Wikipedia sample: no padding anywhere."""
     ids = []
-    for doc in corpus.iter_documents(os.environ["KDBENCH_CORPUS"], "wikiextractor"):
+    for doc in iter_documents(os.environ["KDBENCH_CORPUS"], "wikiextractor"):
         ids.extend(tokenizer(doc, add_special_tokens=False)["input_ids"])
         if len(ids) > n * seq_len:
             break
-    rows, _ = corpus.pack_tokens(torch.tensor(ids).numpy(), seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id,
+    rows, _ = pack_tokens(torch.tensor(ids).numpy(), seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id,
                                  tokenizer.pad_token_id)
     rows = rows[:n]  # all full: more than n rows' worth of tokens were read
     ds = Dataset.from_dict({"input_ids": rows.tolist(), "attention_mask": [[1] * seq_len] * len(rows),
@@ -128,17 +135,17 @@ class Setup:
         self.plan = plan = make_plan(cfg)
         self.device = plan.device
         # (student, teacher) layers, 1-based: the init layers, or TinyBERT's uniform map for a random student
-        mapped = plan.init_layers or every_kth(plan.teacher_conf.num_hidden_layers, k)
+        mapped = plan.init.layers or every_kth(plan.teacher_conf.num_hidden_layers, k)
         self.pairs = list(zip(range(1, k + 1), mapped))
-        self.tokenizer = models.teacher_tokenizer(cfg.teacher, plan.cache_dir)
+        self.tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
         if spec["task"] == "wiki":
             self.train = wiki_rows(self.tokenizer, spec["seq_len"], n)
         else:
-            self.train = distill.prepare_data(cfg, self.tokenizer)[0]
-        self.teacher = freeze(models.pretrained_teacher(cfg.teacher, plan.num_labels, spec["seed"])).to(self.device)
-        self.student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, spec["seed"])
-        if plan.init_layers:
-            init_from_teacher(self.student, self.teacher, plan.init_layers)
+            self.train = task_datasets(plan.task, plan.data, self.tokenizer, plan.trainer.max_length)[0]
+        self.teacher = freeze(models.pretrained_teacher(plan.teacher, plan.num_labels, spec["seed"])).to(self.device)
+        self.student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, spec["seed"])
+        if plan.init.layers:
+            models.init_from_teacher(self.student, self.teacher, plan.init)
         self.student.to(self.device).train()
         # the example sets: timed ones first, then warm-up and tail
         timed = batch * spec["steps"]
@@ -152,9 +159,9 @@ class Setup:
             loader = torch.utils.data.DataLoader(dataset, batch_size=self.spec["batch_size"], shuffle=True,
                                                  collate_fn=collate, generator=torch.Generator().manual_seed(0))
         else:  # kdbench: length-grouped, dynamic padding
-            loader = data.make_loader(dataset, self.tokenizer, self.spec["batch_size"], shuffle=True,
+            loader = make_loader(dataset, self.tokenizer, self.spec["batch_size"], shuffle=True,
                                       seed=self.spec["seed"], group_by_length=True)
-        return [loop.to_device({k: v for k, v in b.items() if k in keep}, self.device) for b in loader]
+        return [to_device({k: v for k, v in b.items() if k in keep}, self.device) for b in loader]
 
     def timed_batches(self, *, padded: bool, stage1: bool) -> TimedBatches:
         other = self.batches(self.other_set, padded=padded, stage1=stage1)
@@ -179,21 +186,18 @@ def train_steps(step, modules, batches: TimedBatches) -> None:
 
 def run_kdbench(setup: Setup) -> TimedBatches:
     batches = setup.timed_batches(padded=False, stage1=True)
-    plan, cfg = setup.plan, setup.cfg
-    models.prepare_for_training(setup.student, cfg.trainer)
-    if cfg.trainer.compile:  # compiled during the warm-up steps (their time is reported as warmup_s)
+    plan = setup.plan
+    models.prepare_for_training(setup.student, plan.trainer.recompute_attention)
+    if plan.trainer.compile:  # compiled during the warm-up steps (their time is reported as warmup_s)
         models.compile_blocks(setup.student, setup.teacher)
     if plan.terms:
-        with distill.stage1(plan, setup.student, setup.teacher, setup.train["labels"], cfg.seed, cfg.trainer) as (
-            step, modules
-        ):
+        with kdbench_stage1(plan, setup.student, setup.teacher, setup.train["labels"]) as (step, modules):
             train_steps(step, modules, batches)
     else:  # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
-        loader = data.make_loader(setup.train, setup.tokenizer, cfg.trainer.eval_batch_size, shuffle=False)
+        loader = make_loader(setup.train, setup.tokenizer, plan.trainer.eval_batch_size, shuffle=False)
         table = logits_table(setup.teacher, loader, len(setup.train), plan.num_labels, setup.device, plan.precision)
         table = table.to(setup.device)
-        step = distill.stage2_losses(setup.student, lambda b: table[b["example"]], cfg.prediction_kd,
-                                     plan.precision, setup.device)
+        step = prediction_kd_step(setup.student, lambda b: table[b["example"]], plan.kd, setup.device, plan.precision)
         train_steps(step, [setup.student], batches)
     return batches
 
@@ -229,7 +233,7 @@ def check(setup: Setup) -> dict:
     """kdbench's stage-1 loss and student gradients against the plain loop's, same padded batch, same weights."""
     setup.student.eval()  # no dropout: both implementations must see the same student
     batch = setup.batches(setup.timed_set, padded=True, stage1=False)[0]
-    with distill.stage1(setup.plan, setup.student, setup.teacher, setup.train["labels"], setup.cfg.seed) as (step, _):
+    with kdbench_stage1(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, _):
         ours = step(batch)["total"]
         our_grads = student_grads(setup.student, ours)
     for model in (setup.teacher, setup.student):

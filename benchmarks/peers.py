@@ -113,7 +113,7 @@ def plain_stage1(setup):
 
 
 def plain_stage2(setup):
-    teacher, student, kd_cfg = setup.teacher, setup.student, setup.cfg.prediction_kd
+    teacher, student, kd_cfg = setup.teacher, setup.student, setup.plan.kd
 
     def step(batch):
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -152,7 +152,7 @@ def textbrewer_train(setup, batches, optimizer_for, num_steps: int) -> None:
                     "proj": ["linear", width_s, width_t]} for s, t in pairs]
         config = DistillationConfig(intermediate_matches=matches, kd_loss_weight=0)
     else:  # vanilla KD, prediction layer
-        kd_cfg = setup.cfg.prediction_kd
+        kd_cfg = setup.plan.kd
         config = DistillationConfig(temperature=kd_cfg.temperature, kd_loss_type="ce", kd_loss_weight=kd_cfg.alpha,
                                     hard_label_weight=1 - kd_cfg.alpha, intermediate_matches=[])
 

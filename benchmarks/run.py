@@ -152,7 +152,7 @@ def table(group_rows: list[dict], title: str) -> list[str]:
 
 
 def targets(rows: list[dict]) -> list[str]:
-    """The issue's targets, each against its measured ratio."""
+    """The speed targets, each against its measured ratio."""
     main = medians([r for r in rows if r.get("group") == "main"])
     lengths = medians([r for r in rows if r.get("group") == "seq_len"])
     checks = []

@@ -99,3 +99,13 @@ realdata = pytest.mark.skipif(
     not (REAL_GLUE and REAL_MODELS and Path(REAL_GLUE).is_dir() and Path(REAL_MODELS).is_dir()),
     reason="set KDBENCH_GLUE_DIR and KDBENCH_MODELS_DIR to the shared data to run real-data tests",
 )
+
+
+def tiny_models(cfg, num_labels: int = 2, teacher_seed: int = 0, student_seed: int = 1):
+    """The config's tiny teacher (random, no fine-tuning) and a random student of its `student` shape."""
+    from kdbench.models import build_student, pretrained_teacher
+    from kdbench.plan import shape_spec, teacher_spec
+
+    teacher = pretrained_teacher(teacher_spec(cfg.teacher), num_labels, teacher_seed)
+    student = build_student(teacher.config, shape_spec(cfg.student, "student"), num_labels, student_seed)
+    return teacher, student

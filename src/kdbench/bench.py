@@ -14,10 +14,13 @@ import time
 
 import torch
 
-from kdbench import data, distill, loop, models
-from kdbench.initialization import init_from_teacher
+from kdbench import models
+from kdbench.data.batches import make_loader
+from kdbench.data.glue import task_datasets
 from kdbench.plan import make_plan
+from kdbench.recipes.task_specific import stage1
 from kdbench.teacher import freeze
+from kdbench.training.steps import to_device
 
 
 def compose(overrides: list[str]):
@@ -30,38 +33,38 @@ def compose(overrides: list[str]):
         return hydra_compose("config", overrides=overrides)
 
 
+def stage1_setup(overrides: list[str]):
+    """The plan, its training loader, and the teacher and student as stage 1 gets them (the teacher as loaded:
+    throughput does not depend on its weights)."""
+    plan = make_plan(compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"]))
+    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    train_set, _ = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
+    loader = make_loader(train_set, tokenizer, plan.trainer.batch_size, shuffle=True, seed=plan.seed,
+                         group_by_length=plan.trainer.group_by_length)
+    teacher = freeze(models.pretrained_teacher(plan.teacher, plan.num_labels, 0)).to(plan.device)
+    student = models.student_for(plan, teacher)
+    return plan, train_set, loader, teacher, student
+
+
+def cycle(loader):
+    while True:
+        yield from loader
+
+
 def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
-    cfg = compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"])
-    plan = make_plan(cfg)
-    tokenizer = models.teacher_tokenizer(cfg.teacher, plan.cache_dir)
-    train_set, _ = distill.prepare_data(cfg, tokenizer)
-    loader = data.make_loader(train_set, tokenizer, cfg.trainer.batch_size, shuffle=True, seed=cfg.seed,
-                              group_by_length=cfg.trainer.group_by_length)
-    teacher = freeze(models.pretrained_teacher(cfg.teacher, plan.num_labels, 0)).to(plan.device)
-    student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, cfg.seed)
-    if plan.init_layers is not None:
-        init_from_teacher(student, teacher, plan.init_layers)
-    models.prepare_for_training(student, cfg.trainer).to(plan.device)
-    if cfg.trainer.compile:
-        models.compile_blocks(student, teacher)
-    with distill.stage1(plan, student, teacher, train_set["labels"], cfg.seed, cfg.trainer) as (step, modules):
-        params = [p for m in modules for p in m.parameters()]
-        optimizer = torch.optim.AdamW(params, lr=cfg.trainer.lr)
-        batches = iter(loader)
-        examples = tokens = 0
-        if plan.device.type == "cuda":
+    plan, train_set, loader, teacher, student = stage1_setup(overrides)
+    cuda = plan.device.type == "cuda"
+    with stage1(plan, student, teacher, train_set["labels"]) as (step, modules):
+        optimizer = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=plan.trainer.lr)
+        batches, examples, tokens = cycle(loader), 0, 0
+        if cuda:
             torch.cuda.reset_peak_memory_stats()
         for i in range(warmup + steps):
             if i == warmup:
-                if plan.device.type == "cuda":
+                if cuda:
                     torch.cuda.synchronize()
                 start = time.perf_counter()
-            try:
-                batch = next(batches)
-            except StopIteration:
-                batches = iter(loader)
-                batch = next(batches)
-            batch = loop.to_device(batch, plan.device)
+            batch = to_device(next(batches), plan.device)
             losses = step(batch)
             optimizer.zero_grad(set_to_none=True)
             losses["total"].backward()
@@ -69,14 +72,14 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
             if i >= warmup:
                 examples += batch["input_ids"].shape[0]
                 tokens += int(batch["attention_mask"].sum())
-        if plan.device.type == "cuda":
+        if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-    result = {"objective": cfg.objective.name, "teacher": cfg.teacher.name, "student": cfg.student.name,
-              "task": cfg.task.name, "device": str(plan.device), "precision": plan.precision,
-              "batch_size": cfg.trainer.batch_size, "steps": steps, "seconds": seconds,
+    result = {"objective": plan.objective, "teacher": plan.teacher.name, "student": plan.student.name,
+              "task": plan.task.name, "device": str(plan.device), "precision": plan.precision,
+              "batch_size": plan.trainer.batch_size, "steps": steps, "seconds": seconds,
               "examples_per_s": examples / seconds, "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps}
-    if plan.device.type == "cuda":
+    if cuda:
         result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
     return result
 

@@ -1,5 +1,7 @@
 """The one exception users see: a single line that names the problem and the fix."""
 
+from collections.abc import Mapping
+
 
 class KdbenchError(Exception):
     """Bad input or an unusable environment. The CLI prints the message as one line and exits 2."""
@@ -17,3 +19,10 @@ class DataError(KdbenchError):
 
 class ModelNotFoundError(KdbenchError):
     """A model could not be found locally or on the Hub."""
+
+
+def lookup(registry: Mapping, name: str, kind: str):
+    """`registry[name]`, or a ConfigError listing the valid names of this kind."""
+    if name not in registry:
+        raise ConfigError(f"unknown {kind} {name!r}; valid: {', '.join(sorted(registry))}")
+    return registry[name]

@@ -4,23 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from kdbench.errors import lookup
+from kdbench.specs import LoggerSpec
 
 
 class WandbLogger:
-    def __init__(self, cfg: DictConfig, run_dir: Path):
+    def __init__(self, spec: LoggerSpec, config: dict, run_dir: Path):
         import wandb
 
         self._wandb = wandb
+        settings = spec.settings
         self.run = wandb.init(
-            project=cfg.logger.project,
-            entity=cfg.logger.entity,
-            group=cfg.logger.group,
-            tags=list(cfg.logger.tags),
-            mode=cfg.logger.mode,
+            project=settings["project"],
+            entity=settings["entity"],
+            group=settings["group"],
+            tags=list(settings["tags"]),
+            mode=settings["mode"],
             dir=str(run_dir),
-            name=f"{cfg.task.name}-{cfg.objective.name}-{cfg.student.name}-s{cfg.seed}",
-            config=OmegaConf.to_container(cfg, resolve=True),
+            name=spec.run_name,
+            config=config,
             reinit="finish_previous",
         )
 
@@ -39,8 +41,7 @@ class WandbLogger:
 LOGGERS = {"none": None, "wandb": WandbLogger}
 
 
-def make_logger(cfg: DictConfig, run_dir: Path):
-    from kdbench.objectives.objective import lookup
-
-    factory = lookup(LOGGERS, cfg.logger.name, "logger")
-    return factory(cfg, run_dir) if factory else None
+def make_logger(spec: LoggerSpec, config: dict, run_dir: Path):
+    """The configured logger (None for logger=none); `config` is the resolved run config it records."""
+    factory = lookup(LOGGERS, spec.name, "logger")
+    return factory(spec, config, run_dir) if factory else None

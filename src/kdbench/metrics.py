@@ -6,7 +6,7 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from kdbench.objectives.objective import lookup
+from kdbench.errors import lookup
 
 
 def _classes(predictions: np.ndarray) -> np.ndarray:

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
 from torch.utils.checkpoint import checkpoint
 from transformers import (
     AttentionInterface,
@@ -29,6 +28,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from kdbench.errors import ConfigError, ModelNotFoundError
+from kdbench.specs import InitSpec, ShapeSpec, TeacherSpec
 
 MODELS_DIR_ENV = "KDBENCH_MODELS_DIR"
 
@@ -56,23 +56,18 @@ def _not_found(name_or_path: str, exc: Exception) -> ModelNotFoundError:
     )
 
 
-def load_pretrained(name_or_path: str, num_labels: int) -> PreTrainedModel:
-    """A sequence-classification model from a checkpoint (its head new unless the checkpoint has one)."""
-    path = resolve_model_path(name_or_path)
+def load(auto, name_or_path: str | Path, *, saved_as: str | None = None, **kwargs):
+    """`auto.from_pretrained` (a model, config or tokenizer class) from a local copy if there is one, else the
+    Hub; remote code never runs. A failure is one line: where it looked, or, for a folder kdbench wrote
+    (`saved_as` names what it should hold), which folder and what to give instead."""
+    path = str(name_or_path) if saved_as else resolve_model_path(str(name_or_path))
     try:
-        return AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=num_labels, trust_remote_code=False
-        )
-    except OSError as exc:
-        raise _not_found(name_or_path, exc) from exc
-
-
-def load_tokenizer(name_or_path: str):
-    path = resolve_model_path(name_or_path)
-    try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    except OSError as exc:
-        raise _not_found(name_or_path, exc) from exc
+        return auto.from_pretrained(path, trust_remote_code=False, **kwargs)
+    except (OSError, ValueError) as exc:
+        if saved_as:
+            raise ModelNotFoundError(f"cannot load {saved_as} from {path} ({type(exc).__name__}): give a directory "
+                                     "written by save_pretrained with the task's number of labels") from exc
+        raise _not_found(str(name_or_path), exc) from exc
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -101,65 +96,96 @@ def tiny_tokenizer(cache_dir: Path):
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def tiny_config(shape: DictConfig, num_labels: int) -> BertConfig:
+def tiny_config(shape: ShapeSpec, num_labels: int) -> BertConfig:
     return BertConfig(
         vocab_size=len(_TINY_VOCAB),
         hidden_size=shape.hidden_size,
         num_hidden_layers=shape.num_layers,
         num_attention_heads=shape.num_heads,
         intermediate_size=shape.ffn_size,
-        max_position_embeddings=shape.get("max_positions", 512),
+        max_position_embeddings=shape.max_positions,
         num_labels=num_labels,
     )
 
 
-def tiny_teacher(teacher_cfg: DictConfig, num_labels: int, seed: int) -> PreTrainedModel:
-    torch.manual_seed(seed)
-    return AutoModelForSequenceClassification.from_config(tiny_config(teacher_cfg.shape, num_labels))
-
-
-def teacher_tokenizer(teacher_cfg: DictConfig, cache_dir: Path):
-    if teacher_cfg.get("shape") is not None:
+def teacher_tokenizer(teacher: TeacherSpec, cache_dir: Path):
+    if teacher.shape is not None:
         return tiny_tokenizer(cache_dir)
-    return load_tokenizer(teacher_cfg.name_or_path)
+    return load(AutoTokenizer, teacher.name_or_path)
 
 
-def pretrained_teacher(teacher_cfg: DictConfig, num_labels: int, seed: int) -> PreTrainedModel:
-    """The teacher before task fine-tuning: from a checkpoint, or built from `shape` (the tiny test teacher)."""
-    if teacher_cfg.get("shape") is not None:
-        return tiny_teacher(teacher_cfg, num_labels, seed)
-    return load_pretrained(teacher_cfg.name_or_path, num_labels)
+def pretrained_teacher(teacher: TeacherSpec, num_labels: int, seed: int, *, mlm: bool = False) -> PreTrainedModel:
+    """The teacher before task fine-tuning: from a checkpoint, or built from `shape` (the tiny test teacher).
+
+    `mlm`: the encoder for raw text, with its MLM head when it has one; otherwise a sequence classifier (its
+    head new unless the checkpoint has one)."""
+    auto = (AutoModelForMaskedLM if teacher.has_mlm_head else AutoModel) if mlm else AutoModelForSequenceClassification
+    if teacher.shape is not None:
+        torch.manual_seed(seed)
+        return auto.from_config(tiny_config(teacher.shape, num_labels))
+    return load(auto, teacher.name_or_path, **({} if mlm else {"num_labels": num_labels}))
 
 
-def teacher_config(teacher_cfg: DictConfig) -> PretrainedConfig:
+def teacher_config(teacher: TeacherSpec) -> PretrainedConfig:
     """The teacher's architecture config, cheaply (no weights): used to validate before heavy work."""
-    if teacher_cfg.get("shape") is not None:
-        return tiny_config(teacher_cfg.shape, 2)
-    path = resolve_model_path(teacher_cfg.name_or_path)
-    try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=False)
-    except OSError as exc:
-        raise _not_found(teacher_cfg.name_or_path, exc) from exc
+    if teacher.shape is not None:
+        return tiny_config(teacher.shape, 2)
+    return load(AutoConfig, teacher.name_or_path)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Students and model anatomy
 
 
-def student_config(teacher_conf: PretrainedConfig, shape: DictConfig, num_labels: int) -> PretrainedConfig:
-    """The teacher's config with the student's depth and width: the student is the teacher's model family."""
+def student_config(teacher_conf: PretrainedConfig, shape: ShapeSpec, num_labels: int,
+                   dropout: float | None = None) -> PretrainedConfig:
+    """The teacher's config with the student's depth and width: the student is the teacher's model family.
+
+    `dropout` (if given) replaces the family's hidden and attention dropout probabilities."""
     config = teacher_conf.__class__.from_dict(teacher_conf.to_dict())
     config.num_hidden_layers = shape.num_layers
     config.hidden_size = shape.hidden_size
     config.num_attention_heads = shape.num_heads
     config.intermediate_size = shape.ffn_size
     config.num_labels = num_labels
+    if dropout is not None:
+        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
     return config
 
 
-def build_student(teacher_conf: PretrainedConfig, shape: DictConfig, num_labels: int, seed: int) -> PreTrainedModel:
+def build_student(teacher_conf: PretrainedConfig, shape: ShapeSpec, num_labels: int, seed: int, *,
+                  mlm: bool = False, dropout: float | None = None) -> PreTrainedModel:
+    """A random student; `mlm`: with an MLM head (saved with save_pretrained, it loads with AutoModel and
+    fine-tunes on GLUE), else a sequence classifier."""
+    auto = AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification
     torch.manual_seed(seed)
-    return AutoModelForSequenceClassification.from_config(student_config(teacher_conf, shape, num_labels))
+    return auto.from_config(student_config(teacher_conf, shape, 2 if mlm else num_labels, dropout))
+
+
+def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel, init: InitSpec) -> None:
+    """Copy teacher block init.layers[i] into student block i (and the embeddings / pooler+classifier if asked)."""
+    student_blocks, teacher_blocks = encoder_layers(student), encoder_layers(teacher)
+    for student_index, teacher_layer in enumerate(init.layers):
+        student_blocks[student_index].load_state_dict(teacher_blocks[teacher_layer - 1].state_dict())
+    if init.copy_embeddings:
+        embeddings(student).load_state_dict(embeddings(teacher).state_dict())
+    if init.copy_head:  # the heads both models have (a fine-tuned classifier, an MLM head, a pooler)
+        teacher_head = prediction_head(teacher)
+        for name, module in prediction_head(student).items():
+            if name in teacher_head:
+                module.load_state_dict(teacher_head[name].state_dict())
+
+
+def student_for(plan, teacher: PreTrainedModel, *, mlm: bool = False) -> PreTrainedModel:
+    """The plan's student, initialised, set up for training on the plan's device (its seed drawn first)."""
+    student = build_student(plan.teacher_conf, plan.student, plan.num_labels, plan.seed, mlm=mlm,
+                            dropout=plan.trainer.student_dropout)
+    if plan.init.layers is not None:
+        init_from_teacher(student, teacher, plan.init)
+    prepare_for_training(student, plan.trainer.recompute_attention).to(plan.device)
+    if plan.trainer.compile:  # measured in benchmarks/RESULTS.md; off by default
+        compile_blocks(student, teacher)
+    return student
 
 
 def encoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
@@ -210,10 +236,10 @@ def _recomputed_sdpa(module, query, key, value, attention_mask, dropout: float =
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, **kwargs)
 
 
-def prepare_for_training(model: PreTrainedModel, trainer: DictConfig) -> PreTrainedModel:
-    """The trainer's memory setting for a model about to be trained: with `trainer.recompute_attention`, its
-    attention becomes `_recomputed_sdpa`, with SDPA's form of the padding mask. Not saved with the model."""
-    if trainer.recompute_attention:
+def prepare_for_training(model: PreTrainedModel, recompute_attention: bool) -> PreTrainedModel:
+    """A model about to be trained: with `recompute_attention` (`trainer.recompute_attention`), its attention
+    becomes `_recomputed_sdpa`, with SDPA's form of the padding mask. Not saved with the model."""
+    if recompute_attention:
         AttentionInterface.register(RECOMPUTED_SDPA, _recomputed_sdpa)
         AttentionMaskInterface.register(RECOMPUTED_SDPA, sdpa_mask)
         model.set_attn_implementation(RECOMPUTED_SDPA)
@@ -242,30 +268,3 @@ def mlm_head(model: PreTrainedModel) -> torch.nn.Module:
         if isinstance(getattr(model, name, None), torch.nn.Module):
             return getattr(model, name)
     raise ConfigError(f"{type(model).__name__} has no MLM head: MLM-based objectives need a teacher with one")
-
-
-def pretrained_encoder(teacher_cfg: DictConfig, seed: int) -> PreTrainedModel:
-    """The pre-trained teacher for task-agnostic distillation: with its MLM head when it has one."""
-    auto = AutoModelForMaskedLM if teacher_cfg.get("has_mlm_head") else AutoModel
-    if teacher_cfg.get("shape") is not None:
-        torch.manual_seed(seed)
-        return auto.from_config(tiny_config(teacher_cfg.shape, 2))
-    path = resolve_model_path(teacher_cfg.name_or_path)
-    try:
-        return auto.from_pretrained(path, trust_remote_code=False)
-    except OSError as exc:
-        raise _not_found(teacher_cfg.name_or_path, exc) from exc
-
-
-def build_mlm_student(
-    teacher_conf: PretrainedConfig, shape: DictConfig, seed: int, dropout: float | None = None
-) -> PreTrainedModel:
-    """A student with an MLM head (saved with save_pretrained, it loads with AutoModel and fine-tunes on GLUE).
-
-    `dropout` (if given) replaces the family's hidden and attention dropout probabilities.
-    """
-    config = student_config(teacher_conf, shape, num_labels=2)
-    if dropout is not None:
-        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
-    torch.manual_seed(seed)
-    return AutoModelForMaskedLM.from_config(config)

@@ -1,89 +1,195 @@
-"""Validate a composed config once, cheaply, before any heavy work, and resolve what the run needs.
+"""Validate a composed config once, cheaply, before any heavy work, and resolve it into a typed `Plan`.
 
-Everything a user can get wrong in a config fails here with one line (a ConfigError/DataError): the
-layer lists, the widths, the head counts, numbers out of range, missing data files, an absent GPU.
+The plan is the only reader of the raw config below the entry point: recipes, the loop, data and model code take
+the plan's specs (`kdbench.specs`). Everything a user can get wrong in a config fails here with one line (a
+ConfigError/DataError): the layer lists, the widths, the head counts, numbers out of range, missing data files,
+batch sizes that do not divide, an absent GPU.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from transformers import PretrainedConfig
+from transformers import AutoConfig, PretrainedConfig
 
-from kdbench import data
-from kdbench.errors import ConfigError
-from kdbench.initialization import check_width, resolve_init_layers
-from kdbench.models import student_config, teacher_config
-from kdbench.objectives.objective import Term, build_terms
+from kdbench import distributed, models
+from kdbench.errors import ConfigError, DataError
+from kdbench.layers import check_width, resolve_init_layers
+from kdbench.objectives.terms import Term, build_terms
+from kdbench.specs import (
+    COMPUTATION_ONLY,
+    BatchLayout,
+    CorpusSpec,
+    DataSpec,
+    InitSpec,
+    KDSpec,
+    LoggerSpec,
+    ShapeSpec,
+    TaskSpec,
+    TeacherSpec,
+    TrainerSpec,
+    TsvLayout,
+    from_mapping,
+)
 
 SETTINGS = ("task_specific", "task_agnostic", "finetune")
+GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    setting: str
+    seed: int
+    task: TaskSpec
+    data: DataSpec
+    teacher: TeacherSpec
+    student: ShapeSpec
+    init: InitSpec
+    objective: str
+    terms: list[Term]
+    trainer: TrainerSpec
+    kd: KDSpec
+    corpus: CorpusSpec | None  # the task-agnostic setting's raw text
+    batches: BatchLayout | None  # the task-agnostic setting's global batch over processes
+    logger: LoggerSpec
     teacher_conf: PretrainedConfig
     student_conf: PretrainedConfig
-    init_layers: list[int] | None
-    terms: list[Term]
     device: torch.device
-    num_labels: int
-    cache_dir: Path
     precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device)
+    cache_dir: Path
+    save_student: bool
+    student_path: Path | None  # setting=finetune: the distilled student to fine-tune
     fingerprint: str  # identifies the resolved config, less where it is written (checkpoints refuse others)
+    config: dict  # the resolved config, as recorded
 
     @property
-    def init_label(self) -> str:
-        """How records and tables name the init: "random" or the teacher layers, "4,8,12"."""
-        return "random" if self.init_layers is None else ",".join(map(str, self.init_layers))
+    def num_labels(self) -> int:
+        return self.task.num_labels
+
+
+def container(node) -> dict | list:
+    return OmegaConf.to_container(node, resolve=True)
+
+
+# ------------------------------------------------------------------------------------------------ the specs
+
+
+def trainer_spec(cfg: DictConfig) -> TrainerSpec:
+    values = container(cfg.trainer)
+    values["adam_betas"] = tuple(values["adam_betas"])
+    trainer = from_mapping(TrainerSpec, values, "trainer")
+    check_numbers(trainer)
+    return trainer
 
 
 POSITIVE = ("batch_size", "eval_batch_size", "max_length", "log_every", "max_steps", "device_batch_size")
 NON_NEGATIVE = ("teacher_epochs", "stage1_epochs", "stage2_epochs", "eval_every", "heldout_batches", "checkpoint_every")
 
 
-def check_numbers(trainer: DictConfig) -> None:
-    """Counts, sizes and rates in range (keys a trainer recipe does not have are skipped)."""
+def check_numbers(trainer: TrainerSpec) -> None:
+    """Counts, sizes and rates in range (None: a key the trainer recipe does not use)."""
     for key in NON_NEGATIVE:
-        if trainer.get(key) is not None and trainer[key] < 0:
-            raise ConfigError(f"trainer.{key}={trainer[key]} is negative: use 0 to skip or turn it off, or a positive count")
+        if getattr(trainer, key) is not None and getattr(trainer, key) < 0:
+            raise ConfigError(f"trainer.{key}={getattr(trainer, key)} is negative: use 0 to skip or turn it off, "
+                              "or a positive count")
     for key in POSITIVE:
-        if trainer.get(key) is not None and trainer[key] <= 0:
-            raise ConfigError(f"trainer.{key}={trainer[key]} must be a positive integer")
+        if getattr(trainer, key) is not None and getattr(trainer, key) <= 0:
+            raise ConfigError(f"trainer.{key}={getattr(trainer, key)} must be a positive integer")
     for key in ("lr", "teacher_lr"):
-        if trainer.get(key) is not None and trainer[key] <= 0:
-            raise ConfigError(f"trainer.{key}={trainer[key]} must be a positive learning rate, e.g. 1e-5")
+        if getattr(trainer, key) is not None and getattr(trainer, key) <= 0:
+            raise ConfigError(f"trainer.{key}={getattr(trainer, key)} must be a positive learning rate, e.g. 1e-5")
     if not 0 <= trainer.warmup_ratio < 1:
         raise ConfigError(f"trainer.warmup_ratio={trainer.warmup_ratio} must be in [0, 1)")
     if trainer.precision not in ("fp32", "bf16", "auto"):
         raise ConfigError(f"trainer.precision={trainer.precision!r}: valid are fp32, bf16, auto (bf16 on a GPU that has it)")
 
 
-def resolve_precision(requested: str, device: torch.device) -> str:
-    if requested == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-    if requested == "bf16" and device.type == "cpu" and not torch.backends.mkldnn.is_available():
-        raise ConfigError("trainer.precision=bf16 needs a GPU or a CPU with bf16 support: use trainer.precision=fp32")
-    return requested
+def task_spec(task: DictConfig) -> TaskSpec:
+    tsv = container(task.tsv)
+    return TaskSpec(task.name, task.hf_config, tuple(task.text_fields), tuple(task.labels), tuple(task.metrics),
+                    dict(task.eval_splits), TsvLayout(tsv["dir"], tsv["header"], tsv["columns"], tsv["files"]))
 
 
-# Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run
-# re-run with recomputation on).
-HOW_NOT_WHAT = ("progress_bar", "compile", "fused_losses", "recompute_losses", "recompute_attention")
+def data_spec(data: DictConfig) -> DataSpec:
+    """The data source: the configured GLUE folder, else $KDBENCH_GLUE_DIR, else (None) the Hugging Face Hub."""
+    chosen = data.get("glue_dir") or os.environ.get(GLUE_DIR_ENV)
+    glue_dir = Path(chosen).expanduser() if chosen else None
+    if glue_dir is not None and not glue_dir.is_dir():
+        raise DataError(
+            f"GLUE directory {glue_dir} does not exist: point data.glue_dir or ${GLUE_DIR_ENV} at a folder "
+            "in the download_glue_data.py layout (CoLA/train.tsv, SST-2/dev.tsv, ...)"
+        )
+    return DataSpec(glue_dir, data.hf_dataset, data.train_limit, data.eval_limit, data.subset_seed)
 
 
-def config_fingerprint(cfg: DictConfig) -> str:
-    """Identifies the run's resolved config, less where it is written and how progress is shown."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved.get("paths", {}).pop("run_dir", None)
-    trainer = resolved.get("trainer", {})
-    for how in HOW_NOT_WHAT:
-        trainer.pop(how, None)
-    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
+def shape_spec(shape: DictConfig, name: str) -> ShapeSpec:
+    values = container(shape)
+    values.setdefault("name", name)
+    return from_mapping(ShapeSpec, values, name)
+
+
+def teacher_spec(teacher: DictConfig) -> TeacherSpec:
+    shape = shape_spec(teacher.shape, f"teacher {teacher.name}") if teacher.get("shape") is not None else None
+    finetuned = Path(teacher.finetuned_path).expanduser() if teacher.get("finetuned_path") else None
+    if finetuned is not None and not (finetuned / "config.json").is_file():
+        raise ConfigError(f"cannot load the fine-tuned teacher from teacher.finetuned_path={teacher.finetuned_path}: "
+                          "no config.json there; give a folder written by save_pretrained, or null to fine-tune the teacher")
+    return TeacherSpec(teacher.name, teacher.get("name_or_path"), shape, bool(teacher.get("has_mlm_head", False)),
+                       finetuned, container(teacher))
+
+
+def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
+    layers = resolve_init_layers(init.name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers)
+    if layers is not None:
+        check_width(student.hidden_size, teacher_conf.hidden_size, init.name)
+    return InitSpec(init.name, None if layers is None else tuple(layers),
+                    init.get("copy_embeddings", True), init.get("copy_head", True))
+
+
+def corpus_spec(corpus: DictConfig) -> CorpusSpec:
+    """The raw text, validated before any work: a local corpus names an existing path and a known format."""
+    from kdbench.data.readers import READERS
+
+    common = dict(name=corpus.name, seq_len=corpus.seq_len, heldout_fraction=corpus.heldout_fraction,
+                  max_docs=corpus.max_docs)
+    if corpus.get("hf_datasets"):
+        return CorpusSpec(**common, hf_datasets=tuple(container(corpus.hf_datasets)))
+    if corpus.format not in READERS:
+        raise ConfigError(f"corpus.format={corpus.format!r}; valid: {', '.join(sorted(READERS))}")
+    if not corpus.get("path"):
+        raise ConfigError("corpus=local needs corpus.path (a text file or a folder of them) or $KDBENCH_CORPUS")
+    path = Path(corpus.path).expanduser()
+    if not path.exists():
+        raise ConfigError(f"corpus.path={corpus.path} does not exist: give a text file or a folder of them")
+    return CorpusSpec(**common, path=path, format=corpus.format)
+
+
+def batch_layout(global_batch: int, world_size: int, device_batch: int) -> BatchLayout:
+    """Micro-batches per process and gradient-accumulation steps giving exactly `global_batch` per step."""
+    per_process, remainder = divmod(global_batch, world_size)
+    if remainder:
+        raise ConfigError(f"trainer.batch_size={global_batch} is not divisible by {world_size} processes")
+    micro = min(device_batch, per_process)
+    if per_process % micro:
+        raise ConfigError(
+            f"trainer.batch_size={global_batch} over {world_size} process(es) is {per_process} per process, not a "
+            f"multiple of trainer.device_batch_size={device_batch}: choose sizes that divide"
+        )
+    return BatchLayout(global_batch, micro, per_process // micro, world_size)
+
+
+def logger_spec(cfg: DictConfig) -> LoggerSpec:
+    settings = {k: v for k, v in container(cfg.logger).items() if k != "name"}
+    return LoggerSpec(cfg.logger.name, settings, f"{cfg.task.name}-{cfg.objective.name}-{cfg.student.name}-s{cfg.seed}")
+
+
+# ------------------------------------------------------------------------------------------ the environment
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -98,71 +204,90 @@ def resolve_device(requested: str) -> torch.device:
     return device
 
 
-def check_data_files(cfg: DictConfig) -> None:
+def resolve_precision(requested: str, device: torch.device) -> str:
+    if requested == "auto":
+        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if requested == "bf16" and device.type == "cpu" and not torch.backends.mkldnn.is_available():
+        raise ConfigError("trainer.precision=bf16 needs a GPU or a CPU with bf16 support: use trainer.precision=fp32")
+    return requested
+
+
+def config_fingerprint(resolved: dict) -> str:
+    """Identifies the run's resolved config, less where it is written and how it computes (`COMPUTATION_ONLY`)."""
+    resolved = json.loads(json.dumps(resolved, default=str))
+    resolved.get("paths", {}).pop("run_dir", None)
+    trainer = resolved.get("trainer", {})
+    for how in COMPUTATION_ONLY:
+        trainer.pop(how, None)
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def check_data_files(task: TaskSpec, data: DataSpec) -> None:
     """With a local GLUE directory, every split the run reads must exist (read errors come with line numbers later)."""
-    root = data.glue_dir(cfg.data)
-    if root is None:
+    if data.glue_dir is None:
         return
-    for split in ["train", *cfg.task.eval_splits.values()]:
-        files = cfg.task.tsv.files
-        if split not in files or not (root / cfg.task.tsv.dir / files[split]).is_file():
-            where = root / cfg.task.tsv.dir / files.get(split, f"<{split}>")
+    for split in ["train", *task.eval_splits.values()]:
+        files = task.tsv.files
+        if split not in files or not (data.glue_dir / task.tsv.dir / files[split]).is_file():
+            where = data.glue_dir / task.tsv.dir / files.get(split, f"<{split}>")
             raise ConfigError(
-                f"task {cfg.task.name} needs {where}, which is missing: the local GLUE directory lacks this "
+                f"task {task.name} needs {where}, which is missing: the local GLUE directory lacks this "
                 "task or split; choose another task, or unset data.glue_dir / $KDBENCH_GLUE_DIR to use the Hub"
             )
 
 
+# ------------------------------------------------------------------------------------------------ the plan
+
+
+def objective_terms(cfg: DictConfig, init: InitSpec, student_conf, teacher_conf, teacher: TeacherSpec,
+                    task: TaskSpec) -> list[Term]:
+    """The objective's terms for this setting: raw text uses `terms_task_agnostic` and the setting's mapping."""
+    agnostic = cfg.setting.name == "task_agnostic"
+    specs = cfg.objective.terms
+    if agnostic and cfg.objective.get("terms_task_agnostic"):
+        specs = cfg.objective.terms_task_agnostic
+    mapping = cfg.setting.get("mapping") or cfg.objective.mapping
+    mapping = container(mapping) if OmegaConf.is_config(mapping) else mapping
+    layers = None if init.layers is None else list(init.layers)
+    return build_terms(cfg.objective.name, container(specs), mapping, layers, student_conf, teacher_conf,
+                       regression=task.regression, agnostic=agnostic, teacher_has_mlm_head=teacher.has_mlm_head)
+
+
 def make_plan(cfg: DictConfig) -> Plan:
     if cfg.setting.name not in SETTINGS:
-        raise ConfigError(
-            f"setting={cfg.setting.name} is not implemented yet; available: {', '.join(SETTINGS)}"
-        )
-    check_numbers(cfg.trainer)
-    device = resolve_device(cfg.trainer.device)
-    precision = resolve_precision(cfg.trainer.precision, device)
-    cache_dir = Path(cfg.paths.cache_dir).expanduser()
+        raise ConfigError(f"setting={cfg.setting.name} is not implemented yet; available: {', '.join(SETTINGS)}")
+    trainer = trainer_spec(cfg)
+    device = distributed.device_for(distributed.current(), resolve_device(trainer.device))  # this process's
+    task, data = task_spec(cfg.task), data_spec(cfg.data)
+    corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
+    if corpus is None:
+        check_data_files(task, data)
+    teacher = teacher_spec(cfg.teacher)
+    student = shape_spec(cfg.student, f"student {cfg.student.name}")
+    if student.hidden_size % student.num_heads:
+        raise ConfigError(f"student {student.name}: hidden size {student.hidden_size} is not divisible by "
+                          f"{student.num_heads} heads")
+    resolved = container(cfg)
+    common = dict(setting=cfg.setting.name, seed=cfg.seed, task=task, data=data, teacher=teacher, student=student,
+                  objective=cfg.objective.name, trainer=trainer, kd=KDSpec(**container(cfg.prediction_kd)),
+                  corpus=corpus, logger=logger_spec(cfg), device=device,
+                  precision=resolve_precision(trainer.precision, device),
+                  cache_dir=Path(cfg.paths.cache_dir).expanduser(), save_student=cfg.save_student,
+                  fingerprint=config_fingerprint(resolved), config=resolved)
     if cfg.setting.name == "finetune":  # a distilled student alone: no teacher, no objective
-        check_data_files(cfg)
-        student_conf = finetune_student_config(cfg.setting.student_path)
-        return Plan(student_conf, student_conf, None, [], device, data.num_labels(cfg.task), cache_dir, precision,
-                    config_fingerprint(cfg))
-    if cfg.setting.name == "task_agnostic":
-        check_corpus(cfg.corpus)
-    else:
-        check_data_files(cfg)
-    num_labels = data.num_labels(cfg.task)
-    finetuned = cfg.teacher.get("finetuned_path")
-    if finetuned and not (Path(finetuned).expanduser() / "config.json").is_file():
-        raise ConfigError(f"cannot load the fine-tuned teacher from teacher.finetuned_path={finetuned}: no config.json "
-                          "there; give a folder written by save_pretrained, or null to fine-tune the teacher")
-    teacher_conf = teacher_config(cfg.teacher)
-    student_conf = student_config(teacher_conf, cfg.student, num_labels)
-    if cfg.student.hidden_size % cfg.student.num_heads:
-        raise ConfigError(
-            f"student {cfg.student.name}: hidden size {cfg.student.hidden_size} is not divisible by "
-            f"{cfg.student.num_heads} heads"
-        )
-    init_layers = resolve_init_layers(cfg.init, teacher_conf.num_hidden_layers, cfg.student.num_layers)
-    if init_layers is not None:
-        check_width(cfg.student.hidden_size, teacher_conf.hidden_size, cfg.init.name)
-    terms = build_terms(cfg.objective, init_layers, student_conf, teacher_conf, regression=data.is_regression(cfg.task),
-                        setting=cfg.setting, teacher_has_mlm_head=cfg.teacher.get("has_mlm_head", False))
-    return Plan(teacher_conf, student_conf, init_layers, terms, device, num_labels, cache_dir, precision,
-                config_fingerprint(cfg))
-
-
-def finetune_student_config(student_path: str) -> PretrainedConfig:
-    from transformers import AutoConfig
-
-    path = Path(student_path).expanduser()
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"setting.student_path={student_path} is not a saved model (no config.json): give the "
-                          "student/ folder of a task-agnostic run")
-    return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
-
-
-def check_corpus(corpus: DictConfig) -> None:
-    from kdbench.corpus_sources import check_corpus_config
-
-    check_corpus_config(corpus)
+        student_path = Path(cfg.setting.student_path).expanduser()
+        if not (student_path / "config.json").is_file():
+            raise ConfigError(f"setting.student_path={cfg.setting.student_path} is not a saved model (no config.json): "
+                              "give the student/ folder of a task-agnostic run")
+        student_conf = models.load(AutoConfig, student_path, saved_as="a distilled student")
+        return Plan(**common, init=InitSpec("random", None), terms=[], batches=None, teacher_conf=student_conf,
+                    student_conf=student_conf, student_path=student_path)
+    teacher_conf = models.teacher_config(teacher)
+    student_conf = models.student_config(teacher_conf, student, task.num_labels)
+    init = init_spec(cfg.init, teacher_conf, student)
+    terms = objective_terms(cfg, init, student_conf, teacher_conf, teacher, task)
+    batches = None
+    if corpus is not None:
+        batches = batch_layout(trainer.batch_size, distributed.current().size, trainer.device_batch_size)
+    return Plan(**common, init=init, terms=terms, batches=batches, teacher_conf=teacher_conf,
+                student_conf=student_conf, student_path=None)

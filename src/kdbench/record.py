@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import IO
 
 SCHEMA_VERSION = 1
+RESULT_FILE = "result.json"
+# What identifies a run in the tables: the design, one seed.
+KEY_FIELDS = ("setting", "teacher", "student", "task", "objective", "init", "seed")
+# What every completed record holds (a task-agnostic distillation has task None: its fine-tuning runs carry scores).
+COMPLETED_FIELDS = ("status", *KEY_FIELDS, "score", "metrics")
 
 
 def atomic_write(path: Path, write: Callable[[IO], None], *, binary: bool = False) -> None:

@@ -14,21 +14,23 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__, distributed
-from kdbench.agnostic import run_task_agnostic
 from kdbench.cli import check_overrides, config_dir, fail, register_resolvers
-from kdbench.distill import run_task_specific
 from kdbench.errors import KdbenchError
-from kdbench.finetune import run_finetune
 from kdbench.loggers import make_logger
-from kdbench.plan import make_plan
-from kdbench.record import SCHEMA_VERSION, StepLog, read_json, write_json
-from kdbench.signals import Interrupted, graceful_stop
+from kdbench.plan import Plan, make_plan
+from kdbench.recipes.finetune import run_finetune
+from kdbench.recipes.task_agnostic import run_task_agnostic
+from kdbench.recipes.task_specific import run_task_specific
+from kdbench.record import RESULT_FILE, SCHEMA_VERSION, StepLog, read_json, write_json
+from kdbench.training.signals import Interrupted, graceful_stop
 
-SETTING_RUNNERS = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic, "finetune": run_finetune}
+RECIPES = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic, "finetune": run_finetune}
 register_resolvers()  # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
 
 
-def base_record(cfg: DictConfig) -> dict:
+def identity(cfg: DictConfig, plan: Plan | None) -> dict:
+    """The record's first fields: what was run (before the plan exists, as the config names it)."""
+    init = plan.init.label if plan is not None else cfg.init.name
     return {
         "schema": SCHEMA_VERSION,
         "status": "running",
@@ -36,7 +38,8 @@ def base_record(cfg: DictConfig) -> dict:
         "task": None if cfg.setting.name == "task_agnostic" else cfg.task.name,  # distillation on raw text: no task
         "teacher": cfg.teacher.name,
         "student": cfg.student.name,
-        "init": cfg.init.name,
+        "init": init,  # "random" or the teacher layers, "4,8,12"
+        "init_name": cfg.init.name,  # the init option
         "objective": cfg.objective.name,
         "seed": cfg.seed,
         "kdbench_version": __version__,
@@ -52,39 +55,49 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     run_dir = Path(run_dir or cfg.paths.run_dir or ".")
     main_process = distributed.current().is_main  # under torchrun only rank 0 writes
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    result_path = run_dir / "result.json"
+    result_path = run_dir / RESULT_FILE
     previous = read_json(result_path)
     if previous and previous.get("status") == "completed" and previous.get("config") == resolved:
         return previous | {"skipped": True}  # a re-run sweep skips finished jobs
-    record = base_record(cfg) | {"config": resolved}
-    write = (lambda path, payload: write_json(path, payload)) if main_process else (lambda path, payload: None)
+    write = writer(main_process)
     if main_process:
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         plan = make_plan(cfg)  # bad input fails here, before anything is loaded
     except KdbenchError as exc:
-        write(result_path, record | {"status": "failed", "error": str(exc)})
+        write(result_path, identity(cfg, None) | {"status": "failed", "error": str(exc), "config": resolved})
         raise
-    record |= {"init": plan.init_label, "init_name": cfg.init.name}
     plan.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # caches hold weights: the user's eyes only
     write(run_dir / "config.json", resolved)
-    write(result_path, record)
-    logger = make_logger(cfg, run_dir) if main_process else None
+    return execute(plan, identity(cfg, plan), run_dir, main_process)
+
+
+def writer(main_process: bool):
+    """Writes JSON files in the main process; other data-parallel ranks write nothing."""
+    return write_json if main_process else (lambda path, payload: None)
+
+
+def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict:
+    """Run the plan's recipe under the stop signals, keeping result.json current: running, then completed,
+    failed or interrupted."""
+    result_path, write = run_dir / RESULT_FILE, writer(main_process)
+    write(result_path, record | {"config": plan.config})
+    logger = make_logger(plan.logger, plan.config, run_dir) if main_process else None
     log = StepLog(run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else [])
     start = time.perf_counter()
     try:
         with graceful_stop():
-            outcome = SETTING_RUNNERS[cfg.setting.name](cfg, plan, run_dir, log)
+            outcome = RECIPES[plan.setting](plan, run_dir, log)
         score_key = next(iter(outcome["metrics"]))
-        config = record.pop("config")  # keep the long config last in the file
         record |= outcome | {"status": "completed", "score": outcome["metrics"][score_key], "score_metric": score_key,
-                             "wall_s": time.perf_counter() - start, "config": config}
+                             "wall_s": time.perf_counter() - start, "config": plan.config}  # the long config last
         write(result_path, record)
         if logger:
             logger.summary(record)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, Interrupted) else "failed"
-        record |= {"status": status, "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - start}
+        record |= {"status": status, "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - start,
+                   "config": plan.config}
         write(result_path, record)
         raise
     finally:
@@ -116,14 +129,14 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             raise
         fail(str(exc), exc.exit_code)
     if record.get("skipped"):
-        print(f"already completed with the same config: {Path(run_dir) / 'result.json'}")
+        print(f"already completed with the same config: {Path(run_dir) / RESULT_FILE}")
         return record["score"]
     if not distributed.current().is_main:
         return record["score"]
     teacher = ", ".join(f"{k} {v:.2f}" for k, v in record["teacher_metrics"].items()) or "pre-trained"
     student = ", ".join(f"{k} {v:.4g}" for k, v in record["metrics"].items())
     print(f"teacher ({record['teacher']}): {teacher}\nstudent ({record['student']}, {record['objective']}, "
-          f"init {record['init']}): {student}\nrecord: {Path(run_dir) / 'result.json'}")
+          f"init {record['init']}): {student}\nrecord: {Path(run_dir) / RESULT_FILE}")
     return record["score"]
 
 

@@ -17,53 +17,51 @@ from typing import NamedTuple
 
 import torch
 from filelock import FileLock
-from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
-from kdbench import data, loop, models
-from kdbench.checkpoint import Checkpoints
-from kdbench.errors import ModelNotFoundError
+from kdbench import models
+from kdbench.data.batches import make_loader
 from kdbench.record import StepLog, atomic_write, read_json, write_json
+from kdbench.specs import OptimizerSpec
+from kdbench.training import loop
+from kdbench.training.checkpoint import Checkpoints
+from kdbench.training.evaluate import evaluate, logits_table
+from kdbench.training.hooks import standard_hooks
+from kdbench.training.steps import supervised_step
 
 logger = logging.getLogger("kdbench")
 
 TEACHER_CACHE_VERSION = 1
 
 
-def teacher_key(cfg: DictConfig) -> dict:
+def teacher_key(plan) -> dict:
     """Everything that determines the fine-tuned teacher (and nothing that varies across a sweep's students)."""
-    trainer = cfg.trainer
+    trainer = plan.trainer
     return {
         "version": TEACHER_CACHE_VERSION,
-        "teacher": OmegaConf.to_container(cfg.teacher, resolve=True),
-        "task": cfg.task.name,
+        "teacher": plan.teacher.identity,
+        "task": plan.task.name,
         "data": {
-            "source": str(cfg.data.glue_dir or "env/hub"),
-            "train_limit": cfg.data.train_limit,
-            "subset_seed": cfg.data.subset_seed,
+            "source": str(plan.data.glue_dir or "hub"),
+            "train_limit": plan.data.train_limit,
+            "subset_seed": plan.data.subset_seed,
         },
         "recipe": {
-            k: OmegaConf.to_container(trainer[k]) if OmegaConf.is_config(trainer[k]) else trainer[k]
+            k: getattr(trainer, k)
             for k in ("teacher_epochs", "teacher_lr", "batch_size", "warmup_ratio", "weight_decay",
                       "adam_betas", "adam_eps", "max_grad_norm", "max_length", "teacher_seed", "precision")
         },
     }
 
 
-def cache_path(cfg: DictConfig, cache_dir: Path) -> Path:
-    key = teacher_key(cfg)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir / "teachers" / f"{cfg.task.name}-{cfg.teacher.name}-{digest}"
+def cache_path(plan) -> Path:
+    digest = hashlib.sha256(json.dumps(teacher_key(plan), sort_keys=True).encode()).hexdigest()[:16]
+    return plan.cache_dir / "teachers" / f"{plan.task.name}-{plan.teacher.name}-{digest}"
 
 
 def load_finetuned(path: Path, num_labels: int) -> PreTrainedModel:
-    try:
-        return AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=num_labels, trust_remote_code=False)
-    except (OSError, ValueError) as exc:
-        raise ModelNotFoundError(
-            f"cannot load the fine-tuned teacher from {path} ({type(exc).__name__}): give a directory written by "
-            "save_pretrained with the task's number of labels"
-        ) from exc
+    return models.load(AutoModelForSequenceClassification, path, saved_as="the fine-tuned teacher",
+                       num_labels=num_labels)
 
 
 def freeze(model: PreTrainedModel) -> PreTrainedModel:
@@ -80,76 +78,70 @@ class FineTuned(NamedTuple):
     identity: str  # names these exact weights (for caches derived from the teacher)
 
 
-def finetuned_teacher(cfg, plan, train_loader, eval_loaders, log: StepLog) -> FineTuned:
-    if cfg.teacher.finetuned_path:
-        path = Path(cfg.teacher.finetuned_path).expanduser()
-        teacher = load_finetuned(path, plan.num_labels).to(plan.device)
-        freeze(teacher)
-        metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, plan.precision)
+def finetuned_teacher(plan, train_loader, eval_loaders, log: StepLog) -> FineTuned:
+    """The task's fine-tuned teacher, frozen, with its dev metrics: the given one, the cached one, or fine-tuned
+    now (once for every run that needs it: concurrent runs wait on the cache entry's lock)."""
+    if plan.teacher.finetuned_path is not None:
+        path = plan.teacher.finetuned_path
+        teacher = freeze(load_finetuned(path, plan.num_labels).to(plan.device))
+        metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision)
         stamp = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
         return FineTuned(teacher, metrics, 0.0, f"{path.resolve()}:{stamp}")
-
-    path = cache_path(cfg, plan.cache_dir)
+    path = cache_path(plan)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         meta = read_json(path / "kdbench_teacher.json")
         if meta is not None:
             teacher = load_finetuned(path, plan.num_labels).to(plan.device)
             return FineTuned(freeze(teacher), meta["metrics"], 0.0, path.name)
-        start = time.perf_counter()
-        set_seed(cfg.trainer.teacher_seed)
-        teacher = models.pretrained_teacher(cfg.teacher, plan.num_labels, cfg.trainer.teacher_seed).to(plan.device)
-        # Checkpointed like a stage (a killed or pre-empted builder's successor resumes), next to the cache entry.
-        checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"))  # keyed like the entry: no fingerprint
-        if cfg.trainer.teacher_epochs > 0:
-            models.prepare_for_training(teacher, cfg.trainer)
-            latest = checkpoints.latest()
-            if latest is not None:
-                logger.info("resuming the teacher's fine-tuning from %s, step %d", latest[1], latest[0]["step"])
-            step = loop.supervised_step(teacher, plan.device, plan.precision)
-            loop.train("teacher", [teacher], train_loader, cfg.trainer.teacher_epochs, cfg.trainer.teacher_lr, step,
-                       cfg.trainer, log, plan.device, checkpoints, latest[0] if latest else None)
-        freeze(teacher)
-        metrics = loop.evaluate(teacher, eval_loaders, cfg.task.metrics, plan.device, plan.precision)
-        seconds = time.perf_counter() - start
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        teacher.save_pretrained(str(tmp))
-        write_json(tmp / "kdbench_teacher.json", {"key": teacher_key(cfg), "metrics": metrics, "seconds": seconds})
-        tmp.rename(path)
-        checkpoints.clear()
-        return FineTuned(teacher, metrics, seconds, path.name)
+        return fine_tune_teacher(plan, path, train_loader, eval_loaders, log)
 
 
-def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, cfg, plan) -> torch.Tensor:
+def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog) -> FineTuned:
+    """Fine-tune the pre-trained teacher and write it as the cache entry `path` (complete, or not at all).
+
+    Checkpointed like a stage, next to the entry: a killed or pre-empted builder's successor resumes it."""
+    start, trainer = time.perf_counter(), plan.trainer
+    set_seed(trainer.teacher_seed)
+    teacher = models.pretrained_teacher(plan.teacher, plan.num_labels, trainer.teacher_seed).to(plan.device)
+    checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"))  # keyed like the entry: no fingerprint
+    if trainer.teacher_epochs > 0:
+        models.prepare_for_training(teacher, trainer.recompute_attention)
+        latest = checkpoints.latest()
+        if latest is not None:
+            logger.info("resuming the teacher's fine-tuning from %s, step %d", latest[1], latest[0]["step"])
+        stage = loop.Stage("teacher", [teacher], train_loader, supervised_step(teacher, plan.device, plan.precision),
+                           OptimizerSpec.of(trainer, trainer.teacher_lr), plan.device, epochs=trainer.teacher_epochs)
+        loop.train(stage, standard_hooks(trainer, log, checkpoints), latest[0] if latest else None)
+    freeze(teacher)
+    metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision)
+    seconds = time.perf_counter() - start
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    teacher.save_pretrained(str(tmp))
+    write_json(tmp / "kdbench_teacher.json", {"key": teacher_key(plan), "metrics": metrics, "seconds": seconds})
+    tmp.rename(path)
+    checkpoints.clear()
+    return FineTuned(teacher, metrics, seconds, path.name)
+
+
+def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan) -> torch.Tensor:
     """The teacher's logits for every training example, [N, C] float32 by `example` number.
 
     The teacher is deterministic in eval mode, so its prediction-layer targets are computed once per
     (fine-tuned teacher, task subset, tokenisation, precision) and cached on disk, then shared by every
     epoch, seed and objective of a sweep.
     """
-    key = {"teacher": teacher.identity, "task": cfg.task.name, "train_limit": cfg.data.train_limit,
-           "subset_seed": cfg.data.subset_seed, "max_length": cfg.trainer.max_length,
+    key = {"teacher": teacher.identity, "task": plan.task.name, "train_limit": plan.data.train_limit,
+           "subset_seed": plan.data.subset_seed, "max_length": plan.trainer.max_length,
            "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = plan.cache_dir / "teacher_logits" / f"{cfg.task.name}-{digest}.pt"
+    path = plan.cache_dir / "teacher_logits" / f"{plan.task.name}-{digest}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         if path.exists():
             return torch.load(path, map_location="cpu", weights_only=True)
-        loader = data.make_loader(train_set, tokenizer, cfg.trainer.eval_batch_size, shuffle=False)
+        loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
         table = logits_table(teacher.model, loader, len(train_set), plan.num_labels, plan.device, plan.precision)
         atomic_write(path, lambda handle: torch.save(table, handle), binary=True)
         return table
-
-
-def logits_table(model, loader, num_examples: int, num_labels: int, device, precision: str) -> torch.Tensor:
-    """A model's logits [N, C] (float32, on the CPU) for every example of a loader, indexed by `example` number."""
-    table = torch.empty(num_examples, num_labels)
-    with torch.inference_mode():
-        for batch in loader:
-            batch = loop.to_device(batch, device)
-            with loop.autocast(device, precision):
-                logits = model(**loop.model_inputs(batch)).logits
-            table[batch["example"].cpu()] = logits.float().cpu()
-    return table

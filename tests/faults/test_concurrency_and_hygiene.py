@@ -10,8 +10,9 @@ import sys
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kdbench import data
+from kdbench.data.glue import load_split
 from kdbench.errors import DataError
+from kdbench.plan import data_spec, task_spec
 from tests.helpers import compose_config, tiny_overrides
 
 
@@ -56,7 +57,7 @@ def test_any_tsv_rows_load_or_fail_with_file_and_line(rows, tmp_path_factory):
     (root / "SST-2" / "train.tsv").write_text("sentence\tlabel\n" + "".join("\t".join(r) + "\n" for r in rows))
     cfg = compose_config(["task=sst2", f"data.glue_dir={root}"])
     try:
-        ds = data.load_split(cfg.task, "train", cfg.data)
+        ds = load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
     except DataError as exc:
         message = str(exc)
         assert "train.tsv:" in message and "\n" not in message
@@ -71,14 +72,14 @@ def test_any_tsv_rows_load_or_fail_with_file_and_line(rows, tmp_path_factory):
        value=st.one_of(st.integers(-5, 5), st.floats(-1, 1, allow_nan=False)))
 def test_config_numbers_are_accepted_or_refused_with_one_line(key, value):
     from kdbench.errors import ConfigError
-    from kdbench.plan import check_numbers
+    from kdbench.plan import trainer_spec
 
     cfg = compose_config(["trainer=smoke"])
     cfg.trainer[key] = value
     epochs = key.endswith("epochs")
     valid = (value >= 0 and float(value).is_integer()) if epochs else (0 <= value < 1 if key == "warmup_ratio" else value > 0)
     try:
-        check_numbers(cfg.trainer)
+        trainer_spec(cfg)
     except ConfigError as exc:
         assert not valid or (epochs and not float(value).is_integer())
         assert f"trainer.{key}" in str(exc) and "\n" not in str(exc)

@@ -12,11 +12,11 @@ import time
 import pytest
 import torch
 
-from kdbench import loop
-from kdbench.checkpoint import Checkpoints
 from kdbench.errors import KdbenchError
 from kdbench.run import run
-from kdbench.signals import graceful_stop
+from kdbench.training import loop
+from kdbench.training.checkpoint import Checkpoints
+from kdbench.training.signals import graceful_stop
 from tests.helpers import compose_config, tiny_overrides
 
 CHECKPOINTED = ("trainer.checkpoint_every=1", "trainer.keep_checkpoints=true", "trainer.stage1_epochs=2",
@@ -41,9 +41,9 @@ def crash_at(monkeypatch, stage: str, at_step: int):
     loop_stage = {"name": None}
     real_train = loop.train
 
-    def tracking_train(stage_name, *args, **kwargs):
-        loop_stage["name"] = stage_name
-        return real_train(stage_name, *args, **kwargs)
+    def tracking_train(stage, *args, **kwargs):
+        loop_stage["name"] = stage.name
+        return real_train(stage, *args, **kwargs)
 
     monkeypatch.setattr(loop, "to_device", crashing)
     monkeypatch.setattr(loop, "train", tracking_train)
@@ -220,7 +220,7 @@ def test_a_killed_teacher_fine_tuning_resumes_from_its_checkpoint(tiny_glue, tmp
 
 
 def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(tiny_glue, tmp_path, monkeypatch):
-    from kdbench.objectives import objective as objective_module
+    from kdbench.objectives import terms as objective_module
 
     real = objective_module.Objective.forward
     calls = {"n": 0}

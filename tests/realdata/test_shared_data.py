@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kdbench import data
+from kdbench.data.glue import load_split
+from kdbench.plan import data_spec, task_spec
 from kdbench.run import run
 from tests.helpers import REAL_GLUE, compose_config, realdata
 
@@ -16,13 +17,13 @@ OFFICIAL_SIZES = {"cola": (8551, 1043), "sst2": (67349, 872), "mrpc": (3668, 408
 @pytest.mark.parametrize("task", sorted(OFFICIAL_SIZES))
 def test_real_glue_files_load_completely(task):
     cfg = compose_config([f"task={task}", f"data.glue_dir={REAL_GLUE}"])
-    sizes = tuple(len(data.load_split(cfg.task, split, cfg.data)) for split in ("train", "validation"))
+    sizes = tuple(len(load_split(task_spec(cfg.task), split, data_spec(cfg.data))) for split in ("train", "validation"))
     assert sizes == OFFICIAL_SIZES[task]
 
 
 def test_real_label_ids_follow_hugging_face_order():
     cfg = compose_config(["task=rte", f"data.glue_dir={REAL_GLUE}"])
-    dev = data.load_split(cfg.task, "validation", cfg.data)
+    dev = load_split(task_spec(cfg.task), "validation", data_spec(cfg.data))
     assert sum(1 for y in dev["label"] if y == 0) == 146  # entailment = 0, as in nyu-mll/glue
 
 

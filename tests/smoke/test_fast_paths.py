@@ -6,79 +6,82 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kdbench import data, distill, models
+from kdbench import models
+from kdbench.data.batches import SeededBatches, make_loader
+from kdbench.data.glue import task_datasets
 from kdbench.plan import make_plan
+from kdbench.recipes.task_specific import stage1
 from kdbench.record import StepLog
 from kdbench.teacher import finetuned_teacher, teacher_logits_table
+from kdbench.training.steps import prediction_kd_step, teacher_logits_now
 from tests.helpers import compose_config, tiny_overrides
 
 
 def _setup(tiny_glue, tmp_path):
-    cfg = compose_config(tiny_overrides(tiny_glue, tmp_path))
-    plan = make_plan(cfg)
-    tokenizer = models.teacher_tokenizer(cfg.teacher, plan.cache_dir)
-    train_set, eval_sets = distill.prepare_data(cfg, tokenizer)
-    loader = data.make_loader(train_set, tokenizer, 8, shuffle=True, seed=0)
-    evals = {"": data.make_loader(eval_sets[""], tokenizer, 8, shuffle=False)}
-    teacher = finetuned_teacher(cfg, plan, loader, evals, StepLog(tmp_path / "log.jsonl"))
-    return cfg, plan, tokenizer, train_set, loader, teacher
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path)))
+    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
+    loader = make_loader(train_set, tokenizer, 8, shuffle=True, seed=0)
+    evals = {"": make_loader(eval_sets[""], tokenizer, 8, shuffle=False)}
+    teacher = finetuned_teacher(plan, loader, evals, StepLog(tmp_path / "log.jsonl"))
+    return plan, tokenizer, train_set, loader, teacher
 
 
 def test_cached_teacher_logits_equal_a_teacher_forward(tiny_glue, tmp_path):
-    cfg, plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
-    table = teacher_logits_table(teacher, train_set, tokenizer, cfg, plan)
-    direct = distill.teacher_logits_fn(teacher.model, plan.device, "fp32")
+    plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    table = teacher_logits_table(teacher, train_set, tokenizer, plan)
+    direct = teacher_logits_now(teacher.model, plan.device, "fp32")
     for batch in loader:
         assert torch.allclose(table[batch["example"]], direct(batch), atol=1e-5)
 
 
 def test_teacher_logits_are_computed_once(tiny_glue, tmp_path, monkeypatch):
-    cfg, plan, tokenizer, train_set, _, teacher = _setup(tiny_glue, tmp_path)
-    first = teacher_logits_table(teacher, train_set, tokenizer, cfg, plan)
+    plan, tokenizer, train_set, _, teacher = _setup(tiny_glue, tmp_path)
+    first = teacher_logits_table(teacher, train_set, tokenizer, plan)
     monkeypatch.setattr(teacher.model, "forward", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
-    assert torch.equal(teacher_logits_table(teacher, train_set, tokenizer, cfg, plan), first)
+    assert torch.equal(teacher_logits_table(teacher, train_set, tokenizer, plan), first)
 
 
 def test_stage2_loss_is_the_same_with_cached_logits(tiny_glue, tmp_path):
-    cfg, plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
-    table = teacher_logits_table(teacher, train_set, tokenizer, cfg, plan)
-    student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, seed=0).eval()
-    cached = distill.stage2_losses(student, lambda b: table[b["example"]], cfg.prediction_kd, "fp32", plan.device)
-    direct = distill.stage2_losses(student, distill.teacher_logits_fn(teacher.model, plan.device, "fp32"),
-                                   cfg.prediction_kd, "fp32", plan.device)
+    plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    table = teacher_logits_table(teacher, train_set, tokenizer, plan)
+    student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=0).eval()
+    cached = prediction_kd_step(student, lambda b: table[b["example"]], plan.kd, plan.device, "fp32")
+    direct = prediction_kd_step(student, teacher_logits_now(teacher.model, plan.device, "fp32"), plan.kd,
+                                plan.device, "fp32")
     batch = next(iter(loader))
     assert torch.allclose(cached(batch)["total"], direct(batch)["total"], atol=1e-6)
 
 
 def test_length_grouped_batches_cover_every_example_once_and_waste_less_padding():
     lengths = torch.randint(5, 120, (1000,), generator=torch.Generator().manual_seed(0))
-    grouped = data.SeededBatches(lengths, 16, shuffle=True, seed=3, group_by_length=True)
-    plain = data.SeededBatches(lengths, 16, shuffle=True, seed=3)
+    grouped = SeededBatches(lengths, 16, shuffle=True, seed=3, group_by_length=True)
+    plain = SeededBatches(lengths, 16, shuffle=True, seed=3)
     for epoch in (0, 1):
         batches = grouped.batches(epoch)
         assert sorted(i for b in batches for i in b) == list(range(1000))
     padded = lambda batches: sum(len(b) * max(lengths[b].tolist()) for b in batches)  # noqa: E731
     assert padded(grouped.batches(0)) < 0.7 * padded(plain.batches(0))
     assert grouped.batches(0) != grouped.batches(1)  # reshuffled each epoch, seeded
-    assert grouped.batches(0) == data.SeededBatches(lengths, 16, shuffle=True, seed=3, group_by_length=True).batches(0)
+    assert grouped.batches(0) == SeededBatches(lengths, 16, shuffle=True, seed=3, group_by_length=True).batches(0)
 
 
 def test_evaluation_batches_are_sorted_by_length():
     lengths = torch.tensor([3, 9, 1, 7, 5])
-    assert data.SeededBatches(lengths, 2, shuffle=False).batches(0) == [[1, 3], [4, 0], [2]]
+    assert SeededBatches(lengths, 2, shuffle=False).batches(0) == [[1, 3], [4, 0], [2]]
 
 
 @pytest.mark.slow
 def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path):
     """trainer.compile: torch.compile'd blocks, hooks still reading features and stopping the forward early."""
-    cfg, plan, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    plan, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
     plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, "objective=att_kl+hid_seq")))
-    student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, seed=1).eval()  # no dropout
+    student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
     batches = list(loader)[:2]  # two lengths: the dynamic-shape graph serves both
 
     def losses_and_grads():
         results = []
-        with distill.stage1(plan, student, teacher.model, train_set["labels"], seed=1) as (step, modules):
+        with stage1(plan, student, teacher.model, train_set["labels"]) as (step, modules):
             for batch in batches:
                 student.zero_grad(set_to_none=True)
                 losses = step(batch)
@@ -96,7 +99,7 @@ def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path)
         assert all(torch.allclose(grads[n], c_grads[n], rtol=1e-3, atol=1e-6) for n in grads)
 
 
-def _stage1_step_results(plan, trainer, student, teacher, train_set, batches, seed=1):
+def _stage1_step_results(plan, student, teacher, train_set, batches):
     """Per batch: losses, student gradients and the bytes autograd saved for backward, in training mode."""
     results, saved = [], {}
 
@@ -104,7 +107,7 @@ def _stage1_step_results(plan, trainer, student, teacher, train_set, batches, se
         saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
         return tensor
 
-    with distill.stage1(plan, student, teacher, train_set["labels"], seed, trainer) as (step, _):
+    with stage1(plan, student, teacher, train_set["labels"]) as (step, _):
         for batch in batches:
             student.zero_grad(set_to_none=True)
             saved.clear()
@@ -120,16 +123,16 @@ def _stage1_step_results(plan, trainer, student, teacher, train_set, batches, se
 
 def test_recomputed_attention_gives_bitwise_the_same_step_and_keeps_fewer_maps(tiny_glue, tmp_path):
     """trainer.recompute_attention: the student's attention (with its dropout) rebuilt in backward, same RNG use."""
-    cfg, plan, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    plan, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
     batches = list(loader)[:2]
     runs = {}
     for recompute in (False, True):
-        trainer = compose_config(tiny_overrides(tiny_glue, tmp_path, f"trainer.recompute_attention={recompute}")).trainer
-        student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, seed=1).train()
-        models.prepare_for_training(student, trainer)
+        plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, f"trainer.recompute_attention={recompute}")))
+        student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).train()
+        models.prepare_for_training(student, plan.trainer.recompute_attention)
         assert (student.config._attn_implementation == models.RECOMPUTED_SDPA) == recompute
         assert student.config.attention_probs_dropout_prob > 0  # the case where SDPA on CPU keeps the maps
-        runs[recompute] = _stage1_step_results(plan, trainer, student, teacher.model, train_set, batches)
+        runs[recompute] = _stage1_step_results(plan, student, teacher.model, train_set, batches)
     for (losses, grads, saved, rng), (r_losses, r_grads, r_saved, r_rng) in zip(runs[False], runs[True], strict=True):
         assert all(torch.equal(losses[k], r_losses[k]) for k in losses)
         assert grads.keys() == r_grads.keys() and all(torch.equal(grads[n], r_grads[n]) for n in grads)
@@ -140,14 +143,14 @@ def test_recomputed_attention_gives_bitwise_the_same_step_and_keeps_fewer_maps(t
 @pytest.mark.parametrize("objective", ["att_kl+val_kl", "minilm_v2", "tinybert"])
 def test_fused_losses_give_the_reference_losses_and_gradients_in_a_step(tiny_glue, tmp_path, objective):
     """trainer.fused_losses (the default) against the reference functions through autograd, keeping fewer bytes."""
-    cfg, _, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    _, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
     batches = list(loader)[:2]
     runs = {}
     for fused in (False, True):
         run_cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, f"objective={objective}", f"trainer.fused_losses={fused}"))
         plan = make_plan(run_cfg)
-        student = models.build_student(plan.teacher_conf, cfg.student, plan.num_labels, seed=1).eval()  # no dropout
-        runs[fused] = _stage1_step_results(plan, run_cfg.trainer, student, teacher.model, train_set, batches)
+        student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
+        runs[fused] = _stage1_step_results(plan, student, teacher.model, train_set, batches)
     for (losses, grads, saved, _), (f_losses, f_grads, f_saved, _) in zip(runs[False], runs[True], strict=True):
         assert losses.keys() == f_losses.keys() and grads.keys() == f_grads.keys()
         for k in losses:

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from kdbench import distill
 from kdbench import teacher as teacher_module
+from kdbench.recipes import task_specific
 from kdbench.run import run
 from tests.helpers import compose_config, tiny_overrides
 
@@ -65,7 +65,7 @@ def test_teacher_is_frozen_and_never_updated(tiny_glue, tmp_path, monkeypatch):
         optimised.extend(p for g in groups for p in g["params"])
         return real_adamw(groups, **kwargs)
 
-    monkeypatch.setattr(distill, "finetuned_teacher", spy)
+    monkeypatch.setattr(task_specific, "finetuned_teacher", spy)
     monkeypatch.setattr(torch.optim, "AdamW", recording_adamw)
     run(compose_config(tiny_overrides(tiny_glue, tmp_path)))
     teacher = seen["teacher"]

@@ -35,7 +35,7 @@ def test_submitit_local_sweep_writes_records_per_job_and_skips_finished_ones(tin
     assert again.returncode == 0, again.stderr[-3000:]
     assert [json.loads(p.read_text())["wall_s"] for p in records] == [r["wall_s"] for r in first]
 
-    from kdbench.report import main as report_main
+    from kdbench.report.cli import main as report_main
 
     report_main([str(sweep_dir), "--out", str(tmp_path / "report")])
     rows = (tmp_path / "report" / "results.csv").read_text().splitlines()

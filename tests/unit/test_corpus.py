@@ -1,4 +1,4 @@
-"""Raw-text corpus: readers, packing, the on-disk cache, sharding and MLM masking."""
+"""Raw-text corpus: readers, packing and the on-disk cache."""
 
 from __future__ import annotations
 
@@ -16,21 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertTokenizerFast
 
-from kdbench import corpus
-from kdbench.corpus import (
-    MaskingCollator,
-    MaskingSpec,
-    build_packed_corpus,
+from kdbench.data import corpus, readers
+from kdbench.data.corpus import build_packed_corpus, is_heldout, pack_tokens
+from kdbench.data.readers import (
     input_files,
-    is_heldout,
     iter_documents,
-    mask_tokens,
-    pack_tokens,
     read_text,
     read_wikiextractor,
-    shard,
-    shard_indices,
-    unpack_tokens,
 )
 from kdbench.errors import ConfigError, DataError
 
@@ -67,6 +59,14 @@ def make_docs(n: int, seed: int, max_words: int = 30) -> list[str]:
 
 def doc_tokens(tokenizer, doc: str) -> list[int]:
     return tokenizer(doc, add_special_tokens=False)["input_ids"]
+
+
+def unpack(rows: np.ndarray, final_length: int) -> np.ndarray:
+    """The flat token stream that `pack_tokens` packed into `rows` (without [CLS] / [SEP] / padding)."""
+    if len(rows) == 0:
+        return np.empty(0, dtype=rows.dtype)
+    body = np.asarray(rows[:-1, 1:-1]).reshape(-1)
+    return np.concatenate([body, np.asarray(rows[-1, 1 : final_length - 1])])
 
 
 def expected_stream(tokenizer, docs: list[str]) -> list[int]:
@@ -183,7 +183,7 @@ def test_pack_tokens_layout_and_roundtrip(n, seq_len):
         assert (rows[:-1, -1] == SEP).all()
         assert rows[-1, final - 1] == SEP and (rows[-1, final:] == PAD).all()
         assert final == seq_len or final == n % (seq_len - 2) + 2
-    np.testing.assert_array_equal(unpack_tokens(rows, final), stream)
+    np.testing.assert_array_equal(unpack(rows, final), stream)
 
 
 def test_pack_tokens_rejects_too_short_sequences():
@@ -199,7 +199,7 @@ def corpus_dir(tmp_path, docs_per_file) -> Path:
 
 
 def split_stream(ds) -> list[int]:
-    return unpack_tokens(np.asarray(ds.array), ds.final_length).tolist()
+    return unpack(np.asarray(ds.array), ds.final_length).tolist()
 
 
 def test_packed_corpus_stores_every_token_in_order(tmp_path, tokenizer):
@@ -234,12 +234,12 @@ def test_packed_corpus_stores_every_token_in_order(tmp_path, tokenizer):
     assert meta["dtype"] == "uint16" and pc.train.array.dtype == np.uint16
 
 
-def test_heldout_docs_takes_the_last_documents_and_max_docs_the_first(tmp_path, tokenizer):
+def test_max_docs_keeps_the_first_documents(tmp_path, tokenizer):
     docs = make_docs(10, seed=3)
     root = corpus_dir(tmp_path, [docs])
-    pc = build_packed_corpus(root, "text", tokenizer, 16, tmp_path / "cache", heldout_docs=3, max_docs=8)
-    assert split_stream(pc.train) == expected_stream(tokenizer, docs[:5])
-    assert split_stream(pc.heldout) == expected_stream(tokenizer, docs[5:8])
+    pc = build_packed_corpus(root, "text", tokenizer, 16, tmp_path / "cache", heldout_fraction=0.3, max_docs=8)
+    assert split_stream(pc.train) == expected_stream(tokenizer, [d for d in docs[:8] if not is_heldout(d, 0.3)])
+    assert split_stream(pc.heldout) == expected_stream(tokenizer, [d for d in docs[:8] if is_heldout(d, 0.3)])
     assert pc.meta["docs"] == 8
 
 
@@ -265,8 +265,7 @@ def test_dataset_items_are_long_tensors_and_pickle(tmp_path, tokenizer):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"seq_len": 2}, {"seq_len": 100_000}, {"heldout_fraction": 0.1, "heldout_docs": 2}, {"heldout_fraction": 1.0},
-     {"heldout_docs": -1}, {"max_docs": 0}],
+    [{"seq_len": 2}, {"seq_len": 100_000}, {"heldout_fraction": 1.0}, {"max_docs": 0}],
 )
 def test_bad_build_settings_are_config_errors(tmp_path, tokenizer, kwargs):
     tokenizer_limited = tokenizer
@@ -274,13 +273,14 @@ def test_bad_build_settings_are_config_errors(tmp_path, tokenizer, kwargs):
     if kwargs.get("seq_len") == 100_000:
         tokenizer_limited = SimpleNamespace(model_max_length=512)
     with pytest.raises(ConfigError):
-        build_packed_corpus(root, "text", tokenizer_limited, cache_dir=tmp_path / "cache", **kwargs)
+        build_packed_corpus(root, "text", tokenizer_limited, **{"seq_len": 128, "cache_dir": tmp_path / "cache", **kwargs})
 
 
 def test_all_documents_held_out_is_a_data_error(tmp_path, tokenizer):
+    docs = make_docs(3, seed=6)
+    assert all(is_heldout(d, 0.999) for d in docs)
     with pytest.raises(DataError, match="held-out"):
-        build_packed_corpus(corpus_dir(tmp_path, [make_docs(3, seed=6)]), "text", tokenizer, 8, tmp_path / "cache",
-                            heldout_docs=3)
+        build_packed_corpus(corpus_dir(tmp_path, [docs]), "text", tokenizer, 8, tmp_path / "cache", heldout_fraction=0.999)
     assert entries(tmp_path / "cache") == []
 
 
@@ -295,7 +295,7 @@ def counting_reader(monkeypatch):
         calls.append(path)
         return read_text(path)
 
-    monkeypatch.setitem(corpus.READERS, "text", reader)
+    monkeypatch.setitem(readers.READERS, "text", reader)
     return calls
 
 
@@ -374,110 +374,3 @@ def test_concurrent_builders_build_once(tmp_path, tokenizer, counting_reader):
         t.join()
     assert not errors and len(results) == 3
     assert len(counting_reader) == 1 and len({r.path for r in results}) == 1
-
-
-# -------------------------------------------------------------------------------------------------- sharding
-
-
-@pytest.mark.parametrize(("n", "world"), [(0, 2), (1, 3), (10, 1), (10, 3), (17, 4), (8, 8)])
-def test_shards_cover_every_index_exactly_once(n, world):
-    shards = [list(shard_indices(n, r, world)) for r in range(world)]
-    assert sorted(i for s in shards for i in s) == list(range(n))
-    assert max(map(len, shards)) - min(map(len, shards)) <= 1
-    equal = [len(shard_indices(n, r, world, drop_last=True)) for r in range(world)]
-    assert equal == [n // world] * world
-
-
-def test_shard_returns_a_subset_and_rejects_bad_ranks():
-    data = list(range(10))
-    assert list(shard(data, 1, 3)) == [1, 4, 7]
-    with pytest.raises(ConfigError):
-        shard_indices(10, 3, 3)
-
-
-# --------------------------------------------------------------------------------------------------- masking
-
-VOCAB = 30522
-SPEC = MaskingSpec(VOCAB, MASK, (PAD, UNK, CLS, SEP, MASK))
-
-
-def random_batch(seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (64, 128), generator=g)
-    ids[:, 0], ids[:, -1] = CLS, SEP
-    ids[:, 40] = SEP
-    attention = torch.ones_like(ids)
-    ids[::4, 100:] = PAD
-    attention[::4, 100:] = 0
-    return ids, attention
-
-
-def test_masking_statistics_follow_bert():
-    ids, attention = random_batch()
-    masked, labels = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(1), attention_mask=attention)
-    maskable = ~torch.isin(ids, torch.tensor([PAD, CLS, SEP]))
-    chosen = labels != -100
-    assert not (chosen & ~maskable).any()
-    assert abs(chosen.sum().item() / maskable.sum().item() - 0.15) < 0.01
-    assert torch.equal(labels[chosen], ids[chosen])
-    assert torch.equal(masked[~chosen], ids[~chosen])
-    n = chosen.sum().item()
-    as_mask = (masked[chosen] == MASK).sum().item() / n
-    kept = (masked[chosen] == ids[chosen]).sum().item() / n
-    replaced = 1 - as_mask - kept
-    assert abs(as_mask - 0.8) < 0.03 and abs(kept - 0.1) < 0.03 and abs(replaced - 0.1) < 0.03
-
-
-def test_masking_is_seeded_and_fresh_each_call():
-    ids, _ = random_batch()
-    before = ids.clone()
-    a = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(3))
-    b = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    g = torch.Generator().manual_seed(3)
-    first, second = mask_tokens(ids, SPEC, generator=g), mask_tokens(ids, SPEC, generator=g)
-    assert not torch.equal(first[1], second[1])
-    assert torch.equal(ids, before)
-
-
-def test_masking_takes_a_tokenizer_or_explicit_ids(tokenizer):
-    ids = torch.randint(5, len(tokenizer), (4, 32), generator=torch.Generator().manual_seed(0))
-    ids[:, 0] = CLS
-    via_tok = mask_tokens(ids, tokenizer, generator=torch.Generator().manual_seed(0))
-    explicit = mask_tokens(ids, vocab_size=len(tokenizer), mask_token_id=MASK, special_ids=[PAD, UNK, CLS, SEP, MASK],
-                           generator=torch.Generator().manual_seed(0))
-    assert torch.equal(via_tok[0], explicit[0]) and torch.equal(via_tok[1], explicit[1])
-    assert (via_tok[1][:, 0] == -100).all()
-    with pytest.raises(ConfigError):
-        mask_tokens(ids, vocab_size=10)
-
-
-def test_collator_batches_packed_examples_reproducibly(tmp_path, tokenizer):
-    pc = build_packed_corpus(corpus_dir(tmp_path, [make_docs(30, seed=11)]), "text", tokenizer, 16, tmp_path / "cache")
-    examples = [pc.train[i] for i in range(len(pc.train))]
-    collate = MaskingCollator(tokenizer, seed=5)
-    batch = collate(examples)
-    assert set(batch) == {"input_ids", "attention_mask", "labels"}
-    assert batch["input_ids"].shape == batch["labels"].shape == (len(examples), 16)
-    assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
-    assert (batch["labels"][:, 0] == -100).all() and (batch["labels"][:, -1] == -100).all()
-    assert torch.equal(MaskingCollator(tokenizer, seed=5)(examples)["labels"], batch["labels"])
-
-    state = collate.state_dict()
-    clone = pickle.loads(pickle.dumps(collate))
-    nxt = collate(examples)
-    assert not torch.equal(nxt["labels"], batch["labels"])
-    assert torch.equal(clone(examples)["labels"], nxt["labels"])
-    restored = MaskingCollator(tokenizer, seed=0)
-    restored.load_state_dict(state)
-    assert torch.equal(restored(examples)["labels"], nxt["labels"])
-
-
-def test_collator_reseeds_per_dataloader_worker(monkeypatch, tokenizer):
-    ids = torch.randint(5, len(tokenizer), (16, 64), generator=torch.Generator().manual_seed(0))
-    examples = [{"input_ids": row} for row in ids]
-    labels = {}
-    for worker in (0, 1):
-        monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda w=worker: SimpleNamespace(id=w, seed=1000 + w))
-        labels[worker] = MaskingCollator(tokenizer, seed=5)(examples)["labels"]
-    assert not torch.equal(labels[0], labels[1])

@@ -5,8 +5,10 @@ from __future__ import annotations
 import datasets
 import pytest
 
-from kdbench import data
+from kdbench.data.batches import make_loader
+from kdbench.data.glue import load_hf_split, load_split, subset, tokenize
 from kdbench.errors import DataError
+from kdbench.plan import data_spec, task_spec
 from tests.helpers import compose_config
 
 
@@ -17,7 +19,7 @@ def task_cfg(name, glue_dir):
 @pytest.mark.parametrize("task", ["sst2", "cola", "rte", "stsb", "mrpc"])
 def test_tsv_splits_load_with_hf_schema(task, tiny_glue):
     cfg = task_cfg(task, tiny_glue)
-    train = data.load_split(cfg.task, "train", cfg.data)
+    train = load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
     assert len(train) == 48
     assert set(train.column_names) == {*cfg.task.text_fields, "label", "idx"}
     assert train["idx"][:3] == [0, 1, 2]
@@ -31,45 +33,46 @@ def test_string_labels_map_to_hugging_face_ids(tiny_glue):
     cfg = task_cfg("rte", tiny_glue)
     rows = (tiny_glue / "RTE" / "train.tsv").read_text().splitlines()[1:]
     gold = [0 if r.split("\t")[3] == "entailment" else 1 for r in rows]
-    assert data.load_split(cfg.task, "train", cfg.data)["label"] == gold
+    assert load_split(task_spec(cfg.task), "train", data_spec(cfg.data))["label"] == gold
 
 
 def test_cola_has_no_header_and_reads_by_position(tiny_glue):
     cfg = task_cfg("cola", tiny_glue)
     first = (tiny_glue / "CoLA" / "train.tsv").read_text().splitlines()[0].split("\t")
-    ds = data.load_split(cfg.task, "train", cfg.data)
+    ds = load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
     assert ds[0]["sentence"] == first[3] and ds[0]["label"] == int(first[1])
 
 
 def test_mrpc_byte_order_mark_is_ignored(tiny_glue):
     cfg = task_cfg("mrpc", tiny_glue)
-    assert len(data.load_split(cfg.task, "validation", cfg.data)) == 16
+    assert len(load_split(task_spec(cfg.task), "validation", data_spec(cfg.data))) == 16
 
 
 def test_hugging_face_source_gives_the_same_examples(tiny_glue, tmp_path):
     """A local dataset repository laid out like nyu-mll/glue (parquet per config) loads through `datasets`."""
     cfg = task_cfg("rte", tiny_glue)
-    tsv = data.load_split(cfg.task, "train", cfg.data)
+    tsv = load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
     repo = tmp_path / "glue_repo"
     (repo / "rte").mkdir(parents=True)
     tsv.to_parquet(str(repo / "rte" / "train-00000-of-00001.parquet"))
-    data.load_split(cfg.task, "validation", cfg.data).to_parquet(str(repo / "rte" / "validation-00000-of-00001.parquet"))
+    dev = load_split(task_spec(cfg.task), "validation", data_spec(cfg.data))
+    dev.to_parquet(str(repo / "rte" / "validation-00000-of-00001.parquet"))
     (repo / "README.md").write_text(
         "---\nconfigs:\n- config_name: rte\n  data_files:\n  - split: train\n    path: rte/train-*.parquet\n"
         "  - split: validation\n    path: rte/validation-*.parquet\n---\n"
     )
     hf_cfg = compose_config(["task=rte", f"data.hf_dataset={repo}"])
     hf_cfg.data.glue_dir = None
-    hub = data.load_hf_split(hf_cfg.task, "train", str(repo))
+    hub = load_hf_split(task_spec(hf_cfg.task), "train", str(repo))
     assert hub.to_list() == tsv.to_list()
 
 
 def test_subset_is_seeded_and_deterministic(tiny_glue):
     cfg = task_cfg("sst2", tiny_glue)
-    ds = data.load_split(cfg.task, "train", cfg.data)
-    a, b = data.subset(ds, 10, seed=0), data.subset(ds, 10, seed=0)
+    ds = load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
+    a, b = subset(ds, 10, seed=0), subset(ds, 10, seed=0)
     assert a["idx"] == b["idx"] and len(a) == 10 and a["idx"] != list(range(10))
-    assert data.subset(ds, None, seed=0)["idx"] == ds["idx"]
+    assert subset(ds, None, seed=0)["idx"] == ds["idx"]
 
 
 def test_tokenised_batches_are_dynamically_padded(tiny_glue):
@@ -77,8 +80,8 @@ def test_tokenised_batches_are_dynamically_padded(tiny_glue):
 
     cfg = task_cfg("sst2", tiny_glue)
     tokenizer = tiny_tokenizer(tiny_glue / "tok")
-    encoded = data.tokenize(data.load_split(cfg.task, "validation", cfg.data), cfg.task, tokenizer, 128)
-    batch = next(iter(data.make_loader(encoded, tokenizer, 4, shuffle=False)))
+    encoded = tokenize(load_split(task_spec(cfg.task), "validation", data_spec(cfg.data)), task_spec(cfg.task), tokenizer, 128)
+    batch = next(iter(make_loader(encoded, tokenizer, 4, shuffle=False)))
     lengths = batch["attention_mask"].sum(1)
     assert batch["input_ids"].shape[1] == lengths.max()  # padded to the longest in the batch, not to 128
     assert set(batch) >= {"input_ids", "attention_mask", "labels", "idx"}
@@ -99,14 +102,14 @@ def test_malformed_tsv_names_file_and_line(tmp_path, content, message):
     (tmp_path / "SST-2" / "train.tsv").write_text(content)
     cfg = task_cfg("sst2", tmp_path)
     with pytest.raises(DataError, match=message.replace("(", r"\(").replace("[", r"\[")) as info:
-        data.load_split(cfg.task, "train", cfg.data)
+        load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
     assert "train.tsv" in str(info.value)
 
 
 def test_missing_file_says_how_to_fix(tmp_path):
     cfg = task_cfg("sst2", tmp_path)
     with pytest.raises(DataError, match="missing data file .*SST-2/train.tsv"):
-        data.load_split(cfg.task, "train", cfg.data)
+        load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
 
 
 def test_hub_failure_is_one_clear_error(monkeypatch):
@@ -116,4 +119,4 @@ def test_hub_failure_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     cfg = compose_config(["task=sst2"])
     with pytest.raises(DataError, match="KDBENCH_GLUE_DIR"):
-        data.load_hf_split(cfg.task, "train", "nyu-mll/glue")
+        load_hf_split(task_spec(cfg.task), "train", "nyu-mll/glue")

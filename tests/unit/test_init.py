@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from kdbench.errors import ConfigError
-from kdbench.initialization import bottom, every_kth, init_from_teacher, resolve_init_layers
-from kdbench.models import build_student, encoder_layers, tiny_teacher
-from tests.helpers import compose_config
+from kdbench.layers import bottom, every_kth, resolve_init_layers
+from kdbench.models import encoder_layers, init_from_teacher
+from kdbench.specs import InitSpec
+from tests.helpers import compose_config, tiny_models
 
 
 def test_presets_match_the_paper():
@@ -20,7 +21,7 @@ def test_presets_match_the_paper():
 
 def resolve(*overrides, teacher_layers=12, student_layers=3):
     cfg = compose_config(list(overrides))
-    return resolve_init_layers(cfg.init, teacher_layers, student_layers)
+    return resolve_init_layers(cfg.init.name, cfg.init.get("layers"), teacher_layers, student_layers)
 
 
 def test_resolution_of_each_init_option():
@@ -51,15 +52,12 @@ def test_every_kth_needs_a_divisible_depth():
 
 
 def _tiny_pair():
-    cfg = compose_config(["teacher=tiny", "student=tiny"])
-    teacher = tiny_teacher(cfg.teacher, num_labels=2, seed=0)
-    student = build_student(teacher.config, cfg.student, num_labels=2, seed=1)
-    return teacher, student
+    return tiny_models(compose_config(["teacher=tiny", "student=tiny"]))
 
 
 def test_init_copies_exactly_the_chosen_layers():
     teacher, student = _tiny_pair()
-    init_from_teacher(student, teacher, [1, 4])
+    init_from_teacher(student, teacher, InitSpec("layers", (1, 4)))
     t_blocks, s_blocks = encoder_layers(teacher), encoder_layers(student)
     for s_index, t_layer in enumerate([1, 4]):
         for (name, s_param), t_param in zip(s_blocks[s_index].state_dict().items(), t_blocks[t_layer - 1].state_dict().values()):
@@ -73,6 +71,6 @@ def test_init_copies_exactly_the_chosen_layers():
 def test_embeddings_and_head_copies_are_optional():
     teacher, student = _tiny_pair()
     before = student.bert.embeddings.word_embeddings.weight.clone()
-    init_from_teacher(student, teacher, [2, 4], copy_embeddings=False, copy_head=False)
+    init_from_teacher(student, teacher, InitSpec("layers", (2, 4), copy_embeddings=False, copy_head=False))
     assert torch.equal(student.bert.embeddings.word_embeddings.weight, before)
     assert not torch.equal(student.classifier.weight, teacher.classifier.weight)

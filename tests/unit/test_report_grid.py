@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from kdbench.report import main
+from kdbench.report.cli import main
 
 
 def write(path, **fields):

@@ -10,12 +10,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kdbench import report
-from tests.unit.test_report import read_csv, run_main, write_scores
+import kdbench
+from kdbench.report import cli
+from kdbench.report.load import ReportError, load_records
+from kdbench.report.paper import PAPER_COLS, load_paper, paper_frame
+from kdbench.report.stats import AVG, summarise, to_frame
+from kdbench.report.tables import build_tables, render_markdown
+from kdbench.tasks import TASKS as TASK_LABELS
+from tests.unit.report_helpers import read_csv, run_main, write_scores
 
-CONF = Path(report.__file__).resolve().parent / "conf"
+CONF = Path(kdbench.__file__).resolve().parent / "conf"
 OBJECTIVES = {path.stem for path in (CONF / "objective").glob("*.yaml")}
-TASKS = {path.stem for path in (CONF / "task").glob("*.yaml")} | set(report.TASK_ORDER)
+TASKS = {path.stem for path in (CONF / "task").glob("*.yaml")} | set(TASK_LABELS)
 TEACHERS = {path.stem for path in (CONF / "teacher").glob("*.yaml")}
 STUDENTS = {path.stem for path in (CONF / "student").glob("*.yaml")}
 SETTINGS = {"task_specific", "task_agnostic"}
@@ -68,7 +74,7 @@ def shipped() -> dict:
 
 
 def test_shipped_json_loads_and_names_its_source():
-    paper = report.load_paper()
+    paper = load_paper()
     assert paper == shipped()
     assert "2305.15032" in paper["source"]
     assert set(paper["tables"]) == {"table1", "table2", "table3", "table4"}
@@ -86,7 +92,7 @@ def test_shipped_tables_use_kdbench_names():
             assert pd.Series([spec["init"]]).str.fullmatch(INIT_RE).all(), name
         assert isinstance(spec["columns"], list) and isinstance(spec["rows"], list)
         for column in spec["columns"]:
-            assert column in TASKS or column == report.AVG, (name, column)
+            assert column in TASKS or column == AVG, (name, column)
 
 
 def test_shipped_scores_are_finite_percentages_with_valid_names():
@@ -99,7 +105,7 @@ def test_shipped_scores_are_finite_percentages_with_valid_names():
             assert row["scores"], (name, row)
             for part in ("scores", "std"):
                 for task, value in (row.get(part) or {}).items():
-                    assert task in TASKS or task == report.AVG, (name, task)
+                    assert task in TASKS or task == AVG, (name, task)
                     assert task in columns, (name, task)
                     assert isinstance(value, int | float) and not isinstance(value, bool), (name, task, value)
                     assert math.isfinite(value) and 0 <= value <= 100, (name, task, value)
@@ -108,10 +114,10 @@ def test_shipped_scores_are_finite_percentages_with_valid_names():
 
 def test_paper_frame_has_one_row_per_published_cell():
     paper = shipped()
-    frame = report.paper_frame(paper)
-    assert list(frame.columns) == report.PAPER_COLS
+    frame = paper_frame(paper)
+    assert list(frame.columns) == PAPER_COLS
     assert len(frame) == sum(len(r["scores"]) for spec in paper["tables"].values() for r in spec["rows"])
-    fake = report.paper_frame(FAKE_PAPER)
+    fake = paper_frame(FAKE_PAPER)
     assert len(fake) == 4 + 4 + 2 + 2 + 1
     row = fake[(fake.table == "table1") & (fake.objective == "att_kl") & (fake.task == "mrpc")].iloc[0]
     assert row["init"] == "4,8,12" and row["score"] == 12.25  # the table's init fills rows without one
@@ -148,7 +154,7 @@ def _sections(md: str) -> dict[str, str]:
 
 
 def test_paper_flag_adds_published_tables_and_paper_csv(results: Path, monkeypatch):
-    monkeypatch.setattr(report, "load_paper", lambda: FAKE_PAPER)
+    monkeypatch.setattr(cli, "load_paper", lambda: FAKE_PAPER)
     out = run_main(results, "--paper")
     md = (out / "tables.md").read_text()
     sections = _sections(md)
@@ -168,14 +174,14 @@ def test_paper_flag_adds_published_tables_and_paper_csv(results: Path, monkeypat
     # the published tables follow the measured one
     assert md.index("## setting task_specific") < md.index("Table 1)") < md.index("Table 3)")
     paper = read_csv(out / "paper.csv")
-    assert list(paper.columns) == report.PAPER_COLS
-    assert len(paper) == len(report.paper_frame(FAKE_PAPER))
+    assert list(paper.columns) == PAPER_COLS
+    assert len(paper) == len(paper_frame(FAKE_PAPER))
     cell = paper[(paper.table == "table3") & (paper.init == "1,2,3") & (paper.task == "rte")]
     assert cell["score"].tolist() == [32.0]
 
 
 def test_whole_paper_table_when_nothing_matches(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(report, "load_paper", lambda: FAKE_PAPER)
+    monkeypatch.setattr(cli, "load_paper", lambda: FAKE_PAPER)
     root = tmp_path / "results"
     write_scores(root, {("cola", "hid_cls", "1,8,12"): [50.0], ("cola", "att_mse", "1,8,12"): [51.0]})
     md = (run_main(root, "--paper") / "tables.md").read_text()
@@ -186,7 +192,7 @@ def test_whole_paper_table_when_nothing_matches(tmp_path: Path, monkeypatch):
 
 
 def test_empty_paper_table_says_so(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(report, "load_paper", lambda: FAKE_PAPER)
+    monkeypatch.setattr(cli, "load_paper", lambda: FAKE_PAPER)
     root = tmp_path / "results"
     write_scores(root, {("rte", "att_kl", "random"): [60.0]}, setting="task_agnostic",
                  teacher="bert_base_uncased", student="6x768")
@@ -203,33 +209,33 @@ def test_paper_flag_with_shipped_json(results: Path):
     assert "### Published (Wang et al. 2023, Table 1)" in md
     assert "### Published (Wang et al. 2023, Table 3)" in md
     paper = read_csv(out / "paper.csv")
-    assert list(paper.columns) == report.PAPER_COLS
-    assert len(paper) == len(report.paper_frame(shipped()))
+    assert list(paper.columns) == PAPER_COLS
+    assert len(paper) == len(paper_frame(shipped()))
 
 
 def test_without_paper_flag_nothing_changes(results: Path, monkeypatch, tmp_path: Path):
     calls = []
-    monkeypatch.setattr(report, "load_paper", lambda: calls.append(1) or FAKE_PAPER)
+    monkeypatch.setattr(cli, "load_paper", lambda: calls.append(1) or FAKE_PAPER)
     plain = run_main(results)
     md = (plain / "tables.md").read_text()
     assert not calls
     assert "Published" not in md
     assert not (plain / "paper.csv").exists()
     # the --paper output is the plain one with the published sections inserted
-    tables = report.build_tables(report.summarise(report.to_frame(report.load_records(results).records)))
-    assert report.render_markdown(tables, 1, None, None) == report.render_markdown(tables, 1)
-    with_paper = report.render_markdown(tables, 1, None, FAKE_PAPER)
+    tables = build_tables(summarise(to_frame(load_records(results).records)))
+    assert render_markdown(tables, 1, None, None) == render_markdown(tables, 1)
+    with_paper = render_markdown(tables, 1, None, FAKE_PAPER)
     lines = iter(with_paper.splitlines())
-    assert all(any(line == other for other in lines) for line in report.render_markdown(tables).splitlines())
-    assert len(with_paper) > len(report.render_markdown(tables))
+    assert all(any(line == other for other in lines) for line in render_markdown(tables).splitlines())
+    assert len(with_paper) > len(render_markdown(tables))
 
 
 def test_unreadable_paper_json_fails_cleanly(results: Path, monkeypatch, capsys):
     def broken():
-        raise report.ReportError("cannot read the published numbers kdbench/paper/wang2023.json: boom")
+        raise ReportError("cannot read the published numbers kdbench/paper/wang2023.json: boom")
 
-    monkeypatch.setattr(report, "load_paper", broken)
+    monkeypatch.setattr(cli, "load_paper", broken)
     with pytest.raises(SystemExit) as exc:
-        report.main([str(results), "--out", str(results.parent / "out"), "--no-plots", "--paper"])
+        cli.main([str(results), "--out", str(results.parent / "out"), "--no-plots", "--paper"])
     assert exc.value.code == 2
     assert "wang2023.json: boom" in capsys.readouterr().err

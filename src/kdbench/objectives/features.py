@@ -1,24 +1,29 @@
-"""Reading a model's intermediate features by forward hooks, only at the layers an objective maps.
+"""The features an objective compares, and reading them from a model by forward hooks at the mapped layers only.
 
 The models keep their fast attention (SDPA): attention scores are not taken from `output_attentions`, they
 are recomputed inside the loss from the query/key projections captured here, and only at mapped layers.
 A forward can also stop right after the last layer a stage needs (the teacher in stage 1 never runs its
 upper layers or its classifier).
 
-Layer numbers are 1-based transformer blocks; layer 0 is the embedding output.
+Layer numbers are 1-based transformer blocks; layer 0 is the embedding output. A layer's records hold its raw
+features (`RAW_FEATURES`); the features a loss reads (`FEATURES`) are derived from them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from kdbench.models import embeddings, encoder_layers
 
-# Raw features a hook can record at a layer.
+LOGITS = "logits"  # the records key of the model's outputs (not a layer)
+
+# Raw features a hook can record at a layer: the attention projections, by their module names in BERT, RoBERTa
+# and DistilBERT, and the layer's output ("hidden").
 PROJECTION_NAMES = {
     "query": ("query", "q_proj", "q_lin"),
     "key": ("key", "k_proj", "k_lin"),
@@ -26,31 +31,64 @@ PROJECTION_NAMES = {
 }
 RAW_FEATURES = (*PROJECTION_NAMES, "hidden")
 
+# A masked (query, key) score is replaced by this before a softmax over keys: exp() underflows to exactly 0 against
+# any realistic score, and a row that is entirely masked stays finite (a uniform softmax) instead of nan.
+MASKED_SCORE = -1.0e9
 
-def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[B, L, H*d] -> [B, H, L, d]."""
+
+def split_heads(x: Tensor, num_heads: int, what: str = "split_heads") -> Tensor:
+    """[B, L, H*d] -> [B, H, L, d], a view where the layout allows one. `what` names the caller in the error."""
     batch, length, width = x.shape
-    return x.view(batch, length, num_heads, width // num_heads).transpose(1, 2)
+    if width % num_heads != 0:
+        raise ValueError(f"{what}: hidden size {width} is not divisible by num_heads={num_heads}")
+    return x.reshape(batch, length, num_heads, width // num_heads).transpose(1, 2)
 
 
-def attention_scores(raw: Mapping[str, torch.Tensor], num_heads: int) -> torch.Tensor:
+def padding_mask(mask: Tensor | None, batch: int, length: int, device: torch.device) -> Tensor:
+    """A padding mask [B, L] of any dtype (non-zero = a real token; None = every token real) as float32 0.0 / 1.0."""
+    if mask is None:
+        return torch.ones(batch, length, dtype=torch.float32, device=device)
+    if mask.shape != (batch, length):
+        raise ValueError(f"mask: expected shape {(batch, length)} ([B, L]), got {tuple(mask.shape)}")
+    return (mask.to(device) != 0).to(torch.float32)
+
+
+def attention_scores(raw: Mapping[str, Tensor], num_heads: int) -> Tensor:
     """Pre-softmax scores Q K^T / sqrt(d_head), [B, H, L, L], float32, no mask added."""
     q = split_heads(raw["query"].float(), num_heads)
     k = split_heads(raw["key"].float(), num_heads)
     return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
 
 
-# Features a loss term can read: the raw features each needs and how it is derived from them.
-FEATURES: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, torch.Tensor], int], torch.Tensor]]] = {
-    "attention_scores": (("query", "key"), attention_scores),
-    "values": (("value",), lambda raw, heads: split_heads(raw["value"], heads)),
-    "query": (("query",), lambda raw, heads: raw["query"]),
-    "key": (("key",), lambda raw, heads: raw["key"]),
-    "value": (("value",), lambda raw, heads: raw["value"]),
-    "hidden": (("hidden",), lambda raw, heads: raw["hidden"]),
-    "cls": (("hidden",), lambda raw, heads: raw["hidden"][:, 0]),
+@dataclass(frozen=True)
+class Feature:
+    """A feature a loss term can read at a layer."""
+
+    raw: tuple[str, ...]  # the raw features it is derived from (the hooks record them)
+    derive: Callable[[Mapping[str, Tensor], int], Tensor]  # (the layer's raw features, its head count) -> feature
+    token_level: bool = True  # one vector per token, [B, L, ...] or [B, H, L, ...], masked by padding
+    per_head: bool = False  # split into the attention heads: student and teacher compare head by head
+
+
+def _recorded(name: str) -> Feature:
+    """A raw feature read as recorded, [B, L, D]."""
+    return Feature((name,), lambda raw, heads: raw[name])
+
+
+FEATURES: dict[str, Feature] = {
+    "attention_scores": Feature(("query", "key"), attention_scores, per_head=True),  # [B, H, L, L]
+    "values": Feature(("value",), lambda raw, heads: split_heads(raw["value"], heads), per_head=True),  # [B, H, L, d]
+    "query": _recorded("query"),
+    "key": _recorded("key"),
+    "value": _recorded("value"),
+    "hidden": _recorded("hidden"),
+    "cls": Feature(("hidden",), lambda raw, heads: raw["hidden"][:, 0], token_level=False),  # [B, D]
 }
-TOKEN_LEVEL = {"attention_scores", "values", "query", "key", "value", "hidden"}
+
+
+def token_level(feature: str) -> bool:
+    """Whether `feature` (a FEATURES key or LOGITS) has one vector per token, masked by padding."""
+    return feature != LOGITS and FEATURES[feature].token_level
 
 
 class _StopForward(Exception):

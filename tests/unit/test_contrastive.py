@@ -1,4 +1,4 @@
-"""Tests for kdbench.objectives.crd (hid_cls_contrast: contrastive [CLS] distillation with memory banks)."""
+"""Tests for the `crd` loss (kdbench.objectives.contrastive): contrastive [CLS] distillation with memory banks."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import pytest
 import torch
 
 from kdbench.errors import ConfigError
-from kdbench.objectives.crd import ContrastiveTerm
+from kdbench.objectives.contrastive import ContrastiveDistillation, crd
 
 TRAIN_LABELS = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0, 1, 2, 2, 0, 1, 0, 2, 1, 0, 2, 1, 0])
 
 
-def make(student_width: int = 12, teacher_width: int = 16, labels: torch.Tensor = TRAIN_LABELS, **kw) -> ContrastiveTerm:
+def make(student_width: int = 12, teacher_width: int = 16, labels: torch.Tensor = TRAIN_LABELS,
+         **kw) -> ContrastiveDistillation:
     kw = {"feat_dim": 8, "num_negatives": 5, **kw}
-    return ContrastiveTerm(student_width, teacher_width, labels, **kw)
+    return crd(student_width, teacher_width, labels, **kw)
 
 
 def batch(idx: list[int], student_width: int = 12, teacher_width: int = 16, seed: int = 1):
@@ -22,7 +23,7 @@ def batch(idx: list[int], student_width: int = 12, teacher_width: int = 16, seed
     return torch.randn(len(idx), student_width, generator=g), torch.randn(len(idx), teacher_width, generator=g), idx_t
 
 
-def test_shape_and_gradients_reach_both_heads_and_student_only():
+def test_crd_shape_and_gradients_reach_both_heads_and_student_only():
     term = make()
     s, t, idx = batch([0, 1, 2, 5])
     s.requires_grad_(True)
@@ -36,7 +37,7 @@ def test_shape_and_gradients_reach_both_heads_and_student_only():
     assert not term.memory_student.requires_grad and not term.memory_teacher.requires_grad
 
 
-def test_teacher_may_be_an_inference_tensor_and_bf16_inputs_give_float32():
+def test_crd_teacher_may_be_an_inference_tensor_and_bf16_inputs_give_float32():
     term = make()
     s, t, idx = batch([3, 4])
     with torch.inference_mode():
@@ -47,7 +48,7 @@ def test_teacher_may_be_an_inference_tensor_and_bf16_inputs_give_float32():
     assert term.teacher_head.weight.grad is not None
 
 
-def test_negatives_never_share_the_anchor_class_and_cover_all_other_examples():
+def test_crd_negatives_never_share_the_anchor_class_and_cover_all_other_examples():
     term = make(num_negatives=200)
     labels = TRAIN_LABELS.repeat(3)  # every class appears many times in the batch
     seen: dict[int, set[int]] = {0: set(), 1: set(), 2: set()}
@@ -61,14 +62,14 @@ def test_negatives_never_share_the_anchor_class_and_cover_all_other_examples():
         assert ids == set(torch.nonzero(TRAIN_LABELS != c).flatten().tolist())
 
 
-def test_negatives_with_unsorted_sparse_label_values():
+def test_crd_negatives_with_unsorted_sparse_label_values():
     labels = torch.tensor([7, -1, 7, 3, -1, 3, 3])
     term = make(labels=labels, num_negatives=50)
     neg = term.sample_negatives(labels)
     assert (labels[neg] != labels.unsqueeze(1)).all()
 
 
-def test_memory_update_follows_momentum_formula_and_leaves_other_rows():
+def test_crd_memory_update_follows_momentum_formula_and_leaves_other_rows():
     term = make(momentum=0.5)
     before_s, before_t = term.memory_student.clone(), term.memory_teacher.clone()
     s, t, idx = batch([2, 7, 11])
@@ -86,7 +87,7 @@ def test_memory_update_follows_momentum_formula_and_leaves_other_rows():
         torch.testing.assert_close(after.norm(dim=-1), torch.ones(len(after)))
 
 
-def test_eval_mode_does_not_touch_the_banks():
+def test_crd_eval_mode_does_not_touch_the_banks():
     term = make().eval()
     before = term.memory_teacher.clone()
     s, t, idx = batch([0, 1])
@@ -94,7 +95,7 @@ def test_eval_mode_does_not_touch_the_banks():
     assert torch.equal(term.memory_teacher, before)
 
 
-def test_aligned_representations_give_lower_loss_than_random():
+def test_crd_aligned_representations_give_lower_loss_than_random():
     torch.manual_seed(0)
     width = 16
     term = make(student_width=width, teacher_width=width, feat_dim=16, num_negatives=10, seed=3)
@@ -111,7 +112,7 @@ def test_aligned_representations_give_lower_loss_than_random():
     assert aligned < random
 
 
-def test_deterministic_given_seed():
+def test_crd_deterministic_given_seed():
     s, t, idx = batch([0, 4, 9, 13])
     losses = []
     for _ in range(2):
@@ -125,18 +126,18 @@ def test_deterministic_given_seed():
     assert not torch.equal(other.memory_teacher, make(seed=5).memory_teacher)
 
 
-def test_regression_labels_raise():
+def test_crd_regression_labels_raise():
     with pytest.raises(ValueError, match="STS-B is regression"):
         make(labels=torch.rand(10))
 
 
-def test_single_class_raises():
+def test_crd_single_class_raises():
     with pytest.raises(ValueError, match="at least two classes") as info:
         make(labels=torch.zeros(10, dtype=torch.long))
     assert isinstance(info.value, ConfigError)
 
 
-def test_state_dict_holds_the_banks():
+def test_crd_state_dict_holds_the_banks():
     term = make()
     state = term.state_dict()
     assert {"memory_student", "memory_teacher"} <= set(state)
@@ -147,10 +148,10 @@ def test_state_dict_holds_the_banks():
     assert torch.equal(clone.memory_teacher, term.memory_teacher)
 
 
-def test_hand_computed_info_nce():
+def test_crd_hand_computed_info_nce():
     # Two examples of different classes: with K = 1 the negative of each is the other one.
     labels = torch.tensor([0, 1])
-    term = ContrastiveTerm(2, 2, labels, feat_dim=2, num_negatives=1, temperature=0.5)
+    term = ContrastiveDistillation(2, 2, labels, feat_dim=2, num_negatives=1, temperature=0.5)
     with torch.no_grad():
         for head in (term.student_head, term.teacher_head):
             head.weight.copy_(torch.eye(2))
@@ -187,10 +188,10 @@ def test_hand_computed_info_nce():
     torch.testing.assert_close(loss, expected.float())
 
 
-def test_sampler_state_travels_with_the_state_dict():
+def test_crd_sampler_state_travels_with_the_state_dict():
     labels = torch.tensor([0, 1, 0, 1, 1, 0, 1, 0])
-    a = ContrastiveTerm(4, 4, labels, feat_dim=4, num_negatives=3, seed=5)
+    a = ContrastiveDistillation(4, 4, labels, feat_dim=4, num_negatives=3, seed=5)
     a.sample_negatives(labels[:2])
-    b = ContrastiveTerm(4, 4, labels, feat_dim=4, num_negatives=3, seed=5)
+    b = ContrastiveDistillation(4, 4, labels, feat_dim=4, num_negatives=3, seed=5)
     b.load_state_dict(a.state_dict())
     assert torch.equal(a.sample_negatives(labels[:4]), b.sample_negatives(labels[:4]))

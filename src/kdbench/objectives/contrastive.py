@@ -1,4 +1,4 @@
-"""`hid_cls_contrast`: contrastive distillation of [CLS] representations with memory banks.
+"""The `crd` loss (objective `hid_cls_contrast`): contrastive distillation of [CLS] representations with memory banks.
 
 This is the contrastive term of "How to Distill your BERT" (Wang et al. 2023), which follows CoDIR
 (Sun et al. 2020a, "Contrastive Distillation on Intermediate Representations"), itself CRD-style
@@ -35,11 +35,11 @@ from torch import Tensor, nn
 
 from kdbench.errors import ConfigError
 
-__all__ = ["ContrastiveSetupError", "ContrastiveTerm"]
+__all__ = ["ContrastiveDistillation", "ContrastiveSetupError", "crd"]
 
 
 class ContrastiveSetupError(ConfigError, ValueError):
-    """The contrastive term cannot be built for this training set (a ValueError and a one-line CLI error)."""
+    """The contrastive loss cannot be built for this training set (a ValueError and a one-line CLI error)."""
 
 
 def _unit(x: Tensor) -> Tensor:
@@ -63,18 +63,18 @@ def _class_layout(labels: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """
     if labels.is_floating_point() or labels.is_complex():
         raise ContrastiveSetupError(
-            "hid_cls_contrast needs a classification task; STS-B is regression "
-            f"(got {labels.dtype} labels); drop the contrastive term for regression tasks"
+            "crd needs a classification task; STS-B is regression "
+            f"(got {labels.dtype} labels); drop the contrastive loss for regression tasks"
         )
     if labels.dim() != 1 or labels.numel() == 0:
         raise ContrastiveSetupError(
-            f"hid_cls_contrast needs a non-empty 1-D vector of training labels, got shape {tuple(labels.shape)}"
+            f"crd needs a non-empty 1-D vector of training labels, got shape {tuple(labels.shape)}"
         )
     labels = labels.long()
     classes, class_of, count = torch.unique(labels, sorted=True, return_inverse=True, return_counts=True)
     if len(classes) < 2:
         raise ContrastiveSetupError(
-            f"hid_cls_contrast draws negatives from other classes, but every training example has label "
+            f"crd draws negatives from other classes, but every training example has label "
             f"{classes[0].item()}; it needs at least two classes"
         )
     order = torch.argsort(class_of, stable=True)
@@ -82,7 +82,7 @@ def _class_layout(labels: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return classes, order, start, count
 
 
-class ContrastiveTerm(nn.Module):
+class ContrastiveDistillation(nn.Module):
     """Contrastive [CLS] distillation (CoDIR / CRD style) with per-example memory banks; see the module doc.
 
     Args:
@@ -114,11 +114,11 @@ class ContrastiveTerm(nn.Module):
         super().__init__()
         if feat_dim < 1 or num_negatives < 1:
             raise ContrastiveSetupError(
-                f"hid_cls_contrast: feat_dim ({feat_dim}) and num_negatives ({num_negatives}) must be >= 1"
+                f"crd: feat_dim ({feat_dim}) and num_negatives ({num_negatives}) must be >= 1"
             )
         if temperature <= 0 or not 0.0 <= momentum <= 1.0:
             raise ContrastiveSetupError(
-                f"hid_cls_contrast: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got {momentum})"
+                f"crd: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got {momentum})"
             )
         classes, order, start, count = _class_layout(torch.as_tensor(labels).detach().cpu())
         self.num_negatives = num_negatives
@@ -184,7 +184,7 @@ class ContrastiveTerm(nn.Module):
         """Student->teacher-bank plus teacher->student-bank InfoNCE, float32 scalar; updates the banks in training mode."""
         if student_repr.dim() != 2 or teacher_repr.dim() != 2 or not (len(student_repr) == len(teacher_repr) == len(idx)):
             raise ValueError(
-                f"hid_cls_contrast expects student [B, Ws], teacher [B, Wt] and idx [B]; got "
+                f"crd expects student [B, Ws], teacher [B, Wt] and idx [B]; got "
                 f"{tuple(student_repr.shape)}, {tuple(teacher_repr.shape)}, {tuple(idx.shape)}"
             )
         teacher_repr = teacher_repr.detach()
@@ -200,3 +200,12 @@ class ContrastiveTerm(nn.Module):
         if self.training:
             self.update_memory(idx, z_s, z_t)
         return loss
+
+
+def crd(student_width: int, teacher_width: int, train_labels: Tensor, seed: int = 0, **params) -> ContrastiveDistillation:
+    """The `crd` loss of an objective term: its learnable module, for features of these widths and this training set.
+
+    `train_labels` [N]: the training set's labels by example id; `params`: feat_dim, num_negatives, temperature,
+    momentum (see `ContrastiveDistillation`).
+    """
+    return ContrastiveDistillation(student_width, teacher_width, train_labels, seed=seed, **params)

@@ -1,7 +1,9 @@
-"""Distillation objectives as pure functions over tensors.
+"""Distillation losses as pure functions over tensors, and `LOSSES`, the registry the objective configs name.
 
 Every function here takes student and teacher tensors (and optionally a padding
 mask) and returns a scalar float32 loss. There is no model or config inside.
+A config's `loss: X` is computed by the function `X` here (`LOSSES[X].fn`), or by
+its form in `fused` (`LOSSES[X].fused`) where it has one.
 
 Conventions shared by all functions:
 
@@ -22,28 +24,31 @@ Conventions shared by all functions:
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from kdbench.objectives import fused
+from kdbench.objectives.contrastive import crd
+from kdbench.objectives.features import LOGITS, MASKED_SCORE, padding_mask, split_heads
+
 __all__ = [
-    "kd_loss",
+    "kd",
     "att_mse",
     "att_kl",
     "val_kl",
     "relation_kl",
     "hid_mse",
-    "cosine_loss",
-    "soft_cross_entropy",
-    "mlm_loss",
+    "cosine",
+    "mlm_kd",
+    "mlm",
 ]
-
-# Large negative *finite* fill value for masked scores: exp() underflows to
-# exactly 0 against any realistic valid score, and a row that is entirely
-# masked stays finite (uniform softmax) instead of producing nan.
-_NEG_FILL = -1.0e9
 
 
 # --------------------------------------------------------------------------- #
@@ -65,23 +70,18 @@ def _check_ndim(x: Tensor, ndims: tuple[int, ...], what: str, layout: str) -> No
         raise ValueError(f"{what}: expected a tensor of shape {layout}, got shape {tuple(x.shape)}")
 
 
-def _mask_f32(mask: Tensor | None, batch: int, length: int, device: torch.device) -> Tensor:
-    """Normalise a padding mask to float32 ``[B, L]`` of 0.0 / 1.0.
-
-    ``None`` gives all ones. Any non-zero entry counts as a real token.
-    """
-    if mask is None:
-        return torch.ones(batch, length, dtype=torch.float32, device=device)
-    if mask.shape != (batch, length):
-        raise ValueError(f"mask: expected shape {(batch, length)} ([B, L]), got {tuple(mask.shape)}")
-    return (mask.to(device) != 0).to(torch.float32)
+def _check_logits(student_logits: Tensor, teacher_logits: Tensor, temperature: float, what: str, layout: str) -> None:
+    _check_ndim(student_logits, (2,), what, layout)
+    _check_same_shape(student_logits, teacher_logits, what)
+    if temperature <= 0:
+        raise ValueError(f"{what}: temperature must be positive, got {temperature}")
 
 
 def _masked_row_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor) -> Tensor:
     """Masked row-wise KL reduction shared by the attention/relation losses.
 
     ``student_scores``/``teacher_scores``: float32 ``[B, H, L, L]`` pre-softmax
-    scores; ``mask``: float32 ``[B, L]`` from :func:`_mask_f32`.
+    scores; ``mask``: float32 ``[B, L]`` from :func:`features.padding_mask`.
 
     For every head and valid query row ``i`` of example ``b`` computes
     ``KL(softmax(t[b, h, i, K_b]) || softmax(s[b, h, i, K_b]))`` with ``K_b``
@@ -94,8 +94,8 @@ def _masked_row_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor)
     # Replace every invalid (query, key) entry before the softmax: invalid keys
     # drop out of the normalisation and invalid query rows become a harmless
     # uniform row; nothing non-finite survives into the graph.
-    logp_s = torch.log_softmax(student_scores.masked_fill(~pair, _NEG_FILL), dim=-1)
-    logp_t = torch.log_softmax(teacher_scores.masked_fill(~pair, _NEG_FILL), dim=-1)
+    logp_s = torch.log_softmax(student_scores.masked_fill(~pair, MASKED_SCORE), dim=-1)
+    logp_t = torch.log_softmax(teacher_scores.masked_fill(~pair, MASKED_SCORE), dim=-1)
     zero = logp_s.new_zeros(())
     logp_s = torch.where(pair, logp_s, zero)
     logp_t = torch.where(pair, logp_t, zero)
@@ -127,18 +127,10 @@ def _relation_scores(x: Tensor, valid: Tensor) -> Tensor:
     return torch.matmul(x, x.transpose(-1, -2)) / math.sqrt(x.shape[-1])
 
 
-def _split_heads(x: Tensor, num_heads: int, what: str) -> Tensor:
-    """``[B, L, D]`` -> ``[B, num_heads, L, D / num_heads]``."""
-    batch, length, width = x.shape
-    if width % num_heads != 0:
-        raise ValueError(f"{what}: hidden size {width} is not divisible by num_heads={num_heads}")
-    return x.reshape(batch, length, num_heads, width // num_heads).permute(0, 2, 1, 3)
-
-
 # --------------------------------------------------------------------------- #
 # logits
 # --------------------------------------------------------------------------- #
-def kd_loss(
+def kd(
     student_logits: Tensor,
     teacher_logits: Tensor,
     labels: Tensor | None = None,
@@ -163,16 +155,13 @@ def kd_loss(
     Regression (``C == 1``, e.g. STS-B): ``soft = MSE(s, t)`` (no temperature)
     and ``hard = MSE(s, labels)``, combined the same way; both are batch means.
     """
-    _check_ndim(student_logits, (2,), "kd_loss", "[B, C]")
-    _check_same_shape(student_logits, teacher_logits, "kd_loss")
-    if temperature <= 0:
-        raise ValueError(f"kd_loss: temperature must be positive, got {temperature}")
+    _check_logits(student_logits, teacher_logits, temperature, "kd", "[B, C]")
     batch, num_classes = student_logits.shape
     s = _f32(student_logits)
     t = _f32(teacher_logits).detach()
 
     if labels is not None and labels.shape != (batch,):
-        raise ValueError(f"kd_loss: labels must have shape {(batch,)} ([B]), got {tuple(labels.shape)}")
+        raise ValueError(f"kd: labels must have shape {(batch,)} ([B]), got {tuple(labels.shape)}")
 
     if num_classes == 1:
         s, t = s[:, 0], t[:, 0]
@@ -194,7 +183,7 @@ def kd_loss(
     return alpha * soft + (1.0 - alpha) * hard
 
 
-def soft_cross_entropy(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float = 1.0) -> Tensor:
+def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float = 1.0) -> Tensor:
     """Soft cross-entropy to the teacher's distribution (DistilBERT's MLM distillation).
 
     Shapes: ``[M, V]`` (M = the masked positions gathered from the batch, V = vocabulary)::
@@ -204,10 +193,7 @@ def soft_cross_entropy(student_logits: Tensor, teacher_logits: Tensor, *, temper
     It differs from ``T^2 * KL`` by the teacher's entropy, a constant: the gradients are the same.
     Zero positions (M == 0) give 0.
     """
-    _check_ndim(student_logits, (2,), "soft_cross_entropy", "[M, V]")
-    _check_same_shape(student_logits, teacher_logits, "soft_cross_entropy")
-    if temperature <= 0:
-        raise ValueError(f"soft_cross_entropy: temperature must be positive, got {temperature}")
+    _check_logits(student_logits, teacher_logits, temperature, "mlm_kd", "[M, V]")
     if student_logits.shape[0] == 0:
         return _f32(student_logits).sum()
     target = F.softmax(_f32(teacher_logits).detach() / temperature, dim=-1)
@@ -215,14 +201,14 @@ def soft_cross_entropy(student_logits: Tensor, teacher_logits: Tensor, *, temper
     return -(target * log_student).sum(-1).mean() * temperature**2
 
 
-def mlm_loss(student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None) -> Tensor:
+def mlm(student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None) -> Tensor:
     """Masked-language-model cross-entropy: ``[M, V]`` logits at the masked positions, ``[M]`` original ids.
 
     ``teacher_logits`` is not used (the hard MLM term reads the labels); it keeps every term's call alike.
     """
     if labels is None:
-        raise ValueError("mlm_loss needs labels (the original token ids at the masked positions)")
-    _check_ndim(student_logits, (2,), "mlm_loss", "[M, V]")
+        raise ValueError("mlm needs labels (the original token ids at the masked positions)")
+    _check_ndim(student_logits, (2,), "mlm", "[M, V]")
     if student_logits.shape[0] == 0:
         return _f32(student_logits).sum()
     return F.cross_entropy(_f32(student_logits), labels.to(student_logits.device).long())
@@ -243,7 +229,7 @@ def att_mse(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None 
     """
     _check_scores(student_scores, teacher_scores, "att_mse")
     batch, num_heads, length, _ = student_scores.shape
-    m = _mask_f32(mask, batch, length, student_scores.device)
+    m = padding_mask(mask, batch, length, student_scores.device)
     valid = m > 0
     pair = valid[:, None, :, None] & valid[:, None, None, :]
     s = _f32(student_scores).masked_fill(~pair, 0.0)
@@ -267,7 +253,7 @@ def att_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None =
     """
     _check_scores(student_scores, teacher_scores, "att_kl")
     batch, _, length, _ = student_scores.shape
-    m = _mask_f32(mask, batch, length, student_scores.device)
+    m = padding_mask(mask, batch, length, student_scores.device)
     return _masked_row_kl(_f32(student_scores), _f32(teacher_scores).detach(), m)
 
 
@@ -296,7 +282,7 @@ def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None =
             f"{tuple(student_values.shape[:3])} vs {tuple(teacher_values.shape[:3])}"
         )
     batch, _, length, _ = student_values.shape
-    valid = _mask_f32(mask, batch, length, student_values.device) > 0
+    valid = padding_mask(mask, batch, length, student_values.device) > 0
     s_rel = _relation_scores(_f32(student_values), valid)
     t_rel = _relation_scores(_f32(teacher_values).detach(), valid)
     return att_kl(s_rel, t_rel, mask)
@@ -325,8 +311,8 @@ def relation_kl(student_x: Tensor, teacher_x: Tensor, num_heads: int, mask: Tens
     if num_heads < 1:
         raise ValueError(f"relation_kl: num_heads must be >= 1, got {num_heads}")
     return val_kl(
-        _split_heads(student_x, num_heads, "relation_kl (student)"),
-        _split_heads(teacher_x, num_heads, "relation_kl (teacher)"),
+        split_heads(student_x, num_heads, "relation_kl (student)"),
+        split_heads(teacher_x, num_heads, "relation_kl (teacher)"),
         mask,
     )
 
@@ -357,7 +343,7 @@ def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None 
     if s.dim() == 2:
         return (s - t).pow(2).mean()
     batch, length, width = s.shape
-    m = _mask_f32(mask, batch, length, s.device)
+    m = padding_mask(mask, batch, length, s.device)
     valid = (m > 0)[:, :, None]
     s = s.masked_fill(~valid, 0.0)
     t = t.masked_fill(~valid, 0.0)
@@ -365,7 +351,7 @@ def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None 
     return (s - t).pow(2).sum() / denom
 
 
-def cosine_loss(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None = None) -> Tensor:
+def cosine(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None = None) -> Tensor:
     """Cosine embedding loss (DistilBERT).
 
     Shapes: ``student_hidden``, ``teacher_hidden``: ``[B, L, D]`` with
@@ -374,13 +360,13 @@ def cosine_loss(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | N
     ``loss = mean over valid tokens of (1 - cos(s_i, t_i))`` where the cosine
     is taken over the last dim: ``sum_{valid i} (1 - cos_i) / sum_b n_b``.
     """
-    _check_hidden(student_hidden, teacher_hidden, mask, "cosine_loss")
+    _check_hidden(student_hidden, teacher_hidden, mask, "cosine")
     s = _f32(student_hidden)
     t = _f32(teacher_hidden).detach()
     if s.dim() == 2:
         return (1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
     batch, length, _ = s.shape
-    m = _mask_f32(mask, batch, length, s.device)
+    m = padding_mask(mask, batch, length, s.device)
     valid = m > 0
     # Padded tokens become identical unit-direction vectors (cos = 1, well
     # defined gradient) and are then excluded from the sum.
@@ -388,3 +374,47 @@ def cosine_loss(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | N
     t = t.masked_fill(~valid[:, :, None], 1.0)
     per_token = torch.where(valid, 1.0 - F.cosine_similarity(s, t, dim=-1), s.new_zeros(()))
     return per_token.sum() / m.sum().clamp_min(1.0)
+
+
+# --------------------------------------------------------------------------- #
+# the registry: config name -> how a term applies the loss
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class LossEntry:
+    """How an objective's term applies a loss, named in configs as `fn` is named.
+
+    A loss is called on each mapped layer pair's (student, teacher) features and summed over the pairs; a
+    `module` loss instead builds a learnable module, called once on the features of all mapped layers concatenated.
+    """
+
+    fn: Callable[..., Tensor]  # the loss on one layer pair's features; for a `module` loss, its module's factory
+    features: tuple[str, ...]  # the features it reads (`features.FEATURES` or LOGITS); the first is the default
+    fused: Callable[..., Tensor] | None = None  # the same loss on the raw projections, its gradient formed in forward
+    projected: bool = False  # a learnable student->teacher width projection precedes it
+    module: bool = False  # `fn(student_width, teacher_width, train_labels, seed, **params)` builds an nn.Module
+    classification_only: bool = False  # contrasts examples by their task labels
+    mlm: bool = False  # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
+
+    @cached_property
+    def takes_labels(self) -> bool:
+        """Called with the batch's labels (the task's labels, or the MLM's original token ids)."""
+        return "labels" in inspect.signature(self.fn).parameters
+
+    @cached_property
+    def takes_num_heads(self) -> bool:
+        """Takes `num_heads` (relation heads; a term's default is the teacher's head count)."""
+        return "num_heads" in inspect.signature(self.fn).parameters
+
+
+LOSSES: dict[str, LossEntry] = {
+    "kd": LossEntry(kd, (LOGITS,)),
+    "mlm_kd": LossEntry(mlm_kd, (LOGITS,), mlm=True),
+    "mlm": LossEntry(mlm, (LOGITS,), mlm=True),
+    "att_mse": LossEntry(att_mse, ("attention_scores",), fused=fused.att_mse),
+    "att_kl": LossEntry(att_kl, ("attention_scores",), fused=fused.att_kl),
+    "val_kl": LossEntry(val_kl, ("values",), fused=fused.att_kl),  # att_kl on the maps V V^T
+    "relation_kl": LossEntry(relation_kl, ("query", "key", "value"), fused=fused.att_kl),  # att_kl on X X^T
+    "hid_mse": LossEntry(hid_mse, ("hidden", "cls"), projected=True),
+    "cosine": LossEntry(cosine, ("hidden", "cls"), projected=True),
+    "crd": LossEntry(crd, ("cls",), module=True, classification_only=True),
+}

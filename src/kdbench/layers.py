@@ -1,15 +1,12 @@
-"""Student initialisation: random, or copied from chosen teacher layers (the paper's 4,8,12 / 1,8,12 / 1,2,3).
+"""Which teacher layers: the student's initialisation (the paper's 4,8,12 / 1,8,12 / 1,2,3) and the layer pairs an
+objective maps, validated once.
 
-Layer numbers are 1-based transformer blocks of the teacher, as the paper writes them.
+Layer numbers are 1-based transformer blocks, as the paper writes them; 0 is the embedding output.
 """
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-from transformers import PreTrainedModel
-
 from kdbench.errors import ConfigError
-from kdbench.models import embeddings, encoder_layers, prediction_head
 
 
 def every_kth(teacher_layers: int, student_layers: int) -> list[int]:
@@ -31,17 +28,16 @@ def bottom(teacher_layers: int, student_layers: int) -> list[int]:
 INIT_PRESETS = {"every_kth": every_kth, "bottom": bottom}
 
 
-def resolve_init_layers(init: DictConfig, teacher_layers: int, student_layers: int) -> list[int] | None:
-    """The teacher layers the student is initialised from (validated), or None for random init."""
-    if init.name == "random":
+def resolve_init_layers(name: str, layers: list | None, teacher_layers: int, student_layers: int) -> list[int] | None:
+    """The teacher layers the student is initialised from (validated), or None for random init.
+
+    `name`: random, a preset (every_kth, bottom), or layers with the explicit list `layers`."""
+    if name == "random":
         return None
-    if init.name in INIT_PRESETS:
-        layers = INIT_PRESETS[init.name](teacher_layers, student_layers)
-    else:
-        layers = init.get("layers")
-        if layers is None:
-            raise ConfigError("init=layers needs a layer list, e.g. 'init.layers=[4,8,12]'")
-        layers = list(layers)
+    if name in INIT_PRESETS:
+        layers = INIT_PRESETS[name](teacher_layers, student_layers)
+    elif layers is None:
+        raise ConfigError("init=layers needs a layer list, e.g. 'init.layers=[4,8,12]'")
     validate_layer_list(layers, teacher_layers, student_layers, what="init.layers")
     return layers
 
@@ -70,22 +66,24 @@ def check_width(student_hidden: int, teacher_hidden: int, init_name: str) -> Non
         )
 
 
-def init_from_teacher(
-    student: PreTrainedModel,
-    teacher: PreTrainedModel,
-    layers: list[int],
-    *,
-    copy_embeddings: bool = True,
-    copy_head: bool = True,
-) -> None:
-    """Copy teacher block layers[i] into student block i (and the embeddings / pooler+classifier if asked)."""
-    student_blocks, teacher_blocks = encoder_layers(student), encoder_layers(teacher)
-    for student_index, teacher_layer in enumerate(layers):
-        student_blocks[student_index].load_state_dict(teacher_blocks[teacher_layer - 1].state_dict())
-    if copy_embeddings:
-        embeddings(student).load_state_dict(embeddings(teacher).state_dict())
-    if copy_head:  # the heads both models have (a fine-tuned classifier, an MLM head, a pooler)
-        teacher_head = prediction_head(teacher)
-        for name, module in prediction_head(student).items():
-            if name in teacher_head:
-                module.load_state_dict(teacher_head[name].state_dict())
+def resolve_pairs(mapping, init_layers: list[int] | None, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
+    """(student layer, teacher layer) pairs of a layer mapping, validated.
+
+    `mapping`: init (the layers the student was initialised from; uniform for random init), uniform
+    (TinyBERT's g(m) = k*m), last, embeddings, or a list of teacher layers, one per student layer.
+    """
+    if isinstance(mapping, (list, tuple)):
+        layers = list(mapping)
+        validate_layer_list(layers, teacher_layers, student_layers, what="objective.mapping")
+        return list(zip(range(1, student_layers + 1), layers))
+    if mapping == "init" and init_layers is not None:
+        return list(zip(range(1, student_layers + 1), init_layers))
+    if mapping in ("init", "uniform"):
+        return list(zip(range(1, student_layers + 1), every_kth(teacher_layers, student_layers)))
+    if mapping == "last":
+        return [(student_layers, teacher_layers)]
+    if mapping == "embeddings":
+        return [(0, 0)]
+    raise ConfigError(
+        f"unknown layer mapping {mapping!r}; valid: init, last, uniform, embeddings, or a list of teacher layers"
+    )

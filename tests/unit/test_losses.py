@@ -1,23 +1,27 @@
-"""Tests for kdbench.objectives.functional (pure distillation losses)."""
+"""Tests for kdbench.objectives.losses (pure distillation losses and the registry naming them)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdbench.objectives import functional as Fn
-from kdbench.objectives.functional import (
+import kdbench
+from kdbench.objectives import losses as Fn
+from kdbench.objectives.losses import (
+    LOSSES,
     att_kl,
     att_mse,
-    cosine_loss,
+    cosine,
     hid_mse,
-    kd_loss,
+    kd,
     relation_kl,
     val_kl,
 )
@@ -112,8 +116,8 @@ CASES = [
         lambda n: 5 * n,
     ),
     Case(
-        "cosine_loss",
-        cosine_loss,
+        "cosine",
+        cosine,
         lambda b, n, g: (torch.randn(b, n, 5, generator=g), torch.randn(b, n, 5, generator=g)),
         (1,),
         lambda n: n,
@@ -265,7 +269,7 @@ def test_mask_shape_mismatch_raises(case: Case):
         (val_kl, torch.zeros(2, 3, 4), torch.zeros(2, 3, 4)),
         (hid_mse, torch.zeros(1, 3, 4), torch.zeros(1, 3, 5)),
         (hid_mse, torch.zeros(4), torch.zeros(4)),
-        (cosine_loss, torch.zeros(2, 3, 4), torch.zeros(2, 4, 4)),
+        (cosine, torch.zeros(2, 3, 4), torch.zeros(2, 4, 4)),
     ],
 )
 def test_shape_mismatch_raises(fn, s, t):
@@ -337,24 +341,24 @@ def test_hid_mse_hand_computed():
     assert close(hid_mse(s3, t3, torch.tensor([[1, 1, 0]])), (1 + 4 + 0 + 1) / (2 * 2))
 
 
-def test_cosine_loss_hand_computed():
+def test_cosine_hand_computed():
     s = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     t = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
     expected = ((1 - 0.0) + (1 - 1 / math.sqrt(2))) / 2
-    assert close(cosine_loss(s, t), expected)
+    assert close(cosine(s, t), expected)
     s3 = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [5.0, -3.0]]])
     t3 = torch.tensor([[[0.0, 1.0], [1.0, 1.0], [-5.0, 3.0]]])
-    assert close(cosine_loss(s3, t3, torch.tensor([[1, 1, 0]])), expected)
+    assert close(cosine(s3, t3, torch.tensor([[1, 1, 0]])), expected)
     # scale invariance and antiparallel vectors
-    assert close(cosine_loss(s * 7.0, t * 0.1), expected)
-    assert close(cosine_loss(torch.tensor([[1.0, 2.0]]), torch.tensor([[-2.0, -4.0]])), 2.0)
+    assert close(cosine(s * 7.0, t * 0.1), expected)
+    assert close(cosine(torch.tensor([[1.0, 2.0]]), torch.tensor([[-2.0, -4.0]])), 2.0)
 
 
 def test_2d_inputs_reject_mask():
     with pytest.raises(ValueError, match="mask"):
         hid_mse(torch.zeros(2, 4), torch.zeros(2, 4), torch.ones(2, 4))
     with pytest.raises(ValueError, match="mask"):
-        cosine_loss(torch.zeros(2, 4), torch.zeros(2, 4), torch.ones(2, 4))
+        cosine(torch.zeros(2, 4), torch.zeros(2, 4), torch.ones(2, 4))
 
 
 # --------------------------------------------------------------------------- #
@@ -436,7 +440,7 @@ def test_relation_kl_indivisible_raises():
 
 
 # --------------------------------------------------------------------------- #
-# kd_loss
+# kd
 # --------------------------------------------------------------------------- #
 def _kd_by_hand(s: list[list[float]], t: list[list[float]], labels: list[int] | None, T: float, alpha: float):
     kls, ces = [], []
@@ -451,83 +455,91 @@ def _kd_by_hand(s: list[list[float]], t: list[list[float]], labels: list[int] | 
     return alpha * soft + (1 - alpha) * sum(ces) / len(ces)
 
 
-def test_kd_loss_hand_computed_with_labels():
+def test_kd_hand_computed_with_labels():
     s = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]]
     t = [[0.0, 1.0, 3.0], [2.0, 2.0, -1.0]]
     labels = [2, 0]
-    out = kd_loss(torch.tensor(s), torch.tensor(t), torch.tensor(labels), temperature=2.0, alpha=0.3)
+    out = kd(torch.tensor(s), torch.tensor(t), torch.tensor(labels), temperature=2.0, alpha=0.3)
     assert close(out, _kd_by_hand(s, t, labels, 2.0, 0.3))
     # defaults are T = 2, alpha = 0.5
-    out = kd_loss(torch.tensor(s), torch.tensor(t), torch.tensor(labels))
+    out = kd(torch.tensor(s), torch.tensor(t), torch.tensor(labels))
     assert close(out, _kd_by_hand(s, t, labels, 2.0, 0.5))
 
 
-def test_kd_loss_no_labels():
+def test_kd_no_labels():
     s = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]]
     t = [[0.0, 1.0, 3.0], [2.0, 2.0, -1.0]]
-    out = kd_loss(torch.tensor(s), torch.tensor(t), temperature=4.0, alpha=0.1)
+    out = kd(torch.tensor(s), torch.tensor(t), temperature=4.0, alpha=0.1)
     assert close(out, _kd_by_hand(s, t, None, 4.0, 0.1))
-    assert float(kd_loss(torch.tensor(s), torch.tensor(s))) == pytest.approx(0.0, abs=ATOL)
+    assert float(kd(torch.tensor(s), torch.tensor(s))) == pytest.approx(0.0, abs=ATOL)
 
 
-def test_kd_loss_equal_logits_leaves_hard_term():
+def test_kd_equal_logits_leaves_hard_term():
     s = torch.tensor([[1.0, 2.0, 0.5]])
     labels = torch.tensor([1])
     ce = -math.log(math.exp(2.0) / (math.exp(1.0) + math.exp(2.0) + math.exp(0.5)))
-    assert close(kd_loss(s, s.clone(), labels, alpha=0.25), 0.75 * ce)
+    assert close(kd(s, s.clone(), labels, alpha=0.25), 0.75 * ce)
 
 
-def test_kd_loss_regression_branch():
+def test_kd_regression_branch():
     s = torch.tensor([[1.0], [2.0]])
     t = torch.tensor([[0.5], [2.5]])
     labels = torch.tensor([1.5, 1.0])
     soft = (0.25 + 0.25) / 2
     hard = (0.25 + 1.0) / 2
-    assert close(kd_loss(s, t, labels, alpha=0.5), 0.5 * soft + 0.5 * hard)
-    assert close(kd_loss(s, t, labels, alpha=0.2, temperature=7.0), 0.2 * soft + 0.8 * hard)
-    assert close(kd_loss(s, t, temperature=7.0), soft)
-    assert float(kd_loss(s, s.clone())) == 0.0
+    assert close(kd(s, t, labels, alpha=0.5), 0.5 * soft + 0.5 * hard)
+    assert close(kd(s, t, labels, alpha=0.2, temperature=7.0), 0.2 * soft + 0.8 * hard)
+    assert close(kd(s, t, temperature=7.0), soft)
+    assert float(kd(s, s.clone())) == 0.0
 
 
-def test_kd_loss_gradients_and_bfloat16():
+def test_kd_gradients_and_bfloat16():
     g = torch.Generator().manual_seed(18)
     s = torch.randn(4, 3, generator=g).to(torch.bfloat16).requires_grad_(True)
     t = torch.randn(4, 3, generator=g).to(torch.bfloat16).requires_grad_(True)
-    loss = kd_loss(s, t, torch.tensor([0, 1, 2, 1]))
+    loss = kd(s, t, torch.tensor([0, 1, 2, 1]))
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     loss.backward()
     assert torch.isfinite(s.grad.float()).all() and s.grad.float().abs().sum() > 0
     assert t.grad is None
     sr = torch.randn(4, 1, generator=g).to(torch.bfloat16).requires_grad_(True)
-    loss = kd_loss(sr, torch.randn(4, 1, generator=g), torch.randn(4, generator=g))
+    loss = kd(sr, torch.randn(4, 1, generator=g), torch.randn(4, generator=g))
     loss.backward()
     assert torch.isfinite(sr.grad.float()).all() and sr.grad.float().abs().sum() > 0
 
 
-def test_kd_loss_bad_shapes_raise():
+def test_kd_bad_shapes_raise():
     with pytest.raises(ValueError):
-        kd_loss(torch.zeros(2, 3), torch.zeros(2, 4))
+        kd(torch.zeros(2, 3), torch.zeros(2, 4))
     with pytest.raises(ValueError):
-        kd_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3, dtype=torch.long))
+        kd(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError):
-        kd_loss(torch.zeros(2, 3, 1), torch.zeros(2, 3, 1))
+        kd(torch.zeros(2, 3, 1), torch.zeros(2, 3, 1))
 
 
 def test_public_names():
-    assert set(Fn.__all__) == {
-        "kd_loss",
-        "att_mse",
-        "att_kl",
-        "val_kl",
-        "relation_kl",
-        "hid_mse",
-        "cosine_loss",
-        "soft_cross_entropy",
-        "mlm_loss",
-    }
+    assert set(Fn.__all__) == {"kd", "att_mse", "att_kl", "val_kl", "relation_kl", "hid_mse", "cosine", "mlm_kd", "mlm"}
 
 
-def test_soft_cross_entropy_by_hand_and_its_kl_gradient():
+OBJECTIVE_CONFIGS = sorted((Path(kdbench.__file__).parent / "conf" / "objective").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", OBJECTIVE_CONFIGS, ids=lambda path: path.stem)
+def test_objective_configs_name_only_registered_losses(path: Path):
+    config = yaml.safe_load(path.read_text())
+    for spec in [*(config.get("terms") or []), *(config.get("terms_task_agnostic") or [])]:
+        assert spec["loss"] in LOSSES, f"{path.name}: loss {spec['loss']!r} is not in LOSSES"
+        assert spec.get("feature", LOSSES[spec["loss"]].features[0]) in LOSSES[spec["loss"]].features
+
+
+def test_every_registered_loss_is_computed_by_a_function_of_its_name():
+    """One vocabulary: a config's `loss: X` is the function (or module factory) `X`."""
+    assert OBJECTIVE_CONFIGS
+    for name, entry in LOSSES.items():
+        assert callable(entry.fn) and entry.fn.__name__ == name
+
+
+def test_mlm_kd_by_hand_and_its_kl_gradient():
     s = torch.tensor([[1.0, 0.0, -1.0], [0.5, 0.5, 2.0]], requires_grad=True)
     t = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]])
     temperature = 2.0
@@ -539,21 +551,21 @@ def test_soft_cross_entropy_by_hand_and_its_kl_gradient():
         log_q = [math.log(v / sum(q)) for v in q]
         expected += -sum(pi * lq for pi, lq in zip(p, log_q))
     expected = expected / 2 * temperature**2
-    loss = Fn.soft_cross_entropy(s, t, temperature=temperature)
+    loss = Fn.mlm_kd(s, t, temperature=temperature)
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     loss.backward()
-    kl_grad = torch.autograd.grad(Fn.kd_loss(s, t, temperature=temperature), s)[0]
+    kl_grad = torch.autograd.grad(Fn.kd(s, t, temperature=temperature), s)[0]
     assert torch.allclose(s.grad, kl_grad, atol=1e-6)  # differs from T^2 KL by a constant only
-    assert Fn.soft_cross_entropy(s[:0], t[:0]).item() == 0.0
+    assert Fn.mlm_kd(s[:0], t[:0]).item() == 0.0
 
 
-def test_mlm_loss_is_cross_entropy_on_the_masked_positions():
+def test_mlm_is_cross_entropy_on_the_masked_positions():
     s = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
     labels = torch.tensor([0, 1])
     expected = -(math.log(math.exp(2) / (math.exp(2) + 2)) + math.log(1 / (2 + math.exp(3)))) / 2
-    assert Fn.mlm_loss(s, None, labels=labels).item() == pytest.approx(expected, rel=1e-6)
+    assert Fn.mlm(s, None, labels=labels).item() == pytest.approx(expected, rel=1e-6)
     with pytest.raises(ValueError, match="needs labels"):
-        Fn.mlm_loss(s, None)
+        Fn.mlm(s, None)
 
 
 # --------------------------------------------------------------------------- #

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from kdbench.errors import KdbenchError
 from kdbench.record import atomic_write
 
 log = logging.getLogger(__name__)
@@ -67,3 +68,18 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def resumable_state(checkpoints: Checkpoints, fingerprint: str) -> dict | None:
+    """The latest checkpoint of this run directory, if any; refuses one written by a different config."""
+    latest = checkpoints.latest()
+    if latest is None:
+        return None
+    state, path = latest
+    if state.get("fingerprint") != fingerprint:
+        raise KdbenchError(
+            f"{checkpoints.folder} holds checkpoints of a different configuration: re-run the same command to "
+            "resume, or give this run its own directory (paths.run_dir or Hydra's hydra.run.dir)"
+        )
+    log.info("resuming from %s, %s, step %d%s", path, state["stage"], state["step"], " (done)" if state["done"] else "")
+    return state

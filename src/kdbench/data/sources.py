@@ -9,38 +9,23 @@ import re
 from pathlib import Path
 
 from filelock import FileLock
-from omegaconf import DictConfig, OmegaConf
 
-from kdbench.corpus import READERS
-from kdbench.errors import ConfigError, DataError
-
-CORPUS_ENV = "KDBENCH_CORPUS"
+from kdbench.errors import DataError
+from kdbench.specs import CorpusSpec
 
 
-def check_corpus_config(corpus: DictConfig) -> None:
-    """Validate before any work: a local corpus names an existing path and a known format."""
-    if corpus.get("hf_datasets"):
-        return
-    if corpus.format not in READERS:
-        raise ConfigError(f"corpus.format={corpus.format!r}; valid: {', '.join(sorted(READERS))}")
-    if not corpus.get("path"):
-        raise ConfigError(f"corpus=local needs corpus.path (a text file or a folder of them) or ${CORPUS_ENV}")
-    if not Path(corpus.path).expanduser().exists():
-        raise ConfigError(f"corpus.path={corpus.path} does not exist: give a text file or a folder of them")
-
-
-def corpus_files(corpus: DictConfig, cache_dir: Path) -> tuple[Path, str]:
-    """(a file or folder of text, its format) for the corpus config."""
-    if not corpus.get("hf_datasets"):
-        return Path(corpus.path).expanduser(), corpus.format
+def corpus_files(corpus: CorpusSpec, cache_dir: Path) -> tuple[Path, str]:
+    """(a file or folder of text, its format) for the corpus."""
+    if not corpus.hf_datasets:
+        return corpus.path, corpus.format
     return materialise_hf(corpus, cache_dir), "text"
 
 
-def materialise_hf(corpus: DictConfig, cache_dir: Path) -> Path:
+def materialise_hf(corpus: CorpusSpec, cache_dir: Path) -> Path:
     """Stream the Hugging Face datasets' documents once into a local text file (blank line between documents)."""
     import datasets
 
-    specs = OmegaConf.to_container(corpus.hf_datasets, resolve=True)
+    specs = list(corpus.hf_datasets)
     key = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
     target = cache_dir / "hf_corpora" / f"{corpus.name}-{key}.txt"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +46,7 @@ def materialise_hf(corpus: DictConfig, cache_dir: Path) -> Path:
                     except Exception as exc:
                         raise DataError(
                             f"could not read {spec['path']} from the Hugging Face Hub ({type(exc).__name__}); offline, "
-                            f"use corpus=local with corpus.path (or ${CORPUS_ENV}) pointing at local text"
+                            "use corpus=local with corpus.path (or $KDBENCH_CORPUS) pointing at local text"
                         ) from exc
             os.replace(tmp, target)
         finally:

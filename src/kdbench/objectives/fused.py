@@ -1,4 +1,4 @@
-"""The attention-map losses with their gradient formed in the forward pass, a chunk of heads at a time.
+"""The score-map losses with their gradient formed in the forward pass, a chunk of heads at a time.
 
 att_kl and att_mse (maps Z = Q K^T / sqrt(d)), val_kl and relation_kl (maps Z = X X^T / sqrt(d)) are sums over
 heads of a function of the student's and the teacher's [B, h, L, L] score maps. Through autograd, every one of
@@ -7,8 +7,11 @@ about 2 GiB for att_kl+val_kl over three layer pairs. Here the gradient with res
 closed form (KL: p_s - p_t on valid entries; MSE: 2 (z_s - z_t)), so the forward pass turns it into the gradients
 of the student's projections, dA = G B / sqrt(d) and dB = G^T A / sqrt(d) ([B, L, H*d], as small as the
 projections), and keeps only those; the maps of one chunk of heads exist at a time. The definitions, masking and
-normalisations are those of `functional` (the reference the tests compare with): the same losses and
+normalisations are those of `losses` (the reference the tests compare with): the same losses and
 gradients to float32 rounding, in one pass instead of a forward and a backward through the maps.
+
+`att_kl` and `att_mse` here are the fused forms the registry `losses.LOSSES` gives those losses (and val_kl and
+relation_kl, att_kl on self-relation maps).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import math
 import torch
 from torch import Tensor
 
-from kdbench.objectives.functional import _NEG_FILL, _mask_f32
+from kdbench.objectives.features import MASKED_SCORE, padding_mask, split_heads
 
 # Heads per chunk are chosen so that one [B, h, L, L] float32 map is about this size: every head at once on
 # GLUE-length batches, a few heads at a time at length 512 (a chunk holds about four maps at once).
@@ -27,10 +30,15 @@ CHUNK_BYTES = 64 * 2**20
 
 def _heads_view(x: Tensor, start: int, stop: int, heads: int, valid: Tensor) -> Tensor:
     """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], padded tokens zeroed."""
-    batch, length, width = x.shape
-    d = width // heads
+    d = x.shape[-1] // heads
     chunk = x[..., start * d: stop * d].float().masked_fill(~valid[:, :, None], 0.0)
-    return chunk.view(batch, length, stop - start, d).transpose(1, 2)
+    return split_heads(chunk, stop - start)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """[B, h, L, d] -> [B, L, h*d], the projections' layout."""
+    batch, _, length, _ = x.shape
+    return x.transpose(1, 2).reshape(batch, length, -1)
 
 
 def _kl_rows(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
@@ -38,8 +46,8 @@ def _kl_rows(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Te
 
     Both maps are consumed (overwritten). Invalid keys leave the softmax; invalid rows contribute nothing.
     """
-    log_student = torch.log_softmax(student.masked_fill_(~pair, _NEG_FILL), dim=-1)
-    log_teacher = torch.log_softmax(teacher.masked_fill_(~pair, _NEG_FILL), dim=-1)
+    log_student = torch.log_softmax(student.masked_fill_(~pair, MASKED_SCORE), dim=-1)
+    log_teacher = torch.log_softmax(teacher.masked_fill_(~pair, MASKED_SCORE), dim=-1)
     del student, teacher
     p_teacher = log_teacher.exp().masked_fill_(~pair, 0.0)
     value = log_teacher.sub_(log_student).masked_fill_(~pair, 0.0).mul_(p_teacher).sum()
@@ -65,7 +73,7 @@ class _ScoreMapLoss(torch.autograd.Function):
     def forward(ctx, student_a, student_b, teacher_a, teacher_b, mask, heads: int, kind: str, with_grad: bool):
         rows, count = KINDS[kind]
         batch, length, _ = student_a.shape
-        m = _mask_f32(mask, batch, length, student_a.device)
+        m = padding_mask(mask, batch, length, student_a.device)
         valid = m > 0
         pair = valid[:, None, :, None] & valid[:, None, None, :]
         denom = (heads * count(m.sum(dim=1))).clamp_min(1.0)
@@ -85,8 +93,8 @@ class _ScoreMapLoss(torch.autograd.Function):
             grad.mul_(student_scale / denom)
             d = sa.shape[-1]
             # dA = G B and dB = G^T A, back in the projections' [B, L, h*d] layout
-            grad_a[..., start * d: stop * d] = (grad @ sb).transpose(1, 2).reshape(batch, length, -1)
-            grad_b[..., start * d: stop * d] = (grad.transpose(-1, -2) @ sa).transpose(1, 2).reshape(batch, length, -1)
+            grad_a[..., start * d: stop * d] = _merge_heads(grad @ sb)
+            grad_b[..., start * d: stop * d] = _merge_heads(grad.transpose(-1, -2) @ sa)
         ctx.save_for_backward(grad_a.to(student_a.dtype), grad_b.to(student_b.dtype))
         return total / denom
 
@@ -102,8 +110,8 @@ def score_map_loss(kind: str, student: tuple[Tensor, Tensor], teacher: tuple[Ten
 
     `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be the same tensor,
     a self-relation, whose gradient autograd then sums over both roles); `mask`: [B, L] or None.
-    kind "kl": `functional.att_kl` on the maps (sum / (heads * sum_b n_b)); "mse": `functional.att_mse`.
-    Padded tokens are zeroed before the product, as `functional`'s relations do. Gradients reach the student only.
+    kind "kl": `losses.att_kl` on the maps (sum / (heads * sum_b n_b)); "mse": `losses.att_mse`.
+    Padded tokens are zeroed before the product, as `losses`' relations do. Gradients reach the student only.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown score-map loss {kind!r}; valid: {', '.join(KINDS)}")
@@ -116,3 +124,19 @@ def score_map_loss(kind: str, student: tuple[Tensor, Tensor], teacher: tuple[Ten
                          f"{tuple(teacher[0].shape[:2])}")
     with_grad = torch.is_grad_enabled() and (student[0].requires_grad or student[1].requires_grad)
     return _ScoreMapLoss.apply(*student, teacher[0].detach(), teacher[1].detach(), mask, heads, kind, with_grad)
+
+
+def att_kl(student: tuple[Tensor, Tensor], teacher: tuple[Tensor, Tensor], num_heads: int,
+           mask: Tensor | None = None) -> Tensor:
+    """`losses.att_kl` on the per-head maps A B^T / sqrt(d) of (A, B) projections [B, L, num_heads*d], float32.
+
+    (Q, K) gives att_kl on the attention scores; (V, V) `losses.val_kl`; (X, X) with `num_heads` relation heads
+    `losses.relation_kl`. `mask`: [B, L] or None.
+    """
+    return score_map_loss("kl", student, teacher, num_heads, mask)
+
+
+def att_mse(student: tuple[Tensor, Tensor], teacher: tuple[Tensor, Tensor], num_heads: int,
+            mask: Tensor | None = None) -> Tensor:
+    """`losses.att_mse` on the per-head maps Q K^T / sqrt(d) of (Q, K) projections [B, L, num_heads*d], float32."""
+    return score_map_loss("mse", student, teacher, num_heads, mask)

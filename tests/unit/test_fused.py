@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from kdbench.objectives import functional as F
-from kdbench.objectives import score_maps
-from kdbench.objectives.features import split_heads
-from kdbench.objectives.score_maps import score_map_loss
+from kdbench.objectives import fused
+from kdbench.objectives import losses as F
+from kdbench.objectives.features import FEATURES, split_heads
+from kdbench.objectives.fused import score_map_loss
+from kdbench.objectives.losses import LOSSES
 
 B, L, H = 3, 7, 4
 
@@ -56,7 +57,7 @@ def _value_and_grads(loss, student):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_same_loss_and_gradients_as_the_reference(name, mask_kind, one_head_at_a_time, monkeypatch):
     if one_head_at_a_time:
-        monkeypatch.setattr(score_maps, "CHUNK_BYTES", 1)
+        monkeypatch.setattr(fused, "CHUNK_BYTES", 1)
     kind, reference, widths, self_relation = CASES[name]
     student, teacher = _inputs(widths, self_relation)
     mask = _mask() if mask_kind == "padded" else None
@@ -119,3 +120,23 @@ def test_bad_shapes_and_kinds_fail_with_a_clear_message():
         score_map_loss("kl", student, teacher, H)
     with pytest.raises(ValueError, match="valid: kl, mse"):
         score_map_loss("cosine", *_inputs((32, 32), False), H)
+
+
+
+@pytest.mark.parametrize("name", sorted(name for name, entry in LOSSES.items() if entry.fused is not None))
+def test_each_registered_fused_form_equals_its_loss_on_the_derived_features(name):
+    """The registry's `fused` of a loss, on a feature's raw projections, is its `fn` on the feature derived from them."""
+    entry = LOSSES[name]
+    for feature in entry.features:
+        raw = FEATURES[feature].raw
+        a, b = raw if len(raw) == 2 else raw * 2
+        student, teacher = _inputs((32, 32), self_relation=a == b)
+        mask = _mask()
+        params = {"num_heads": 2} if entry.takes_num_heads else {}
+        heads = params.get("num_heads", H)
+        derived = [FEATURES[feature].derive(dict(zip((a, b), side)), H) for side in (student, teacher)]
+        expected, expected_grads = _value_and_grads(entry.fn(*derived, mask=mask, **params), student)
+        value, grads = _value_and_grads(entry.fused(student, teacher, heads, mask), student)
+        torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-7)
+        for grad, expected_grad in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-6)

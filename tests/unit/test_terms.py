@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from kdbench.errors import ConfigError
-from kdbench.models import build_student, tiny_teacher
-from kdbench.objectives import functional as F
-from kdbench.objectives.features import FeatureRecorder, attention_scores, split_heads
-from kdbench.objectives.objective import LOGITS, Objective, build_terms, resolve_pairs
-from tests.helpers import compose_config
+from kdbench.layers import resolve_pairs
+from kdbench.objectives import losses as F
+from kdbench.objectives.features import LOGITS, FeatureRecorder, attention_scores, split_heads
+from kdbench.objectives.terms import Objective, build_terms
+from tests.helpers import compose_config, tiny_models
 
 
 def test_mappings():
@@ -30,15 +31,16 @@ def _pair(student="tiny", heads=None):
     cfg = compose_config(["teacher=tiny", f"student={student}"])
     if heads:
         cfg.student.num_heads = heads
-    teacher = tiny_teacher(cfg.teacher, 2, seed=0).eval()
-    student = build_student(teacher.config, cfg.student, 2, seed=1)
-    return teacher, student
+    teacher, student = tiny_models(cfg)
+    return teacher.eval(), student
 
 
 def terms_of(objective, teacher, student, init_layers=(2, 4), regression=False, extra=()):
     cfg = compose_config([f"objective={objective}", *extra])
-    return build_terms(cfg.objective, list(init_layers) if init_layers else None, student.config, teacher.config,
-                       regression=regression)
+    specs = OmegaConf.to_container(cfg.objective.terms, resolve=True)
+    return build_terms(cfg.objective.name, specs, cfg.objective.mapping, list(init_layers) if init_layers else None,
+                       student.config, teacher.config, regression=regression, agnostic=False,
+                       teacher_has_mlm_head=False)
 
 
 def test_head_mismatch_suggests_minilm_v2():

@@ -1,0 +1,1 @@
+"""GLUE tasks and raw-text corpora: loading, tokenising, batching."""

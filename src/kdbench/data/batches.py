@@ -1,0 +1,159 @@
+"""Batches: seeded, resumable samplers (GLUE examples by length; corpus sequences sharded over processes) and
+their collators.
+
+Every sampler the training loop iterates is a `ResumableSampler`: `len()` is a full epoch, and
+`set_epoch(epoch, start_batch)` positions it so that a resumed run sees exactly the batches an uninterrupted run
+would have seen from there.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import DataCollatorWithPadding
+
+from kdbench.data.masking import IGNORE_INDEX, MaskingSpec, mask_tokens
+from kdbench.distributed import World
+
+
+class ResumableSampler(torch.utils.data.Sampler, abc.ABC):
+    """A batch sampler the loop can position: what `kdbench.training.loop.train` calls on a loader's sampler."""
+
+    @abc.abstractmethod
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """The next iteration yields epoch `epoch`'s batches from `start_batch` on."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Batches in a full epoch."""
+
+
+class SeededBatches(ResumableSampler):
+    """Batches of example indices, reproducible per (seed, epoch), resumable mid-epoch.
+
+    `shuffle`: a fresh seeded permutation each epoch. `group_by_length`: the permutation is cut into chunks of
+    `megabatch` batches, each chunk sorted by length and split into batches whose order is shuffled again
+    (batches of similar length, so dynamic padding wastes little). Without shuffling, batches are in length
+    order (evaluation: the same examples, less padding). `set_epoch(epoch, start_batch)` positions the sampler
+    (resume); `len()` is always the full epoch.
+    """
+
+    def __init__(self, lengths, batch_size: int, *, shuffle: bool, seed: int = 0, group_by_length: bool = False,
+                 megabatch: int = 50):
+        self.lengths = torch.as_tensor(lengths)
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.group_by_length, self.megabatch = group_by_length, megabatch
+        self.epoch, self.start_batch = 0, 0
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.epoch, self.start_batch = epoch, start_batch
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        n = len(self.lengths)
+        if not self.shuffle:
+            order = torch.sort(self.lengths, descending=True, stable=True).indices
+            return [chunk.tolist() for chunk in order.split(self.batch_size)]
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        order = torch.randperm(n, generator=generator)
+        if not self.group_by_length:
+            return [chunk.tolist() for chunk in order.split(self.batch_size)]
+        batches = []
+        for chunk in order.split(self.batch_size * self.megabatch):
+            by_length = chunk[torch.sort(self.lengths[chunk], descending=True, stable=True).indices]
+            batches.extend(by_length.split(self.batch_size))
+        shuffled = torch.randperm(len(batches), generator=generator)
+        return [batches[i].tolist() for i in shuffled]
+
+    def __iter__(self):
+        yield from self.batches(self.epoch)[self.start_batch:]
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+
+def make_loader(encoded, tokenizer, batch_size: int, *, shuffle: bool, seed: int = 0,
+                group_by_length: bool = False) -> DataLoader:
+    """Batches padded to their own longest example (dynamic padding), from a seeded, resumable sampler."""
+    sampler = SeededBatches(encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length)
+    # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a resumed
+    # run would diverge from an uninterrupted one.
+    return DataLoader(encoded, batch_sampler=sampler, collate_fn=DataCollatorWithPadding(tokenizer),
+                      generator=torch.Generator().manual_seed(seed))
+
+
+class ShardedBatches(ResumableSampler):
+    """This process's micro-batches of seeded global batches, as (epoch, example) keys.
+
+    Global batch g is cut into `world_size * accumulation` micro-batches; process r takes micro-batches
+    r, r + world_size, ...: one process with accumulation a sees the same micro-batches, in the same order of
+    steps, as a processes with accumulation 1 (so their updates agree). The epoch travels with each key, so an
+    example's mask depends only on (seed, epoch, example), never on how the batch was split.
+    """
+
+    def __init__(self, num_examples: int, global_batch: int, micro: int, world: World, seed: int,
+                 shuffle: bool = True):
+        self.global_batches = SeededBatches(torch.zeros(num_examples), global_batch, shuffle=shuffle, seed=seed)
+        self.micro, self.world = micro, world
+        self.accumulation = global_batch // world.size // micro
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:  # start_batch counts this process's micro-batches
+        self.global_batches.set_epoch(epoch, start_batch // self.accumulation)
+        self.skip = start_batch % self.accumulation
+
+    def __iter__(self):
+        epoch, skip = self.global_batches.epoch, getattr(self, "skip", 0)
+        for batch in self.global_batches:
+            if len(batch) < self.global_batches.batch_size:
+                return  # an epoch's incomplete last global batch is dropped (a step is always the full batch)
+            for j in range(self.accumulation):
+                if skip:
+                    skip -= 1
+                    continue
+                start = (j * self.world.size + self.world.rank) * self.micro
+                yield [(epoch, index) for index in batch[start:start + self.micro]]
+
+    def __len__(self) -> int:
+        return len(self.global_batches) * self.accumulation
+
+
+class KeyedCorpus(torch.utils.data.Dataset):
+    """Packed sequences looked up by (epoch, example) keys, carrying the keys to the collator."""
+
+    def __init__(self, sequences):
+        self.sequences = sequences
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def __getitem__(self, key):
+        epoch, index = key
+        return {**self.sequences[index], "epoch": epoch, "example": index}
+
+
+class CorpusCollator:
+    """Stacks packed sequences; with `masking`, masks each one with its own (seed, epoch, example) RNG.
+
+    A masked batch holds `mlm_positions` [B, L] (the masked positions) and `labels` [M] (their original ids, in
+    the order of those positions): the MLM logits are computed there only.
+    """
+
+    def __init__(self, masking: MaskingSpec | None, seed: int, mlm_probability: float = 0.15):
+        self.masking, self.seed, self.mlm_probability = masking, seed, mlm_probability
+
+    def __call__(self, examples):
+        batch = {k: torch.stack([e[k] for e in examples]) for k in ("input_ids", "attention_mask")}
+        if self.masking is None:
+            return batch
+        masked, labels = [], []
+        for example in examples:
+            key = ((self.seed * 1_000_003 + example["epoch"]) * 4_294_967_311 + example["example"]) % 2**63
+            generator = torch.Generator().manual_seed(key)
+            ids, lab = mask_tokens(example["input_ids"][None], self.masking, mlm_probability=self.mlm_probability,
+                                   generator=generator, attention_mask=example["attention_mask"][None])
+            masked.append(ids[0])
+            labels.append(lab[0])
+        labels = torch.stack(labels)
+        positions = labels != IGNORE_INDEX
+        return batch | {"input_ids": torch.stack(masked), "mlm_positions": positions, "labels": labels[positions]}

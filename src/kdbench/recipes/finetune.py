@@ -1,0 +1,64 @@
+"""GLUE fine-tuning of a distilled student: the task-agnostic setting's evaluation protocol.
+
+Each grid point (learning rate x batch size, `+experiment=finetune_grid`) is one job; the report keeps the best
+dev score per task, as the paper does. A fine-tuning record names the distillation it came from
+(`distilled_from`) and carries that run's teacher, student, init, objective and seed, so it joins the
+task-agnostic tables.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
+
+from kdbench import models
+from kdbench.data.batches import make_loader
+from kdbench.data.glue import task_datasets
+from kdbench.plan import Plan
+from kdbench.record import StepLog, read_json
+from kdbench.specs import OptimizerSpec
+from kdbench.training import loop
+from kdbench.training.evaluate import evaluate
+from kdbench.training.hooks import standard_hooks
+from kdbench.training.steps import supervised_step
+
+RECORD_FIELDS = ("teacher", "student", "init", "objective", "seed")
+
+
+def distillation_record(student_path: Path) -> dict:
+    """The record of the task-agnostic run that wrote this student (its result.json beside student/)."""
+    record = read_json(student_path.parent / "result.json")
+    if record is None or record.get("setting") != "task_agnostic":
+        return {}
+    return {field: record[field] for field in RECORD_FIELDS if field in record} | {
+        "setting": "task_agnostic", "stage": "finetune",  # so the task-agnostic tables read it
+        "distilled_from": str((student_path.parent / "result.json").resolve())}
+
+
+def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
+    trainer = plan.trainer
+    set_seed(plan.seed)
+    saved_as = "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
+    model = models.load(AutoModelForSequenceClassification, plan.student_path, saved_as=saved_as,
+                        num_labels=plan.num_labels).to(plan.device)
+    tokenizer = models.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
+    train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
+    train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
+                               group_by_length=trainer.group_by_length)
+    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False)
+                    for suffix, ds in eval_sets.items()}
+    stage = loop.Stage("finetune", [model], train_loader, supervised_step(model, plan.device, plan.precision),
+                       OptimizerSpec.of(trainer, trainer.lr), plan.device, epochs=trainer.stage2_epochs)
+    stats = loop.train(stage, standard_hooks(trainer, log, None))
+    start = time.perf_counter()
+    metrics = evaluate(model, eval_loaders, plan.task.metrics, plan.device, plan.precision)
+    return {
+        "metrics": metrics, "teacher_metrics": {},
+        "timing": {"finetune_s": stats["seconds"], "finetune_examples_per_s": stats["examples_per_s"],
+                   "eval_s": time.perf_counter() - start},
+        "grid": {"lr": trainer.lr, "batch_size": trainer.batch_size},
+        "student_path": str(plan.student_path),
+        **distillation_record(plan.student_path),
+    }

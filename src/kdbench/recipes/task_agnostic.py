@@ -1,0 +1,126 @@
+"""The task-agnostic recipe (the paper's Section 5): distil a pre-trained teacher on raw text, by steps.
+
+1. corpus: local text or Hugging Face datasets, tokenised with the teacher's tokenizer once, packed into
+   sequences of `corpus.seq_len` and cached on disk (memory-mapped);
+2. teacher: the pre-trained model (no fine-tuning), frozen; student: random or from teacher layers;
+3. `trainer.max_steps` optimizer steps on global batches of `trainer.batch_size` sequences, split over the
+   torchrun processes and gradient-accumulation micro-batches; objectives on the last layer;
+4. the held-out loss of every term every `trainer.eval_every` steps and at the end (the record's metrics);
+5. the student saved with `save_pretrained` for GLUE fine-tuning (`setting=finetune`).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from kdbench import distributed, models
+from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
+from kdbench.data.corpus import build_packed_corpus
+from kdbench.data.masking import MaskingSpec
+from kdbench.data.sources import corpus_files
+from kdbench.errors import ConfigError, DataError
+from kdbench.objectives.features import FeatureRecorder
+from kdbench.objectives.terms import Objective
+from kdbench.plan import Plan
+from kdbench.record import StepLog
+from kdbench.specs import OptimizerSpec
+from kdbench.teacher import freeze
+from kdbench.training import loop
+from kdbench.training.checkpoint import Checkpoints, resumable_state
+from kdbench.training.evaluate import heldout_losses
+from kdbench.training.hooks import standard_hooks
+from kdbench.training.steps import StudentSide, distillation_step
+
+
+def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
+    trainer, batches, device = plan.trainer, plan.batches, plan.device
+    world = distributed.init(device)
+    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    path, fmt = corpus_files(plan.corpus, plan.cache_dir)
+    corpus = build_packed_corpus(path, fmt, tokenizer, plan.corpus.seq_len, plan.cache_dir,
+                                 heldout_fraction=plan.corpus.heldout_fraction, max_docs=plan.corpus.max_docs)
+    teacher = freeze(models.pretrained_teacher(plan.teacher, 2, trainer.teacher_seed, mlm=True)).to(device)
+    student = models.student_for(plan, teacher, mlm=True)
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed,
+                          recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(device)
+    masking = MaskingSpec.from_tokenizer(tokenizer) if objective.uses_logits else None
+    train_loader = corpus_loader(corpus.train, batches.global_batch, plan, world, masking, plan.seed, shuffle=True)
+    if len(train_loader) == 0:
+        raise DataError(f"the corpus has {len(corpus.train)} training sequences, fewer than one global batch of "
+                        f"trainer.batch_size={trainer.batch_size}: add text or lower the batch size")
+    # Held-out batches in corpus order, dealt round-robin to the processes: the same set however many there are.
+    heldout_loader = corpus_loader(corpus.heldout, batches.per_process * world.size, plan, world, masking, 0,
+                                   shuffle=False)
+    heldout_per_process = max(1, trainer.heldout_batches // world.size)
+    checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint}) if world.is_main else None
+    latest = resume_state(run_dir, plan)
+    with (
+        recorder(student, objective, "student", plan.student_conf.num_hidden_layers) as (student_recorder, student_logits),
+        recorder(teacher, objective, "teacher", plan.teacher_conf.num_hidden_layers) as (teacher_recorder, teacher_logits),
+    ):
+        student_side = distributed.wrap(StudentSide(student_recorder, objective, student_logits), world, device)
+        step = distillation_step(student_side, teacher_recorder, teacher_logits, device, plan.precision)
+
+        def evaluate_heldout(at_step: int) -> dict:
+            values = heldout_losses(step, heldout_loader, heldout_per_process, [student, objective], world, device)
+            log.log("heldout", at_step, values)
+            return values
+
+        def periodic_heldout(at_step: int) -> None:
+            if trainer.eval_every and at_step % trainer.eval_every == 0:
+                evaluate_heldout(at_step)
+
+        initial = evaluate_heldout(0)
+        stage = loop.Stage("distill", [student, objective], train_loader, step, OptimizerSpec.of(trainer, trainer.lr),
+                           device, max_steps=trainer.max_steps, accumulation=batches.accumulation,
+                           sync_modules=[student_side] if world.distributed else [])
+        stats = loop.train(stage, standard_hooks(trainer, log, checkpoints, after_step=periodic_heldout), latest)
+        start = time.perf_counter()
+        final = heldout_losses(step, heldout_loader, heldout_per_process, [student, objective], world, device)
+    timing = {"distill_s": stats["seconds"], "distill_examples_per_s": stats["examples_per_s"] * world.size,
+              "eval_s": time.perf_counter() - start}
+    student_dir = run_dir / "student"
+    if world.is_main:
+        student.save_pretrained(str(student_dir))
+        tokenizer.save_pretrained(str(student_dir))
+        if not trainer.keep_checkpoints:
+            checkpoints.clear()
+    return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,
+            "student_path": str(student_dir), "corpus": corpus.meta, "world_size": world.size,
+            "batch": {"global": batches.global_batch, "per_device": batches.per_process,
+                      "accumulation": batches.accumulation}}
+
+
+def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool):
+    """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with `masking`."""
+    sampler = ShardedBatches(len(sequences), global_batch, plan.batches.per_process, world, seed, shuffle=shuffle)
+    return torch.utils.data.DataLoader(KeyedCorpus(sequences), batch_sampler=sampler,
+                                       collate_fn=CorpusCollator(masking, seed),
+                                       generator=torch.Generator().manual_seed(seed))
+
+
+@contextmanager
+def recorder(model, objective: Objective, side: str, last_layer: int):
+    """The side's feature recorder, stopping after its last needed layer, and how its logits are read: the MLM
+    head at the masked positions only ([M, V]: the full [B, L, V] is never materialised)."""
+    needs = objective.needs(side)
+    logits = None
+    if objective.uses_logits:
+        needs.setdefault(last_layer, set()).add("hidden")
+        head = models.mlm_head(model)
+
+        def logits(records, output, batch):
+            return head(records[last_layer]["hidden"][batch["mlm_positions"]])
+    with FeatureRecorder(model, needs, stop_after=max(needs)) as features:
+        yield features, logits
+
+
+def resume_state(run_dir: Path, plan: Plan) -> dict | None:
+    state = resumable_state(Checkpoints(run_dir / "checkpoints"), plan.fingerprint)
+    if state is not None and state["done"]:
+        raise ConfigError(f"{run_dir} already holds a finished distillation: give a new run directory")
+    return state

@@ -1,0 +1,119 @@
+"""The task-specific recipe (the paper's Section 4), top to bottom:
+
+1. data: the task's train subset and dev set(s), tokenised with the teacher's tokenizer;
+2. teacher: fine-tuned on the task (cached, shared by every run that needs it), frozen;
+3. student: built from its shape, initialised randomly or from the chosen teacher layers;
+4. stage 1: intermediate-layer distillation with the objective's terms (skipped for vanilla KD);
+5. stage 2: prediction-layer distillation with vanilla KD;
+6. evaluation on the dev set(s).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from kdbench import models
+from kdbench.data.batches import make_loader
+from kdbench.data.glue import task_datasets
+from kdbench.objectives.features import FeatureRecorder
+from kdbench.objectives.terms import Objective
+from kdbench.plan import Plan
+from kdbench.record import StepLog
+from kdbench.specs import OptimizerSpec
+from kdbench.teacher import finetuned_teacher, teacher_logits_table
+from kdbench.training import loop
+from kdbench.training.checkpoint import Checkpoints, resumable_state
+from kdbench.training.evaluate import evaluate
+from kdbench.training.hooks import standard_hooks
+from kdbench.training.steps import (
+    StudentSide,
+    distillation_step,
+    output_logits,
+    prediction_kd_step,
+    teacher_logits_now,
+)
+
+STAGES = ("stage1", "stage2")
+
+
+def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
+    """Runs the recipe; returns the record's metrics, teacher metrics and timing."""
+    trainer = plan.trainer
+    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
+    teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=trainer.teacher_seed)
+    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False)
+                    for suffix, ds in eval_sets.items()}
+    teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
+
+    student = models.student_for(plan, teacher.model)
+    train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
+                               group_by_length=trainer.group_by_length)
+    timing = {"teacher_finetune_s": teacher.seconds, "stage1_s": 0.0, "stage2_s": 0.0}
+    checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
+    latest = resumable_state(checkpoints, plan.fingerprint)
+    hooks = standard_hooks(trainer, log, checkpoints)
+    optimizer = OptimizerSpec.of(trainer, trainer.lr)
+
+    if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student):
+        with stage1(plan, student, teacher.model, train_set["labels"]) as (step, modules):
+            stage = loop.Stage("stage1", modules, train_loader, step, optimizer, plan.device,
+                               epochs=trainer.stage1_epochs)
+            stats = loop.train(stage, hooks, resume_from("stage1", latest))
+        timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
+
+    if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, student):
+        if trainer.cache_teacher_logits:
+            table = teacher_logits_table(teacher, train_set, tokenizer, plan).to(plan.device)
+            targets = lambda batch: table[batch["example"]]  # noqa: E731
+        else:
+            targets = teacher_logits_now(teacher.model, plan.device, plan.precision)
+        step = prediction_kd_step(student, targets, plan.kd, plan.device, plan.precision)
+        stage = loop.Stage("stage2", [student], train_loader, step, optimizer, plan.device, epochs=trainer.stage2_epochs)
+        stats = loop.train(stage, hooks, resume_from("stage2", latest))
+        timing.update(stage2_s=stats["seconds"], stage2_examples_per_s=stats["examples_per_s"])
+
+    start = time.perf_counter()
+    metrics = evaluate(student, eval_loaders, plan.task.metrics, plan.device, plan.precision)
+    timing["eval_s"] = time.perf_counter() - start
+    if plan.save_student:
+        student.save_pretrained(str(run_dir / "student"))
+        tokenizer.save_pretrained(str(run_dir / "student"))
+    if not trainer.keep_checkpoints:
+        checkpoints.clear()
+    return {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing}
+
+
+@contextmanager
+def stage1(plan: Plan, student, teacher, train_labels):
+    """Intermediate-layer distillation: yields its step function and the modules it trains (student, objective).
+
+    Both models stop after their last mapped layer while the context is open: nothing above it is computed.
+    """
+    trainer = plan.trainer
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, plan.seed,
+                          recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(plan.device)
+    logits = output_logits if objective.uses_logits else None
+    with (
+        FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
+        FeatureRecorder(teacher, objective.needs("teacher"), objective.last_layer("teacher")) as teacher_recorder,
+    ):
+        student_side = StudentSide(student_recorder, objective, logits)
+        step = distillation_step(student_side, teacher_recorder, logits, plan.device, plan.precision)
+        yield step, [student, objective]
+
+
+def skip_stage(stage: str, latest: dict | None, student) -> bool:
+    """Whether a checkpoint already covers this stage; if it ended exactly there, its weights are loaded."""
+    if latest is None:
+        return False
+    mine, theirs = STAGES.index(stage), STAGES.index(latest["stage"])
+    if mine == theirs and latest["done"]:
+        student.load_state_dict(latest["modules"][0])
+    return mine < theirs or (mine == theirs and latest["done"])
+
+
+def resume_from(stage: str, latest: dict | None) -> dict | None:
+    return latest if latest is not None and latest["stage"] == stage else None

@@ -1,0 +1,215 @@
+"""Collect distillation runs into tables, paired t-tests and plots.
+
+Usage::
+
+    python -m kdbench.report RESULTS_DIR [--out DIR] [--digits N] [--alpha A] [--no-plots] [--paper]
+
+Every ``result.json`` under RESULTS_DIR (any depth) is read. Only ``status: completed`` records enter the
+tables and tests; failed/running records and malformed files are listed (with their path and the reason) on
+stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default ``RESULTS_DIR/report``):
+
+``results.csv``
+    one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
+    flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_`` prefix), ``grid``
+    (the fine-tuning grid point, if any), ``path``.
+``summary.csv``
+    long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample std
+    (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of a row that has
+    every task of its table (std and n empty).
+``tables.md`` / ``tables.tex``
+    one table per (setting, teacher, student). Rows are objectives, or (objective, init) when the init varies
+    within the table. Cells are ``mean ± std`` (just the mean when n=1), Avg is the mean of the per-task
+    means. The best displayed mean per column is bold (all tied rows; no bold when a column has fewer than
+    two values). When n is the same in every cell the footnote reads ``n = 4 seeds per cell``; otherwise
+    cells whose n differs from the most common n carry ``(n=k)`` and the footnote says so.
+    ``tables.tex`` is a fragment of ``table`` environments that needs ``\\usepackage{booktabs}``.
+``pvalues.csv``
+    paired t-tests (``scipy.stats.ttest_rel``, runs paired by seed; for the pooled task ``ALL`` by
+    (task, seed)). Factor ``objective`` compares every pair of objectives at a fixed init, factor ``init``
+    every pair of inits at a fixed objective. Per task only the levels with runs on that task are compared;
+    for ``ALL`` every level of the (group, factor, fixed) slice is. ``p_holm`` is Holm-Bonferroni within
+    the family (setting, teacher, student, factor, fixed, task).
+``unmatched.csv``
+    every (task, seed) run that one side of a compared pair has and the other lacks (``missing_side`` names
+    the side without it). Listed once per pair, with the real task (this covers both the per-task and the
+    pooled tests).
+``significance.md``
+    per family, the pairs that are not significant at ``alpha`` after Holm, the untestable pairs, and the
+    Holm-adjusted p-value matrix for task ALL.
+``scores_<group>.png`` / ``pvalues_<group>_<factor>_<fixed>.png``
+    grouped bar chart of mean score (std error bars) and heat map of the task-ALL Holm p-values.
+``excluded.csv``
+    path, kind (failed / running / other status / skipped / distillation / grid / duplicate), reason and
+    whatever key fields the file had. ``distillation``: a task-agnostic distillation record (no task; its
+    GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point (record with a ``grid``
+    dict) that lost to the best point of the same run key, which is the one used.
+``paper.csv`` (only with ``--paper``)
+    the published numbers of Wang et al. (2023), long form: table, objective, init, task, score. With
+    ``--paper``, ``tables.md`` also shows, after each measured table, the paper's tables of the same setting
+    (task_specific: Tables 1 and 3, task_agnostic: Tables 2 and 4), restricted to the measured objectives and
+    tasks (the whole paper table when none match), with the paper's teacher and student named. The numbers
+    live in ``kdbench/paper/wang2023.json``.
+
+Conventions:
+
+* A pair with fewer than 2 matched seeds is reported with ``n_pairs`` (and the means over the matches, if
+  any) and empty ``t``/``p``/``p_holm``.
+* Zero variance of the differences: all-zero differences make scipy return NaN t and p; they are reported
+  empty and are *not* counted in the Holm family size m (they are untestable, not tests that failed). A
+  constant non-zero difference makes scipy return t = ±inf and p = 0; that is kept as scipy gives it and
+  counts in the family.
+* Two completed records with the same (setting, teacher, student, task, objective, init, seed) are
+  duplicates: the first by path is used, the others are listed in ``excluded.csv`` as ``duplicate``.
+* ``schema`` may be absent (taken as 1); any other schema value makes the file skipped.
+* Scores are "higher is better" for every GLUE metric, so best = largest mean.
+* No completed run at all (only failed/running/malformed files): the exclusions are listed and written, then
+  the CLI exits 2 like for an empty directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from kdbench.record import RESULT_FILE
+from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
+from kdbench.report.paper import PAPER_CITE, load_paper, paper_frame
+from kdbench.report.plots import write_plots
+from kdbench.report.stats import (
+    best_of_grid,
+    drop_duplicates,
+    paired_tests,
+    summarise,
+    to_frame,
+    unmatched_runs,
+)
+from kdbench.report.tables import Table, build_tables, render_latex, render_markdown, render_significance
+
+PROG = "kdbench.report"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description="Collect result.json files into tables (md/tex/csv), paired t-tests and plots.",
+    )
+    parser.add_argument("results_dir", type=Path, help="directory searched (any depth) for result.json files")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output directory (default: RESULTS_DIR/report)"
+    )
+    parser.add_argument("--digits", type=int, default=1, help="decimals shown in the tables (default 1)")
+    parser.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--paper",
+        action="store_true",
+        help=f"show the published numbers ({PAPER_CITE}) beside the measured tables; write paper.csv",
+    )
+    return parser
+
+
+def _fail(message: str):
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _or_fail(read):
+    """``read()``, or the CLI's error exit with its :class:`ReportError` message."""
+    try:
+        return read()
+    except ReportError as exc:
+        _fail(str(exc))
+
+
+def _print_exclusions(excluded: list[dict], limit: int = 20) -> None:
+    for row in excluded[:limit]:
+        print(f"  {row['kind']:<9} {row['path']}: {row['reason']}")
+    if len(excluded) > limit:
+        print(f"  ... and {len(excluded) - limit} more (see excluded.csv)")
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    frame.to_csv(path, index=False)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataFrame, list[dict]]:
+    """The runs the tables use (best grid point, first of duplicates) and every exclusion, which are printed
+    and written to ``excluded.csv``; exits 2 when no run is left."""
+    frame, below_best = best_of_grid(to_frame(loaded.records))
+    frame, duplicates = drop_duplicates(frame)
+    excluded = loaded.excluded + below_best + duplicates
+    kinds = Counter(row["kind"] for row in excluded)
+    kind_text = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+    print(
+        f"{PROG}: read {loaded.n_files} {RESULT_FILE} file(s) under {results_dir}: "
+        f"{len(loaded.records)} completed" + (f", {kind_text}" if kind_text else "")
+    )
+    _print_exclusions(excluded)
+    _write_csv(pd.DataFrame(excluded, columns=EXCLUDED_COLS), out / "excluded.csv")
+    if frame.empty:
+        _fail(
+            f"no completed run among {loaded.n_files} {RESULT_FILE} file(s) under {results_dir} "
+            f"(listed above and in {out / 'excluded.csv'}); wait for runs to finish or fix the failures"
+        )
+    return frame, excluded
+
+
+def _write_report(
+    frame: pd.DataFrame, excluded: list[dict], paper: dict | None, args: argparse.Namespace, out: Path
+) -> tuple[list[Table], pd.DataFrame, pd.DataFrame]:
+    """Write the csv, markdown and LaTeX files; returns the tables, p values and unmatched runs."""
+    summary = summarise(frame)
+    tables = build_tables(summary)
+    pvalues = paired_tests(frame)
+    unmatched = unmatched_runs(frame)
+    _write_csv(frame, out / "results.csv")
+    _write_csv(summary, out / "summary.csv")
+    _write_csv(pvalues, out / "pvalues.csv")
+    _write_csv(unmatched, out / "unmatched.csv")
+    _write_text(out / "tables.md", render_markdown(tables, args.digits, excluded, paper))
+    if paper is not None:
+        _write_csv(paper_frame(paper), out / "paper.csv")
+    _write_text(out / "tables.tex", render_latex(tables, args.digits))
+    _write_text(out / "significance.md", render_significance(pvalues, args.alpha, args.digits))
+    return tables, pvalues, unmatched
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.digits < 0:
+        _fail(f"--digits must be >= 0, got {args.digits}")
+    if not 0 < args.alpha < 1:
+        _fail(f"--alpha must be between 0 and 1, got {args.alpha}")
+    results_dir: Path = args.results_dir
+    out: Path = args.out if args.out is not None else results_dir / "report"
+    loaded = _or_fail(lambda: load_records(results_dir, skip=out))
+    paper = _or_fail(load_paper) if args.paper else None
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} exists and is not a directory; pass a directory path")
+    out.mkdir(parents=True, exist_ok=True)
+
+    frame, excluded = _usable_runs(loaded, results_dir, out)
+    tables, pvalues, unmatched = _write_report(frame, excluded, paper, args, out)
+    plots = [] if args.no_plots else write_plots(tables, pvalues, out, args.alpha)
+
+    n_sig = int((pvalues["p_holm"] < args.alpha).sum()) if not pvalues.empty else 0
+    print(
+        f"{PROG}: wrote {len(tables)} table(s) to {out}/tables.md and tables.tex; "
+        f"{len(pvalues)} paired test(s) ({n_sig} significant at {args.alpha} after Holm) to pvalues.csv; "
+        f"{len(unmatched)} unmatched run(s); {len(plots)} plot(s)"
+    )
+    print(
+        f"{PROG}: files: results.csv summary.csv tables.md tables.tex pvalues.csv unmatched.csv "
+        f"significance.md excluded.csv" + (" paper.csv" if paper is not None else "")
+    )
+    return 0

@@ -1,0 +1,180 @@
+"""Finding and parsing ``result.json`` records; what is not a usable completed run becomes an exclusion."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION
+
+EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
+
+
+class ReportError(Exception):
+    """Unusable input: the CLI prints ``kdbench.report: error: <message>`` and exits 2."""
+
+
+@dataclass
+class Loaded:
+    """What :func:`load_records` found: completed records, exclusions, and how many files were read."""
+
+    records: list[dict]
+    excluded: list[dict]
+    n_files: int
+
+
+def find_result_files(results_dir: Path, skip: Path | None = None) -> list[Path]:
+    """All ``result.json`` files under ``results_dir`` (sorted), ignoring anything under ``skip``."""
+    files = []
+    for path in sorted(results_dir.rglob(RESULT_FILE)):
+        if not path.is_file():
+            continue
+        if skip is not None and path.resolve().is_relative_to(skip.resolve()):
+            continue
+        files.append(path)
+    return files
+
+
+def _text(value) -> str | None:
+    """A key field as a non-empty string (lists such as ``[4, 8, 12]`` become ``"4,8,12"``)."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        value = ",".join(str(v) for v in value)
+    text = str(value).strip()
+    return text or None
+
+
+def _as_int(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+        return int(value)
+    return None
+
+
+def _as_float(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _flatten(metrics: dict, prefix: str = "") -> dict:
+    """Nested metric dicts flattened to ``outer.inner`` names."""
+    flat = {}
+    for name, value in metrics.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, prefix=f"{key}."))
+        else:
+            flat[key] = value
+    return flat
+
+
+def _last_line(text: str, limit: int = 300) -> str:
+    """The most informative single line of an error message (the last non-empty one of a traceback)."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def exclusion(path: str, kind: str, reason: str, data: dict | None = None) -> dict:
+    """An ``excluded.csv`` row: where, why, and whatever key fields ``data`` has (as text)."""
+    row = {"path": path, "kind": kind, "reason": reason}
+    for key in KEY_FIELDS:
+        row[key] = _text(data.get(key)) if isinstance(data, dict) else None
+    return row
+
+
+def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
+    """One ``result.json`` -> (record, None) when completed and well formed, else (None, exclusion)."""
+    rel = _relative(path, root)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        return None, exclusion(rel, "skipped", f"invalid JSON: {exc}")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, exclusion(rel, "skipped", f"unreadable: {exc}")
+    if not isinstance(data, dict):
+        return None, exclusion(rel, "skipped", "top level is not a JSON object")
+    problem = _not_completed(data) or _malformed(data)
+    if problem is not None:
+        kind, reason = problem
+        return None, exclusion(rel, kind, reason, data)
+    record = {key: _text(data[key]) for key in KEY_FIELDS if key != "seed"}
+    grid = data.get("grid")
+    grid = ",".join(f"{k}={v}" for k, v in grid.items()) if isinstance(grid, dict) else None
+    seed, score, metrics = _as_int(data["seed"]), _as_float(data["score"]), _flatten(data["metrics"])
+    record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid)
+    return record, None
+
+
+def _not_completed(data: dict) -> tuple[str, str] | None:
+    """(kind, reason) for a record of another schema, without a status, not completed, or a distillation."""
+    if data.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
+        return "skipped", f"unsupported schema {data.get('schema')!r} (expected {SCHEMA_VERSION})"
+    status = _text(data.get("status"))
+    if status is None:
+        return "skipped", "missing key 'status'"
+    if status != "completed":
+        return status, _last_line(data["error"]) if data.get("error") else f"status {status!r}"
+    if data.get("setting") == "task_agnostic" and data.get("task") is None:
+        metrics = data.get("metrics")
+        loss = metrics.get("heldout_loss") if isinstance(metrics, dict) else None
+        return "distillation", (
+            f"task-agnostic distillation (held-out loss {loss}); its GLUE fine-tuning runs carry the scores"
+        )
+    return None
+
+
+def _malformed(data: dict) -> tuple[str, str] | None:
+    """("skipped", reason) for a completed record with a missing or ill-typed field."""
+    missing = [key for key in COMPLETED_FIELDS if data.get(key) is None or _text(data.get(key)) is None]
+    if missing:
+        return "skipped", "missing key(s): " + ", ".join(missing)
+    if _as_int(data["seed"]) is None:
+        return "skipped", f"seed {data['seed']!r} is not an integer"
+    if _as_float(data["score"]) is None:
+        return "skipped", f"score {data['score']!r} is not a finite number"
+    if not isinstance(data["metrics"], dict):
+        return "skipped", "metrics is not a JSON object"
+    return None
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
+    """Parse every ``result.json`` under ``results_dir``; raises :class:`ReportError` on unusable input."""
+    if not results_dir.exists():
+        raise ReportError(
+            f"results directory {results_dir} does not exist; pass the directory your runs wrote to"
+        )
+    if not results_dir.is_dir():
+        raise ReportError(f"{results_dir} is not a directory; pass the directory your runs wrote to")
+    files = find_result_files(results_dir, skip=skip)
+    if not files:
+        raise ReportError(
+            f"no {RESULT_FILE} found under {results_dir}; "
+            "run some experiments first or point at the directory they wrote to"
+        )
+    records, excluded = [], []
+    for path in files:
+        record, excluded_row = parse_record(path, results_dir)
+        if record is not None:
+            records.append(record)
+        else:
+            excluded.append(excluded_row)
+    return Loaded(records=records, excluded=excluded, n_files=len(files))

@@ -1,0 +1,343 @@
+"""Runs as frames (sorted, best grid point, duplicates dropped), the summary, and the paired t-tests."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from kdbench.record import KEY_FIELDS
+from kdbench.report.load import exclusion
+from kdbench.tasks import TASKS
+
+GROUP_COLS = ["setting", "teacher", "student"]
+ROW_COLS = ["objective", "init"]
+SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n"]
+FAMILY_COLS = GROUP_COLS + ["factor", "fixed", "task"]
+PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "t", "p", "p_holm"]
+UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
+AVG = "Avg"
+ALL = "ALL"
+FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
+_TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
+
+
+# ---------------------------------------------------------------------------------------------------- frames
+
+
+def task_sort_key(task: str) -> tuple:
+    """The paper's GLUE order first, then any other task alphabetically."""
+    lower = str(task).lower()
+    if lower in _TASK_POSITION:
+        return (0, _TASK_POSITION[lower], "")
+    return (1, 0, lower)
+
+
+def natural_key(value) -> list:
+    """Sort key that orders digit runs numerically: ``"4,8,12"`` before ``"10,11,12"``."""
+    parts = re.split(r"(\d+)", str(value))
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p.lower()) for p in parts if p]
+
+
+def ordered_tasks(tasks) -> list[str]:
+    return sorted(set(tasks), key=task_sort_key)
+
+
+def to_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per run: key columns, score, one column per metric, path (sorted by key)."""
+    base = list(KEY_FIELDS) + ["score", "grid"]
+    metric_names: list[str] = []
+    for record in records:
+        for name in record["metrics"]:
+            if name not in metric_names:
+                metric_names.append(name)
+    rename = {name: (f"metric_{name}" if name in base + ["path"] else name) for name in metric_names}
+    rows = []
+    for record in records:
+        row = {key: record.get(key) for key in base}
+        row.update({rename[name]: value for name, value in record["metrics"].items()})
+        row["path"] = record["path"]
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=base + [rename[n] for n in metric_names] + ["path"])
+    frame["seed"] = frame["seed"].astype("int64")
+    frame["score"] = frame["score"].astype(float)
+    return sort_frame(frame)
+
+
+def _group_key(row: pd.Series) -> tuple:
+    return tuple(row[c] for c in GROUP_COLS)
+
+
+def _row_key(row: pd.Series) -> tuple:
+    """(objective, init) in natural order."""
+    return (natural_key(row["objective"]), natural_key(row["init"]))
+
+
+def _sorted_by(frame: pd.DataFrame, key) -> pd.DataFrame:
+    """``frame``'s rows ordered by ``key(row)`` (a Python sort key: tuples of mixed types)."""
+    order = sorted(range(len(frame)), key=lambda i: key(frame.iloc[i]))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def sort_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Sort runs by group, task (paper order), objective, init (natural order), seed."""
+    if frame.empty:
+        return frame.reset_index(drop=True)
+    return _sorted_by(frame, lambda r: (*_group_key(r), task_sort_key(r["task"]), *_row_key(r), r["seed"]))
+
+
+def _excluded_copies(frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason) -> list[dict]:
+    """An exclusion of ``kind`` per row of ``frame``; ``reason(row, kept_row)`` names the run used instead."""
+    keys = list(KEY_FIELDS)
+    kept = kept.set_index(keys)
+    rows = []
+    for _, row in frame.iterrows():
+        winner = kept.loc[tuple(row[keys])]
+        rows.append(exclusion(row["path"], kind, reason(row, winner), {key: row[key] for key in keys}))
+    return rows
+
+
+def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """Fine-tuning grids (the task-agnostic protocol): keep each run's best grid point by dev score.
+
+    Runs that differ only in their grid point (lr, batch size) share a key; the best score is the run's
+    result, as in the paper. The other grid points are listed as ``grid`` exclusions (not errors).
+    """
+    gridded = frame["grid"].notna()
+    if not gridded.any():
+        return frame, []
+    ranked = frame[gridded].sort_values(["score", "path"], ascending=[False, True], kind="stable")
+    below = ranked.duplicated(list(KEY_FIELDS), keep="first")
+    excluded = _excluded_copies(
+        ranked[below],
+        ranked[~below],
+        "grid",
+        lambda row, best: (
+            f"grid point {row['grid']} scored {row['score']:.2f}; "
+            f"the best, {best['grid']}, scored {best['score']:.2f}"
+        ),
+    )
+    return sort_frame(pd.concat([frame[~gridded], ranked[~below]])), excluded
+
+
+def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """Keep the first run (by path) per key; the rest become ``duplicate`` exclusions."""
+    by_path = frame.sort_values("path", kind="stable")
+    dup_mask = by_path.duplicated(list(KEY_FIELDS), keep="first")
+    excluded = _excluded_copies(
+        by_path[dup_mask],
+        by_path[~dup_mask],
+        "duplicate",
+        lambda row, first: f"same run as {first['path']} (that one is used)",
+    )
+    return sort_frame(by_path[~dup_mask]), excluded
+
+
+# --------------------------------------------------------------------------------------------------- summary
+
+
+def summarise(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (group, objective, init, task): mean, sample std (ddof=1, NaN for n=1), n; plus ``Avg`` rows.
+
+    An ``Avg`` row is the mean over tasks of the per-task means, only for (objective, init) rows that have
+    every task of their (setting, teacher, student) group.
+    """
+    if frame.empty:
+        return pd.DataFrame(columns=SUMMARY_COLS)
+    per_task = (
+        frame.groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False)["score"]
+        .agg(mean="mean", std=lambda s: s.std(ddof=1) if len(s) > 1 else np.nan, n="count")
+        .reset_index()
+    )
+    averages = pd.DataFrame(_averages(per_task), columns=SUMMARY_COLS)
+    summary = pd.concat([per_task, averages], ignore_index=True)
+    summary["n"] = summary["n"].astype("Int64")
+    avg_last = (2, 0, "")  # after every task_sort_key
+    return _sorted_by(
+        summary[SUMMARY_COLS],
+        lambda r: (*_group_key(r), *_row_key(r), avg_last if r["task"] == AVG else task_sort_key(r["task"])),
+    )
+
+
+def _averages(per_task: pd.DataFrame) -> list[dict]:
+    """An ``Avg`` row for every (objective, init) row that has every task of its group."""
+    averages = []
+    for _, group in per_task.groupby(GROUP_COLS, sort=False):
+        n_tasks = group["task"].nunique()
+        for _, row in group.groupby(ROW_COLS, sort=False):
+            if row["task"].nunique() == n_tasks:
+                labels = {c: row.iloc[0][c] for c in GROUP_COLS + ROW_COLS}
+                averages.append({**labels, "task": AVG, "mean": row["mean"].mean()})
+    return averages
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm-Bonferroni step-down adjustment.
+
+    Sort the finite p ascending; ``adjusted_i = max_{j <= i} min(1, (m - j) * p_(j))`` (0-based j), mapped
+    back to the input order. NaN p values (untestable pairs) stay NaN and do not count in m.
+    """
+    p = np.asarray(pvalues, dtype=float)
+    adjusted = np.full(p.shape, np.nan)
+    valid = np.flatnonzero(~np.isnan(p))
+    m = len(valid)
+    if m == 0:
+        return adjusted
+    order = valid[np.argsort(p[valid], kind="stable")]
+    steps = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted[order] = np.maximum.accumulate(steps)
+    return adjusted
+
+
+def paired_ttest(x, y) -> tuple[float, float]:
+    """``scipy.stats.ttest_rel`` as floats; NaN for fewer than 2 pairs (scipy's NaN for zero variance)."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if len(x) < 2:
+        return math.nan, math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_rel(x, y)
+    return float(result.statistic), float(result.pvalue)
+
+
+@dataclass
+class Comparison:
+    """A (group, factor, fixed) slice: the scores of every level keyed by (task, seed)."""
+
+    setting: str
+    teacher: str
+    student: str
+    factor: str
+    fixed: str
+    levels: list[str]
+    scores: dict[str, dict[tuple[str, int], float]]
+
+    @property
+    def head(self) -> dict:
+        return {
+            "setting": self.setting,
+            "teacher": self.teacher,
+            "student": self.student,
+            "factor": self.factor,
+            "fixed": self.fixed,
+        }
+
+    def tasks(self) -> list[str]:
+        return ordered_tasks(task for level in self.levels for task, _ in self.scores[level])
+
+
+def comparisons(frame: pd.DataFrame) -> list[Comparison]:
+    """Every (group, factor, fixed) slice with at least two levels of the factor."""
+    found = []
+    if frame.empty:
+        return found
+    for (setting, teacher, student), group in frame.groupby(GROUP_COLS, sort=True):
+        for factor, held in FACTORS:
+            for fixed in sorted(group[held].unique(), key=natural_key):
+                part = group[group[held] == fixed]
+                levels = sorted(part[factor].unique(), key=natural_key)
+                if len(levels) < 2:
+                    continue
+                scores = {
+                    level: {
+                        (r.task, int(r.seed)): float(r.score)
+                        for r in part[part[factor] == level].itertuples(index=False)
+                    }
+                    for level in levels
+                }
+                found.append(Comparison(setting, teacher, student, factor, fixed, levels, scores))
+    return found
+
+
+def _key_order(key: tuple[str, int]) -> tuple:
+    return (task_sort_key(key[0]), key[1])
+
+
+def _pair_row(comp: Comparison, task: str, a: str, b: str, keys_a: dict, keys_b: dict) -> dict:
+    common = sorted(set(keys_a) & set(keys_b), key=_key_order)
+    x = [keys_a[k] for k in common]
+    y = [keys_b[k] for k in common]
+    t, p = paired_ttest(x, y)
+    return {
+        **comp.head,
+        "task": task,
+        "a": a,
+        "b": b,
+        "n_pairs": len(common),
+        "mean_a": float(np.mean(x)) if common else math.nan,
+        "mean_b": float(np.mean(y)) if common else math.nan,
+        "t": t,
+        "p": p,
+    }
+
+
+def _on_task(scores: dict, task: str) -> dict:
+    return {key: value for key, value in scores.items() if key[0] == task}
+
+
+def paired_tests(frame: pd.DataFrame) -> pd.DataFrame:
+    """Paired t-tests for every pair of levels, per task (levels with runs on it) and pooled (``ALL``)."""
+    rows = []
+    for comp in comparisons(frame):
+        for task in comp.tasks():
+            on_task = {level: _on_task(comp.scores[level], task) for level in comp.levels}
+            present = [level for level in comp.levels if on_task[level]]
+            for a, b in itertools.combinations(present, 2):
+                rows.append(_pair_row(comp, task, a, b, on_task[a], on_task[b]))
+        for a, b in itertools.combinations(comp.levels, 2):
+            rows.append(_pair_row(comp, ALL, a, b, comp.scores[a], comp.scores[b]))
+    pvalues = pd.DataFrame(rows, columns=PVALUE_COLS)
+    if not pvalues.empty:
+        by_family = pvalues.groupby(FAMILY_COLS, sort=False)["p"]
+        pvalues["p_holm"] = by_family.transform(lambda s: holm(s.to_numpy()))
+        pvalues["n_pairs"] = pvalues["n_pairs"].astype("int64")
+    return pvalues
+
+
+def unmatched_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per compared pair, every (task, seed) that one side has and the other lacks."""
+    rows = []
+    for comp in comparisons(frame):
+        for a, b in itertools.combinations(comp.levels, 2):
+            keys_a, keys_b = set(comp.scores[a]), set(comp.scores[b])
+            for side, missing in (("b", keys_a - keys_b), ("a", keys_b - keys_a)):
+                for task, seed in sorted(missing, key=_key_order):
+                    pair = {"task": task, "a": a, "b": b}
+                    rows.append({**comp.head, **pair, "missing_side": side, "seed": seed})
+    unmatched = pd.DataFrame(rows, columns=UNMATCHED_COLS)
+    if unmatched.empty:
+        return unmatched
+    return unmatched.sort_values(
+        ["setting", "teacher", "student", "factor", "fixed", "a", "b", "task", "seed"],
+        key=lambda s: s.map(task_sort_key) if s.name == "task" else s,
+        kind="stable",
+    ).reset_index(drop=True)
+
+
+def families(pvalues: pd.DataFrame) -> Iterator[tuple[dict, pd.DataFrame]]:
+    """(group, factor, fixed) slices of the p-value table, in a stable order."""
+    keys = GROUP_COLS + ["factor", "fixed"]
+    for key, part in pvalues.groupby(keys, sort=False):
+        yield dict(zip(keys, key, strict=True)), part
+
+
+def pvalue_matrix(pvalues: pd.DataFrame, column: str = "p_holm") -> pd.DataFrame:
+    """Symmetric level x level matrix of ``column`` for one family (diagonal NaN)."""
+    levels = sorted(set(pvalues["a"]) | set(pvalues["b"]), key=natural_key)
+    matrix = pd.DataFrame(np.nan, index=levels, columns=levels)
+    for row in pvalues.itertuples(index=False):
+        value = getattr(row, column)
+        matrix.at[row.a, row.b] = value
+        matrix.at[row.b, row.a] = value
+    return matrix

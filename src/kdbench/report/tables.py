@@ -1,0 +1,305 @@
+"""Score tables per (setting, teacher, student), rendered as markdown and LaTeX, and the significance page."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from kdbench.report.paper import render_published
+from kdbench.report.stats import (
+    ALL,
+    AVG,
+    GROUP_COLS,
+    ROW_COLS,
+    families,
+    natural_key,
+    ordered_tasks,
+    pvalue_matrix,
+)
+from kdbench.report.text import column_head, fmt, format_p, md_escape, md_head, md_row
+
+
+@dataclass
+class Table:
+    """One (setting, teacher, student) table: rows (objective, init), columns tasks + Avg."""
+
+    setting: str
+    teacher: str
+    student: str
+    rows: list[tuple[str, str]]
+    tasks: list[str]
+    show_init: bool
+    mean: pd.DataFrame  # index: rows, columns: tasks + [AVG]
+    std: pd.DataFrame
+    n: pd.DataFrame  # tasks only
+    inits: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.setting, self.teacher, self.student)
+
+    @property
+    def columns(self) -> list[str]:
+        return self.tasks + [AVG]
+
+    @property
+    def title(self) -> str:
+        text = f"setting {self.setting}, teacher {self.teacher}, student {self.student}"
+        if not self.show_init and self.inits:
+            text += f", init {self.inits[0]}"
+        return text
+
+    def modal_n(self) -> int | None:
+        counts = Counter(int(v) for v in self.n.to_numpy().ravel() if pd.notna(v) and v > 0)
+        if not counts:
+            return None
+        top = max(counts.values())
+        return max(n for n, c in counts.items() if c == top)
+
+    def n_uniform(self) -> bool:
+        values = {int(v) for v in self.n.to_numpy().ravel() if pd.notna(v) and v > 0}
+        return len(values) <= 1
+
+
+def build_tables(summary: pd.DataFrame) -> list[Table]:
+    """Pivot the long summary into one :class:`Table` per (setting, teacher, student)."""
+    if summary.empty:
+        return []
+    return [_table(key, group) for key, group in summary.groupby(GROUP_COLS, sort=True)]
+
+
+def _table(key: tuple[str, str, str], group: pd.DataFrame) -> Table:
+    """One group's summary rows pivoted to (objective, init) x task."""
+    per_task = group[group["task"] != AVG]
+    tasks = ordered_tasks(per_task["task"])
+    rows = sorted(
+        {tuple(r) for r in per_task[ROW_COLS].itertuples(index=False, name=None)},
+        key=lambda r: (natural_key(r[0]), natural_key(r[1])),
+    )
+    index = pd.MultiIndex.from_tuples(rows, names=ROW_COLS)
+
+    def pivot(value, columns):
+        wide = group.pivot_table(index=ROW_COLS, columns="task", values=value, aggfunc="first", dropna=False)
+        return wide.reindex(index=index, columns=columns)
+
+    inits = sorted(per_task["init"].unique(), key=natural_key)
+    setting, teacher, student = key
+    return Table(
+        setting=setting,
+        teacher=teacher,
+        student=student,
+        rows=rows,
+        tasks=tasks,
+        show_init=len(inits) > 1,
+        mean=pivot("mean", tasks + [AVG]).astype(float),
+        std=pivot("std", tasks + [AVG]).astype(float),
+        n=pivot("n", tasks),
+        inits=inits,
+    )
+
+
+def best_rows(table: Table, column: str, digits: int) -> set[tuple[str, str]]:
+    """Rows whose displayed mean equals the column maximum; empty when the column has < 2 values."""
+    col = table.mean[column].dropna()
+    if len(col) < 2:
+        return set()
+    best = round(col.max(), digits)
+    return {row for row, value in col.items() if round(value, digits) == best}
+
+
+def _cell_parts(table: Table, row, column: str, digits: int) -> tuple[str, str | None, int | None] | None:
+    """(mean text, std text or None, n to mark or None) for one cell, None when empty."""
+    mean = table.mean.at[row, column]
+    if pd.isna(mean):
+        return None
+    if column == AVG:
+        return fmt(mean, digits), None, None
+    n = int(table.n.at[row, column])
+    std = table.std.at[row, column]
+    std_text = fmt(std, digits) if n > 1 and pd.notna(std) else None
+    mark = n if not table.n_uniform() and n != table.modal_n() else None
+    return fmt(mean, digits), std_text, mark
+
+
+def _footnote(table: Table) -> str:
+    modal = table.modal_n()
+    if modal is None:
+        return ""
+    seeds = "seed" if modal == 1 else "seeds"
+    if table.n_uniform():
+        return f"n = {modal} {seeds} per cell"
+    return f"n = {modal} {seeds} per cell unless marked (n=k)"
+
+
+DESCRIPTION = (
+    "Cells: mean ± sample std (ddof=1) over seeds; a single-seed cell shows the mean only. "
+    "Avg: mean over tasks of the per-task means, only for rows that have every task of the table. "
+    "Bold: best mean per column."
+)
+
+
+def _body(table: Table, digits: int, escape, *, pm: str, bold: str):
+    """The table's rows as lists of cell strings: labels, then `mean pm std` per column, best in `bold`."""
+    best = {c: best_rows(table, c, digits) for c in table.columns}
+    for row in table.rows:
+        cells = [escape(row[0])] + ([escape(row[1])] if table.show_init else [])
+        for column in table.columns:
+            parts = _cell_parts(table, row, column, digits)
+            if parts is None:
+                cells.append("")
+                continue
+            mean, std, mark = parts
+            text = mean if std is None else f"{mean} {pm} {std}"
+            if row in best[column]:
+                text = bold.format(text)
+            if mark is not None:
+                text += f" (n={mark})"
+            cells.append(text)
+        yield cells
+
+
+def render_markdown(
+    tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: dict | None = None
+) -> str:
+    """All tables as GitHub markdown (each followed by the published ones when ``paper`` is given), then the
+    list of excluded runs."""
+    out = ["# kdbench results", "", DESCRIPTION, ""]
+    for table in tables:
+        out += [f"## {md_escape(table.title)}", ""]
+        out += md_head(table.columns, table.show_init)
+        out += [md_row(cells) for cells in _body(table, digits, md_escape, pm="±", bold="**{}**")]
+        note = _footnote(table)
+        out += ["", f"_{note}._" if note else "", ""]
+        if paper is not None:
+            out += render_published(table, paper)
+    if excluded:
+        out += ["## Excluded runs", ""]
+        for row in excluded:
+            out.append(f"- `{row['path']}` ({row['kind']}): {md_escape(row['reason'])}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+_TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
+def tex_escape(text) -> str:
+    """Escape LaTeX special characters (``_``, ``%``, ``&`` and the rest) in a name."""
+    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def render_latex(tables: list[Table], digits: int = 1) -> str:
+    """All tables as booktabs ``table`` environments (a fragment; needs ``\\usepackage{booktabs}``)."""
+    out = ["% Generated by kdbench.report. Requires \\usepackage{booktabs}.", ""]
+    for table in tables:
+        n_label = 2 if table.show_init else 1
+        spec = "l" * n_label + "r" * len(table.columns)
+        note = _footnote(table)
+        caption = f"{tex_escape(table.title)}. Mean $\\pm$ sample std over seeds"
+        caption += f"; {tex_escape(note)}." if note else "."
+        out += [
+            "\\begin{table}[ht]",
+            "\\centering",
+            f"\\caption{{{caption}}}",
+            f"\\begin{{tabular}}{{{spec}}}",
+            "\\toprule",
+            " & ".join(tex_escape(h) for h in column_head(table.columns, table.show_init)) + " \\\\",
+            "\\midrule",
+        ]
+        for cells in _body(table, digits, tex_escape, pm="$\\pm$", bold="\\textbf{{{}}}"):
+            out.append(" & ".join(cells) + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------- significance
+
+
+def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> str:
+    """Non-significant pairs per family, untestable pairs, and the task-ALL Holm p-value matrix."""
+    out = [
+        "# Significance",
+        "",
+        f"Paired t-tests (`scipy.stats.ttest_rel`), runs paired by seed (task ALL: by (task, seed)). "
+        f"p values are Holm-Bonferroni adjusted within each family (setting, teacher, student, factor, "
+        f"held value, task); a pair is significant when p_holm < {alpha}. Means are over the matched pairs.",
+        "",
+    ]
+    if pvalues.empty:
+        out.append("No comparisons: no group has two objectives (or two inits) to compare.")
+        return "\n".join(out) + "\n"
+    for head, part in families(pvalues):
+        held = "init" if head["factor"] == "objective" else "objective"
+        out += [
+            f"## {head['setting']} / {head['teacher']} / {head['student']}: "
+            f"{head['factor']} pairs at {held} = {md_escape(head['fixed'])}",
+            "",
+        ]
+        out += _pooled_matrix(part[part["task"] == ALL])
+        for task in [ALL] + [t for t in ordered_tasks(part["task"]) if t != ALL]:
+            out += _task_lines(task, part[part["task"] == task], alpha, digits)
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _pooled_matrix(pooled: pd.DataFrame) -> list[str]:
+    """The task-ALL Holm p values of one family as a markdown level x level matrix (nothing when none)."""
+    if pooled.empty:
+        return []
+    matrix = pvalue_matrix(pooled)
+    out = ["Holm-adjusted p, task ALL:", ""]
+    out.append("| | " + " | ".join(md_escape(c) for c in matrix.columns) + " |")
+    out.append("|---|" + "---:|" * len(matrix.columns))
+    for level in matrix.index:
+        cells = ["—" if level == other else format_p(matrix.at[level, other]) for other in matrix.columns]
+        out.append(f"| {md_escape(level)} | " + " | ".join(cells) + " |")
+    out.append("")
+    return out
+
+
+def _pair_text(row, digits: int) -> str:
+    means = ""
+    if pd.notna(row.mean_a):
+        means = f" ({fmt(row.mean_a, digits)} vs {fmt(row.mean_b, digits)})"
+    return f"{md_escape(row.a)} vs {md_escape(row.b)}{means}"
+
+
+def _task_lines(task: str, rows: pd.DataFrame, alpha: float, digits: int) -> list[str]:
+    """One task's line of a family: its pairs that are not significant, then those that cannot be tested."""
+    if rows.empty:
+        return []
+    testable = rows[rows["p_holm"].notna()]
+    untestable = rows[rows["p_holm"].isna()]
+    not_sig = testable[testable["p_holm"] >= alpha]
+    if not_sig.empty and not testable.empty:
+        out = [f"- {task}: every testable pair is significant"]
+    elif testable.empty:
+        out = [f"- {task}: no testable pair"]
+    else:
+        items = [
+            f"{_pair_text(r, digits)}: p_holm = {format_p(r.p_holm)}, n = {r.n_pairs}"
+            for r in not_sig.itertuples(index=False)
+        ]
+        out = [f"- {task}: not significant: " + "; ".join(items)]
+    if not untestable.empty:
+        items = [
+            f"{md_escape(r.a)} vs {md_escape(r.b)} (n_pairs = {r.n_pairs}"
+            + (", zero variance" if r.n_pairs >= 2 else "")
+            + ")"
+            for r in untestable.itertuples(index=False)
+        ]
+        out.append("  - untestable: " + "; ".join(items))
+    return out

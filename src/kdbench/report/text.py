@@ -1,0 +1,39 @@
+"""Text shared by the rendered outputs: number formats, column headings and markdown table lines."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kdbench.tasks import TASKS
+
+
+def fmt(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}"
+
+
+def format_p(p: float) -> str:
+    if pd.isna(p):
+        return ""
+    if p < 0.001:
+        return "<0.001"
+    return f"{p:.3f}"
+
+
+def md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def md_row(cells) -> str:
+    """One markdown table line from already escaped cells."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def column_head(columns: list[str], show_init: bool) -> list[str]:
+    """A score table's heading: the row labels, then each task's display name (other columns as they are)."""
+    return ["Objective"] + (["Init"] if show_init else []) + [TASKS.get(c, c) for c in columns]
+
+
+def md_head(columns: list[str], show_init: bool) -> list[str]:
+    """The heading and alignment lines of a markdown score table (labels left, numbers right)."""
+    align = ["---"] * (2 if show_init else 1) + ["---:"] * len(columns)
+    return [md_row(md_escape(h) for h in column_head(columns, show_init)), "|" + "|".join(align) + "|"]

@@ -1,0 +1,193 @@
+"""The typed parts of a plan: what each config group means to the code that runs it.
+
+Each spec is a frozen dataclass built from its config group by `kdbench.plan` (the only reader of the raw
+config below the entry point); the recipes, the loop, the data and model code take these, never the raw config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from kdbench.errors import ConfigError
+
+
+def from_mapping(cls, values: dict, group: str):
+    """`cls(**values)`, refusing keys the spec does not have (a typo would otherwise be ignored)."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"{group} has no key {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """The `trainer` group: the optimisation recipe and how a run computes."""
+
+    name: str
+    lr: float
+    batch_size: int
+    warmup_ratio: float
+    weight_decay: float
+    adam_betas: tuple[float, float]
+    adam_eps: float
+    max_grad_norm: float | None
+    device: str
+    precision: str
+    log_every: int
+    checkpoint_every: int
+    teacher_epochs: int = 0
+    stage1_epochs: int = 0
+    stage2_epochs: int = 0
+    teacher_lr: float | None = None
+    eval_batch_size: int = 128
+    max_length: int = 128
+    teacher_seed: int = 42
+    checkpoint_epochs: bool = True
+    keep_checkpoints: bool = False
+    cache_teacher_logits: bool = True
+    group_by_length: bool = False
+    progress_bar: bool = True
+    # how, not what: a run resumes across a change of these (`COMPUTATION_ONLY`)
+    compile: bool = False
+    fused_losses: bool = True
+    recompute_losses: bool = False
+    recompute_attention: bool = False
+    # the task-agnostic setting: by steps, on global batches split into device micro-batches
+    max_steps: int | None = None
+    device_batch_size: int | None = None
+    eval_every: int = 0
+    heldout_batches: int = 0
+    student_dropout: float | None = None
+
+
+# Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run
+# re-run with recomputation on).
+COMPUTATION_ONLY = ("progress_bar", "compile", "fused_losses", "recompute_losses", "recompute_attention")
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """One stage's AdamW with linear warm-up then linear decay, and its length."""
+
+    lr: float
+    weight_decay: float
+    betas: tuple[float, float]
+    eps: float
+    warmup_ratio: float
+    max_grad_norm: float | None
+
+    @classmethod
+    def of(cls, trainer: TrainerSpec, lr: float) -> OptimizerSpec:
+        return cls(lr, trainer.weight_decay, trainer.adam_betas, trainer.adam_eps, trainer.warmup_ratio,
+                   trainer.max_grad_norm)
+
+
+@dataclass(frozen=True)
+class TsvLayout:
+    """Where a task's splits are in the download_glue_data.py layout, and which columns hold what."""
+
+    dir: str
+    header: bool
+    columns: dict
+    files: dict
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    hf_config: str
+    text_fields: tuple[str, ...]
+    labels: tuple[str, ...]  # empty for regression (STS-B)
+    metrics: tuple[str, ...]
+    eval_splits: dict  # metric-name suffix ("" or "matched") -> split
+    tsv: TsvLayout
+
+    @property
+    def regression(self) -> bool:
+        return not self.labels
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.regression else len(self.labels)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    glue_dir: Path | None  # a local GLUE folder in the TSV layout; None: the Hugging Face Hub
+    hf_dataset: str
+    train_limit: int | None
+    eval_limit: int | None
+    subset_seed: int
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """A transformer's size: a student, or the random `tiny` test teacher."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    ffn_size: int
+    max_positions: int = 512
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    name: str
+    name_or_path: str | None
+    shape: ShapeSpec | None  # a random model of this shape instead of a checkpoint (tests)
+    has_mlm_head: bool
+    finetuned_path: Path | None
+    identity: dict = field(compare=False)  # the resolved group: keys the fine-tuned teacher's cache entry
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    name: str
+    layers: tuple[int, ...] | None  # the teacher layers copied into the student; None: random
+    copy_embeddings: bool = True
+    copy_head: bool = True
+
+    @property
+    def label(self) -> str:
+        """How records and tables name the init: "random" or the teacher layers, "4,8,12"."""
+        return "random" if self.layers is None else ",".join(map(str, self.layers))
+
+
+@dataclass(frozen=True)
+class KDSpec:
+    """Stage 2's vanilla KD: temperature, and the soft term's weight alpha (1 - alpha on the hard labels)."""
+
+    temperature: float
+    alpha: float
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    name: str
+    seq_len: int
+    heldout_fraction: float
+    max_docs: int | None
+    path: Path | None = None
+    format: str = "text"
+    hf_datasets: tuple[dict, ...] = ()  # Hugging Face datasets streamed once into a local text file
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """The task-agnostic global batch split over processes and gradient-accumulation micro-batches."""
+
+    global_batch: int
+    per_process: int  # one micro-batch
+    accumulation: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class LoggerSpec:
+    name: str
+    settings: dict  # the backend's own options (project, entity, mode, ...)
+    run_name: str

@@ -1,0 +1,1 @@
+"""The training loop, its hooks, checkpoints and stop signals."""

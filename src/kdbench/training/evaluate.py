@@ -1,0 +1,65 @@
+"""Evaluation: a model's outputs over a loader, task metrics on the dev sets, mean losses on held-out batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kdbench import distributed
+from kdbench.metrics import compute_metrics
+from kdbench.training.steps import StepFn, autocast, model_inputs, to_device
+
+
+@torch.inference_mode()
+def predict(model: torch.nn.Module, loader, device: torch.device, precision: str) -> tuple[np.ndarray, np.ndarray]:
+    """Model outputs [N, C] (float32) and labels [N] over a loader."""
+    model.eval()
+    outputs, labels = [], []
+    for batch in loader:
+        batch = to_device(batch, device)
+        with autocast(device, precision):
+            logits = model(**model_inputs(batch)).logits
+        outputs.append(logits.float().cpu())
+        labels.append(batch["labels"].cpu())
+    return torch.cat(outputs).numpy(), torch.cat(labels).numpy()
+
+
+def evaluate(model, eval_loaders: dict[str, object], metric_names, device, precision) -> dict[str, float]:
+    """Metrics on every dev split; `eval_loaders` maps a metric-name suffix ("" or "matched") to a loader."""
+    metrics: dict[str, float] = {}
+    for suffix, loader in eval_loaders.items():
+        predictions, labels = predict(model, loader, device, precision)
+        metrics.update(compute_metrics(metric_names, predictions, labels, suffix))
+    return metrics
+
+
+def logits_table(model, loader, num_examples: int, num_labels: int, device, precision: str) -> torch.Tensor:
+    """A model's logits [N, C] (float32, on the CPU) for every example of a loader, indexed by `example` number."""
+    table = torch.empty(num_examples, num_labels)
+    with torch.inference_mode():
+        for batch in loader:
+            batch = to_device(batch, device)
+            with autocast(device, precision):
+                logits = model(**model_inputs(batch)).logits
+            table[batch["example"].cpu()] = logits.float().cpu()
+    return table
+
+
+def heldout_losses(step: StepFn, loader, max_batches: int, modules, world, device) -> dict[str, float]:
+    """Mean of every term over the held-out batches (eval mode: no dropout), averaged over processes."""
+    for module in modules:
+        module.eval()
+    totals: dict[str, float] = {}
+    count = 0
+    with torch.no_grad():
+        for batch in loader:
+            if count == max_batches:
+                break
+            for name, value in step(to_device(batch, device)).items():
+                totals[name] = totals.get(name, 0.0) + float(value)
+            count += 1
+    for module in modules:
+        module.train()
+    means = {name: value / max(count, 1) for name, value in totals.items()}
+    means = distributed.mean_over_ranks(means, world, device)
+    return {"heldout_loss": means.pop("total", 0.0), **means}

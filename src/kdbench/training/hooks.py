@@ -1,0 +1,113 @@
+"""What happens around a training step, one hook each: logging, periodic evaluation, checkpoints, stop signals,
+the progress bar. `train` calls them in the order given, at the start, after every optimizer step, after every
+pass over the data and at the end; each reads the loop's `Progress`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tqdm.auto import tqdm
+
+from kdbench.record import StepLog
+from kdbench.specs import TrainerSpec
+from kdbench.training.checkpoint import Checkpoints
+from kdbench.training.signals import Interrupted, stop_requested
+
+
+class Hook:
+    """A hook does nothing at an event unless it says otherwise."""
+
+    def on_start(self, progress) -> None:
+        pass
+
+    def on_step(self, progress) -> None:
+        pass
+
+    def on_epoch_end(self, progress) -> None:
+        pass
+
+    def on_end(self, progress) -> None:
+        pass
+
+
+class LogLosses(Hook):
+    """Every `every` steps and at the last, the step's loss terms and learning rate into the run's log."""
+
+    def __init__(self, log: StepLog, every: int):
+        self.log, self.every = log, every
+
+    def on_step(self, progress) -> None:
+        if progress.step % self.every == 0 or progress.finished:
+            self.log.log(progress.stage.name, progress.step, progress.values, epoch=progress.epoch,
+                         lr=progress.scheduler.get_last_lr()[0])
+
+
+class EveryStep(Hook):
+    """Calls `fn(step)` after every optimizer step (e.g. a periodic held-out evaluation that decides when)."""
+
+    def __init__(self, fn: Callable[[int], None]):
+        self.fn = fn
+
+    def on_step(self, progress) -> None:
+        self.fn(progress.step)
+
+
+class Checkpoint(Hook):
+    """Saves the loop's state every `every` steps (0: never), at every epoch boundary (`at_epochs`) and, marked
+    done, at the end; never at the last step itself, whose state the end's checkpoint holds."""
+
+    def __init__(self, checkpoints: Checkpoints, every: int, at_epochs: bool):
+        self.checkpoints, self.every, self.at_epochs = checkpoints, every, at_epochs
+
+    def on_step(self, progress) -> None:
+        if self.every and progress.step % self.every == 0 and not progress.finished:
+            self.checkpoints.save(progress.state())
+
+    def on_epoch_end(self, progress) -> None:
+        if self.at_epochs and not progress.finished:
+            self.checkpoints.save(progress.state())
+
+    def on_end(self, progress) -> None:
+        self.checkpoints.save(progress.state(done=True))
+
+
+class StopOnSignal(Hook):
+    """After a stop signal (SIGTERM, SIGUSR1, a scheduler's pre-emption), checkpoints and raises `Interrupted`."""
+
+    def __init__(self, checkpoints: Checkpoints | None):
+        self.checkpoints = checkpoints
+
+    def on_step(self, progress) -> None:
+        if stop_requested() and not progress.finished:
+            if self.checkpoints is not None:
+                self.checkpoints.save(progress.state())
+            raise Interrupted(f"stopped by a signal at {progress.stage.name} step {progress.step}; the state is "
+                              "checkpointed: re-run the same command (same run directory) to resume")
+
+
+class ProgressBar(Hook):
+    def __init__(self, enabled: bool):
+        self.enabled, self.bar = enabled, None
+
+    def on_start(self, progress) -> None:
+        self.bar = tqdm(total=progress.stage.total_steps, initial=progress.step, desc=progress.stage.name,
+                        disable=not self.enabled, leave=False)
+
+    def on_step(self, progress) -> None:
+        self.bar.update()
+        self.bar.set_postfix(loss=f"{progress.values['total']:.4f}")
+
+    def on_end(self, progress) -> None:
+        self.bar.close()
+
+
+def standard_hooks(trainer: TrainerSpec, log: StepLog, checkpoints: Checkpoints | None,
+                   after_step: Callable[[int], None] | None = None) -> list[Hook]:
+    """The hooks of every stage, in their order: log, evaluate, checkpoint, stop on a signal, show progress."""
+    hooks: list[Hook] = [LogLosses(log, trainer.log_every)]
+    if after_step is not None:
+        hooks.append(EveryStep(after_step))
+    if checkpoints is not None:
+        hooks.append(Checkpoint(checkpoints, trainer.checkpoint_every, trainer.checkpoint_epochs))
+    return [*hooks, StopOnSignal(checkpoints), ProgressBar(trainer.progress_bar)]

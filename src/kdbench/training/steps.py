@@ -1,0 +1,126 @@
+"""Step functions: a batch in, the named loss terms out (float32 scalars, their sum under "total").
+
+The training loop calls one of these per micro-batch and knows nothing of models or objectives. A distillation
+step runs the frozen teacher under inference mode, then the student side, both reading their features by hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from kdbench.objectives.features import LOGITS, FeatureRecorder
+from kdbench.objectives.losses import kd
+from kdbench.specs import KDSpec
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+StepFn = Callable[[dict], dict[str, torch.Tensor]]
+# How a side's logits are read from its records, the model output (None when the forward stopped early) and
+# the batch; None when the objective reads no logits.
+LogitsFn = Callable[[dict, object, dict], torch.Tensor | None]
+
+
+def model_inputs(batch: dict) -> dict:
+    return {k: batch[k] for k in MODEL_INPUTS if k in batch}
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast when asked (losses are computed in float32 by the loss functions themselves)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def detached(tree):
+    """Copies of inference-mode tensors that autograd may save (inference tensors cannot be saved for backward)."""
+    if isinstance(tree, dict):
+        return {k: detached(v) for k, v in tree.items()}
+    return tree.clone()
+
+
+def output_logits(records: dict, output, batch: dict) -> torch.Tensor | None:
+    """The classifier's logits, when the forward ran to the end."""
+    return None if output is None else output.logits
+
+
+def read_records(recorder: FeatureRecorder, batch: dict, logits: LogitsFn | None) -> dict:
+    """One forward: the recorder's features by layer, plus the logits under LOGITS when there are any."""
+    output = recorder.forward(**model_inputs(batch))
+    records = dict(recorder.records)
+    value = logits(records, output, batch) if logits is not None else None
+    if value is not None:
+        records[LOGITS] = value
+    return records
+
+
+class StudentSide(nn.Module):
+    """The student's side of a distillation step (its forward, the objective) as one module.
+
+    Data-parallel training wraps this module, so the student and the objective's learnable parts are
+    synchronised together, and a forward stopped early stays inside the wrapper's forward.
+    """
+
+    def __init__(self, recorder: FeatureRecorder, objective: nn.Module, logits: LogitsFn | None):
+        super().__init__()
+        self.student, self.objective = recorder.model, objective
+        self.recorder, self.logits = recorder, logits
+
+    def forward(self, batch: dict, teacher_records: dict) -> dict[str, torch.Tensor]:
+        return self.objective(read_records(self.recorder, batch, self.logits), teacher_records, batch)
+
+
+def distillation_step(student_side: nn.Module, teacher: FeatureRecorder, teacher_logits: LogitsFn | None,
+                      device: torch.device, precision: str) -> StepFn:
+    """Teacher forward (frozen, inference mode), then the student side against the teacher's records."""
+
+    def step(batch):
+        with torch.inference_mode(), autocast(device, precision):
+            teacher_records = read_records(teacher, batch, teacher_logits)
+        teacher_records = detached(teacher_records)
+        with autocast(device, precision):
+            return student_side(batch, teacher_records)
+
+    return step
+
+
+def teacher_logits_now(teacher: nn.Module, device: torch.device, precision: str) -> Callable[[dict], torch.Tensor]:
+    """The teacher's logits of a batch, computed now (stage 2 without the logits cache)."""
+
+    def logits(batch):
+        with torch.inference_mode(), autocast(device, precision):
+            out = teacher(**model_inputs(batch)).logits.float()
+        return out.clone()  # a normal tensor: autograd may save it
+
+    return logits
+
+
+def prediction_kd_step(student: nn.Module, teacher_logits: Callable[[dict], torch.Tensor], kd_spec: KDSpec,
+                       device: torch.device, precision: str) -> StepFn:
+    """Prediction-layer distillation: vanilla KD against the teacher's logits (+ the hard labels).
+
+    `teacher_logits(batch)` gives the targets: from the on-disk cache, or a teacher forward.
+    """
+
+    def step(batch):
+        targets = teacher_logits(batch)
+        with autocast(device, precision):
+            student_logits = student(**model_inputs(batch)).logits
+        loss = kd(student_logits, targets, batch["labels"], temperature=kd_spec.temperature, alpha=kd_spec.alpha)
+        return {"kd": loss, "total": loss}
+
+    return step
+
+
+def supervised_step(model: nn.Module, device: torch.device, precision: str) -> StepFn:
+    """Plain fine-tuning: the model's own task loss (cross-entropy, or MSE for regression)."""
+
+    def step(batch):
+        with autocast(device, precision):
+            out = model(**model_inputs(batch), labels=batch["labels"])
+        return {"total": out.loss.float()}
+
+    return step

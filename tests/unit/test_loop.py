@@ -1,0 +1,175 @@
+"""The training loop and its hooks on a toy regression: when each hook runs, what it writes, and the samplers'
+shared protocol (positioning at an epoch and a batch, as a resumed run does)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from kdbench.data.batches import ResumableSampler, SeededBatches, ShardedBatches
+from kdbench.distributed import World
+from kdbench.record import StepLog
+from kdbench.specs import OptimizerSpec
+from kdbench.training import hooks, loop
+from kdbench.training.checkpoint import Checkpoints
+from kdbench.training.hooks import Checkpoint, Hook, LogLosses, StopOnSignal, standard_hooks
+from kdbench.training.signals import Interrupted
+
+OPTIMIZER = OptimizerSpec(lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, warmup_ratio=0.0, max_grad_norm=None)
+
+
+def toy_stage(examples: int = 12, batch: int = 4, epochs: int = 2, accumulation: int = 1) -> loop.Stage:
+    """y = 3x on `examples` points, a one-weight model, `batch` examples per micro-batch."""
+    xs = torch.linspace(-1, 1, examples)
+    data = [{"input_ids": xs[i:i + 1], "labels": 3 * xs[i:i + 1]} for i in range(examples)]
+    sampler = SeededBatches(torch.ones(examples), batch, shuffle=True, seed=0)
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, generator=torch.Generator().manual_seed(0))
+    model = torch.nn.Linear(1, 1, bias=False)
+
+    def step(b):
+        loss = ((model(b["input_ids"]) - b["labels"]) ** 2).mean()
+        return {"mse": loss, "total": loss}
+
+    return loop.Stage("toy", [model], loader, step, OPTIMIZER, torch.device("cpu"), epochs=epochs,
+                      accumulation=accumulation)
+
+
+class Recorder(Hook):
+    def __init__(self):
+        self.events = []
+
+    def on_start(self, progress):
+        self.events.append(("start", progress.step))
+
+    def on_step(self, progress):
+        self.events.append(("step", progress.step, progress.epoch, progress.batch))
+
+    def on_epoch_end(self, progress):
+        self.events.append(("epoch_end", progress.step, progress.epoch))
+
+    def on_end(self, progress):
+        self.events.append(("end", progress.step))
+
+
+def test_hooks_run_at_their_events_in_order():
+    recorder = Recorder()
+    stats = loop.train(toy_stage(), [recorder])
+    steps = [e for e in recorder.events if e[0] == "step"]
+    assert recorder.events[0] == ("start", 0) and recorder.events[-1] == ("end", 6)
+    assert [s[1] for s in steps] == [1, 2, 3, 4, 5, 6]  # 12 examples / 4 per step, 2 epochs
+    assert [s[3] for s in steps] == [1, 2, 3, 1, 2, 3]  # micro-batches consumed in the epoch
+    assert [e for e in recorder.events if e[0] == "epoch_end"] == [("epoch_end", 3, 1), ("epoch_end", 6, 2)]
+    assert stats["examples_per_s"] > 0
+
+
+def test_accumulation_takes_a_step_every_few_micro_batches():
+    recorder = Recorder()
+    loop.train(toy_stage(accumulation=3, epochs=2), [recorder])
+    assert [e[3] for e in recorder.events if e[0] == "step"] == [3, 3]  # one step per epoch of 3 micro-batches
+
+
+def test_the_loop_learns_the_toy_problem():
+    stage = toy_stage(epochs=30)
+    loop.train(stage)
+    assert abs(stage.modules[0].weight.item() - 3.0) < 0.05
+
+
+def test_checkpoints_every_n_steps_at_epoch_ends_and_done_at_the_end(tmp_path):
+    saved = []
+    checkpoints = Checkpoints(tmp_path / "ckpt", keep=100)
+    real_save = checkpoints.save
+
+    def save(state):
+        saved.append((state["step"], state["epoch"], state["batch"], state["done"]))
+        return real_save(state)
+
+    checkpoints.save = save
+    loop.train(toy_stage(), [Checkpoint(checkpoints, every=2, at_epochs=True)])
+    # step 2 (every 2), epoch 1 ends at step 3, step 4, never at the last step 6 itself, then done
+    assert saved == [(2, 0, 2, False), (3, 1, 0, False), (4, 1, 1, False), (6, 2, 0, True)]
+
+
+def test_a_checkpoint_resumes_to_the_same_weights(tmp_path):
+    checkpoints = Checkpoints(tmp_path / "ckpt", keep=100)
+    first = toy_stage()
+    loop.train(first, [Checkpoint(checkpoints, every=2, at_epochs=False)])
+    states = [torch.load(p, weights_only=True) for p in sorted((tmp_path / "ckpt").iterdir())]
+    mid_epoch = states[0]
+    assert (mid_epoch["step"], mid_epoch["epoch"], mid_epoch["batch"]) == (2, 0, 2)
+    resumed = toy_stage()  # other initial weights: the checkpoint replaces them
+    loop.train(resumed, resume=mid_epoch)
+    assert torch.equal(resumed.modules[0].weight, first.modules[0].weight)
+
+
+def test_logging_every_n_steps_and_at_the_last(tmp_path):
+    log = StepLog(tmp_path / "log.jsonl")
+    loop.train(toy_stage(epochs=3), [LogLosses(log, every=4)])
+    log.close()
+    logged = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged] == [4, 8, 9]
+
+
+def test_a_stop_signal_checkpoints_then_interrupts(tmp_path, monkeypatch):
+    monkeypatch.setattr(hooks, "stop_requested", lambda: True)
+    checkpoints = Checkpoints(tmp_path / "ckpt")
+    with pytest.raises(Interrupted, match="toy step 1"):
+        loop.train(toy_stage(), [StopOnSignal(checkpoints)])
+    state, _ = checkpoints.latest()
+    assert (state["step"], state["done"]) == (1, False)
+
+
+def test_a_non_finite_loss_names_the_term_and_step():
+    stage = toy_stage()
+    stage.step = lambda b: {"mse": torch.tensor(float("nan")), "total": torch.tensor(1.0, requires_grad=True)}
+    with pytest.raises(loop.NonFiniteLoss, match="'mse' became nan at toy step 0"):
+        loop.train(stage)
+
+
+def test_standard_hooks_are_log_evaluate_checkpoint_stop_progress(tmp_path):
+    from kdbench.specs import TrainerSpec
+
+    trainer = TrainerSpec(name="t", lr=1e-3, batch_size=4, warmup_ratio=0.0, weight_decay=0.0, adam_betas=(0.9, 0.99),
+                          adam_eps=1e-8, max_grad_norm=None, device="cpu", precision="fp32", log_every=1,
+                          checkpoint_every=1)
+    hooks = standard_hooks(trainer, StepLog(None), Checkpoints(tmp_path), after_step=lambda step: None)
+    assert [type(h).__name__ for h in hooks] == ["LogLosses", "EveryStep", "Checkpoint", "StopOnSignal", "ProgressBar"]
+
+
+# ------------------------------------------------------------------------------------ the sampler protocol
+
+
+def samplers():
+    lengths = torch.randint(1, 50, (37,), generator=torch.Generator().manual_seed(0))
+    return [
+        SeededBatches(lengths, 4, shuffle=True, seed=1),
+        SeededBatches(lengths, 4, shuffle=True, seed=1, group_by_length=True),
+        SeededBatches(lengths, 4, shuffle=False),
+        ShardedBatches(37, 8, 2, World(0, 1, 0), seed=1),  # 4 micro-batches of 2 per global batch of 8
+        ShardedBatches(37, 8, 2, World(1, 2, 1), seed=1),  # rank 1 of 2: 2 micro-batches per global batch
+    ]
+
+
+@pytest.mark.parametrize("sampler", samplers(), ids=lambda s: type(s).__name__)
+def test_every_sampler_resumes_at_any_batch_of_any_epoch(sampler):
+    assert isinstance(sampler, ResumableSampler)
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        full = list(sampler)
+        assert len(full) <= len(sampler)
+        for start in range(len(full) + 1):
+            sampler.set_epoch(epoch, start)
+            assert list(sampler) == full[start:]
+
+
+def test_a_sampler_must_say_how_to_resume():
+    class Unpositionable(ResumableSampler):
+        def __iter__(self):
+            yield [0]
+
+        def __len__(self):
+            return 1
+
+    with pytest.raises(TypeError, match="set_epoch"):
+        Unpositionable()

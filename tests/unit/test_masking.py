@@ -1,0 +1,72 @@
+"""BERT-style MLM masking."""
+
+from __future__ import annotations
+
+import string
+
+import pytest
+import torch
+from transformers import BertTokenizerFast
+
+from kdbench.data.masking import MaskingSpec, mask_tokens
+
+PAD, UNK, CLS, SEP, MASK = range(5)
+VOCAB = 30522
+SPEC = MaskingSpec(VOCAB, MASK, (PAD, UNK, CLS, SEP, MASK))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *string.ascii_lowercase]
+    tok = BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)})
+    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id) == (CLS, SEP, PAD, MASK)
+    return tok
+
+
+def random_batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (64, 128), generator=g)
+    ids[:, 0], ids[:, -1] = CLS, SEP
+    ids[:, 40] = SEP
+    attention = torch.ones_like(ids)
+    ids[::4, 100:] = PAD
+    attention[::4, 100:] = 0
+    return ids, attention
+
+
+def test_masking_statistics_follow_bert():
+    ids, attention = random_batch()
+    masked, labels = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(1), attention_mask=attention)
+    maskable = ~torch.isin(ids, torch.tensor([PAD, CLS, SEP]))
+    chosen = labels != -100
+    assert not (chosen & ~maskable).any()
+    assert abs(chosen.sum().item() / maskable.sum().item() - 0.15) < 0.01
+    assert torch.equal(labels[chosen], ids[chosen])
+    assert torch.equal(masked[~chosen], ids[~chosen])
+    n = chosen.sum().item()
+    as_mask = (masked[chosen] == MASK).sum().item() / n
+    kept = (masked[chosen] == ids[chosen]).sum().item() / n
+    replaced = 1 - as_mask - kept
+    assert abs(as_mask - 0.8) < 0.03 and abs(kept - 0.1) < 0.03 and abs(replaced - 0.1) < 0.03
+
+
+def test_masking_is_seeded_and_fresh_each_call():
+    ids, _ = random_batch()
+    before = ids.clone()
+    a = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(3))
+    b = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    g = torch.Generator().manual_seed(3)
+    first, second = mask_tokens(ids, SPEC, generator=g), mask_tokens(ids, SPEC, generator=g)
+    assert not torch.equal(first[1], second[1])
+    assert torch.equal(ids, before)
+
+
+def test_spec_from_tokenizer_masks_like_explicit_ids(tokenizer):
+    ids = torch.randint(5, len(tokenizer), (4, 32), generator=torch.Generator().manual_seed(0))
+    ids[:, 0] = CLS
+    via_tok = mask_tokens(ids, MaskingSpec.from_tokenizer(tokenizer), generator=torch.Generator().manual_seed(0))
+    explicit = mask_tokens(ids, MaskingSpec(len(tokenizer), MASK, (PAD, UNK, CLS, SEP, MASK)),
+                           generator=torch.Generator().manual_seed(0))
+    assert torch.equal(via_tok[0], explicit[0]) and torch.equal(via_tok[1], explicit[1])
+    assert (via_tok[1][:, 0] == -100).all()

@@ -1,0 +1,144 @@
+"""kdbench.report statistics: Holm, the paired t-tests against scipy, unmatched runs, significance.md."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from kdbench.report.load import load_records
+from kdbench.report.stats import PVALUE_COLS, UNMATCHED_COLS, holm, paired_tests, to_frame
+from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_scores, write_three_objectives
+
+
+@pytest.fixture
+def three_objectives(tmp_path: Path) -> Path:
+    return write_three_objectives(tmp_path / "results")
+
+
+# --------------------------------------------------------------------------------------------- statistics
+
+
+def test_holm_by_hand():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1, monotone
+    adjusted = holm([0.01, float("nan"), 0.04])  # NaN does not count in m
+    assert adjusted[0] == pytest.approx(0.02) and adjusted[2] == pytest.approx(0.04)
+    assert math.isnan(adjusted[1])
+    assert np.isnan(holm([float("nan")])).all()
+
+
+def test_paired_t_and_p_equal_scipy(three_objectives: Path):
+    out = run_main(three_objectives)
+    pv = read_csv(out / "pvalues.csv")
+    assert list(pv.columns) == PVALUE_COLS
+    rte = pv[(pv.task == "rte") & (pv.factor == "objective")]
+    assert len(rte) == 3
+    cases = [("att_kl", "hid_mse", A, B), ("att_kl", "logit_kl", A, C), ("hid_mse", "logit_kl", B, C)]
+    for a, b, xs, ys in cases:
+        row = rte[(rte.a == a) & (rte.b == b)].iloc[0]
+        expected = stats.ttest_rel(xs, ys)
+        assert row.t == pytest.approx(expected.statistic)
+        assert row.p == pytest.approx(expected.pvalue)
+        assert row.n_pairs == 4
+        assert row.mean_a == pytest.approx(np.mean(xs)) and row.mean_b == pytest.approx(np.mean(ys))
+        assert row.fixed == "4,8,12"
+    expected_holm = holm(rte.p.to_numpy())
+    assert rte.p_holm.to_numpy() == pytest.approx(expected_holm)
+
+
+def test_pooled_all_pairs_by_task_and_seed(tmp_path: Path):
+    results = tmp_path / "results"
+    rte_a, rte_b = [70.0, 72.0, 71.0], [69.0, 70.5, 71.5]
+    mrpc_a, mrpc_b = [80.0, 82.0, 79.0], [78.0, 81.0, None]
+    write_scores(
+        results,
+        {
+            ("rte", "att_kl", "4,8,12"): rte_a,
+            ("rte", "hid_mse", "4,8,12"): rte_b,
+            ("mrpc", "att_kl", "4,8,12"): mrpc_a,
+            ("mrpc", "hid_mse", "4,8,12"): mrpc_b,
+        },
+    )
+    pv = read_csv(run_main(results) / "pvalues.csv")
+    row = pv[pv.task == "ALL"].iloc[0]
+    xs = mrpc_a[:2] + rte_a  # matched (task, seed): mrpc 1-2, rte 1-3
+    ys = mrpc_b[:2] + rte_b
+    expected = stats.ttest_rel(xs, ys)
+    assert row.n_pairs == 5
+    assert row.t == pytest.approx(expected.statistic) and row.p == pytest.approx(expected.pvalue)
+    assert row.mean_a == pytest.approx(np.mean(xs)) and row.mean_b == pytest.approx(np.mean(ys))
+    assert row.p_holm == pytest.approx(row.p)  # a family of one
+
+
+def test_pair_with_one_matched_seed_is_kept_with_empty_p(tmp_path: Path):
+    results = tmp_path / "results"
+    write_scores(
+        results, {("rte", "att_kl", "4,8,12"): [70.0, 71.0], ("rte", "hid_mse", "4,8,12"): [None, 69.0, 68.0]}
+    )
+    out = run_main(results)
+    pv = read_csv(out / "pvalues.csv")
+    rte = pv[pv.task == "rte"].iloc[0]
+    assert rte.n_pairs == 1
+    assert math.isnan(rte.t) and math.isnan(rte.p) and math.isnan(rte.p_holm)
+    assert rte.mean_a == 71.0 and rte.mean_b == 69.0
+    raw = (out / "pvalues.csv").read_text().splitlines()
+    assert any(line.endswith(",1,71.0,69.0,,,") for line in raw)
+
+    unmatched = read_csv(out / "unmatched.csv")
+    assert list(unmatched.columns) == UNMATCHED_COLS
+    got = set(unmatched[["task", "a", "b", "missing_side", "seed"]].itertuples(index=False, name=None))
+    assert got == {("rte", "att_kl", "hid_mse", "b", 1), ("rte", "att_kl", "hid_mse", "a", 3)}
+    assert "untestable" in (out / "significance.md").read_text()
+
+
+def test_zero_variance_pair_has_empty_p_and_is_left_out_of_holm(tmp_path: Path):
+    results = tmp_path / "results"
+    write_scores(
+        results,
+        {
+            ("rte", "att_kl", "4,8,12"): A,
+            ("rte", "copy", "4,8,12"): A,  # identical: all differences 0 -> NaN from scipy
+            ("rte", "logit_kl", "4,8,12"): C,
+        },
+    )
+    pv = read_csv(run_main(results) / "pvalues.csv")
+    rte = pv[pv.task == "rte"].set_index(["a", "b"])
+    assert math.isnan(rte.loc[("att_kl", "copy"), "p"]) and math.isnan(rte.loc[("att_kl", "copy"), "p_holm"])
+    p = stats.ttest_rel(A, C).pvalue
+    # m = 2 (the NaN pair is not counted), both remaining pairs have the same p
+    assert rte.loc[("att_kl", "logit_kl"), "p_holm"] == pytest.approx(min(1.0, 2 * p))
+    assert rte.loc[("copy", "logit_kl"), "p_holm"] == pytest.approx(min(1.0, 2 * p))
+
+
+def test_init_factor_compares_inits_within_objective(tmp_path: Path):
+    results = tmp_path / "results"
+    write_scores(
+        results,
+        {
+            ("rte", "att_kl", "4,8,12"): A,
+            ("rte", "att_kl", "random"): C,
+            ("rte", "hid_mse", "4,8,12"): B,
+        },
+    )
+    pv = read_csv(run_main(results) / "pvalues.csv")
+    init_rows = pv[(pv.factor == "init") & (pv.task == "rte")]
+    assert len(init_rows) == 1
+    row = init_rows.iloc[0]
+    assert (row.fixed, row.a, row.b) == ("att_kl", "4,8,12", "random")
+    assert row.p == pytest.approx(stats.ttest_rel(A, C).pvalue)
+    objective_rows = pv[pv.factor == "objective"]
+    assert set(objective_rows.fixed) == {"4,8,12"}  # 'random' has one objective only: nothing to compare
+
+
+def test_significance_lists_non_significant_pairs(three_objectives: Path):
+    text = (run_main(three_objectives) / "significance.md").read_text()
+    pv = paired_tests(to_frame(load_records(three_objectives).records))
+    rte = pv[(pv.task == "rte")].set_index(["a", "b"])
+    assert rte.loc[("att_kl", "hid_mse"), "p_holm"] >= 0.05  # sanity of the fixture
+    rte_line = next(line for line in text.splitlines() if line.startswith("- rte:"))
+    assert "att_kl vs hid_mse" in rte_line
+    assert "| | att_kl | hid_mse | logit_kl |" in text  # the ALL matrix
