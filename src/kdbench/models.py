@@ -163,17 +163,18 @@ def build_student(teacher_conf: PretrainedConfig, shape: ShapeSpec, num_labels: 
 
 
 def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel, init: InitSpec) -> None:
-    """Copy teacher block init.layers[i] into student block i (and the embeddings / pooler+classifier if asked)."""
+    """Copy teacher block init.layers[i] into student block i, the embeddings (with the MLM head, where both have
+    one) when `init.copy_embeddings`, and the task head (pooler, classifier) when `init.copy_head`."""
     student_blocks, teacher_blocks = encoder_layers(student), encoder_layers(teacher)
     for student_index, teacher_layer in enumerate(init.layers):
         student_blocks[student_index].load_state_dict(teacher_blocks[teacher_layer - 1].state_dict())
+    copied = (MLM_HEADS if init.copy_embeddings else ()) + (TASK_HEADS if init.copy_head else ())
     if init.copy_embeddings:
         embeddings(student).load_state_dict(embeddings(teacher).state_dict())
-    if init.copy_head:  # the heads both models have (a fine-tuned classifier, an MLM head, a pooler)
-        teacher_head = prediction_head(teacher)
-        for name, module in prediction_head(student).items():
-            if name in teacher_head:
-                module.load_state_dict(teacher_head[name].state_dict())
+    teacher_head = prediction_head(teacher)
+    for name, module in prediction_head(student).items():
+        if name in copied and name in teacher_head:
+            module.load_state_dict(teacher_head[name].state_dict())
 
 
 def student_for(plan, teacher: PreTrainedModel, *, mlm: bool = False) -> PreTrainedModel:
@@ -250,12 +251,14 @@ def embeddings(model: PreTrainedModel) -> torch.nn.Module:
     return model.base_model.embeddings
 
 
-HEAD_NAMES = ("classifier", "cls", "lm_head")  # sequence classifier, BERT's MLM head, RoBERTa's MLM head
+MLM_HEADS = ("cls", "lm_head")  # BERT's MLM head, RoBERTa's
+TASK_HEADS = ("classifier", "pooler")  # a sequence classifier and the pooler under it
 
 
 def prediction_head(model: PreTrainedModel) -> dict[str, torch.nn.Module]:
     """The modules above the encoder that the model has: the pooler, a classifier, an MLM head."""
-    head = {name: getattr(model, name) for name in HEAD_NAMES if isinstance(getattr(model, name, None), torch.nn.Module)}
+    head = {name: getattr(model, name) for name in (*MLM_HEADS, "classifier")
+            if isinstance(getattr(model, name, None), torch.nn.Module)}
     pooler = getattr(model.base_model, "pooler", None)
     if pooler is not None:
         head["pooler"] = pooler
@@ -264,7 +267,7 @@ def prediction_head(model: PreTrainedModel) -> dict[str, torch.nn.Module]:
 
 def mlm_head(model: PreTrainedModel) -> torch.nn.Module:
     """The masked-language-model head (hidden states -> vocabulary logits)."""
-    for name in ("cls", "lm_head"):
+    for name in MLM_HEADS:
         if isinstance(getattr(model, name, None), torch.nn.Module):
             return getattr(model, name)
     raise ConfigError(f"{type(model).__name__} has no MLM head: MLM-based objectives need a teacher with one")

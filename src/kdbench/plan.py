@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from kdbench.specs import (
 )
 
 SETTINGS = ("task_specific", "task_agnostic", "finetune")
+log = logging.getLogger("kdbench")
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
 
 
@@ -145,11 +147,27 @@ def teacher_spec(teacher: DictConfig) -> TeacherSpec:
 
 
 def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
-    layers = resolve_init_layers(init.name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers)
+    name = auto_init(teacher_conf, student) if init.name == "auto" else init.name
+    layers = resolve_init_layers(name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers)
     if layers is not None:
-        check_width(student.hidden_size, teacher_conf.hidden_size, init.name)
-    return InitSpec(init.name, None if layers is None else tuple(layers),
-                    init.get("copy_embeddings", True), init.get("copy_head", True))
+        check_width(student.hidden_size, teacher_conf.hidden_size, name)
+    return InitSpec(name, None if layers is None else tuple(layers),
+                    init.get("copy_embeddings", True), init.get("copy_head", False))
+
+
+def auto_init(teacher_conf: PretrainedConfig, student: ShapeSpec) -> str:
+    """init=auto: every k-th teacher layer when the student can take them (same width, depth dividing the
+    teacher's), random otherwise; the choice is logged in one line."""
+    teacher_layers, width = teacher_conf.num_hidden_layers, teacher_conf.hidden_size
+    if student.hidden_size != width:
+        reason = f"the student's width {student.hidden_size} differs from the teacher's {width}"
+    elif teacher_layers % student.num_layers:
+        reason = f"the teacher's {teacher_layers} layers are not a multiple of the student's {student.num_layers}"
+    else:
+        log.info("init=auto: every_kth (teacher layers copied: the student has the teacher's width)")
+        return "every_kth"
+    log.info("init=auto: random (%s)", reason)
+    return "random"
 
 
 def corpus_spec(corpus: DictConfig) -> CorpusSpec:

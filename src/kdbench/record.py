@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import subprocess
 import tempfile
 from collections.abc import Callable
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO
+
+from kdbench.specs import COMPUTATION_ONLY
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
@@ -15,6 +21,11 @@ RESULT_FILE = "result.json"
 KEY_FIELDS = ("setting", "teacher", "student", "task", "objective", "init", "seed")
 # What every completed record holds (a task-agnostic distillation has task None: its fine-tuning runs carry scores).
 COMPLETED_FIELDS = ("status", *KEY_FIELDS, "score", "metrics")
+# Resolved config keys that do not change what a run measures: where it reads and writes, on which device, how it
+# computes, how it logs, and labels. Runs that differ only in these (and the seed) are averaged together.
+NOT_DESIGN = ("seed", "paths", "kdbench", "logger", "save_student", "paper_analogue", "data.glue_dir",
+              "setting.student_path", "trainer.device", "trainer.eval_batch_size",
+              *(f"trainer.{how}" for how in COMPUTATION_ONLY))
 
 
 def atomic_write(path: Path, write: Callable[[IO], None], *, binary: bool = False) -> None:
@@ -78,3 +89,69 @@ class StepLog:
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
+
+
+def design(config: dict, grid: dict | None = None) -> dict:
+    """The resolved config flattened to dotted keys, less `NOT_DESIGN` and the fine-tuning grid point's keys:
+    what two runs must share to be seeds of one design."""
+    skipped = set(NOT_DESIGN) | {f"trainer.{key}" for key in grid or {}}
+
+    def flat(node: dict, prefix: str) -> dict:
+        out = {}
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if name in skipped:
+                continue
+            out |= flat(value, f"{name}.") if isinstance(value, dict) else {name: value}
+        return out
+
+    return flat(config, "")
+
+
+def provenance(device, world_size: int) -> dict:
+    """Where a record came from: the code (git commit when run from a checkout), the library versions, the
+    machine and when it started."""
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    commit, dirty = git_state(Path(__file__).parent)
+    return {"git_commit": commit, "git_dirty": dirty, "kdbench": installed("kdbench"), "torch": installed("torch"),
+            "transformers": installed("transformers"), "datasets": installed("datasets"),
+            "python": platform.python_version(), "device": device_name(device), "world_size": world_size,
+            "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def git_state(folder: Path) -> tuple[str | None, bool | None]:
+    """(commit, whether tracked files differ from it) of the checkout holding `folder`; (None, None) outside one."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return None, None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return commit, None if status is None else bool(status)
+
+
+def device_name(device) -> str:
+    """The GPU's model, or the CPU's (from /proc/cpuinfo where there is one)."""
+    if device.type == "cuda":
+        import torch  # only here: the report reads this module without torch
+
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"cpu: {line.split(':', 1)[1].strip()}"
+    except OSError:
+        pass
+    return f"cpu: {platform.processor() or platform.machine()}"

@@ -21,7 +21,7 @@ from kdbench.plan import Plan, make_plan
 from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
-from kdbench.record import RESULT_FILE, SCHEMA_VERSION, StepLog, read_json, write_json
+from kdbench.record import RESULT_FILE, SCHEMA_VERSION, StepLog, provenance, read_json, write_json
 from kdbench.training.signals import Interrupted, graceful_stop
 
 RECIPES = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic, "finetune": run_finetune}
@@ -81,6 +81,7 @@ def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict
     """Run the plan's recipe under the stop signals, keeping result.json current: running, then completed,
     failed or interrupted."""
     result_path, write = run_dir / RESULT_FILE, writer(main_process)
+    record |= {"provenance": provenance(plan.device, distributed.current().size)}
     write(result_path, record | {"config": plan.config})
     logger = make_logger(plan.logger, plan.config, run_dir) if main_process else None
     log = StepLog(run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else [])

@@ -148,8 +148,8 @@ class TeacherSpec:
 class InitSpec:
     name: str
     layers: tuple[int, ...] | None  # the teacher layers copied into the student; None: random
-    copy_embeddings: bool = True
-    copy_head: bool = True
+    copy_embeddings: bool = True  # and the MLM head where both models have one (its decoder is tied to them)
+    copy_head: bool = False  # the fine-tuned task head (pooler, classifier): the paper's code starts it fresh
 
     @property
     def label(self) -> str:

@@ -97,3 +97,29 @@ def test_other_task_kinds_run(tiny_glue, tmp_path, task):
     record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, f"task={task}", "trainer.stage1_epochs=0")))
     expected = {"stsb": {"pearson", "spearman"}, "rte": {"accuracy"}, "mrpc": {"f1", "accuracy"}, "cola": {"mcc"}}
     assert set(record["metrics"]) == expected[task]
+
+
+@pytest.mark.parametrize(("student", "label"), [("tiny", "2,4"), ("2x384", "random")])
+def test_the_default_init_copies_teacher_layers_only_when_the_student_can_take_them(tiny_glue, tmp_path, student, label):
+    from kdbench.plan import make_plan
+
+    overrides = [o for o in tiny_overrides(tiny_glue, tmp_path, f"student={student}") if not o.startswith("init=")]
+    cfg = compose_config([*overrides, "objective=hid_seq"])
+    assert cfg.init.name == "auto"
+    assert make_plan(cfg).init.label == label
+
+
+def test_a_width_mismatch_runs_with_a_random_init_and_the_record_says_so(tiny_glue, tmp_path):
+    overrides = [o for o in tiny_overrides(tiny_glue, tmp_path, "student=2x384") if not o.startswith("init=")]
+    record = run(compose_config([*overrides, "objective=hid_seq", "trainer.teacher_epochs=0"]))
+    assert record["status"] == "completed"
+    assert (record["init"], record["init_name"]) == ("random", "auto")
+
+
+def test_records_say_where_they_came_from(tiny_glue, tmp_path):
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, "trainer.stage1_epochs=0", "trainer.stage2_epochs=0")))
+    provenance = record["provenance"]
+    assert {"git_commit", "git_dirty", "kdbench", "torch", "transformers", "datasets", "python", "device",
+            "world_size", "started_at"} <= provenance.keys()
+    assert provenance["world_size"] == 1 and provenance["device"].startswith("cpu")
+    assert provenance["started_at"].endswith("Z") and provenance["torch"].startswith("2.")

@@ -57,7 +57,7 @@ def _tiny_pair():
 
 def test_init_copies_exactly_the_chosen_layers():
     teacher, student = _tiny_pair()
-    init_from_teacher(student, teacher, InitSpec("layers", (1, 4)))
+    init_from_teacher(student, teacher, InitSpec("layers", (1, 4), copy_head=True))
     t_blocks, s_blocks = encoder_layers(teacher), encoder_layers(student)
     for s_index, t_layer in enumerate([1, 4]):
         for (name, s_param), t_param in zip(s_blocks[s_index].state_dict().items(), t_blocks[t_layer - 1].state_dict().values()):
@@ -74,3 +74,20 @@ def test_embeddings_and_head_copies_are_optional():
     init_from_teacher(student, teacher, InitSpec("layers", (2, 4), copy_embeddings=False, copy_head=False))
     assert torch.equal(student.bert.embeddings.word_embeddings.weight, before)
     assert not torch.equal(student.classifier.weight, teacher.classifier.weight)
+
+
+def test_by_default_the_task_head_starts_fresh_and_the_mlm_head_is_copied():
+    """As the paper's code: embeddings and LM head from the teacher, the classifier and pooler not."""
+    from kdbench.models import build_student, pretrained_teacher
+    from kdbench.plan import shape_spec, teacher_spec
+
+    teacher, student = _tiny_pair()
+    init_from_teacher(student, teacher, InitSpec("layers", (2, 4)))
+    assert not torch.equal(student.classifier.weight, teacher.classifier.weight)
+    assert not torch.equal(student.bert.pooler.dense.weight, teacher.bert.pooler.dense.weight)
+    cfg = compose_config(["teacher=tiny", "student=tiny"])
+    mlm_teacher = pretrained_teacher(teacher_spec(cfg.teacher), 2, 0, mlm=True)
+    mlm_student = build_student(mlm_teacher.config, shape_spec(cfg.student, "student"), 2, 1, mlm=True)
+    init_from_teacher(mlm_student, mlm_teacher, InitSpec("layers", (2, 4)))
+    head, teacher_head = mlm_student.cls.predictions.transform, mlm_teacher.cls.predictions.transform
+    assert torch.equal(head.dense.weight, teacher_head.dense.weight)

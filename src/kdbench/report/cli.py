@@ -11,7 +11,9 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
 ``results.csv``
     one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
     flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_`` prefix), ``grid``
-    (the fine-tuning grid point, if any), ``path``.
+    (the fine-tuning grid point, if any), ``path``, ``commit`` (the code: git commit, ``+dirty`` when the
+    checkout had changes, else the kdbench version), ``paper_table`` / ``paper_init`` (the paper design a
+    scaled replica stands for, from its config's ``paper_analogue``).
 ``summary.csv``
     long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample std
     (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of a row that has
@@ -39,8 +41,11 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
 ``scores_<group>.png`` / ``pvalues_<group>_<factor>_<fixed>.png``
     grouped bar chart of mean score (std error bars) and heat map of the task-ALL Holm p-values.
 ``excluded.csv``
-    path, kind (failed / running / other status / skipped / distillation / grid / duplicate), reason and
-    whatever key fields the file had. ``distillation``: a task-agnostic distillation record (no task; its
+    path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
+    config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose resolved
+    config differs from the other runs of its cell in more than the seed, paths, device and how-not-what
+    settings (``kdbench.record.NOT_DESIGN``); the cell keeps its most common design and the reason names the
+    differing keys. ``distillation``: a task-agnostic distillation record (no task; its
     GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point (record with a ``grid``
     dict) that lost to the best point of the same run key, which is the one used.
 ``paper.csv`` (only with ``--paper``)
@@ -81,8 +86,10 @@ from kdbench.report.paper import PAPER_CITE, load_paper, paper_frame
 from kdbench.report.plots import write_plots
 from kdbench.report.stats import (
     best_of_grid,
+    code_versions,
     drop_duplicates,
     paired_tests,
+    split_designs,
     summarise,
     to_frame,
     unmatched_runs,
@@ -147,7 +154,8 @@ def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataF
     and written to ``excluded.csv``; exits 2 when no run is left."""
     frame, below_best = best_of_grid(to_frame(loaded.records))
     frame, duplicates = drop_duplicates(frame)
-    excluded = loaded.excluded + below_best + duplicates
+    frame, mismatched = split_designs(frame)
+    excluded = loaded.excluded + below_best + duplicates + mismatched
     kinds = Counter(row["kind"] for row in excluded)
     kind_text = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
     print(
@@ -172,11 +180,11 @@ def _write_report(
     tables = build_tables(summary)
     pvalues = paired_tests(frame)
     unmatched = unmatched_runs(frame)
-    _write_csv(frame, out / "results.csv")
+    _write_csv(frame.drop(columns="design"), out / "results.csv")
     _write_csv(summary, out / "summary.csv")
     _write_csv(pvalues, out / "pvalues.csv")
     _write_csv(unmatched, out / "unmatched.csv")
-    _write_text(out / "tables.md", render_markdown(tables, args.digits, excluded, paper))
+    _write_text(out / "tables.md", render_markdown(tables, args.digits, excluded, paper, code_versions(frame)))
     if paper is not None:
         _write_csv(paper_frame(paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))

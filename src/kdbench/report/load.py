@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION
+from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION, design
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
 
@@ -110,11 +110,30 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
         kind, reason = problem
         return None, exclusion(rel, kind, reason, data)
     record = {key: _text(data[key]) for key in KEY_FIELDS if key != "seed"}
-    grid = data.get("grid")
-    grid = ",".join(f"{k}={v}" for k, v in grid.items()) if isinstance(grid, dict) else None
+    grid = data.get("grid") if isinstance(data.get("grid"), dict) else None
     seed, score, metrics = _as_int(data["seed"]), _as_float(data["score"]), _flatten(data["metrics"])
-    record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid)
-    return record, None
+    grid_text = ",".join(f"{k}={v}" for k, v in grid.items()) if grid else None
+    record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
+    return record | _origin(data, record["init"], grid), None
+
+
+def _origin(data: dict, init: str, grid: dict | None) -> dict:
+    """What the report needs beyond the key: the design (resolved config less `NOT_DESIGN`; None for a record
+    without its config), the code version, and the paper design the run stands for: ``paper_table`` from the
+    config's ``paper_analogue`` (None: the paper's own design, matched by name) and ``paper_init``, the paper's
+    init for this run's (None when the analogue does not map it)."""
+    config = data.get("config") if isinstance(data.get("config"), dict) else None
+    analogue = (config or {}).get("paper_analogue")
+    analogue = analogue if isinstance(analogue, dict) else None
+    provenance = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
+    commit = provenance.get("git_commit")
+    commit = f"{commit[:10]}{'+dirty' if provenance.get('git_dirty') else ''}" if commit else data.get("kdbench_version")
+    if analogue is None:
+        paper_table, paper_init = None, init
+    else:
+        paper_table, paper_init = _as_int(analogue.get("table")), _text((analogue.get("inits") or {}).get(init))
+    return {"design": None if config is None else design(config, grid), "commit": _text(commit),
+            "paper_table": paper_table, "paper_init": paper_init}
 
 
 def _not_completed(data: dict) -> tuple[str, str] | None:

@@ -21,6 +21,24 @@ PAPER_PACKAGE = "kdbench.paper"
 PAPER_FILE = "wang2023.json"
 PAPER_CITE = "Wang et al. 2023"
 PAPER_COLS = ["table", "objective", "init", "task", "score"]
+# The paper's own designs, in kdbench's names: (setting, teacher, student) per table.
+PAPER_DESIGNS = {
+    1: ("task_specific", "roberta_base", "3x768"),
+    2: ("task_agnostic", "bert_base_uncased", "6x768"),
+    3: ("task_specific", "roberta_base", "3x768"),
+    4: ("task_agnostic", "bert_base_uncased", "6x768"),
+}
+
+
+def runs_for_table(frame: pd.DataFrame, table: int) -> pd.DataFrame:
+    """The runs that stand for the paper's Table ``table``: those whose preset declares it as their
+    ``paper_analogue`` (with an init the analogue maps), and runs of the paper's own design (setting, teacher,
+    student). Their ``paper_init`` column holds the paper's init; the report never guesses an analogy."""
+    declared = (frame["paper_table"] == table).fillna(False) & frame["paper_init"].notna()
+    setting, teacher, student = PAPER_DESIGNS[table]
+    own = frame["paper_table"].isna() & (frame["setting"] == setting) & (frame["teacher"] == teacher) & (
+        frame["student"] == student)
+    return frame[declared | own]
 
 
 def load_paper() -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 import warnings
@@ -23,6 +24,9 @@ SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n"]
 FAMILY_COLS = GROUP_COLS + ["factor", "fixed", "task"]
 PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "t", "p", "p_holm"]
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
+# Per run beyond the key: its file, its code version, the paper design it stands for, its design (config less
+# what does not change a measurement; in memory only, not in results.csv).
+ORIGIN_COLS = ["path", "commit", "paper_table", "paper_init", "design"]
 AVG = "Avg"
 ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
@@ -51,23 +55,24 @@ def ordered_tasks(tasks) -> list[str]:
 
 
 def to_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per run: key columns, score, one column per metric, path (sorted by key)."""
+    """One row per run: key columns, score, one column per metric, path, where it came from (sorted by key)."""
     base = list(KEY_FIELDS) + ["score", "grid"]
     metric_names: list[str] = []
     for record in records:
         for name in record["metrics"]:
             if name not in metric_names:
                 metric_names.append(name)
-    rename = {name: (f"metric_{name}" if name in base + ["path"] else name) for name in metric_names}
+    rename = {name: (f"metric_{name}" if name in base + ORIGIN_COLS else name) for name in metric_names}
     rows = []
     for record in records:
         row = {key: record.get(key) for key in base}
         row.update({rename[name]: value for name, value in record["metrics"].items()})
-        row["path"] = record["path"]
+        row |= {key: record.get(key) for key in ORIGIN_COLS}
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=base + [rename[n] for n in metric_names] + ["path"])
+    frame = pd.DataFrame(rows, columns=base + [rename[n] for n in metric_names] + ORIGIN_COLS)
     frame["seed"] = frame["seed"].astype("int64")
     frame["score"] = frame["score"].astype(float)
+    frame["paper_table"] = frame["paper_table"].astype("Int64")
     return sort_frame(frame)
 
 
@@ -138,6 +143,42 @@ def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
         lambda row, first: f"same run as {first['path']} (that one is used)",
     )
     return sort_frame(by_path[~dup_mask]), excluded
+
+
+def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """Keep, per table cell, the runs of its most common design (ties: the first path's); the others become
+    ``config_mismatch`` exclusions naming the config keys they differ in. A cell averages seeds of one design,
+    never runs of different recipes. Records without their config are not compared."""
+    kept, excluded = [], []
+    for _, cell in frame.sort_values("path").groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False):
+        signature = cell["design"].map(lambda d: None if d is None else json.dumps(d, sort_keys=True, default=str))
+        known = list(signature.dropna())
+        if len(set(known)) <= 1:
+            kept.append(cell)
+            continue
+        majority = max(dict.fromkeys(known), key=known.count)  # the first path's design among equally common
+        counts = {majority: known.count(majority)}
+        odd = signature.notna() & (signature != majority)
+        reference = json.loads(majority)
+        kept.append(cell[~odd])
+        excluded += [exclusion(row["path"], "config_mismatch", _design_difference(row["design"], reference,
+                                                                                   int(counts[majority])),
+                               {key: row[key] for key in KEY_FIELDS}) for _, row in cell[odd].iterrows()]
+    return sort_frame(pd.concat(kept)) if kept else frame, excluded
+
+
+def code_versions(frame: pd.DataFrame) -> str:
+    """The code the runs came from: each commit (or version) with its number of runs, most runs first."""
+    counts = frame["commit"].fillna("unknown").value_counts()
+    return ", ".join(f"{commit} ({n} run{'s' if n > 1 else ''})" for commit, n in counts.items())
+
+
+def _design_difference(design: dict, reference: dict, n_reference: int, limit: int = 4) -> str:
+    """Which keys a run's design differs in from the cell's majority design, with both values."""
+    keys = sorted(key for key in design.keys() | reference.keys() if design.get(key) != reference.get(key))
+    shown = ", ".join(f"{key}={design.get(key)!r} (used: {reference.get(key)!r})" for key in keys[:limit])
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"config differs from the {n_reference} run(s) used for this cell in {shown}{more}"
 
 
 # --------------------------------------------------------------------------------------------------- summary

@@ -161,11 +161,12 @@ def _body(table: Table, digits: int, escape, *, pm: str, bold: str):
 
 
 def render_markdown(
-    tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: dict | None = None
+    tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: dict | None = None,
+    versions: str | None = None,
 ) -> str:
     """All tables as GitHub markdown (each followed by the published ones when ``paper`` is given), then the
-    list of excluded runs."""
-    out = ["# kdbench results", "", DESCRIPTION, ""]
+    list of excluded runs; ``versions`` names the code the runs came from."""
+    out = ["# kdbench results", "", DESCRIPTION, ""] + ([f"Code: {md_escape(versions)}.", ""] if versions else [])
     for table in tables:
         out += [f"## {md_escape(table.title)}", ""]
         out += md_head(table.columns, table.show_init)
