@@ -29,6 +29,9 @@ sweep-%:  ## run an experiment preset's sweep: make sweep-mini_table1 (any conf/
 report-%:  ## build the tables of a preset's sweep: make report-mini_table1 (into results/NAME)
 	$(BIN)/python -m kdbench.report multirun/$* --out results/$* $(ARGS)
 
+study-%:  ## a preset from nothing to tables: its sweep, the fine-tuning grids if task-agnostic, the report (results/NAME)
+	$(BIN)/python -m kdbench.study $* $(ARGS)
+
 lint:  ## ruff
 	$(BIN)/ruff check src tests
 

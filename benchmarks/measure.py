@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
 
 from kdbench import models  # noqa: E402
-from kdbench.bench import compose  # noqa: E402
+from kdbench.cli import compose  # noqa: E402
 from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.corpus import pack_tokens  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402

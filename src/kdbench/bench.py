@@ -15,22 +15,13 @@ import time
 import torch
 
 from kdbench import models
+from kdbench.cli import compose
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.plan import make_plan
 from kdbench.recipes.task_specific import stage1
 from kdbench.teacher import freeze
 from kdbench.training.steps import to_device
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from kdbench.cli import config_dir
-
-    with initialize_config_dir(str(config_dir()), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides)
 
 
 def stage1_setup(overrides: list[str]):

@@ -61,50 +61,65 @@ def overrides_of(argv: list[str]) -> list[str] | None:
 def check_overrides(argv: list[str]) -> None:
     """Validate group choices and keys of a command line (each value of a sweep); exit 2 with one line."""
     try:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        tokens = overrides_of(argv)
-        if not tokens:
-            return
-        try:
-            parsed = OverridesParser.create().parse_overrides(tokens)
-        except Exception as exc:
-            raise ConfigError(f"cannot parse the overrides: {one_line(exc)}") from None
-        first_values = []
-        for override in parsed:
-            key = override.get_key_element()
-            if key.lstrip("+~").startswith("hydra"):
-                continue
-            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
-            group = override.key_or_group
-            if (config_dir() / group).is_dir():
-                valid = group_options(group)
-                for value in values:
-                    if str(value) not in valid:
-                        raise ConfigError(f"unknown {group} {value!r}; valid {group} options: {', '.join(valid)}")
-            if override.is_delete():
-                first_values.append(key)
-            elif values:
-                first = values[0]
-                first_values.append(f"{key}={first if isinstance(first, str) else override.get_value_element_as_str()}")
-        compose_check(first_values)
+        compose_check(sweep_point(argv))
     except ConfigError as exc:
         fail(str(exc))
 
 
-def compose_check(overrides: list[str]) -> None:
-    """Compose the config as Hydra will (first value of each sweep) and report a failure as one line."""
-    from hydra import compose, initialize_config_dir
+def sweep_point(argv: list[str]) -> list[str]:
+    """The overrides of a command line with each sweep at its first value, less Hydra's own keys (`hydra.*`,
+    `hydra/launcher=...`), after checking every value of every group choice; a ConfigError names the bad one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    tokens = overrides_of(argv)
+    if not tokens:
+        return []
+    try:
+        parsed = OverridesParser.create().parse_overrides(tokens)
+    except Exception as exc:
+        raise ConfigError(f"cannot parse the overrides: {one_line(exc)}") from None
+    first_values = []
+    for override in parsed:
+        key = override.get_key_element()
+        if key.lstrip("+~").startswith("hydra"):
+            continue
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        group = override.key_or_group
+        if (config_dir() / group).is_dir() and not override.is_delete():
+            valid = group_options(group)
+            for value in values:
+                if str(value) not in valid:
+                    raise ConfigError(f"unknown {group} {value!r}; valid {group} options: {', '.join(valid)}")
+        if override.is_delete():
+            first_values.append(key)
+        elif not override.is_sweep_override():
+            first_values.append(override.input_line)  # as typed: a quoted value (a path holding `=`) keeps its quotes
+        elif values:
+            first_values.append(f"{key}={values[0]}")  # a sweep's elements come in override syntax, quotes kept
+    return first_values
+
+
+def compose(overrides: list[str], *, hydra_config: bool = False):
+    """The config as Hydra composes it for these overrides (with the `hydra` node when `hydra_config`): the one
+    place outside a Hydra main that composes, for validation, the benchmarks and the study."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    GlobalHydra.instance().clear()
+    GlobalHydra.instance().clear()  # a composition left initialised (tests, an earlier call) would refuse a new one
     try:
         with initialize_config_dir(str(config_dir()), version_base="1.3"):
-            compose("config", overrides=overrides)
-    except Exception as exc:
-        raise ConfigError(one_line(exc)) from None
+            return hydra_compose("config", overrides=overrides, return_hydra_config=hydra_config)
     finally:
         GlobalHydra.instance().clear()
+
+
+def compose_check(overrides: list[str]) -> None:
+    """Compose the config as Hydra will (first value of each sweep) and report a failure as one line."""
+    try:
+        compose(overrides)
+    except Exception as exc:
+        raise ConfigError(one_line(exc)) from None
 
 
 def one_line(exc: BaseException) -> str:

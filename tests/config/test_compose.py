@@ -72,8 +72,10 @@ def test_experiments_compose_with_their_sweep(experiment):
         cfg = compose("config", overrides=[f"+experiment={experiment}"], return_hydra_config=True)
     assert cfg.hydra.sweeper.params, "an experiment preset declares its sweep"
     OmegaConf.to_container(cfg, resolve=False)
-    if experiment.startswith(("table", "mini")):
-        assert cfg.setting.name == "task_specific" and "seed" in cfg.hydra.sweeper.params
+    if experiment.endswith("_finetune"):  # a task-agnostic study's grid: the student's seed is the distillation's
+        assert cfg.setting.name == "finetune" and "task" in cfg.hydra.sweeper.params
+    elif experiment.startswith(("table", "mini")):
+        assert cfg.setting.name in ("task_specific", "task_agnostic") and "seed" in cfg.hydra.sweeper.params
 
 
 def test_paper_presets_follow_the_paper():

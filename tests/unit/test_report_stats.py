@@ -10,8 +10,16 @@ import pytest
 from scipy import stats
 
 from kdbench.report.load import load_records
-from kdbench.report.stats import PVALUE_COLS, UNMATCHED_COLS, holm, paired_tests, to_frame
-from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_scores, write_three_objectives
+from kdbench.report.stats import (
+    PVALUE_COLS,
+    UNMATCHED_COLS,
+    drop_duplicates,
+    holm,
+    paired_tests,
+    split_designs,
+    to_frame,
+)
+from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_run, write_scores, write_three_objectives
 
 
 @pytest.fixture
@@ -142,3 +150,51 @@ def test_significance_lists_non_significant_pairs(three_objectives: Path):
     rte_line = next(line for line in text.splitlines() if line.startswith("- rte:"))
     assert "att_kl vs hid_mse" in rte_line
     assert "| | att_kl | hid_mse | logit_kl |" in text  # the ALL matrix
+
+
+# ------------------------------------------------------------------------------------------------ designs
+
+
+def _config(lr: float, seed: int, device: str = "cpu", compile_: bool = False) -> dict:
+    return {"seed": seed, "paths": {"out": f"runs/{seed}"}, "trainer": {"lr": lr, "device": device,
+                                                                         "compile": compile_}}
+
+
+def test_split_designs_excludes_a_cells_other_design_naming_the_key(tmp_path: Path):
+    results = tmp_path / "results"
+    # seeds 1-3: one design, differing only in seed, paths, device and trainer.compile (not design keys)
+    write_run(results, seed=1, config=_config(5e-5, 1))
+    write_run(results, seed=2, config=_config(5e-5, 2, device="cuda"))
+    write_run(results, seed=3, config=_config(5e-5, 3, compile_=True))
+    write_run(results, seed=4, config=_config(1e-4, 4))  # another learning rate: another design
+    write_run(results, seed=5, config=None)  # no config: not compared, kept
+    write_run(results, seed=1, objective="hid_seq", config=_config(1e-4, 1))  # another cell: its own design
+    frame, excluded = split_designs(to_frame(load_records(results).records))
+    assert sorted(frame[frame.objective == "att_kl"].seed) == [1, 2, 3, 5]
+    assert list(frame[frame.objective == "hid_seq"].seed) == [1]
+    (row,) = excluded
+    assert (row["kind"], row["objective"], row["seed"]) == ("config_mismatch", "att_kl", "4")
+    assert row["path"].endswith("seed4/result.json")
+    assert "trainer.lr=0.0001 (used: 5e-05)" in row["reason"] and "3 run(s)" in row["reason"]
+    for not_design in ("seed", "paths", "device", "compile"):
+        assert not_design not in row["reason"]
+
+
+def test_split_designs_keeps_cells_of_one_design(three_objectives: Path):
+    frame = to_frame(load_records(three_objectives).records)
+    kept, excluded = split_designs(frame)
+    assert excluded == [] and len(kept) == len(frame)
+
+
+def test_same_key_other_design_is_a_mismatch_not_a_duplicate(tmp_path: Path):
+    results = tmp_path / "results"
+    for seed in (1, 2):  # one sweep, and a second sweep of another design into the same folder tree
+        write_run(results, seed=seed, name=f"a/seed{seed}", config=_config(5e-5, seed))
+        write_run(results, seed=seed, name=f"b/seed{seed}", config=_config(1e-4, seed))
+    write_run(results, seed=1, name="c/seed1", config=_config(5e-5, 1, device="cuda"))  # a re-run of a/seed1
+    frame, duplicates = drop_duplicates(to_frame(load_records(results).records))
+    assert [(row["kind"], row["path"]) for row in duplicates] == [("duplicate", "c/seed1/result.json")]
+    assert "a/seed1/result.json" in duplicates[0]["reason"]
+    kept, mismatched = split_designs(frame)
+    assert sorted(kept.path) == ["a/seed1/result.json", "a/seed2/result.json"]  # equal counts: the first path's
+    assert sorted(row["path"] for row in mismatched) == ["b/seed1/result.json", "b/seed2/result.json"]

@@ -12,8 +12,8 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
     flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_`` prefix), ``grid``
     (the fine-tuning grid point, if any), ``path``, ``commit`` (the code: git commit, ``+dirty`` when the
-    checkout had changes, else the kdbench version), ``paper_table`` / ``paper_init`` (the paper design a
-    scaled replica stands for, from its config's ``paper_analogue``).
+    checkout had changes, else the kdbench version), ``paper_table`` / ``paper_init`` / ``paper_note`` (the
+    paper design a scaled replica stands for, from its config's ``paper_analogue``).
 ``summary.csv``
     long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample std
     (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of a row that has
@@ -38,6 +38,11 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
 ``significance.md``
     per family, the pairs that are not significant at ``alpha`` after Holm, the untestable pairs, and the
     Holm-adjusted p-value matrix for task ALL.
+``claims.md``
+    the paper's conclusions (``kdbench.report.claims.CLAIMS``), each judged from the runs that stand for its
+    table: ``supported`` / ``contradicted`` / ``inconclusive`` / ``not covered``, with the means, n and
+    Holm-adjusted p of the pooled paired tests it rests on, the missing runs by name, how to read a verdict and
+    when not to trust one.
 ``scores_<group>.png`` / ``pvalues_<group>_<factor>_<fixed>.png``
     grouped bar chart of mean score (std error bars) and heat map of the task-ALL Holm p-values.
 ``excluded.csv``
@@ -49,11 +54,19 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point (record with a ``grid``
     dict) that lost to the best point of the same run key, which is the one used.
 ``paper.csv`` (only with ``--paper``)
-    the published numbers of Wang et al. (2023), long form: table, objective, init, task, score. With
-    ``--paper``, ``tables.md`` also shows, after each measured table, the paper's tables of the same setting
-    (task_specific: Tables 1 and 3, task_agnostic: Tables 2 and 4), restricted to the measured objectives and
-    tasks (the whole paper table when none match), with the paper's teacher and student named. The numbers
-    live in ``kdbench/paper/wang2023.json``.
+    every published cell of Wang et al. (2023), Tables 1-4 (the package data ``kdbench/paper/wang2023_tables.csv``),
+    long form in kdbench's names: table, setting, teacher, student, objective, init, task, metric (the paper's
+    column label), measured_metric (the record metric it is compared with), mean, std, n_runs, avg_flag (on Avg
+    cells: the printed Avg is not the mean of the row's cells up to rounding), and, where runs stand for the cell,
+    measured_setting/teacher/student, measured_mean, measured_std, measured_n (one row per measured group).
+    Runs stand for a paper table when their config's ``paper_analogue`` declares it (and maps their init to the
+    paper's) or when they are the paper's own design (setting, teacher, student); no analogy is guessed. With
+    ``--paper``, ``tables.md`` also gets, after the measured tables, a "Table k: published vs measured" section per
+    paper table with matching runs: per published row (objective, paper init) and task the published
+    ``mean ± std`` and the measured ``mean ± std (n)``, then the published Avg as printed (flagged ones marked) and
+    the measured Avg (only for rows measured on all seven tasks). Measured values are the metric the paper reports:
+    in Tables 1 and 3 its CoLA "Mcc" and MRPC "F1" columns are accuracy (footnoted with the reasons), in Tables 2
+    and 4 they are as labelled; MNLI is matched accuracy. A line names the runs that stand for no paper table.
 
 Conventions:
 
@@ -81,8 +94,9 @@ from pathlib import Path
 import pandas as pd
 
 from kdbench.record import RESULT_FILE
+from kdbench.report.claims import claims_markdown
 from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
-from kdbench.report.paper import PAPER_CITE, load_paper, paper_frame
+from kdbench.report.paper import PAPER_CITE, comparison, load_paper
 from kdbench.report.plots import write_plots
 from kdbench.report.stats import (
     best_of_grid,
@@ -95,6 +109,7 @@ from kdbench.report.stats import (
     unmatched_runs,
 )
 from kdbench.report.tables import Table, build_tables, render_latex, render_markdown, render_significance
+from kdbench.report.versus import render_versus
 
 PROG = "kdbench.report"
 
@@ -173,7 +188,7 @@ def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataF
 
 
 def _write_report(
-    frame: pd.DataFrame, excluded: list[dict], paper: dict | None, args: argparse.Namespace, out: Path
+    frame: pd.DataFrame, excluded: list[dict], paper: pd.DataFrame | None, args: argparse.Namespace, out: Path
 ) -> tuple[list[Table], pd.DataFrame, pd.DataFrame]:
     """Write the csv, markdown and LaTeX files; returns the tables, p values and unmatched runs."""
     summary = summarise(frame)
@@ -184,11 +199,13 @@ def _write_report(
     _write_csv(summary, out / "summary.csv")
     _write_csv(pvalues, out / "pvalues.csv")
     _write_csv(unmatched, out / "unmatched.csv")
-    _write_text(out / "tables.md", render_markdown(tables, args.digits, excluded, paper, code_versions(frame)))
+    versus = None if paper is None else render_versus(frame, paper, args.digits)
+    _write_text(out / "tables.md", render_markdown(tables, args.digits, excluded, versus, code_versions(frame)))
     if paper is not None:
-        _write_csv(paper_frame(paper), out / "paper.csv")
+        _write_csv(comparison(frame, paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))
     _write_text(out / "significance.md", render_significance(pvalues, args.alpha, args.digits))
+    _write_text(out / "claims.md", claims_markdown(frame, args.alpha, args.digits))
     return tables, pvalues, unmatched
 
 

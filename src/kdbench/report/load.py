@@ -120,8 +120,8 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
 def _origin(data: dict, init: str, grid: dict | None) -> dict:
     """What the report needs beyond the key: the design (resolved config less `NOT_DESIGN`; None for a record
     without its config), the code version, and the paper design the run stands for: ``paper_table`` from the
-    config's ``paper_analogue`` (None: the paper's own design, matched by name) and ``paper_init``, the paper's
-    init for this run's (None when the analogue does not map it)."""
+    config's ``paper_analogue`` (None: the paper's own design, matched by name), ``paper_init``, the paper's
+    init for this run's (None when the analogue does not map it), and ``paper_note``, the analogue's note."""
     config = data.get("config") if isinstance(data.get("config"), dict) else None
     analogue = (config or {}).get("paper_analogue")
     analogue = analogue if isinstance(analogue, dict) else None
@@ -133,7 +133,7 @@ def _origin(data: dict, init: str, grid: dict | None) -> dict:
     else:
         paper_table, paper_init = _as_int(analogue.get("table")), _text((analogue.get("inits") or {}).get(init))
     return {"design": None if config is None else design(config, grid), "commit": _text(commit),
-            "paper_table": paper_table, "paper_init": paper_init}
+            "paper_table": paper_table, "paper_init": paper_init, "paper_note": _text((analogue or {}).get("note"))}
 
 
 def _not_completed(data: dict) -> tuple[str, str] | None:

@@ -24,9 +24,9 @@ SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n"]
 FAMILY_COLS = GROUP_COLS + ["factor", "fixed", "task"]
 PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "t", "p", "p_holm"]
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
-# Per run beyond the key: its file, its code version, the paper design it stands for, its design (config less
-# what does not change a measurement; in memory only, not in results.csv).
-ORIGIN_COLS = ["path", "commit", "paper_table", "paper_init", "design"]
+# Per run beyond the key: its file, its code version, the paper design it stands for (table, init, the analogue's
+# note), its design (config less what does not change a measurement; in memory only, not in results.csv).
+ORIGIN_COLS = ["path", "commit", "paper_table", "paper_init", "paper_note", "design"]
 AVG = "Avg"
 ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
@@ -132,17 +132,24 @@ def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     return sort_frame(pd.concat([frame[~gridded], ranked[~below]])), excluded
 
 
+def design_signature(design: dict | None) -> str:
+    """A run's design as comparable text ("" for a record without its config)."""
+    return "" if design is None else json.dumps(design, sort_keys=True, default=str)
+
+
 def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    """Keep the first run (by path) per key; the rest become ``duplicate`` exclusions."""
-    by_path = frame.sort_values("path", kind="stable")
-    dup_mask = by_path.duplicated(list(KEY_FIELDS), keep="first")
-    excluded = _excluded_copies(
-        by_path[dup_mask],
-        by_path[~dup_mask],
-        "duplicate",
-        lambda row, first: f"same run as {first['path']} (that one is used)",
-    )
-    return sort_frame(by_path[~dup_mask]), excluded
+    """Keep the first run (by path) per key and design; the rest become ``duplicate`` exclusions. Runs with one
+    key but different designs are not duplicates: :func:`split_designs` decides between them."""
+    same = [*KEY_FIELDS, "signature"]
+    by_path = frame.sort_values("path", kind="stable").assign(signature=frame["design"].map(design_signature))
+    repeated = by_path.duplicated(same, keep="first")
+    first = by_path[~repeated].set_index(same)["path"]
+    excluded = [
+        exclusion(row["path"], "duplicate", f"same run as {first[tuple(row[same])]} (that one is used)",
+                  {key: row[key] for key in KEY_FIELDS})
+        for _, row in by_path[repeated].iterrows()
+    ]
+    return sort_frame(by_path[~repeated].drop(columns="signature")), excluded
 
 
 def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
@@ -151,20 +158,18 @@ def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     never runs of different recipes. Records without their config are not compared."""
     kept, excluded = [], []
     for _, cell in frame.sort_values("path").groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False):
-        signature = cell["design"].map(lambda d: None if d is None else json.dumps(d, sort_keys=True, default=str))
-        known = list(signature.dropna())
-        if len(set(known)) <= 1:
-            kept.append(cell)
-            continue
-        majority = max(dict.fromkeys(known), key=known.count)  # the first path's design among equally common
-        counts = {majority: known.count(majority)}
-        odd = signature.notna() & (signature != majority)
-        reference = json.loads(majority)
+        signature = cell["design"].map(design_signature)
+        known = [sig for sig in signature if sig]
+        majority = max(dict.fromkeys(known), key=known.count, default="")  # the first path's among equals
+        odd = (signature != "") & (signature != majority)
         kept.append(cell[~odd])
-        excluded += [exclusion(row["path"], "config_mismatch", _design_difference(row["design"], reference,
-                                                                                   int(counts[majority])),
-                               {key: row[key] for key in KEY_FIELDS}) for _, row in cell[odd].iterrows()]
-    return sort_frame(pd.concat(kept)) if kept else frame, excluded
+        reference, n_used = json.loads(majority or "{}"), known.count(majority)
+        excluded += [
+            exclusion(row["path"], "config_mismatch", _design_difference(row["design"], reference, n_used),
+                      {key: row[key] for key in KEY_FIELDS})
+            for _, row in cell[odd].iterrows()
+        ]
+    return (sort_frame(pd.concat(kept)) if kept else frame), excluded
 
 
 def code_versions(frame: pd.DataFrame) -> str:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kdbench.report.paper import render_published
 from kdbench.report.stats import (
     ALL,
     AVG,
@@ -161,11 +160,11 @@ def _body(table: Table, digits: int, escape, *, pm: str, bold: str):
 
 
 def render_markdown(
-    tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: dict | None = None,
+    tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: list[str] | None = None,
     versions: str | None = None,
 ) -> str:
-    """All tables as GitHub markdown (each followed by the published ones when ``paper`` is given), then the
-    list of excluded runs; ``versions`` names the code the runs came from."""
+    """All tables as GitHub markdown, then ``paper`` (the published-vs-measured lines of ``--paper``, see
+    :mod:`kdbench.report.versus`) and the list of excluded runs; ``versions`` names the code the runs came from."""
     out = ["# kdbench results", "", DESCRIPTION, ""] + ([f"Code: {md_escape(versions)}.", ""] if versions else [])
     for table in tables:
         out += [f"## {md_escape(table.title)}", ""]
@@ -173,8 +172,7 @@ def render_markdown(
         out += [md_row(cells) for cells in _body(table, digits, md_escape, pm="±", bold="**{}**")]
         note = _footnote(table)
         out += ["", f"_{note}._" if note else "", ""]
-        if paper is not None:
-            out += render_published(table, paper)
+    out += paper or []
     if excluded:
         out += ["## Excluded runs", ""]
         for row in excluded:
