@@ -6,6 +6,7 @@ line that names the problem and lists the valid choices, and get exit code 2.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -17,9 +18,16 @@ _VALUE_FLAGS = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", 
 _CUSTOM_CONFIG = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
 
 
+MAX_JOB_DIR_BYTES = 200  # file systems refuse names over 255 bytes
+
+
 def job_dir_name(overrides: str, seed) -> str:
-    """A sweep job's folder: its overrides (Hydra's override_dirname, seed excluded) with the seed last."""
+    """A sweep job's folder: its overrides (Hydra's override_dirname, seed excluded) with the seed last; a name too
+    long for a file system keeps its beginning and ends in a hash of the whole, so it stays unique and stable."""
     safe = overrides.replace("/", "_")
+    if len(safe.encode()) > MAX_JOB_DIR_BYTES:
+        digest = hashlib.sha256(safe.encode()).hexdigest()[:12]
+        safe = safe.encode()[: MAX_JOB_DIR_BYTES - 16].decode(errors="ignore") + f"...{digest}"
     return f"{safe},seed={seed}" if safe else f"seed={seed}"
 
 

@@ -91,6 +91,11 @@ def test_sweep_job_folders_end_with_the_seed():
     assert job_dir_name("objective=att_kl,task=rte", 3) == "objective=att_kl,task=rte,seed=3"
     assert job_dir_name("", 1) == "seed=1"
     assert job_dir_name("data.glue_dir=/a/b", 1) == "data.glue_dir=_a_b,seed=1"
+    many = ",".join(f"trainer.option_{i}={i}" for i in range(30))
+    other = many.replace("option_29=29", "option_29=30")
+    long_name, other_name = job_dir_name(many, 1), job_dir_name(other, 1)
+    assert len(long_name.encode()) <= 255 and long_name.startswith("trainer.option_0=0,") and long_name.endswith(",seed=1")
+    assert long_name != other_name and long_name == job_dir_name(many, 1)
 
 
 def test_slurm_launcher_preset_composes_on_submitit():
