@@ -179,8 +179,15 @@ def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel, init: 
 
 def student_for(plan, teacher: PreTrainedModel, *, mlm: bool = False) -> PreTrainedModel:
     """The plan's student, initialised, set up for training on the plan's device (its seed drawn first)."""
-    student = build_student(plan.teacher_conf, plan.student, plan.num_labels, plan.seed, mlm=mlm,
-                            dropout=plan.trainer.student_dropout)
+    if plan.init.path is not None:  # a distilled student's weights; the heads it lacks start fresh, seeded
+        torch.manual_seed(plan.seed)
+        config = student_config(plan.teacher_conf, plan.student, 2 if mlm else plan.num_labels,
+                                plan.trainer.student_dropout)
+        student = load(AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification, plan.init.path,
+                       saved_as="the pretrained student (init.path)", config=config)
+    else:
+        student = build_student(plan.teacher_conf, plan.student, plan.num_labels, plan.seed, mlm=mlm,
+                                dropout=plan.trainer.student_dropout)
     if plan.init.layers is not None:
         init_from_teacher(student, teacher, plan.init)
     prepare_for_training(student, plan.trainer.recompute_attention).to(plan.device)

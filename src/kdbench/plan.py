@@ -23,8 +23,10 @@ from kdbench import distributed, models
 from kdbench.errors import ConfigError, DataError
 from kdbench.layers import check_width, resolve_init_layers
 from kdbench.objectives.terms import Term, build_terms
+from kdbench.record import chain_of
 from kdbench.specs import (
     COMPUTATION_ONLY,
+    AugmentSpec,
     BatchLayout,
     CorpusSpec,
     DataSpec,
@@ -58,6 +60,7 @@ class Plan:
     trainer: TrainerSpec
     kd: KDSpec
     corpus: CorpusSpec | None  # the task-agnostic setting's raw text
+    augment: AugmentSpec | None  # the task-specific setting's augmented training set (None: the task's own)
     batches: BatchLayout | None  # the task-agnostic setting's global batch over processes
     logger: LoggerSpec
     teacher_conf: PretrainedConfig
@@ -67,6 +70,7 @@ class Plan:
     cache_dir: Path
     save_student: bool
     student_path: Path | None  # setting=finetune: the distilled student to fine-tune
+    chain: tuple[str, ...]  # the teacher's distillation chain (one name unless it is a distilled student), the student
     fingerprint: str  # identifies the resolved config, less where it is written (checkpoints refuse others)
     config: dict  # the resolved config, as recorded
 
@@ -103,7 +107,7 @@ def check_numbers(trainer: TrainerSpec) -> None:
     for key in POSITIVE:
         if getattr(trainer, key) is not None and getattr(trainer, key) <= 0:
             raise ConfigError(f"trainer.{key}={getattr(trainer, key)} must be a positive integer")
-    for key in ("lr", "teacher_lr"):
+    for key in ("lr", "teacher_lr", "stage2_lr"):
         if getattr(trainer, key) is not None and getattr(trainer, key) <= 0:
             raise ConfigError(f"trainer.{key}={getattr(trainer, key)} must be a positive learning rate, e.g. 1e-5")
     if not 0 <= trainer.warmup_ratio < 1:
@@ -147,12 +151,33 @@ def teacher_spec(teacher: DictConfig) -> TeacherSpec:
 
 
 def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
+    if init.name == "pretrained":
+        return InitSpec("pretrained", None, path=pretrained_student(init.path, student))
     name = auto_init(teacher_conf, student) if init.name == "auto" else init.name
     layers = resolve_init_layers(name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers)
     if layers is not None:
         check_width(student.hidden_size, teacher_conf.hidden_size, name)
     return InitSpec(name, None if layers is None else tuple(layers),
                     init.get("copy_embeddings", True), init.get("copy_head", False))
+
+
+SHAPE_KEYS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
+              "ffn_size": "intermediate_size"}
+
+
+def pretrained_student(path: str | None, student: ShapeSpec) -> Path:
+    """init=pretrained's saved student, checked to be a model of the student's shape."""
+    folder = Path(str(path)).expanduser()
+    if not path or not (folder / "config.json").is_file():
+        raise ConfigError(f"init=pretrained needs init.path, a folder written by save_pretrained (a task-agnostic "
+                          f"run's student/); {path} holds no config.json")
+    saved = models.load(AutoConfig, folder, saved_as="a distilled student")
+    differ = [f"{key} {getattr(saved, theirs)} vs {getattr(student, key)}" for key, theirs in SHAPE_KEYS.items()
+              if getattr(saved, theirs, None) != getattr(student, key)]
+    if differ:
+        raise ConfigError(f"init.path={path} holds a model of another shape than student={student.name} "
+                          f"({'; '.join(differ)}): choose the student config it was saved as")
+    return folder
 
 
 def auto_init(teacher_conf: PretrainedConfig, student: ShapeSpec) -> str:
@@ -186,6 +211,33 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
     if not path.exists():
         raise ConfigError(f"corpus.path={corpus.path} does not exist: give a text file or a folder of them")
     return CorpusSpec(**common, path=path, format=corpus.format)
+
+
+def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
+    """The `augment` group checked: counts and rates in range, a word-vectors file that exists."""
+    if augment.name == "none":
+        return None
+    if setting != "task_specific":
+        raise ConfigError(f"augment={augment.name} augments a task's training set: it needs setting=task_specific, "
+                          f"not {setting}; use augment=none")
+    values = {k: v for k, v in container(augment).items() if k != "name"}
+    if values.get("mlm_shape") is not None:
+        values["mlm_shape"] = shape_spec(augment.mlm_shape, "augment.mlm_shape")
+    if values.get("word_vectors"):
+        values["word_vectors"] = Path(values["word_vectors"]).expanduser()
+        if not values["word_vectors"].is_file():
+            raise ConfigError(f"augment.word_vectors={augment.word_vectors} does not exist: give a GloVe text file "
+                              "(e.g. glove.42B.300d.txt from nlp.stanford.edu/projects/glove), or null to keep "
+                              "multi-piece words")
+    spec = from_mapping(AugmentSpec, values, "augment")
+    for key in ("n_per_example", "top_k", "batch_size"):
+        if getattr(spec, key) < 1:
+            raise ConfigError(f"augment.{key}={getattr(spec, key)} must be a positive integer")
+    if not 0 <= spec.p_replace <= 1:
+        raise ConfigError(f"augment.p_replace={spec.p_replace} is a probability: give a number in [0, 1]")
+    if spec.fields not in ("first", "all"):
+        raise ConfigError(f"augment.fields={spec.fields!r}: valid are first (a pair's first sentence) and all")
+    return spec
 
 
 def batch_layout(global_batch: int, world_size: int, device_batch: int) -> BatchLayout:
@@ -288,7 +340,8 @@ def make_plan(cfg: DictConfig) -> Plan:
     resolved = container(cfg)
     common = dict(setting=cfg.setting.name, seed=cfg.seed, task=task, data=data, teacher=teacher, student=student,
                   objective=cfg.objective.name, trainer=trainer, kd=KDSpec(**container(cfg.prediction_kd)),
-                  corpus=corpus, logger=logger_spec(cfg), device=device,
+                  corpus=corpus, augment=augment_spec(cfg.augment, cfg.setting.name), logger=logger_spec(cfg),
+                  device=device,
                   precision=resolve_precision(trainer.precision, device),
                   cache_dir=Path(cfg.paths.cache_dir).expanduser(), save_student=cfg.save_student,
                   fingerprint=config_fingerprint(resolved), config=resolved)
@@ -299,7 +352,8 @@ def make_plan(cfg: DictConfig) -> Plan:
                               "give the student/ folder of a task-agnostic run")
         student_conf = models.load(AutoConfig, student_path, saved_as="a distilled student")
         return Plan(**common, init=InitSpec("random", None), terms=[], batches=None, teacher_conf=student_conf,
-                    student_conf=student_conf, student_path=student_path)
+                    student_conf=student_conf, student_path=student_path,
+                    chain=(*chain_of(student_path, "student"), f"fine-tuned on {task.name}"))
     teacher_conf = models.teacher_config(teacher)
     student_conf = models.student_config(teacher_conf, student, task.num_labels)
     init = init_spec(cfg.init, teacher_conf, student)
@@ -308,4 +362,12 @@ def make_plan(cfg: DictConfig) -> Plan:
     if corpus is not None:
         batches = batch_layout(trainer.batch_size, distributed.current().size, trainer.device_batch_size)
     return Plan(**common, init=init, terms=terms, batches=batches, teacher_conf=teacher_conf,
-                student_conf=student_conf, student_path=None)
+                student_conf=student_conf, student_path=None, chain=distillation_chain(teacher, student, init, cfg))
+
+
+def distillation_chain(teacher: TeacherSpec, student: ShapeSpec, init: InitSpec, cfg: DictConfig) -> tuple[str, ...]:
+    """Teacher -> (assistant ->) student: a distilled teacher brings its own chain; a pretrained init is named."""
+    me = f"{student.name} ({cfg.objective.name}, {cfg.setting.name})"
+    if init.path is not None:
+        me += f" from [{' -> '.join(chain_of(init.path, 'pretrained'))}]"
+    return (*chain_of(teacher.name_or_path, teacher.name), me)

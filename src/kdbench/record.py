@@ -17,6 +17,7 @@ from kdbench.specs import COMPUTATION_ONLY
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
+CHAIN_FILE = "kdbench_chain.json"  # in a saved student's folder: the models it was distilled from, and itself
 # What identifies a run in the tables: the design, one seed.
 KEY_FIELDS = ("setting", "teacher", "student", "task", "objective", "init", "seed")
 # What every completed record holds (a task-agnostic distillation has task None: its fine-tuning runs carry scores).
@@ -89,6 +90,13 @@ class StepLog:
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
+
+
+def chain_of(folder: str | Path | None, name: str) -> list[str]:
+    """The chain of distillations behind a model folder (teacher first, the model last), or just its name."""
+    path = Path(str(folder)).expanduser() if folder else None
+    saved = read_json(path / CHAIN_FILE) if path is not None and path.is_dir() else None
+    return list(saved["chain"]) if saved else [name]
 
 
 def design(config: dict, grid: dict | None = None) -> dict:

@@ -43,7 +43,7 @@ def identity(cfg: DictConfig, plan: Plan | None) -> dict:
         "objective": cfg.objective.name,
         "seed": cfg.seed,
         "kdbench_version": __version__,
-    }
+    } | ({"chain": " -> ".join(plan.chain)} if plan is not None else {})
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:

@@ -41,6 +41,7 @@ class TrainerSpec:
     stage1_epochs: int = 0
     stage2_epochs: int = 0
     teacher_lr: float | None = None
+    stage2_lr: float | None = None  # None: lr
     eval_batch_size: int = 128
     max_length: int = 128
     teacher_seed: int = 42
@@ -150,10 +151,13 @@ class InitSpec:
     layers: tuple[int, ...] | None  # the teacher layers copied into the student; None: random
     copy_embeddings: bool = True  # and the MLM head where both models have one (its decoder is tied to them)
     copy_head: bool = False  # the fine-tuned task head (pooler, classifier): the paper's code starts it fresh
+    path: Path | None = None  # init=pretrained: a saved student whose weights the student starts from
 
     @property
     def label(self) -> str:
-        """How records and tables name the init: "random" or the teacher layers, "4,8,12"."""
+        """How records and tables name the init: "random", "pretrained" or the teacher layers, "4,8,12"."""
+        if self.path is not None:
+            return "pretrained"
         return "random" if self.layers is None else ",".join(map(str, self.layers))
 
 
@@ -191,3 +195,18 @@ class LoggerSpec:
     name: str
     settings: dict  # the backend's own options (project, entity, mode, ...)
     run_name: str
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    """TinyBERT's data augmentation of a task's training set (the `augment` group; None in the plan: none)."""
+
+    mlm_model: str  # the masked language model proposing single-piece words (and its tokenizer)
+    mlm_shape: ShapeSpec | None  # a random MLM of this shape with `mlm_model`'s tokenizer (tests, CPU demos)
+    word_vectors: Path | None  # GloVe text file proposing multi-piece words; None: those words stay
+    n_per_example: int
+    p_replace: float
+    top_k: int
+    fields: str  # "first": a pair's first sentence only; "all": every text field
+    batch_size: int  # masked sentences per MLM forward pass
+    seed: int

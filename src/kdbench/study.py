@@ -1,8 +1,11 @@
 """A preset from nothing to tables: `python -m kdbench.study NAME [OVERRIDES ...] [--finetune OVERRIDE ...]`.
 
 1. distil: the preset's sweep, `python -m kdbench.run -m +experiment=NAME hydra.sweep.dir=DIR OVERRIDES`;
-2. fine-tune (task-agnostic presets only): on the saved student of every completed distillation under DIR, the
-   grid of the preset `NAME_finetune`, each student's grid in its own sweep dir, DIR/finetune/<its job folder>;
+2. go on from every saved student of a completed distillation under DIR, each in its own sweep dir,
+   DIR/<step>/<its job folder>: a task-agnostic preset's students are fine-tuned on the grid of the preset
+   `NAME_finetune` (step `finetune`); a preset with a `chain` block ({next: PRESET, student_as: teacher | init})
+   hands each student to PRESET instead, as its teacher (MiniLM's teacher assistant) or as its initialisation
+   (TinyBERT's task-specific distillation from its general one);
 3. report: `python -m kdbench.report DIR --out results/NAME --paper`.
 
 Every step is a subprocess, so Hydra's multirun and its launchers (`hydra/launcher=slurm` as an override) run
@@ -33,6 +36,8 @@ FINETUNE_SUFFIX = "_finetune"  # the fine-tuning grid of a task-agnostic preset 
 SHARED = ("hydra/launcher", "hydra.launcher", "data.glue_dir", "paths.cache_dir", "trainer.device",
           "trainer.precision", "trainer.progress_bar", "logger", "kdbench.debug")
 SWEEP_DIR_KEY = "hydra.sweep.dir"
+# How the next preset of a chain takes a saved student: the override that names its folder.
+STUDENT_AS = {"teacher": "teacher.name_or_path", "init": "init.path", "finetune": "setting.student_path"}
 
 
 @dataclass(frozen=True)
@@ -41,12 +46,19 @@ class Study:
     setting: str  # the preset's setting: task_specific or task_agnostic
     sweep_dir: Path  # the distillation sweep's; the fine-tuning grids go below it
     overrides: tuple[str, ...]  # the distillation sweep's, less hydra.sweep.dir
-    finetune_overrides: tuple[str, ...]  # the fine-tuning sweeps': the shared overrides, then --finetune's
+    finetune_overrides: tuple[str, ...]  # the next step's sweeps': the shared overrides, then --finetune's
     out: Path  # the report's folder
+    next: str | None = None  # the preset each saved student goes on to (None: the study ends with the sweep)
+    student_as: str = "finetune"  # how it takes the student: a key of STUDENT_AS
 
     @property
     def finetunes(self) -> bool:
-        return self.setting == "task_agnostic"
+        return self.next is not None
+
+    @property
+    def step(self) -> str:
+        """The next step's name, and its folder below the sweep dir."""
+        return "finetune" if self.student_as == "finetune" else self.next
 
 
 def override_key(token: str) -> str:
@@ -96,17 +108,32 @@ def make_study(name: str, overrides: list[str], finetune_overrides: list[str], o
         raise ConfigError(f"experiment {name} is a fine-tuning grid (setting=finetune), not a study: {how}")
     sweep_dir = sweep_dir_of(name, overrides, OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir"))
     forwarded = shared(overrides) + list(finetune_overrides)
-    if setting == "task_agnostic":
-        finetune = name + FINETUNE_SUFFIX
-        if finetune not in group_options("experiment"):
-            raise ConfigError(f"experiment {name} is task-agnostic: its students' fine-tuning grid is the preset "
-                              f"conf/experiment/{finetune}.yaml, which is missing")
-        preset(finetune, forwarded)
+    next_preset, student_as = next_step(name, cfg)
+    if next_preset is not None:
+        preset(next_preset, forwarded)
     elif finetune_overrides:
         raise ConfigError(f"--finetune {finetune_overrides[0]}: experiment {name} is {setting}, its study fine-tunes "
                           "no student")
     return Study(name, setting, sweep_dir, tuple(t for t in overrides if override_key(t) != SWEEP_DIR_KEY),
-                 tuple(forwarded), out if out is not None else Path("results") / name)
+                 tuple(forwarded), out if out is not None else Path("results") / name, next_preset, student_as)
+
+
+def next_step(name: str, cfg) -> tuple[str | None, str]:
+    """The preset the saved students go on to and how it takes them: the `chain` block's, else (task-agnostic)
+    the fine-tuning grid NAME_finetune, else none."""
+    chain = cfg.get("chain")
+    if chain is not None:
+        if chain.get("student_as") not in STUDENT_AS or chain.get("next") not in group_options("experiment"):
+            raise ConfigError(f"experiment {name}: chain needs next (an experiment preset) and student_as (one of "
+                              f"{', '.join(STUDENT_AS)}), has {OmegaConf.to_container(chain)}")
+        return chain.next, chain.student_as
+    if cfg.setting.name != "task_agnostic":
+        return None, "finetune"
+    finetune = name + FINETUNE_SUFFIX
+    if finetune not in group_options("experiment"):
+        raise ConfigError(f"experiment {name} is task-agnostic: its students' fine-tuning grid is the preset "
+                          f"conf/experiment/{finetune}.yaml, which is missing")
+    return finetune, "finetune"
 
 
 # ------------------------------------------------------------------------------------------------ the steps
@@ -138,15 +165,14 @@ def completed_students(sweep_dir: Path) -> list[Path]:
 
 
 def finetune_dir(study: Study, student: Path) -> Path:
-    """A student's grid sweep dir: DIR/finetune/<the distillation's job folder below DIR>."""
-    return study.sweep_dir / "finetune" / student.parent.relative_to(study.sweep_dir)
+    """A student's next sweep dir: DIR/<step>/<the distillation's job folder below DIR>."""
+    return study.sweep_dir / study.step / student.parent.relative_to(study.sweep_dir)
 
 
 def finetune_command(study: Study, student: Path) -> list[str]:
-    # The absolute student path keeps the grid points' configs, and so their resume check, independent of the cwd.
-    return kdbench_run(f"+experiment={study.name}{FINETUNE_SUFFIX}",
-                       f"{SWEEP_DIR_KEY}={quoted(finetune_dir(study, student))}",
-                       f"setting.student_path={quoted(student.resolve())}", *study.finetune_overrides)
+    # The absolute student path keeps the next jobs' configs, and so their resume check, independent of the cwd.
+    return kdbench_run(f"+experiment={study.next}", f"{SWEEP_DIR_KEY}={quoted(finetune_dir(study, student))}",
+                       f"{STUDENT_AS[study.student_as]}={quoted(student.resolve())}", *study.finetune_overrides)
 
 
 def report_command(study: Study) -> list[str]:
@@ -167,10 +193,11 @@ def run_study(study: Study) -> None:
     if study.finetunes:
         students = completed_students(study.sweep_dir)
         if not students:
-            fail(f"study step 'fine-tune' found no completed distillation with a saved student under "
+            fail(f"study step '{study.step}' found no completed distillation with a saved student under "
                  f"{study.sweep_dir}", 1)
         for i, student in enumerate(students, 1):
-            run_step(f"fine-tune {i}/{len(students)} ({finetune_dir(study, student)})", finetune_command(study, student))
+            run_step(f"{study.step} {i}/{len(students)} ({finetune_dir(study, student)})",
+                     finetune_command(study, student))
     run_step(f"report ({study.out})", report_command(study))
     print(f"kdbench.study: {study.name} done: {study.out / 'tables.md'}", flush=True)
 

@@ -125,16 +125,17 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
     return FineTuned(teacher, metrics, seconds, path.name)
 
 
-def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan) -> torch.Tensor:
+def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None = None) -> torch.Tensor:
     """The teacher's logits for every training example, [N, C] float32 by `example` number.
 
     The teacher is deterministic in eval mode, so its prediction-layer targets are computed once per
     (fine-tuned teacher, task subset, tokenisation, precision) and cached on disk, then shared by every
-    epoch, seed and objective of a sweep.
+    epoch, seed and objective of a sweep. `augmented` names the augmented set's cache entry when it is one.
     """
     key = {"teacher": teacher.identity, "task": plan.task.name, "train_limit": plan.data.train_limit,
            "subset_seed": plan.data.subset_seed, "max_length": plan.trainer.max_length,
-           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set)}
+           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set),
+           "augmented": augmented}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = plan.cache_dir / "teacher_logits" / f"{plan.task.name}-{digest}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -123,21 +123,26 @@ def tokenize(ds: datasets.Dataset, task: TaskSpec, tokenizer: PreTrainedTokenize
         return encoded
 
     encoded = ds.map(encode, batched=True, desc=f"tokenising {task.name}", load_from_cache_file=False)
-    keep = [c for c in (*TOKEN_COLUMNS, "length", "label", "idx", "example") if c in encoded.column_names]
+    keep = [c for c in (*TOKEN_COLUMNS, "length", "label", "idx", "example", "origin") if c in encoded.column_names]
     encoded = encoded.select_columns(keep).rename_column("label", "labels")
     encoded.set_format("torch")
     return encoded
 
 
-def task_datasets(task: TaskSpec, data: DataSpec, tokenizer, max_length: int):
-    """The tokenised training subset and dev set(s) ({metric suffix: dataset}) of a task.
+def train_subset(task: TaskSpec, data: DataSpec) -> datasets.Dataset:
+    """The task's training examples a run uses (`data.train_limit` of them after a seeded shuffle), untokenised."""
+    return subset(load_split(task, "train", data), data.train_limit, data.subset_seed)
 
-    `example` numbers the training examples 0..N-1: per-example state (CRD's memory banks, the cached
-    teacher logits) is indexed by it.
-    """
-    train = subset(load_split(task, "train", data), data.train_limit, data.subset_seed)
-    train = train.add_column("example", list(range(len(train))))
-    train = tokenize(train, task, tokenizer, max_length)
+
+def encode_train(train: datasets.Dataset, task: TaskSpec, tokenizer, max_length: int) -> datasets.Dataset:
+    """Training examples tokenised, numbered 0..N-1 by `example`: per-example state (CRD's memory banks, the
+    cached teacher logits) is indexed by it."""
+    return tokenize(train.add_column("example", list(range(len(train)))), task, tokenizer, max_length)
+
+
+def task_datasets(task: TaskSpec, data: DataSpec, tokenizer, max_length: int):
+    """The tokenised training subset and dev set(s) ({metric suffix: dataset}) of a task."""
+    train = encode_train(train_subset(task, data), task, tokenizer, max_length)
     eval_sets = {}
     for suffix, split in task.eval_splits.items():
         dev = load_split(task, split, data)

@@ -1,7 +1,8 @@
 """The task-specific recipe (the paper's Section 4), top to bottom:
 
-1. data: the task's train subset and dev set(s), tokenised with the teacher's tokenizer;
-2. teacher: fine-tuned on the task (cached, shared by every run that needs it), frozen;
+1. data: the task's train subset and dev set(s), tokenised with the teacher's tokenizer; the stages train on the
+   subset or, with `augment=tinybert`, on its augmentation (built once, cached);
+2. teacher: fine-tuned on the task's own subset (cached, shared by every run that needs it), frozen;
 3. student: built from its shape, initialised randomly or from the chosen teacher layers;
 4. stage 1: intermediate-layer distillation with the objective's terms (skipped for vanilla KD);
 5. stage 2: prediction-layer distillation with vanilla KD;
@@ -15,8 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kdbench import models
+from kdbench.data.augment import augmented_train_set
 from kdbench.data.batches import make_loader
-from kdbench.data.glue import task_datasets
+from kdbench.data.glue import encode_train, task_datasets, train_subset
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.plan import Plan
@@ -49,28 +51,30 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
 
     student = models.student_for(plan, teacher.model)
+    train_set, augmented = distillation_set(plan, train_set, tokenizer)
     train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
                                group_by_length=trainer.group_by_length)
     timing = {"teacher_finetune_s": teacher.seconds, "stage1_s": 0.0, "stage2_s": 0.0}
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     latest = resumable_state(checkpoints, plan.fingerprint)
     hooks = standard_hooks(trainer, log, checkpoints)
-    optimizer = OptimizerSpec.of(trainer, trainer.lr)
 
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student):
         with stage1(plan, student, teacher.model, train_set["labels"]) as (step, modules):
-            stage = loop.Stage("stage1", modules, train_loader, step, optimizer, plan.device,
+            stage = loop.Stage("stage1", modules, train_loader, step, OptimizerSpec.of(trainer, trainer.lr), plan.device,
                                epochs=trainer.stage1_epochs)
             stats = loop.train(stage, hooks, resume_from("stage1", latest))
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
 
     if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, student):
         if trainer.cache_teacher_logits:
-            table = teacher_logits_table(teacher, train_set, tokenizer, plan).to(plan.device)
+            table = teacher_logits_table(teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
+            table = table.to(plan.device)
             targets = lambda batch: table[batch["example"]]  # noqa: E731
         else:
             targets = teacher_logits_now(teacher.model, plan.device, plan.precision)
         step = prediction_kd_step(student, targets, plan.kd, plan.device, plan.precision)
+        optimizer = OptimizerSpec.of(trainer, trainer.stage2_lr or trainer.lr)
         stage = loop.Stage("stage2", [student], train_loader, step, optimizer, plan.device, epochs=trainer.stage2_epochs)
         stats = loop.train(stage, hooks, resume_from("stage2", latest))
         timing.update(stage2_s=stats["seconds"], stage2_examples_per_s=stats["examples_per_s"])
@@ -83,7 +87,19 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         tokenizer.save_pretrained(str(run_dir / "student"))
     if not trainer.keep_checkpoints:
         checkpoints.clear()
-    return {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing}
+    return {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing} | (
+        {"augmented": augmented} if augmented else {})
+
+
+def distillation_set(plan: Plan, train_set, tokenizer):
+    """The stages' training set: the task's subset, or its augmentation (with what the record says of it)."""
+    if plan.augment is None:
+        return train_set, None
+    source = str(plan.data.glue_dir or plan.data.hf_dataset)
+    augmented, path = augmented_train_set(train_subset(plan.task, plan.data), plan.task, plan.augment,
+                                          plan.cache_dir, source, plan.device, plan.trainer.progress_bar)
+    encoded = encode_train(augmented, plan.task, tokenizer, plan.trainer.max_length)
+    return encoded, {"entry": path.name, "path": str(path), "examples": len(encoded), "originals": len(train_set)}
 
 
 @contextmanager
