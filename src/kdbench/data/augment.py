@@ -124,8 +124,10 @@ class MaskedLMCandidates:
         mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _, _ in rows])
         positions = torch.tensor([position for _, position, _ in rows])
         device = next(self.model.parameters()).device
-        hidden = self.model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits
-        scores = hidden[torch.arange(len(rows), device=device), positions.to(device)].float().cpu()
+        # The encoder on every position, the vocabulary head only at the masked one: [B, H] -> [B, V].
+        hidden = self.model.base_model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        masked = hidden[torch.arange(len(rows), device=device), positions.to(device)]
+        scores = models.mlm_head(self.model)(masked).float().cpu()
         scores[:, ~self.allowed] = float("-inf")
         scores[torch.arange(len(rows)), torch.tensor([original for _, _, original in rows])] = float("-inf")
         top = scores.topk(min(self.top_k, int(self.allowed.sum()) - 1), dim=-1)
