@@ -98,3 +98,8 @@ def test_the_mini_chains_plan_with_their_students(tmp_path, tiny_glue, known_arc
     assert (plan.teacher_conf.num_hidden_layers, plan.teacher_conf.hidden_size) == (6, 192)
     assert (plan.student_conf.num_hidden_layers, plan.student_conf.hidden_size) == (3, 192)
     assert Path(plan.teacher.name_or_path) == tmp_path / "assistant"
+
+
+def test_job_folders_never_name_the_student_a_chained_step_takes():
+    excluded = set(preset("mini_tinybert").hydra.job.config.override_dirname.exclude_keys)
+    assert set(study.STUDENT_AS.values()) <= excluded  # a path would pass the file system's 255-byte names
