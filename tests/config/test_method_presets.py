@@ -88,7 +88,7 @@ def test_the_mini_chains_plan_with_their_students(tmp_path, tiny_glue, known_arc
     plan = make_plan(preset("mini_tinybert_task", f"init.path={tmp_path / 'general'}", f"data.glue_dir={tiny_glue}",
                             hydra=False))
     assert plan.init.path == tmp_path / "general" and plan.augment.n_per_example == 4
-    assert plan.augment.mlm_shape.num_layers == 2 and plan.trainer.stage2_lr == 3e-5
+    assert plan.augment.mlm_shape.num_layers == 2 and plan.trainer.stage2_lr == 1e-4
     assistant = shape_spec(preset("mini_minilm_ta", hydra=False).student, "assistant")
     assert (assistant.num_layers, assistant.hidden_size, assistant.num_heads) == (6, 192, 12)
     build_student(teacher, assistant, 2, 0, mlm=True).save_pretrained(tmp_path / "assistant")
