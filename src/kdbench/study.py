@@ -6,7 +6,8 @@
    `NAME_finetune` (step `finetune`); a preset with a `chain` block ({next: PRESET, student_as: teacher | init})
    hands each student to PRESET instead, as its teacher (MiniLM's teacher assistant) or as its initialisation
    (TinyBERT's task-specific distillation from its general one);
-3. report: `python -m kdbench.report DIR --out results/NAME --paper`.
+3. report: `python -m kdbench.report DIR --out results/NAME --paper`, when the last step scores on GLUE (a chain
+   that ends in a task-agnostic distillation, e.g. minilm_ta, ends by naming where its students are).
 
 Every step is a subprocess, so Hydra's multirun and its launchers (`hydra/launcher=slurm` as an override) run
 unchanged. The sweep dirs are fixed (DIR is the preset's `hydra.sweep.dir`, else multirun/NAME), so a re-run
@@ -50,6 +51,7 @@ class Study:
     out: Path  # the report's folder
     next: str | None = None  # the preset each saved student goes on to (None: the study ends with the sweep)
     student_as: str = "finetune"  # how it takes the student: a key of STUDENT_AS
+    reports: bool = True  # the last step scores on GLUE (a chain ending in a distillation leaves students only)
 
     @property
     def finetunes(self) -> bool:
@@ -109,13 +111,15 @@ def make_study(name: str, overrides: list[str], finetune_overrides: list[str], o
     sweep_dir = sweep_dir_of(name, overrides, OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir"))
     forwarded = shared(overrides) + list(finetune_overrides)
     next_preset, student_as = next_step(name, cfg)
+    last_setting = setting
     if next_preset is not None:
-        preset(next_preset, forwarded)
+        last_setting = preset(next_preset, forwarded).setting.name
     elif finetune_overrides:
         raise ConfigError(f"--finetune {finetune_overrides[0]}: experiment {name} is {setting}, its study fine-tunes "
                           "no student")
     return Study(name, setting, sweep_dir, tuple(t for t in overrides if override_key(t) != SWEEP_DIR_KEY),
-                 tuple(forwarded), out if out is not None else Path("results") / name, next_preset, student_as)
+                 tuple(forwarded), out if out is not None else Path("results") / name, next_preset, student_as,
+                 reports=last_setting != "task_agnostic")
 
 
 def next_step(name: str, cfg) -> tuple[str | None, str]:
@@ -198,6 +202,11 @@ def run_study(study: Study) -> None:
         for i, student in enumerate(students, 1):
             run_step(f"{study.step} {i}/{len(students)} ({finetune_dir(study, student)})",
                      finetune_command(study, student))
+    if not study.reports:  # task-agnostic distillations only: held-out losses, no GLUE score to tabulate
+        print(f"kdbench.study: {study.name} done: its students are the student/ folders under {study.sweep_dir}; "
+              "fine-tune them with python -m kdbench.run -m +experiment=finetune_grid setting.student_path=DIR",
+              flush=True)
+        return
     run_step(f"report ({study.out})", report_command(study))
     print(f"kdbench.study: {study.name} done: {study.out / 'tables.md'}", flush=True)
 

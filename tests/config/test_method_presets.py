@@ -103,3 +103,17 @@ def test_the_mini_chains_plan_with_their_students(tmp_path, tiny_glue, known_arc
 def test_job_folders_never_name_the_student_a_chained_step_takes():
     excluded = set(preset("mini_tinybert").hydra.job.config.override_dirname.exclude_keys)
     assert set(study.STUDENT_AS.values()) <= excluded  # a path would pass the file system's 255-byte names
+
+
+def test_a_chain_ending_in_a_distillation_ends_with_its_students_not_a_report(tmp_path, monkeypatch, capsys):
+    from tests.unit.test_study import FakeSteps, write_record
+
+    assert study.make_study("mini_tinybert", [], []).reports  # its last step scores SST-2
+    got = study.make_study("mini_minilm_ta", [f"hydra.sweep.dir={tmp_path}"], [])
+    assert not got.reports
+    student = write_record(tmp_path / "seed=1")
+    fake = FakeSteps()
+    monkeypatch.setattr(study.subprocess, "run", fake)
+    study.run_study(got)
+    assert fake.commands == [study.distill_command(got), study.finetune_command(got, student)]
+    assert "its students are the student/ folders under" in capsys.readouterr().out
