@@ -134,8 +134,9 @@ def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan, augment
     """
     key = {"teacher": teacher.identity, "task": plan.task.name, "train_limit": plan.data.train_limit,
            "subset_seed": plan.data.subset_seed, "max_length": plan.trainer.max_length,
-           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set),
-           "augmented": augmented}
+           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set)}
+    if augmented is not None:  # only then: the entries of the task's own subsets keep their keys
+        key["augmented"] = augmented
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = plan.cache_dir / "teacher_logits" / f"{plan.task.name}-{digest}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)

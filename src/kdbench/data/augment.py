@@ -89,14 +89,19 @@ class MaskedLMCandidates:
         self.allowed = torch.tensor([i not in special and tok.isalpha() for i, tok in enumerate(vocab)])
         self.vocab = vocab
 
-    def single_piece(self, word: str) -> int | None:
-        """The word's token id if it is one word piece (and known), else None."""
-        ids = self.tokenizer(word, add_special_tokens=False)["input_ids"]
-        return ids[0] if len(ids) == 1 and ids[0] != self.tokenizer.unk_token_id else None
+    def single_pieces(self, words: set[str]) -> set[str]:
+        """The words that are one known word piece each (one tokenizer call for all of them)."""
+        ordered = sorted(words)
+        pieces = self.tokenizer(ordered, add_special_tokens=False)["input_ids"] if ordered else []
+        return {w for w, ids in zip(ordered, pieces, strict=True) if len(ids) == 1 and ids[0] != self.tokenizer.unk_token_id}
 
     def __call__(self, queries: list[tuple[str, int, int]]) -> list[tuple[str, ...]]:
         """Candidates for (text, start, end) queries: the word at text[start:end] masked in its own text."""
-        rows = [self.masked(*query) for query in queries]
+        texts = list(dict.fromkeys(text for text, _, _ in queries))  # each text tokenised once for all its words
+        encoded = self.tokenizer(texts, truncation=True, return_offsets_mapping=True) if texts else {}
+        tokens = {text: (ids, {tuple(span): i for i, span in enumerate(spans)}) for text, ids, spans
+                  in zip(texts, encoded.get("input_ids", []), encoded.get("offset_mapping", []), strict=True)}
+        rows = [self.masked(*tokens[text], (start, end)) for text, start, end in queries]
         out: list[tuple[str, ...]] = [() for _ in queries]
         live = [i for i, row in enumerate(rows) if row is not None]
         for first in tqdm(range(0, len(live), self.batch_size), desc="augment: MLM candidates",
@@ -106,15 +111,14 @@ class MaskedLMCandidates:
                 out[i] = found
         return out
 
-    def masked(self, text: str, start: int, end: int):
-        """(input ids with the word masked, its position, its id), or None when truncation drops the word."""
-        encoded = self.tokenizer(text, truncation=True, return_offsets_mapping=True)
-        for position, (s, e) in enumerate(encoded["offset_mapping"]):
-            if (s, e) == (start, end):
-                ids = list(encoded["input_ids"])
-                original, ids[position] = ids[position], self.tokenizer.mask_token_id
-                return ids, position, original
-        return None
+    def masked(self, ids: list[int], positions: dict, span: tuple[int, int]):
+        """(the ids with the word at `span` masked, its position, its id), or None when truncation dropped it."""
+        position = positions.get(tuple(span))
+        if position is None:
+            return None
+        masked = list(ids)
+        masked[position] = self.tokenizer.mask_token_id
+        return masked, position, ids[position]
 
     @torch.inference_mode()
     def predict(self, rows) -> list[tuple[str, ...]]:
@@ -177,8 +181,8 @@ class Candidates:
 
     def for_texts(self, texts: list[str]) -> list[list[Word]]:
         spans = [[(w, s, e) for w, s, e in words_of(text, self.mlm.tokenizer) if eligible(w)] for text in texts]
-        queries = [(text, s, e) for text, found in zip(texts, spans, strict=True) for w, s, e in found
-                   if self.mlm.single_piece(w) is not None]
+        single = self.mlm.single_pieces({w for found in spans for w, _, _ in found})
+        queries = [(text, s, e) for text, found in zip(texts, spans, strict=True) for w, s, e in found if w in single]
         predicted = dict(zip(queries, self.mlm(queries), strict=True))
         result = []
         for text, found in zip(texts, spans, strict=True):

@@ -140,13 +140,18 @@ def encode_train(train: datasets.Dataset, task: TaskSpec, tokenizer, max_length:
     return tokenize(train.add_column("example", list(range(len(train)))), task, tokenizer, max_length)
 
 
-def task_datasets(task: TaskSpec, data: DataSpec, tokenizer, max_length: int):
-    """The tokenised training subset and dev set(s) ({metric suffix: dataset}) of a task."""
-    train = encode_train(train_subset(task, data), task, tokenizer, max_length)
+def dev_sets(task: TaskSpec, data: DataSpec, tokenizer, max_length: int) -> dict[str, datasets.Dataset]:
+    """The task's tokenised dev set(s), {metric suffix: dataset} (the first `data.eval_limit` examples of each)."""
     eval_sets = {}
     for suffix, split in task.eval_splits.items():
         dev = load_split(task, split, data)
         if data.eval_limit is not None:
             dev = dev.select(range(min(data.eval_limit, len(dev))))
         eval_sets[suffix] = tokenize(dev, task, tokenizer, max_length)
-    return train, eval_sets
+    return eval_sets
+
+
+def task_datasets(task: TaskSpec, data: DataSpec, tokenizer, max_length: int):
+    """The tokenised training subset and dev set(s) ({metric suffix: dataset}) of a task."""
+    train = encode_train(train_subset(task, data), task, tokenizer, max_length)
+    return train, dev_sets(task, data, tokenizer, max_length)

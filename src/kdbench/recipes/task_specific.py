@@ -18,7 +18,7 @@ from pathlib import Path
 from kdbench import models
 from kdbench.data.augment import augmented_train_set
 from kdbench.data.batches import make_loader
-from kdbench.data.glue import encode_train, task_datasets, train_subset
+from kdbench.data.glue import dev_sets, encode_train, train_subset
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.plan import Plan
@@ -44,14 +44,16 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     """Runs the recipe; returns the record's metrics, teacher metrics and timing."""
     trainer = plan.trainer
     tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
-    train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
+    originals = train_subset(plan.task, plan.data)
+    train_set = encode_train(originals, plan.task, tokenizer, trainer.max_length)
+    eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
     teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=trainer.teacher_seed)
     eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False)
                     for suffix, ds in eval_sets.items()}
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
 
     student = models.student_for(plan, teacher.model)
-    train_set, augmented = distillation_set(plan, train_set, tokenizer)
+    train_set, augmented = distillation_set(plan, originals, train_set, tokenizer)
     train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
                                group_by_length=trainer.group_by_length)
     timing = {"teacher_finetune_s": teacher.seconds, "stage1_s": 0.0, "stage2_s": 0.0}
@@ -91,13 +93,14 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         {"augmented": augmented} if augmented else {})
 
 
-def distillation_set(plan: Plan, train_set, tokenizer):
-    """The stages' training set: the task's subset, or its augmentation (with what the record says of it)."""
+def distillation_set(plan: Plan, originals, train_set, tokenizer):
+    """The stages' training set: the task's subset (`train_set`, the tokenised `originals`), or the augmentation
+    of `originals` (with what the record says of it)."""
     if plan.augment is None:
         return train_set, None
     source = str(plan.data.glue_dir or plan.data.hf_dataset)
-    augmented, path = augmented_train_set(train_subset(plan.task, plan.data), plan.task, plan.augment,
-                                          plan.cache_dir, source, plan.device, plan.trainer.progress_bar)
+    augmented, path = augmented_train_set(originals, plan.task, plan.augment, plan.cache_dir, source, plan.device,
+                                          plan.trainer.progress_bar)
     encoded = encode_train(augmented, plan.task, tokenizer, plan.trainer.max_length)
     return encoded, {"entry": path.name, "path": str(path), "examples": len(encoded), "originals": len(train_set)}
 
