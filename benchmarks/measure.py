@@ -1,6 +1,7 @@
 """One measurement, in its own process: `python benchmarks/measure.py '<json spec>'` prints one JSON line.
 
-spec: impl (kdbench | plain | textbrewer | check: kdbench's loss and gradients against the plain loop's),
+spec: impl (kdbench | tuned | plain | textbrewer | textbrewer_dynamic | check: kdbench's loss and gradients
+against the plain and tuned loops'),
 objective (att_kl+val_kl | hid_seq | vanilla_kd: stage 2), task (sst2 | rte | wiki: Wikipedia text packed to
 exactly seq_len tokens), seq_len, student_layers, batch_size, steps (timed), warmup, seed; kdbench only:
 precision (fp32 | bf16), overrides (Hydra overrides: kdbench's optional trainer settings, e.g.
@@ -8,8 +9,9 @@ trainer.recompute_losses=true, trainer.recompute_attention=true, trainer.compile
 student (config options, default minilm_l6 and 3x384), init (every_kth or random), threads.
 
 Every implementation gets the same teacher and student weights and the same examples: `warmup` untimed
-batches, then `steps` timed batches that cover the same `steps * batch_size` examples (kdbench batches them
-by length with dynamic padding; the peers pad every batch to seq_len in a seeded random order), then one
+batches, then `steps` timed batches that cover the same `steps * batch_size` examples (kdbench, the tuned loop
+and textbrewer_dynamic: kdbench's length-grouped batches with dynamic padding; plain and textbrewer: every batch
+padded to seq_len, in a seeded random order), then one
 untimed batch (TextBrewer saves the student after its last step). The clock starts when the first timed
 batch is fetched and stops when the batch after the last timed one is, so a step is the full loop
 iteration (forward, backward, optimizer step, the framework's own overhead). Peak memory: the process's
@@ -152,21 +154,21 @@ class Setup:
         self.timed_set = self.train.select(range(timed))
         self.other_set = self.train.select(range(timed, len(self.train)))
 
-    def batches(self, dataset, *, padded: bool, stage1: bool) -> list[dict]:
-        keep = TOKEN_INPUTS + (("labels", "example") if not (padded and stage1) else ())
-        if padded:  # the peers: every batch padded to seq_len, random order
+    def batches(self, dataset, *, padded: bool, tokens_only: bool = False) -> list[dict]:
+        keep = TOKEN_INPUTS + (() if tokens_only else ("labels", "example"))
+        if padded:  # plain and textbrewer: every batch padded to seq_len, random order
             collate = DataCollatorWithPadding(self.tokenizer, padding="max_length", max_length=self.spec["seq_len"])
             loader = torch.utils.data.DataLoader(dataset, batch_size=self.spec["batch_size"], shuffle=True,
                                                  collate_fn=collate, generator=torch.Generator().manual_seed(0))
-        else:  # kdbench: length-grouped, dynamic padding
+        else:  # kdbench's batches: length-grouped, dynamic padding
             loader = make_loader(dataset, self.tokenizer, self.spec["batch_size"], shuffle=True,
                                       seed=self.spec["seed"], group_by_length=True)
         return [to_device({k: v for k, v in b.items() if k in keep}, self.device) for b in loader]
 
-    def timed_batches(self, *, padded: bool, stage1: bool) -> TimedBatches:
-        other = self.batches(self.other_set, padded=padded, stage1=stage1)
-        warmup = other[: self.spec["warmup"]]
-        return TimedBatches(warmup, self.batches(self.timed_set, padded=padded, stage1=stage1), other[-1:], self.device)
+    def timed_batches(self, *, padded: bool, tokens_only: bool = False) -> TimedBatches:
+        other = self.batches(self.other_set, padded=padded, tokens_only=tokens_only)
+        timed = self.batches(self.timed_set, padded=padded, tokens_only=tokens_only)
+        return TimedBatches(other[: self.spec["warmup"]], timed, other[-1:], self.device)
 
 
 def optimizer_for(modules):
@@ -185,7 +187,7 @@ def train_steps(step, modules, batches: TimedBatches) -> None:
 
 
 def run_kdbench(setup: Setup) -> TimedBatches:
-    batches = setup.timed_batches(padded=False, stage1=True)
+    batches = setup.timed_batches(padded=False)
     plan = setup.plan
     models.prepare_for_training(setup.student, plan.trainer.recompute_attention)
     if plan.trainer.compile:  # compiled during the warm-up steps (their time is reported as warmup_s)
@@ -202,12 +204,12 @@ def run_kdbench(setup: Setup) -> TimedBatches:
     return batches
 
 
-def peer_batches(setup: Setup) -> tuple[bool, TimedBatches]:
-    """(stage 1?, the padded batches) for a peer: eager attention where it must return attention maps."""
+def peer_batches(setup: Setup, *, padded: bool = True, eager: bool = True) -> tuple[bool, TimedBatches]:
+    """(stage 1?, the batches) for a peer: eager attention where it reads attention maps from the outputs."""
     stage1 = bool(setup.plan.terms)
     for model in (setup.teacher, setup.student):
-        model.set_attn_implementation("eager" if stage1 else "sdpa")
-    return stage1, setup.timed_batches(padded=True, stage1=stage1)
+        model.set_attn_implementation("eager" if stage1 and eager else "sdpa")
+    return stage1, setup.timed_batches(padded=padded, tokens_only=stage1)  # a peer's stage 1 has no label term
 
 
 def run_plain(setup: Setup) -> TimedBatches:
@@ -217,8 +219,15 @@ def run_plain(setup: Setup) -> TimedBatches:
     return batches
 
 
-def run_textbrewer(setup: Setup) -> TimedBatches:
-    _, batches = peer_batches(setup)
+def run_tuned(setup: Setup) -> TimedBatches:
+    stage1, batches = peer_batches(setup, padded=False, eager=False)
+    step, modules = (peers.tuned_stage1 if stage1 else peers.tuned_stage2)(setup)
+    train_steps(step, modules, batches)
+    return batches
+
+
+def run_textbrewer(setup: Setup, padded: bool = True) -> TimedBatches:
+    _, batches = peer_batches(setup, padded=padded)
     peers.textbrewer_train(setup, batches, optimizer_for, num_steps=len(batches))
     return batches
 
@@ -230,24 +239,27 @@ def student_grads(student, loss) -> dict[str, torch.Tensor]:
 
 
 def check(setup: Setup) -> dict:
-    """kdbench's stage-1 loss and student gradients against the plain loop's, same padded batch, same weights."""
-    setup.student.eval()  # no dropout: both implementations must see the same student
-    batch = setup.batches(setup.timed_set, padded=True, stage1=False)[0]
+    """kdbench's stage-1 loss and student gradients against the plain and tuned loops', same padded batch, same
+    weights."""
+    setup.student.eval()  # no dropout: every implementation must see the same student
+    batch = setup.batches(setup.timed_set, padded=True)[0]
     with kdbench_stage1(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, _):
         ours = step(batch)["total"]
         our_grads = student_grads(setup.student, ours)
-    for model in (setup.teacher, setup.student):
-        model.set_attn_implementation("eager")
-    step, _ = peers.plain_stage1(setup)
-    theirs = step({k: v for k, v in batch.items() if k in TOKEN_INPUTS})
-    their_grads = student_grads(setup.student, theirs)
-    diff = max(float((our_grads[n] - g).abs().max()) for n, g in their_grads.items())
-    scale = max(float(g.abs().max()) for g in their_grads.values())
-    return {"kdbench_loss": ours.item(), "plain_loss": theirs.item(), "same_parameters": our_grads.keys() == their_grads.keys(),
-            "max_grad_diff": diff, "max_grad": scale}
+    result = {"kdbench_loss": ours.item()}
+    for peer, make_step, attention in (("plain", peers.plain_stage1, "eager"), ("tuned", peers.tuned_stage1, "sdpa")):
+        for model in (setup.teacher, setup.student):
+            model.set_attn_implementation(attention)
+        step, _ = make_step(setup)
+        theirs = step({k: v for k, v in batch.items() if k in TOKEN_INPUTS})
+        their_grads = student_grads(setup.student, theirs)
+        result |= {f"{peer}_loss": theirs.item(), f"{peer}_same_parameters": our_grads.keys() == their_grads.keys(),
+                   f"{peer}_max_grad_diff": max(float((our_grads[n] - g).abs().max()) for n, g in their_grads.items())}
+    return result | {"max_grad": max(float(g.abs().max()) for g in our_grads.values())}
 
 
-IMPLEMENTATIONS = {"kdbench": run_kdbench, "plain": run_plain, "textbrewer": run_textbrewer}
+IMPLEMENTATIONS = {"kdbench": run_kdbench, "tuned": run_tuned, "plain": run_plain, "textbrewer": run_textbrewer,
+                   "textbrewer_dynamic": lambda setup: run_textbrewer(setup, padded=False)}
 
 
 def main() -> None:

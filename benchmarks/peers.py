@@ -1,15 +1,20 @@
 """The implementations kdbench is measured against, written the way their users write them.
 
-* `plain`: a Hugging Face loop. Eager attention with `output_attentions=True` and `output_hidden_states=True`
-  on every layer of both models (Hugging Face's SDPA attention cannot return attention maps), value
-  projections read by forward hooks (MiniLM's value relation is not a model output), the teacher recomputed
-  under `torch.no_grad()` every step, batches padded to the maximum length.
-* `textbrewer`: TextBrewer's `GeneralDistiller` on the same models and the same padded batches, with the
+* `tuned`: a Hugging Face loop as a careful user writes it: SDPA attention on both models, the features taken
+  only at the mapped layers by forward hooks (the query, key and value projections, from which it rebuilds the
+  attention probabilities and value relations, or the blocks' outputs), the teacher under
+  `torch.inference_mode()`; the caller gives it kdbench's batches (dynamic padding, length-grouped).
+* `plain`: a Hugging Face loop as run_glue's defaults and most examples write it: eager attention with
+  `output_attentions=True` and `output_hidden_states=True` on every layer of both models (Hugging Face's SDPA
+  attention cannot return attention maps), value projections read by forward hooks (MiniLM's value relation is
+  not a model output), the teacher recomputed under `torch.no_grad()` every step, batches padded to the maximum
+  length.
+* `textbrewer`: TextBrewer's `GeneralDistiller` on the same models and the given batches (padded, or kdbench's), with the
   matching intermediate matches. Its attention losses expect pre-softmax scores from its own model code,
   Hugging Face returns probabilities, so the attention and value-relation KL are registered as match losses
   (the documented `register_new` route); hid_seq uses TextBrewer's own `hidden_mse` with a linear projection.
 
-Both compute the same losses as kdbench's objectives (checked by `measure.py`'s `check` mode).
+All compute the same losses as kdbench's objectives (the loops checked by `measure.py`'s `check` mode).
 """
 
 from __future__ import annotations
@@ -38,17 +43,19 @@ def attention_kl(att_s, att_t, mask=None):
     return masked_row_kl(att_s, att_t, mask)
 
 
-def value_relation(values, num_heads, mask):
-    """softmax(V V^T / sqrt(d)) over valid keys, [B, H, L, L], from a value projection [B, L, H*d]."""
-    b, length, width = values.shape
-    v = values.view(b, length, num_heads, width // num_heads).transpose(1, 2)
-    scores = v @ v.transpose(-1, -2) / math.sqrt(v.shape[-1])
+def relation(rows, columns, num_heads, mask):
+    """softmax(A B^T / sqrt(d)) over valid keys, [B, H, L, L], from two projections [B, L, H*d] (A = queries or
+    values, B = keys or values)."""
+    b, length, width = rows.shape
+    a, c = (x.view(b, length, num_heads, width // num_heads).transpose(1, 2) for x in (rows, columns))
+    scores = a @ c.transpose(-1, -2) / math.sqrt(a.shape[-1])
     scores = scores.masked_fill(~mask[:, None, None, :].bool(), float("-inf"))
     return scores.softmax(-1)
 
 
 def value_kl(values_s, values_t, mask, num_heads):
-    return masked_row_kl(value_relation(values_s, num_heads, mask), value_relation(values_t, num_heads, mask), mask)
+    return masked_row_kl(relation(values_s, values_s, num_heads, mask), relation(values_t, values_t, num_heads, mask),
+                         mask)
 
 
 def hidden_mse(hidden_s, hidden_t, mask):
@@ -63,16 +70,19 @@ def kd(student_logits, teacher_logits, labels, temperature, alpha):
     return alpha * soft + (1 - alpha) * F.cross_entropy(student_logits, labels)
 
 
-class ValueHooks:
-    """Collects the value projections of the given (0-based) layers at every forward."""
+class Hooks:
+    """Collects, at every forward, the outputs of the given (0-based) layers' submodules (`value`:
+    attention.self.value; `block`: the whole block, its output hidden state) in the order they run."""
 
-    def __init__(self, model, layers):
+    def __init__(self, model, layers, parts=("value",)):
         self.outputs: list[torch.Tensor] = []
         blocks = encoder_layers(model)
-        self.handles = [blocks[i].attention.self.value.register_forward_hook(self.record) for i in layers]
+        modules = {"query": lambda b: b.attention.self.query, "key": lambda b: b.attention.self.key,
+                   "value": lambda b: b.attention.self.value, "block": lambda b: b}
+        self.handles = [modules[part](blocks[i]).register_forward_hook(self.record) for i in layers for part in parts]
 
     def record(self, module, inputs, output):
-        self.outputs.append(output)
+        self.outputs.append(output[0] if isinstance(output, tuple) else output)
 
     def take(self) -> list[torch.Tensor]:
         taken, self.outputs = self.outputs, []
@@ -89,8 +99,8 @@ def plain_stage1(setup):
     projection = nn.Linear(student.config.hidden_size, teacher.config.hidden_size).to(setup.device)
     objective = setup.spec["objective"]
     if objective == "att_kl+val_kl":
-        values_t = ValueHooks(teacher, [t - 1 for _, t in pairs])
-        values_s = ValueHooks(student, [s - 1 for s, _ in pairs])
+        values_t = Hooks(teacher, [t - 1 for _, t in pairs])
+        values_s = Hooks(student, [s - 1 for s, _ in pairs])
 
     def step(batch):
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -124,11 +134,61 @@ def plain_stage2(setup):
     return step, [student]
 
 
+# ---- the tuned loop ----------------------------------------------------------------------------------------------
+
+
+def tuned_stage1(setup):
+    """Returns (step, trained modules): one step of intermediate-layer distillation as a careful user writes it."""
+    teacher, student, pairs = setup.teacher, setup.student, setup.pairs  # pairs: (student, teacher), 1-based
+    heads = student.config.num_attention_heads
+    projection = nn.Linear(student.config.hidden_size, teacher.config.hidden_size).to(setup.device)
+    attention = setup.spec["objective"] == "att_kl+val_kl"  # else hid_seq
+    parts = ("query", "key", "value") if attention else ("block",)
+    hooks_t, hooks_s = Hooks(teacher, [t - 1 for _, t in pairs], parts), Hooks(student, [s - 1 for s, _ in pairs], parts)
+
+    def features(hooks, mask):
+        """Per mapped layer: (attention probabilities, value relation), or (its output hidden state,)."""
+        taken = hooks.take()
+        if not attention:
+            return [(hidden,) for hidden in taken]
+        return [(relation(q, k, heads, mask), relation(v, v, heads, mask)) for q, k, v in zip(*[iter(taken)] * 3)]
+
+    def step(batch):
+        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        mask = batch["attention_mask"]
+        with torch.inference_mode():
+            teacher(**inputs)
+            targets = features(hooks_t, mask)
+        targets = [[x.clone() for x in layer] for layer in targets]  # inference tensors cannot be saved for backward
+        student(**inputs)
+        loss = 0.0
+        for ours, theirs in zip(features(hooks_s, mask), targets):
+            if attention:
+                loss = loss + masked_row_kl(ours[0], theirs[0], mask) + masked_row_kl(ours[1], theirs[1], mask)
+            else:
+                loss = loss + hidden_mse(projection(ours[0]), theirs[0], mask)
+        return loss
+
+    return step, [student] + ([] if attention else [projection])
+
+
+def tuned_stage2(setup):
+    teacher, student, kd_cfg = setup.teacher, setup.student, setup.plan.kd
+
+    def step(batch):
+        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        with torch.inference_mode():
+            teacher_logits = teacher(**inputs).logits
+        return kd(student(**inputs).logits, teacher_logits.clone(), batch["labels"], kd_cfg.temperature, kd_cfg.alpha)
+
+    return step, [student]
+
+
 # ---- TextBrewer --------------------------------------------------------------------------------------------------
 
 
 def textbrewer_train(setup, batches, optimizer_for, num_steps: int) -> None:
-    """Runs TextBrewer's GeneralDistiller for `num_steps` over `batches` (dicts of padded tensors)."""
+    """Runs TextBrewer's GeneralDistiller for `num_steps` over `batches` (dicts of tensors)."""
     import textbrewer
     from textbrewer import DistillationConfig, GeneralDistiller, TrainingConfig
 
@@ -140,7 +200,7 @@ def textbrewer_train(setup, batches, optimizer_for, num_steps: int) -> None:
         "match_Loss", "value_relation_kl", lambda vs, vt, mask=None: value_kl(vs, vt, mask, heads))
     values = {}
     if objective == "att_kl+val_kl":
-        values = {"T": ValueHooks(teacher, [t - 1 for _, t in pairs]), "S": ValueHooks(student, [s - 1 for s, _ in pairs])}
+        values = {"T": Hooks(teacher, [t - 1 for _, t in pairs]), "S": Hooks(student, [s - 1 for s, _ in pairs])}
         matches = [{"layer_T": t - 1, "layer_S": s - 1, "feature": "attention", "loss": "attention_kl_probs", "weight": 1}
                    for s, t in pairs]
         matches += [{"layer_T": i, "layer_S": i, "feature": "hidden", "loss": "value_relation_kl", "weight": 1}

@@ -22,7 +22,9 @@ from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PEERS = ("plain", "textbrewer")
+PEERS = ("tuned", "plain", "textbrewer_dynamic", "textbrewer")
+NAMES = {"kdbench": "kdbench", "tuned": "tuned loop", "plain": "plain loop", "textbrewer_dynamic": "TextBrewer dyn.",
+         "textbrewer": "TextBrewer padded"}
 GROUPS = ("main", "seq_len", "layers", "bf16", "recompute", "compile")
 VARIANTS = ("bf16", "recompute", "compile")  # groups of kdbench's optional settings, measured against its default
 LOW_MEMORY = ["trainer.recompute_attention=true"]  # kdbench's setting for long sequences on a CPU
@@ -99,7 +101,7 @@ def run(selected: list[str], repeats: int, quick: bool, raw: Path) -> None:
         check = measure({**cases["main"][0], "impl": "check", "group": "check"})
         out.write(json.dumps(check) + "\n")
         print(f"check: kdbench loss {check['kdbench_loss']:.6f}, plain {check['plain_loss']:.6f}, "
-              f"max |grad diff| {check['max_grad_diff']:.2e}", flush=True)
+              f"tuned {check['tuned_loss']:.6f}", flush=True)
         for group in selected:
             for spec in cases[group]:
                 for repeat in range(repeats):
@@ -135,19 +137,21 @@ def describe(case: tuple) -> str:
 
 
 def table(group_rows: list[dict], title: str) -> list[str]:
+    peers = [p for p in PEERS if any(r["impl"] == p for r in group_rows)]
+    impls = ["kdbench", *peers]
     lines = [f"### {title}", "",
-             "| case | kdbench ex/s | plain ex/s | TextBrewer ex/s | vs plain | vs TextBrewer "
-             "| peak MiB kdbench / plain / TextBrewer | peak vs plain | n |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for case, impls in medians(group_rows).items():
-        if not all(i in impls for i in IMPLEMENTATIONS):
+             "| case | " + " | ".join(f"{NAMES[i]} ex/s" for i in impls) + " | "
+             + " | ".join(f"vs {NAMES[p]}" for p in peers) + " | peak MiB " + " / ".join(NAMES[i] for i in impls)
+             + " | n |",
+             "|---|" + "---:|" * (2 * len(impls) + 1)]
+    for case, measured in medians(group_rows).items():
+        if not all(i in measured for i in impls):
             continue
-        k, p, t = (impls[i] for i in IMPLEMENTATIONS)
+        speed = [measured[i]["examples_per_s"] for i in impls]
         lines.append(
-            f"| {describe(case)} | {k['examples_per_s']:.1f} | {p['examples_per_s']:.1f} | {t['examples_per_s']:.1f} "
-            f"| **{k['examples_per_s'] / p['examples_per_s']:.2f}x** | **{k['examples_per_s'] / t['examples_per_s']:.2f}x** "
-            f"| {k['peak_mib']:.0f} / {p['peak_mib']:.0f} / {t['peak_mib']:.0f} | {k['peak_mib'] / p['peak_mib']:.2f}x "
-            f"| {k['n']} |")
+            f"| {describe(case)} | " + " | ".join(f"{v:.1f}" for v in speed) + " | "
+            + " | ".join(f"**{speed[0] / v:.2f}x**" for v in speed[1:]) + " | "
+            + " / ".join(f"{measured[i]['peak_mib']:.0f}" for i in impls) + f" | {measured['kdbench']['n']} |")
     return lines + [""]
 
 
@@ -166,11 +170,19 @@ def targets(rows: list[dict]) -> list[str]:
     sst2_stage1 = lambda c: c[0] == "sst2" and c[1] == "att_kl+val_kl"  # noqa: E731
     speed = "examples_per_s"
     for name, value, goal, better in (
-        ("stage 1 att_kl+val_kl on SST-2, examples/s vs TextBrewer", ratio(main, sst2_stage1, speed, "textbrewer"), 2, "ge"),
-        ("stage 1 att_kl+val_kl on SST-2, examples/s vs plain loop", ratio(main, sst2_stage1, speed, "plain"), 3, "ge"),
-        ("stage 2 (cached logits) on SST-2, examples/s vs plain loop",
+        ("stage 1 att_kl+val_kl on SST-2, examples/s vs the tuned loop (same batches)",
+         ratio(main, sst2_stage1, speed, "tuned"), 1, "ge"),
+        ("stage 1 hid_seq on SST-2, examples/s vs the tuned loop (same batches)",
+         ratio(main, lambda c: c[0] == "sst2" and c[1] == "hid_seq", speed, "tuned"), 1, "ge"),
+        ("stage 1 att_kl+val_kl on SST-2, examples/s vs TextBrewer (padded batches)",
+         ratio(main, sst2_stage1, speed, "textbrewer"), 2, "ge"),
+        ("stage 1 att_kl+val_kl on SST-2, examples/s vs plain loop (padded batches)",
+         ratio(main, sst2_stage1, speed, "plain"), 3, "ge"),
+        ("stage 2 (cached logits) on SST-2, examples/s vs plain loop (padded batches)",
          ratio(main, lambda c: c[0] == "sst2" and c[1] == "vanilla_kd", "examples_per_s", "plain"), 3, "ge"),
-        ("stage 2 (cached logits) on RTE, examples/s vs plain loop",
+        ("stage 2 (cached logits) on SST-2, examples/s vs the tuned loop (same batches, teacher recomputed)",
+         ratio(main, lambda c: c[0] == "sst2" and c[1] == "vanilla_kd", "examples_per_s", "tuned"), 1, "ge"),
+        ("stage 2 (cached logits) on RTE, examples/s vs plain loop (padded batches)",
          ratio(main, lambda c: c[0] == "rte" and c[1] == "vanilla_kd", "examples_per_s", "plain"), 3, "ge"),
         ("peak memory at length 512 vs plain loop", ratio(lengths, lambda c: c[2] == 512, "peak_mib", "plain"), 0.5, "le"),
         ("peak memory at length 512 vs plain loop, kdbench with " + setting({"overrides": LOW_MEMORY}),
@@ -222,34 +234,41 @@ def report(raw: Path, out: Path) -> None:
     rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
     info = machine()
     lines = [
-        "# Benchmarks: kdbench against a plain Hugging Face loop and TextBrewer", "",
+        "# Benchmarks: kdbench against Hugging Face loops and TextBrewer", "",
         "Generated by `python benchmarks/run.py` (`make bench`) from `raw.jsonl`; see `measure.py` for what one",
         "measurement is. Same teacher (MiniLM-L6, all-MiniLM-L6-v2 with a seeded classifier), same student weights",
         "(3x384 initialised from teacher layers 2,4,6 unless stated), same examples, same number of optimizer steps;",
         "examples/s and the peak memory are medians over the repeats (n). *peak*: the process's resident-memory",
         "high-water mark over the timed steps, models, data and Python included (the allocator keeps what the",
         "warm-up steps took, so this is the training peak; about 1.1 GiB of it is the common base). Ratios:",
-        "kdbench's over the peer's.", "",
+        "kdbench's over the peer's, each against the peer named in its column.", "",
         f"**Machine**: {info['cpu']}, {info['cores']} cores, {info['threads']} torch threads"
         f"{', GPU ' + info['gpu'] if info['gpu'] else ', no GPU'}; Python {info['python']}, torch {info['torch']}, "
         f"transformers {info['transformers']}, TextBrewer {info['textbrewer']}.", "",
         "**Implementations**: *kdbench*: its stage-1 / stage-2 step functions and the same loop as the training "
         "recipe (SDPA attention, scores recomputed from hooked q/k at the mapped layers only, both models stopped "
         "after their last mapped layer, teacher under inference mode, length-grouped batches with dynamic padding, "
-        "stage 2 from cached teacher logits). *plain*: a Hugging Face loop as users write it (`benchmarks/peers.py`): "
-        "eager attention with `output_attentions=True, output_hidden_states=True` on both models, value projections "
-        "by hooks, teacher recomputed under `no_grad` every step, every batch padded to the maximum length; in stage 2 "
-        "it runs without the output flags (the stricter baseline). *TextBrewer*: `GeneralDistiller` on the same "
-        "padded batches with the matching intermediate matches (attention and value-relation KL registered as match "
-        "losses since TextBrewer's own expect pre-softmax scores; hid_seq with its `hidden_mse` and a linear "
-        "projection; stage 2 with its `ce` KD loss and the hard-label loss).", "",
+        "stage 2 from cached teacher logits). *tuned loop*: a Hugging Face loop as a careful user writes it "
+        "(`benchmarks/peers.py`): kdbench's batches (length-grouped, dynamic padding), SDPA attention, the query, key "
+        "and value projections (or block outputs) hooked at the mapped layers only and the attention probabilities "
+        "rebuilt from them, the whole teacher under `inference_mode` every step, the losses through autograd. "
+        "*plain loop*: a Hugging Face loop as run_glue's defaults and most examples write it: eager attention with "
+        "`output_attentions=True, output_hidden_states=True` on both models, value projections by hooks, teacher "
+        "recomputed under `no_grad` every step, every batch padded to the maximum length; in stage 2 it runs without "
+        "the output flags (the stricter baseline). *TextBrewer*: `GeneralDistiller` with the matching intermediate "
+        "matches (attention and value-relation KL registered as match losses since TextBrewer's own expect "
+        "pre-softmax scores; hid_seq with its `hidden_mse` and a linear projection; stage 2 with its `ce` KD loss and "
+        "the hard-label loss), eager attention in stage 1 (it reads attention maps from the outputs), fed kdbench's "
+        "batches (*dyn.*) or the padded ones (*padded*).", "",
     ]
     checks = [r for r in rows if r.get("impl") == "check"]
     if checks:
         c = checks[-1]
+        compared = [p for p in ("plain", "tuned") if f"{p}_loss" in c]
         lines += [f"**Same work**: on one padded batch with the same weights, kdbench's stage-1 loss is "
-                  f"{c['kdbench_loss']:.6f} and the plain loop's {c['plain_loss']:.6f}; the largest difference of a "
-                  f"student gradient entry is {c['max_grad_diff']:.1e} (largest entry {c['max_grad']:.2f}).", ""]
+                  f"{c['kdbench_loss']:.6f}; " + "; ".join(
+                      f"the {p} loop's {c[f'{p}_loss']:.6f}, the largest difference of a student gradient entry "
+                      f"{c[f'{p}_max_grad_diff']:.1e}" for p in compared) + f" (largest entry {c['max_grad']:.2f}).", ""]
     titles = {"main": "Distillation stages (max length 128)",
               "seq_len": "Sequence length (att_kl+val_kl, Wikipedia text packed to exactly that length: no padding)",
               "layers": "Number of mapped layers (att_kl+val_kl on SST-2; student depth = mapped layers; measured at "

@@ -1,5 +1,5 @@
 """The benchmark script's measurements on the tiny model: each implementation runs, and kdbench's fast stage-1
-path (SDPA, hooked q/k/v, early stop) gives the plain loop's loss and gradients on the same batch."""
+path (SDPA, hooked q/k/v, early stop) gives the plain and tuned loops' loss and gradients on the same batch."""
 
 from __future__ import annotations
 
@@ -30,39 +30,44 @@ def run_measure(spec: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def assert_same_step(result: dict, peer: str, rel: float) -> None:
+    assert result[f"{peer}_loss"] > 1e-4
+    assert result["kdbench_loss"] == pytest.approx(result[f"{peer}_loss"], rel=rel)
+    assert result[f"{peer}_same_parameters"]
+    assert result[f"{peer}_max_grad_diff"] <= 1e-5 * max(result["max_grad"], 1.0)
+
+
 @pytest.mark.slow
-def test_fast_stage1_matches_the_plain_loop(tiny_glue):
+def test_fast_stage1_matches_the_plain_and_tuned_loops(tiny_glue):
     result = measure(tiny_glue, "check", init="random")  # a student that is not a copy of teacher layers
-    assert result["plain_loss"] > 1e-4
-    assert result["kdbench_loss"] == pytest.approx(result["plain_loss"], rel=1e-4)
-    assert result["same_parameters"]
-    assert result["max_grad_diff"] <= 1e-5 * max(result["max_grad"], 1.0)
+    for peer in ("plain", "tuned"):
+        assert_same_step(result, peer, rel=1e-4)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impl", ["kdbench", "plain"])
+@pytest.mark.parametrize("impl", ["kdbench", "tuned", "plain"])
 @pytest.mark.parametrize("objective", ["att_kl+val_kl", "hid_seq", "vanilla_kd"])
 def test_each_implementation_times_the_same_examples(tiny_glue, impl, objective):
     result = measure(tiny_glue, impl, objective)
     assert result["examples"] == 2 * 4
     assert result["seconds"] > 0 and result["peak_mib"] > 0
     if impl == "plain":
-        assert result["padded_tokens"] == 2 * 4 * 32  # the peers pad every batch to the maximum length
+        assert result["padded_tokens"] == 2 * 4 * 32  # run_glue's default: every batch padded to the maximum length
     else:
         assert result["padded_tokens"] < 2 * 4 * 32  # dynamic padding
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("textbrewer") is None, reason="TextBrewer lives in the benchmark env")
-def test_textbrewer_runs(tiny_glue):
-    assert measure(tiny_glue, "textbrewer")["examples"] == 2 * 4
+@pytest.mark.parametrize("impl", ["textbrewer", "textbrewer_dynamic"])
+def test_textbrewer_runs(tiny_glue, impl):
+    assert measure(tiny_glue, impl)["examples"] == 2 * 4
 
 
 @realdata
-def test_fast_stage1_matches_the_plain_loop_on_minilm():
+def test_fast_stage1_matches_the_plain_and_tuned_loops_on_minilm():
     spec = {"impl": "check", "objective": "att_kl+val_kl", "task": "sst2", "seq_len": 64, "student_layers": 3,
             "batch_size": 8, "steps": 1, "warmup": 1, "seed": 1, "threads": 2}
     result = run_measure(spec)
-    assert result["plain_loss"] > 0.1
-    assert result["kdbench_loss"] == pytest.approx(result["plain_loss"], rel=1e-5)
-    assert result["max_grad_diff"] <= 1e-5 * result["max_grad"]
+    for peer in ("plain", "tuned"):
+        assert_same_step(result, peer, rel=1e-5)
