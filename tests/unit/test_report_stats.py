@@ -11,11 +11,15 @@ from scipy import stats
 
 from kdbench.report.load import load_records
 from kdbench.report.stats import (
+    MAX_SEEDS,
     PVALUE_COLS,
     UNMATCHED_COLS,
     drop_duplicates,
     holm,
+    paired_effect,
+    paired_power,
     paired_tests,
+    seeds_needed,
     split_designs,
     to_frame,
 )
@@ -94,7 +98,7 @@ def test_pair_with_one_matched_seed_is_kept_with_empty_p(tmp_path: Path):
     assert math.isnan(rte.t) and math.isnan(rte.p) and math.isnan(rte.p_holm)
     assert rte.mean_a == 71.0 and rte.mean_b == 69.0
     raw = (out / "pvalues.csv").read_text().splitlines()
-    assert any(line.endswith(",1,71.0,69.0,,,") for line in raw)
+    assert any(line.endswith(",1,71.0,69.0,2.0,,,,,,,") for line in raw)  # a difference, nothing inferred
 
     unmatched = read_csv(out / "unmatched.csv")
     assert list(unmatched.columns) == UNMATCHED_COLS
@@ -147,9 +151,15 @@ def test_significance_lists_non_significant_pairs(three_objectives: Path):
     pv = paired_tests(to_frame(load_records(three_objectives).records))
     rte = pv[(pv.task == "rte")].set_index(["a", "b"])
     assert rte.loc[("att_kl", "hid_mse"), "p_holm"] >= 0.05  # sanity of the fixture
-    rte_line = next(line for line in text.splitlines() if line.startswith("- rte:"))
-    assert "att_kl vs hid_mse" in rte_line
-    assert "| | att_kl | hid_mse | logit_kl |" in text  # the ALL matrix
+    row = rte.loc[("att_kl", "hid_mse")]
+    rte_line = next(line for line in text.splitlines() if line.startswith("| rte | att_kl | hid_mse |"))
+    cells = [cell.strip() for cell in rte_line.strip("|").split("|")]
+    assert cells[6] == f"{row['diff']:+.1f} [{row.ci_low:+.1f}, {row.ci_high:+.1f}]"
+    assert cells[9:] == [f"{row.p_holm:.3f}", "no", f"{int(row.seeds_needed)} pairs"]
+    assert "| | att_kl | hid_mse | logit_kl |" in text  # the ALL matrix of differences
+    pooled = pv[pv.task == "ALL"].set_index(["a", "b"]).loc[("att_kl", "hid_mse")]
+    matrix_row = next(line for line in text.splitlines() if line.startswith("| hid_mse | "))
+    assert f"{-pooled['diff']:+.1f}" in matrix_row.split("|")[2]  # hid_mse - att_kl, read from hid_mse's row
 
 
 # ------------------------------------------------------------------------------------------------ designs
@@ -198,3 +208,39 @@ def test_same_key_other_design_is_a_mismatch_not_a_duplicate(tmp_path: Path):
     kept, mismatched = split_designs(frame)
     assert sorted(kept.path) == ["a/seed1/result.json", "a/seed2/result.json"]  # equal counts: the first path's
     assert sorted(row["path"] for row in mismatched) == ["b/seed1/result.json", "b/seed2/result.json"]
+
+
+def test_paired_effect_by_hand():
+    # differences 1, 2, 3: mean 2, sample std 1, t(0.975, 2) = 4.302653, half width 4.302653 / sqrt(3)
+    effect = paired_effect([11.0, 12.0, 13.0], [10.0, 10.0, 10.0])
+    assert effect["diff"] == pytest.approx(2.0) and effect["effect"] == pytest.approx(2.0)
+    assert effect["ci_low"] == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-5)
+    assert effect["ci_high"] == pytest.approx(2 + 4.302653 / math.sqrt(3), abs=1e-5)
+    assert math.isnan(paired_effect([1.0], [0.0])["ci_low"])
+    assert math.isnan(paired_effect([1.0, 2.0], [1.0, 2.0])["effect"])  # no difference at all
+    assert paired_effect([2.0, 3.0], [1.0, 2.0])["effect"] == math.inf  # a constant difference
+
+
+@pytest.mark.parametrize(("effect", "pairs"), [(0.5, 34), (0.8, 15), (1.0, 10), (-1.0, 10)])
+def test_seeds_needed_matches_the_power_tables(effect, pairs):
+    # paired t-test, two-sided, alpha 0.05, power 0.8 (G*Power: d_z 0.5 -> 34, 0.8 -> 15, 1.0 -> 10)
+    assert seeds_needed(effect, 0.05) == pairs
+    assert paired_power(effect, pairs, 0.05) >= 0.8 > paired_power(effect, pairs - 1, 0.05)
+
+
+def test_seeds_needed_bounds():
+    assert seeds_needed(0.01, 0.05) == MAX_SEEDS
+    assert math.isnan(seeds_needed(0.0, 0.05)) and math.isnan(seeds_needed(math.nan, 0.05))
+
+
+def test_only_open_pairs_get_seeds_needed(tmp_path: Path):
+    results = tmp_path / "results"
+    write_scores(results, {("rte", "a", "4,8,12"): [70.0, 71.0, 72.0, 73.0],
+                           ("rte", "b", "4,8,12"): [60.0, 61.0, 62.0, 63.5],
+                           ("rte", "c", "4,8,12"): [70.5, 70.0, 72.5, 73.5]})
+    pv = read_csv(run_main(results) / "pvalues.csv")
+    pooled = pv[pv.task == "ALL"].set_index(["a", "b"])
+    assert pooled.loc[("a", "b"), "p_holm"] < 0.05 and math.isnan(pooled.loc[("a", "b"), "seeds_needed"])
+    open_pair = pooled.loc[("a", "c")]
+    assert open_pair.p_holm >= 0.05
+    assert open_pair.seeds_needed == seeds_needed(open_pair.effect, 0.05) > 4

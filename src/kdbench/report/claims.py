@@ -30,7 +30,7 @@ import pandas as pd
 
 from kdbench.report.paper import PAPER_CITE, PAPER_DESIGNS, runs_for_table
 from kdbench.report.stats import ALL, GROUP_COLS, natural_key, paired_tests
-from kdbench.report.text import fmt, format_p, md_escape, md_row
+from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_COVERED = "supported", "contradicted", "inconclusive", "not covered"
 GREATER, TIE, DIFFER = ">", "~", "!="
@@ -169,21 +169,21 @@ class TableRuns:
     pvalues: pd.DataFrame
 
 
-def table_runs(frame: pd.DataFrame, table: int) -> list[TableRuns]:
+def table_runs(frame: pd.DataFrame, table: int, alpha: float) -> list[TableRuns]:
     """The runs standing for ``table``, restricted to its objectives and paper inits, one entry per group."""
     objectives, inits = TABLE_DESIGNS[table]
     runs = runs_for_table(frame, table)  # its paper_init names an own-design 1,2,3,4,5,6 "first 6"
     runs = runs[runs["objective"].isin(objectives) & runs["paper_init"].isin(inits)]
-    return [_group_runs(group, part) for group, part in runs.groupby(GROUP_COLS, sort=True)]
+    return [_group_runs(group, part, alpha) for group, part in runs.groupby(GROUP_COLS, sort=True)]
 
 
-def _group_runs(group: tuple, part: pd.DataFrame) -> TableRuns:
+def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
     measured: dict[str, str] = {}
     for paper_init, init in sorted(zip(part["paper_init"], part["init"]), key=lambda pair: natural_key(pair[1])):
         measured.setdefault(paper_init, init)  # a paper init measured under two labels: the first, naturally
     part = part[[measured[p] == i for p, i in zip(part["paper_init"], part["init"])]]
     return TableRuns(tuple(group), bool(part["paper_table"].notna().any()), measured,
-                     frozenset(zip(part["objective"], part["paper_init"])), paired_tests(part))
+                     frozenset(zip(part["objective"], part["paper_init"])), paired_tests(part, alpha))
 
 
 # -------------------------------------------------------------------------------------------- the verdicts
@@ -200,6 +200,7 @@ class Evidence:
     mean_a: float = math.nan
     mean_b: float = math.nan
     p_holm: float = math.nan
+    seeds_needed: float = math.nan  # for an effect that is not significant: pairs that would detect it
     missing: tuple[tuple[str, str], ...] = ()
 
 
@@ -246,8 +247,8 @@ def comparison_verdict(relation: str, n_pairs: int, mean_a: float, mean_b: float
     return CONTRADICTED, "significant in the opposite direction"
 
 
-def _pooled_test(runs: TableRuns, assertion: Assertion) -> tuple[int, float, float, float]:
-    """(n_pairs, mean a, mean b, p_holm) of the task-ALL test between the assertion's two run sets."""
+def _pooled_test(runs: TableRuns, assertion: Assertion) -> tuple[int, float, float, float, float]:
+    """(n_pairs, mean a, mean b, p_holm, seeds_needed) of the task-ALL test between the assertion's run sets."""
     if assertion.factor == "objective":
         fixed, a, b = runs.measured_init[assertion.fixed], assertion.a, assertion.b
     else:
@@ -257,9 +258,9 @@ def _pooled_test(runs: TableRuns, assertion: Assertion) -> tuple[int, float, flo
     forward = tests[(tests["a"] == a) & (tests["b"] == b)]
     if len(forward):
         row = forward.iloc[0]
-        return int(row["n_pairs"]), row["mean_a"], row["mean_b"], row["p_holm"]
+        return int(row["n_pairs"]), row["mean_a"], row["mean_b"], row["p_holm"], row["seeds_needed"]
     row = tests[(tests["a"] == b) & (tests["b"] == a)].iloc[0]
-    return int(row["n_pairs"]), row["mean_b"], row["mean_a"], row["p_holm"]
+    return int(row["n_pairs"]), row["mean_b"], row["mean_a"], row["p_holm"], row["seeds_needed"]
 
 
 def _evidence(runs: TableRuns | None, assertion: Assertion, alpha: float) -> Evidence:
@@ -267,9 +268,10 @@ def _evidence(runs: TableRuns | None, assertion: Assertion, alpha: float) -> Evi
     missing = tuple(run for run in assertion.runs() if run not in present)
     if missing:
         return Evidence(assertion, NOT_COVERED, NO_RUNS, missing=missing)
-    n_pairs, mean_a, mean_b, p_holm = _pooled_test(runs, assertion)
+    n_pairs, mean_a, mean_b, p_holm, seeds = _pooled_test(runs, assertion)
     verdict, reason = comparison_verdict(assertion.relation, n_pairs, mean_a, mean_b, p_holm, alpha)
-    return Evidence(assertion, verdict, reason, n_pairs, float(mean_a), float(mean_b), float(p_holm))
+    seeds = float(seeds) if reason == NOT_SIGNIFICANT else math.nan
+    return Evidence(assertion, verdict, reason, n_pairs, float(mean_a), float(mean_b), float(p_holm), seeds)
 
 
 def _judge_group(claim: Claim, runs: TableRuns | None, alpha: float) -> GroupVerdict:
@@ -279,7 +281,7 @@ def _judge_group(claim: Claim, runs: TableRuns | None, alpha: float) -> GroupVer
 
 def judge_claims(frame: pd.DataFrame, alpha: float = 0.05, claims=CLAIMS) -> list[Judgement]:
     """Every claim judged on each group of runs that stands for its table (no group: not covered)."""
-    by_table = {table: table_runs(frame, table) for table in sorted({claim.table for claim in claims})}
+    by_table = {table: table_runs(frame, table, alpha) for table in sorted({claim.table for claim in claims})}
     judgements = []
     for claim in claims:
         groups = tuple(_judge_group(claim, runs, alpha) for runs in by_table[claim.table] or [None])
@@ -334,7 +336,10 @@ def _header(alpha: float) -> list[str]:
         "## When not to trust a verdict",
         "",
         "- Few seeds: with 2-4 seeds per cell a test has little power; `inconclusive` mostly means the runs "
-        "cannot tell, not that the claim fails. A supported tie means no significant difference was found, not "
+        "cannot tell, not that the claim fails. Where an effect is not significant, `Why` gives the number of "
+        "pairs a paired t-test would need to detect the observed standardised effect (mean difference / std of "
+        "the differences) with 80% power at alpha, before any Holm adjustment: a rough guide, since the observed "
+        "effect of a few seeds is itself noisy. A supported tie means no significant difference was found, not "
         "that the two are equal.",
         "- Scaled replicas: a replica (smaller teacher, student, data or budget) shows whether the pattern holds "
         "at its scale, not whether the paper's numbers reproduce.",
@@ -396,6 +401,8 @@ def _evidence_table(evidence: tuple[Evidence, ...], digits: int) -> list[str]:
         means = ["" if math.isnan(m) else fmt(m, digits) for m in (e.mean_a, e.mean_b)]
         n = "" if e.verdict == NOT_COVERED else str(e.n_pairs)
         why = "no runs of " + ", ".join(f"{o} at {i}" for o, i in e.missing) if e.missing else e.reason
+        if not math.isnan(e.seeds_needed):
+            why += f"; {seeds_text(e.seeds_needed)} for 80% power at the observed effect"
         cells = [md_escape(e.assertion.label()), *means, n, format_p(e.p_holm), e.verdict, md_escape(why)]
         lines.append(md_row(cells))
     return lines + [""]

@@ -193,7 +193,7 @@ def _write_report(
     """Write the csv, markdown and LaTeX files; returns the tables, p values and unmatched runs."""
     summary = summarise(frame)
     tables = build_tables(summary)
-    pvalues = paired_tests(frame)
+    pvalues = paired_tests(frame, args.alpha)
     unmatched = unmatched_runs(frame)
     _write_csv(frame.drop(columns="design"), out / "results.csv")
     _write_csv(summary, out / "summary.csv")

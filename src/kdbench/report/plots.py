@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from kdbench.report.stats import ALL, families, pvalue_matrix
+from kdbench.report.stats import ALL, families, pair_matrix
 from kdbench.report.tables import Table
 from kdbench.report.text import format_p
 from kdbench.tasks import TASKS
@@ -116,5 +116,5 @@ def write_plots(tables: list[Table], pvalues: pd.DataFrame, out: Path, alpha: fl
             f"{head['setting']} / {head['teacher']} / {head['student']}\n"
             f"{head['factor']} pairs at {head['fixed']}, task ALL"
         )
-        written.append(plot_pvalues(pvalue_matrix(pooled), title, out / name, alpha))
+        written.append(plot_pvalues(pair_matrix(pooled), title, out / name, alpha))
     return written

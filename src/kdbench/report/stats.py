@@ -22,7 +22,10 @@ GROUP_COLS = ["setting", "teacher", "student"]
 ROW_COLS = ["objective", "init"]
 SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n"]
 FAMILY_COLS = GROUP_COLS + ["factor", "fixed", "task"]
-PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "t", "p", "p_holm"]
+PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "effect", "t", "p",
+                             "p_holm", "seeds_needed"]
+POWER = 0.8  # the power at which `seeds_needed` detects a pair's observed difference
+MAX_SEEDS = 1000  # seeds_needed above this is reported as this bound
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
 # Per run beyond the key: its file, its code version, the paper design it stands for (table, init, the analogue's
 # note), its design (config less what does not change a measurement; in memory only, not in results.csv).
@@ -310,6 +313,44 @@ def _key_order(key: tuple[str, int]) -> tuple:
     return (task_sort_key(key[0]), key[1])
 
 
+def paired_effect(x, y, confidence: float = 0.95) -> dict:
+    """The mean paired difference x - y, its two-sided t confidence interval and the standardised effect d_z
+    (mean difference / sample std of the differences); NaN for fewer than 2 pairs, d_z NaN when every
+    difference is 0 and infinite when they are equal and non-zero."""
+    d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
+    if len(d) < 2:
+        return {"diff": float(np.mean(d)) if len(d) else math.nan, "ci_low": math.nan, "ci_high": math.nan,
+                "effect": math.nan}
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    half = float(stats.t.ppf((1 + confidence) / 2, len(d) - 1)) * sd / math.sqrt(len(d))
+    effect = mean / sd if sd > 0 else (math.nan if mean == 0 else math.copysign(math.inf, mean))
+    return {"diff": mean, "ci_low": mean - half, "ci_high": mean + half, "effect": effect}
+
+
+def paired_power(effect: float, n: int, alpha: float) -> float:
+    """The power of a two-sided paired t-test at ``alpha`` with ``n`` pairs against a true standardised effect
+    ``effect`` (d_z): the noncentral t with n - 1 degrees of freedom and noncentrality d_z sqrt(n)."""
+    critical = stats.t.ppf(1 - alpha / 2, n - 1)
+    shift = abs(effect) * math.sqrt(n)
+    return float(stats.nct.sf(critical, n - 1, shift) + stats.nct.cdf(-critical, n - 1, shift))
+
+
+def seeds_needed(effect: float, alpha: float, power: float = POWER, limit: int = MAX_SEEDS) -> float:
+    """The fewest pairs n >= 2 whose paired t-test at ``alpha`` detects ``effect`` with ``power``; ``limit`` when
+    none up to it does, NaN for a zero or undefined effect, 2 for an infinite one (equal non-zero differences)."""
+    if math.isnan(effect) or effect == 0:
+        return math.nan
+    if math.isinf(effect):
+        return 2.0
+    if paired_power(effect, limit, alpha) < power:
+        return float(limit)
+    low, high = 2, limit
+    while low < high:  # the power grows with n
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if paired_power(effect, mid, alpha) < power else (low, mid)
+    return float(low)
+
+
 def _pair_row(comp: Comparison, task: str, a: str, b: str, keys_a: dict, keys_b: dict) -> dict:
     common = sorted(set(keys_a) & set(keys_b), key=_key_order)
     x = [keys_a[k] for k in common]
@@ -323,6 +364,7 @@ def _pair_row(comp: Comparison, task: str, a: str, b: str, keys_a: dict, keys_b:
         "n_pairs": len(common),
         "mean_a": float(np.mean(x)) if common else math.nan,
         "mean_b": float(np.mean(y)) if common else math.nan,
+        **paired_effect(x, y),
         "t": t,
         "p": p,
     }
@@ -332,8 +374,9 @@ def _on_task(scores: dict, task: str) -> dict:
     return {key: value for key, value in scores.items() if key[0] == task}
 
 
-def paired_tests(frame: pd.DataFrame) -> pd.DataFrame:
-    """Paired t-tests for every pair of levels, per task (levels with runs on it) and pooled (``ALL``)."""
+def paired_tests(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Paired t-tests for every pair of levels, per task (levels with runs on it) and pooled (``ALL``), with
+    effect sizes; ``seeds_needed`` for the testable pairs that are not significant at ``alpha`` after Holm."""
     rows = []
     for comp in comparisons(frame):
         for task in comp.tasks():
@@ -348,6 +391,9 @@ def paired_tests(frame: pd.DataFrame) -> pd.DataFrame:
         by_family = pvalues.groupby(FAMILY_COLS, sort=False)["p"]
         pvalues["p_holm"] = by_family.transform(lambda s: holm(s.to_numpy()))
         pvalues["n_pairs"] = pvalues["n_pairs"].astype("int64")
+        open_pairs = pvalues["p_holm"] >= alpha
+        pvalues["seeds_needed"] = [seeds_needed(e, alpha) if o else math.nan
+                                   for e, o in zip(pvalues["effect"], open_pairs, strict=True)]
     return pvalues
 
 
@@ -378,12 +424,13 @@ def families(pvalues: pd.DataFrame) -> Iterator[tuple[dict, pd.DataFrame]]:
         yield dict(zip(keys, key, strict=True)), part
 
 
-def pvalue_matrix(pvalues: pd.DataFrame, column: str = "p_holm") -> pd.DataFrame:
-    """Symmetric level x level matrix of ``column`` for one family (diagonal NaN)."""
+def pair_matrix(pvalues: pd.DataFrame, column: str = "p_holm", antisymmetric: bool = False) -> pd.DataFrame:
+    """Level x level matrix of ``column`` for one family (diagonal NaN): symmetric, or with the sign flipped
+    below the pairs' own orientation when ``antisymmetric`` (a difference a - b read from b's row is b - a)."""
     levels = sorted(set(pvalues["a"]) | set(pvalues["b"]), key=natural_key)
     matrix = pd.DataFrame(np.nan, index=levels, columns=levels)
     for row in pvalues.itertuples(index=False):
         value = getattr(row, column)
         matrix.at[row.a, row.b] = value
-        matrix.at[row.b, row.a] = value
+        matrix.at[row.b, row.a] = -value if antisymmetric else value
     return matrix

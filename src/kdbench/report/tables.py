@@ -15,9 +15,9 @@ from kdbench.report.stats import (
     families,
     natural_key,
     ordered_tasks,
-    pvalue_matrix,
+    pair_matrix,
 )
-from kdbench.report.text import column_head, fmt, format_p, md_escape, md_head, md_row
+from kdbench.report.text import column_head, fmt, format_p, md_escape, md_head, md_row, seeds_text
 
 
 @dataclass
@@ -228,13 +228,17 @@ def render_latex(tables: list[Table], digits: int = 1) -> str:
 
 
 def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> str:
-    """Non-significant pairs per family, untestable pairs, and the task-ALL Holm p-value matrix."""
+    """Per family: the task-ALL matrix of signed differences, then one table of every pair and task."""
     out = [
         "# Significance",
         "",
-        f"Paired t-tests (`scipy.stats.ttest_rel`), runs paired by seed (task ALL: by (task, seed)). "
-        f"p values are Holm-Bonferroni adjusted within each family (setting, teacher, student, factor, "
-        f"held value, task); a pair is significant when p_holm < {alpha}. Means are over the matched pairs.",
+        "Paired t-tests (`scipy.stats.ttest_rel`), runs paired by seed (task ALL: by (task, seed)). p values are "
+        "Holm-Bonferroni adjusted within each family (setting, teacher, student, factor, held value, task); a pair "
+        f"is significant when p (Holm) < {alpha}. Means are over the matched pairs; *a - b* is the mean paired "
+        "difference with its 95% t confidence interval, *d_z* the standardised effect (mean difference / std of "
+        "the differences). *Pairs for 80% power*: for a testable pair that is not significant, the pairs (per task: "
+        f"seeds; task ALL: tasks x seeds) a paired t-test at {alpha} (before Holm) would need to detect the "
+        "observed d_z with 80% power.",
         "",
     ]
     if pvalues.empty:
@@ -247,58 +251,53 @@ def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int 
             f"{head['factor']} pairs at {held} = {md_escape(head['fixed'])}",
             "",
         ]
-        out += _pooled_matrix(part[part["task"] == ALL])
-        for task in [ALL] + [t for t in ordered_tasks(part["task"]) if t != ALL]:
-            out += _task_lines(task, part[part["task"] == task], alpha, digits)
-        out.append("")
+        out += _pooled_matrix(part[part["task"] == ALL], alpha, digits)
+        out += _pair_table(part, alpha, digits)
     return "\n".join(out).rstrip() + "\n"
 
 
-def _pooled_matrix(pooled: pd.DataFrame) -> list[str]:
-    """The task-ALL Holm p values of one family as a markdown level x level matrix (nothing when none)."""
+def significance_mark(p_holm: float, alpha: float) -> str:
+    return "*" if p_holm < alpha else ""
+
+
+def _pooled_matrix(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]:
+    """The task-ALL mean differences (row - column) of one family as a markdown matrix, significant ones
+    marked (nothing when the family has no pooled test)."""
     if pooled.empty:
         return []
-    matrix = pvalue_matrix(pooled)
-    out = ["Holm-adjusted p, task ALL:", ""]
-    out.append("| | " + " | ".join(md_escape(c) for c in matrix.columns) + " |")
-    out.append("|---|" + "---:|" * len(matrix.columns))
-    for level in matrix.index:
-        cells = ["—" if level == other else format_p(matrix.at[level, other]) for other in matrix.columns]
+    diff, p_holm = pair_matrix(pooled, "diff", antisymmetric=True), pair_matrix(pooled)
+    out = ["Mean difference row - column, task ALL (* significant after Holm):", ""]
+    out.append("| | " + " | ".join(md_escape(c) for c in diff.columns) + " |")
+    out.append("|---|" + "---:|" * len(diff.columns))
+    for level in diff.index:
+        cells = ["—" if level == other else _signed(diff.at[level, other], digits)
+                 + significance_mark(p_holm.at[level, other], alpha) for other in diff.columns]
         out.append(f"| {md_escape(level)} | " + " | ".join(cells) + " |")
-    out.append("")
-    return out
+    return out + [""]
 
 
-def _pair_text(row, digits: int) -> str:
-    means = ""
-    if pd.notna(row.mean_a):
-        means = f" ({fmt(row.mean_a, digits)} vs {fmt(row.mean_b, digits)})"
-    return f"{md_escape(row.a)} vs {md_escape(row.b)}{means}"
+def _signed(value: float, digits: int) -> str:
+    return "" if pd.isna(value) else f"{value:+.{digits}f}"
 
 
-def _task_lines(task: str, rows: pd.DataFrame, alpha: float, digits: int) -> list[str]:
-    """One task's line of a family: its pairs that are not significant, then those that cannot be tested."""
-    if rows.empty:
-        return []
-    testable = rows[rows["p_holm"].notna()]
-    untestable = rows[rows["p_holm"].isna()]
-    not_sig = testable[testable["p_holm"] >= alpha]
-    if not_sig.empty and not testable.empty:
-        out = [f"- {task}: every testable pair is significant"]
-    elif testable.empty:
-        out = [f"- {task}: no testable pair"]
-    else:
-        items = [
-            f"{_pair_text(r, digits)}: p_holm = {format_p(r.p_holm)}, n = {r.n_pairs}"
-            for r in not_sig.itertuples(index=False)
-        ]
-        out = [f"- {task}: not significant: " + "; ".join(items)]
-    if not untestable.empty:
-        items = [
-            f"{md_escape(r.a)} vs {md_escape(r.b)} (n_pairs = {r.n_pairs}"
-            + (", zero variance" if r.n_pairs >= 2 else "")
-            + ")"
-            for r in untestable.itertuples(index=False)
-        ]
-        out.append("  - untestable: " + "; ".join(items))
-    return out
+def _verdict(row, alpha: float) -> str:
+    if pd.isna(row.p_holm):
+        return "untestable (" + ("zero variance" if row.n_pairs >= 2 else f"n = {row.n_pairs}") + ")"
+    return "yes" if row.p_holm < alpha else "no"
+
+
+def _pair_table(part: pd.DataFrame, alpha: float, digits: int) -> list[str]:
+    """One line per pair and task (ALL first): means, difference with CI, d_z, p, p (Holm), significance."""
+    out = [md_row(["Task", "a", "b", "n", "Mean a", "Mean b", "a - b [95% CI]", "d_z", "p", "p (Holm)",
+                   "Significant", "Pairs for 80% power"]),
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for task in [ALL] + [t for t in ordered_tasks(part["task"]) if t != ALL]:
+        for row in part[part["task"] == task].itertuples(index=False):
+            means = ["" if pd.isna(m) else fmt(m, digits) for m in (row.mean_a, row.mean_b)]
+            ci = "" if pd.isna(row.ci_low) else f" [{_signed(row.ci_low, digits)}, {_signed(row.ci_high, digits)}]"
+            effect = "" if pd.isna(row.effect) else f"{row.effect:.2f}"
+            seeds = "" if pd.isna(row.seeds_needed) else seeds_text(row.seeds_needed)
+            out.append(md_row([md_escape(task), md_escape(row.a), md_escape(row.b), str(row.n_pairs), *means,
+                               _signed(row.diff, digits) + ci, effect, format_p(row.p), format_p(row.p_holm),
+                               _verdict(row, alpha), seeds]))
+    return out + [""]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kdbench.report.stats import MAX_SEEDS
 from kdbench.tasks import TASKS
 
 
@@ -17,6 +18,11 @@ def format_p(p: float) -> str:
     if p < 0.001:
         return "<0.001"
     return f"{p:.3f}"
+
+
+def seeds_text(n: float) -> str:
+    """``stats.seeds_needed`` as words: "12 pairs", or "over 1000 pairs" at its bound."""
+    return f"over {MAX_SEEDS} pairs" if n >= MAX_SEEDS else f"{int(n)} pairs"
 
 
 def md_escape(text: str) -> str:
