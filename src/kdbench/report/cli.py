@@ -11,7 +11,8 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
 ``results.csv``
     one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
     flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_`` prefix), ``grid``
-    (the fine-tuning grid point, if any), ``path``, ``commit`` (the code: git commit, ``+dirty`` when the
+    (the fine-tuning grid point, if any), ``score_metric`` (the metric ``score`` is), ``teacher_score`` (the
+    fine-tuned teacher's score on it, empty when the record has none), ``path``, ``commit`` (the code: git commit, ``+dirty`` when the
     checkout had changes, else the kdbench version), ``paper_table`` / ``paper_init`` / ``paper_note`` (the
     paper design a scaled replica stands for, from its config's ``paper_analogue``).
 ``summary.csv``
@@ -43,8 +44,15 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     table: ``supported`` / ``contradicted`` / ``inconclusive`` / ``not covered``, with the means, n and
     Holm-adjusted p of the pooled paired tests it rests on, the missing runs by name, how to read a verdict and
     when not to trust one.
-``scores_<group>.png`` / ``pvalues_<group>_<factor>_<fixed>.png``
-    grouped bar chart of mean score (std error bars) and heat map of the task-ALL Holm p-values.
+``scores_<group>.png``
+    mean score per bar (std error bars over seeds), the compared factor as the colour (one colour per objective,
+    or per init, in every plot of a report; Paul Tol's colour-blind-safe "muted" scheme): one panel per task
+    with the objectives on x when the init varies within the group, else the tasks on x. Lines: the
+    fine-tuned teacher's mean score (from the records) and the dev set's majority-class score
+    (``kdbench.tasks.MAJORITY``). A star marks a bar significantly below the best bar of its group (per-task
+    paired test, Holm).
+``differences_<group>_<factor>_<fixed>.png``
+    matrix of the task-ALL mean paired differences row - column, significant cells (Holm) starred.
 ``excluded.csv``
     path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
     config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose resolved
@@ -225,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
     frame, excluded = _usable_runs(loaded, results_dir, out)
     tables, pvalues, unmatched = _write_report(frame, excluded, paper, args, out)
-    plots = [] if args.no_plots else write_plots(tables, pvalues, out, args.alpha)
+    plots = [] if args.no_plots else write_plots(tables, pvalues, frame, out, args.alpha)
 
     n_sig = int((pvalues["p_holm"] < args.alpha).sum()) if not pvalues.empty else 0
     print(

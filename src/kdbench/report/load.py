@@ -114,7 +114,16 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
     seed, score, metrics = _as_int(data["seed"]), _as_float(data["score"]), _flatten(data["metrics"])
     grid_text = ",".join(f"{k}={v}" for k, v in grid.items()) if grid else None
     record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
-    return record | _origin(data, record["init"], grid), None
+    return record | _references(data) | _origin(data, record["init"], grid), None
+
+
+def _references(data: dict) -> dict:
+    """The score's metric name and the fine-tuned teacher's score on it (None where the record has none)."""
+    metric = data.get("score_metric") if isinstance(data.get("score_metric"), str) else None
+    teacher = data.get("teacher_metrics") if isinstance(data.get("teacher_metrics"), dict) else {}
+    value = teacher.get(metric)
+    return {"score_metric": metric,
+            "teacher_score": float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None}
 
 
 def _origin(data: dict, init: str, grid: dict | None) -> dict:

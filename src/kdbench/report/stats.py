@@ -27,9 +27,10 @@ PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "diff", "c
 POWER = 0.8  # the power at which `seeds_needed` detects a pair's observed difference
 MAX_SEEDS = 1000  # seeds_needed above this is reported as this bound
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
-# Per run beyond the key: its file, its code version, the paper design it stands for (table, init, the analogue's
-# note), its design (config less what does not change a measurement; in memory only, not in results.csv).
-ORIGIN_COLS = ["path", "commit", "paper_table", "paper_init", "paper_note", "design"]
+# Per run beyond the key: the score's metric and the teacher's score on it, its file, its code version, the paper
+# design it stands for (table, init, the analogue's note), its design (config less what does not change a
+# measurement; in memory only, not in results.csv).
+ORIGIN_COLS = ["score_metric", "teacher_score", "path", "commit", "paper_table", "paper_init", "paper_note", "design"]
 AVG = "Avg"
 ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
@@ -76,6 +77,7 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
     frame["seed"] = frame["seed"].astype("int64")
     frame["score"] = frame["score"].astype(float)
     frame["paper_table"] = frame["paper_table"].astype("Int64")
+    frame["teacher_score"] = frame["teacher_score"].astype(float)
     return sort_frame(frame)
 
 
