@@ -12,9 +12,10 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
     flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_`` prefix), ``grid``
     (the fine-tuning grid point, if any), ``score_metric`` (the metric ``score`` is), ``teacher_score`` (the
-    fine-tuned teacher's score on it, empty when the record has none), ``path``, ``commit`` (the code: git commit, ``+dirty`` when the
-    checkout had changes, else the kdbench version), ``paper_table`` / ``paper_init`` / ``paper_note`` (the
-    paper design a scaled replica stands for, from its config's ``paper_analogue``).
+    fine-tuned teacher's score on it, empty when the record has none), ``path``, ``commit`` (the code: git
+    commit, ``+dirty`` when the checkout had changes, else the kdbench version), ``paper_table`` /
+    ``paper_init`` / ``paper_note`` (the paper design a scaled replica stands for, from its config's
+    ``paper_analogue``).
 ``summary.csv``
     long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample std
     (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of a row that has
