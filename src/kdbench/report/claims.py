@@ -356,7 +356,7 @@ def _header(alpha: float) -> list[str]:
 
 
 def _summary(judgements: list[Judgement]) -> list[str]:
-    lines = ["## Summary", "", md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"]
+    lines = [md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"]
     for judgement in judgements:
         claim = judgement.claim
         lines.append(md_row([claim.id, str(claim.table), judgement.verdict, md_escape(_why(judgement))]))
@@ -421,13 +421,24 @@ def _claim_section(judgement: Judgement, digits: int) -> list[str]:
     return lines
 
 
-def render_claims(judgements: list[Judgement], alpha: float, digits: int = 1) -> str:
-    lines = _header(alpha) + _summary(judgements)
-    for judgement in judgements:
-        lines += _claim_section(judgement, digits)
-    return "\n".join(lines).rstrip() + "\n"
+@dataclass(frozen=True)
+class ClaimsText:
+    """claims.md in parts: the title and how to read it, the summary table (its lines, no heading), the evidence of
+    each claim."""
+
+    header: list[str]
+    summary: list[str]
+    details: list[str]
+
+    def markdown(self) -> str:
+        return "\n".join(self.header + ["## Summary", ""] + self.summary + self.details).rstrip() + "\n"
 
 
-def claims_markdown(frame: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> str:
+def render_claims(judgements: list[Judgement], alpha: float, digits: int = 1) -> ClaimsText:
+    details = [line for judgement in judgements for line in _claim_section(judgement, digits)]
+    return ClaimsText(_header(alpha), _summary(judgements), details)
+
+
+def claims_text(frame: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> ClaimsText:
     """``claims.md``: every claim of :data:`CLAIMS` judged from ``frame`` (the report's usable runs)."""
     return render_claims(judge_claims(frame, alpha), alpha, digits)

@@ -54,6 +54,11 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     paired test, Holm).
 ``differences_<group>_<factor>_<fixed>.png``
     matrix of the task-ALL mean paired differences row - column, significant cells (Holm) starred.
+``report.html``
+    the report as one self-contained page (styles and plots inline, no script, nothing fetched): the claims'
+    verdicts first, then per (setting, teacher, student) its design and code, the measured table with links from
+    every cell to its records' result.json (relative paths), the published numbers beside it (``--paper``), its
+    plots and significance tables, then the evidence per claim and the excluded runs. Opens from the file system.
 ``excluded.csv``
     path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
     config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose resolved
@@ -103,8 +108,9 @@ from pathlib import Path
 import pandas as pd
 
 from kdbench.record import RESULT_FILE
-from kdbench.report.claims import claims_markdown
+from kdbench.report.claims import claims_text
 from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
+from kdbench.report.page import PAGE_FILE, PageParts, render_page
 from kdbench.report.paper import PAPER_CITE, comparison, load_paper
 from kdbench.report.plots import write_plots
 from kdbench.report.stats import (
@@ -117,8 +123,8 @@ from kdbench.report.stats import (
     to_frame,
     unmatched_runs,
 )
-from kdbench.report.tables import Table, build_tables, render_latex, render_markdown, render_significance
-from kdbench.report.versus import render_versus
+from kdbench.report.tables import build_tables, render_latex, render_markdown, render_significance
+from kdbench.report.versus import render_versus, versus_sections
 
 PROG = "kdbench.report"
 
@@ -198,8 +204,8 @@ def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataF
 
 def _write_report(
     frame: pd.DataFrame, excluded: list[dict], paper: pd.DataFrame | None, args: argparse.Namespace, out: Path
-) -> tuple[list[Table], pd.DataFrame, pd.DataFrame]:
-    """Write the csv, markdown and LaTeX files; returns the tables, p values and unmatched runs."""
+) -> tuple[PageParts, int]:
+    """Write the csv, markdown and LaTeX files; returns what the page shows and the number of unmatched runs."""
     summary = summarise(frame)
     tables = build_tables(summary)
     pvalues = paired_tests(frame, args.alpha)
@@ -214,8 +220,12 @@ def _write_report(
         _write_csv(comparison(frame, paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))
     _write_text(out / "significance.md", render_significance(pvalues, args.alpha, args.digits))
-    _write_text(out / "claims.md", claims_markdown(frame, args.alpha, args.digits))
-    return tables, pvalues, unmatched
+    claims = claims_text(frame, args.alpha, args.digits)
+    _write_text(out / "claims.md", claims.markdown())
+    sections = [] if paper is None else versus_sections(frame, paper, args.digits)
+    page = PageParts(args.results_dir, out, frame, tables, pvalues, claims, sections, excluded, {}, args.alpha,
+                     args.digits)
+    return page, len(unmatched)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,17 +243,20 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     frame, excluded = _usable_runs(loaded, results_dir, out)
-    tables, pvalues, unmatched = _write_report(frame, excluded, paper, args, out)
-    plots = [] if args.no_plots else write_plots(tables, pvalues, frame, out, args.alpha)
+    page, n_unmatched = _write_report(frame, excluded, paper, args, out)
+    if not args.no_plots:
+        page.plots = write_plots(page.tables, page.pvalues, frame, out, args.alpha)
+    _write_text(out / PAGE_FILE, render_page(page))
 
+    pvalues = page.pvalues
     n_sig = int((pvalues["p_holm"] < args.alpha).sum()) if not pvalues.empty else 0
     print(
-        f"{PROG}: wrote {len(tables)} table(s) to {out}/tables.md and tables.tex; "
+        f"{PROG}: wrote {len(page.tables)} table(s) to {out}/tables.md and tables.tex; "
         f"{len(pvalues)} paired test(s) ({n_sig} significant at {args.alpha} after Holm) to pvalues.csv; "
-        f"{len(unmatched)} unmatched run(s); {len(plots)} plot(s)"
+        f"{n_unmatched} unmatched run(s); {sum(len(p) for p in page.plots.values())} plot(s); the page {PAGE_FILE}"
     )
     print(
         f"{PROG}: files: results.csv summary.csv tables.md tables.tex pvalues.csv unmatched.csv "
-        f"significance.md excluded.csv" + (" paper.csv" if paper is not None else "")
+        f"significance.md claims.md excluded.csv {PAGE_FILE}" + (" paper.csv" if paper is not None else "")
     )
     return 0

@@ -231,20 +231,21 @@ def plot_differences(pooled: pd.DataFrame, title: str, path: Path, alpha: float,
 
 
 def write_plots(tables: list[Table], pvalues: pd.DataFrame, frame: pd.DataFrame, out: Path,
-                alpha: float) -> list[Path]:
+                alpha: float) -> dict[tuple[str, str, str], list[Path]]:
+    """Every plot, by the (setting, teacher, student) group it shows."""
     names = _Names()
     styles = {factor: level_styles(frame[factor]) for factor in ("objective", "init")}
-    written = [plot_scores(t, pvalues, references(frame, t.key), styles,
-                           out / names(f"scores_{group_stem(*t.key)}"), alpha) for t in tables if t.tasks]
-    if pvalues.empty:
-        return written
-    for head, part in families(pvalues):
+    written: dict[tuple[str, str, str], list[Path]] = {}
+    for t in tables:
+        if t.tasks:
+            path = out / names(f"scores_{group_stem(*t.key)}")
+            written.setdefault(t.key, []).append(plot_scores(t, pvalues, references(frame, t.key), styles, path, alpha))
+    for head, part in families(pvalues) if not pvalues.empty else ():
         pooled = part[part["task"] == ALL]
         if pooled.empty:
             continue
-        stem = group_stem(head["setting"], head["teacher"], head["student"])
-        name = names(f"differences_{stem}_{safe_name(head['factor'])}_{safe_name(head['fixed'])}")
-        title = (f"{head['setting']} / {head['teacher']} / {head['student']}\n"
-                 f"{head['factor']} pairs at {head['fixed']}, task ALL")
-        written.append(plot_differences(pooled, title, out / name, alpha))
+        key = (head["setting"], head["teacher"], head["student"])
+        name = names(f"differences_{group_stem(*key)}_{safe_name(head['factor'])}_{safe_name(head['fixed'])}")
+        title = f"{' / '.join(key)}\n{head['factor']} pairs at {head['fixed']}, task ALL"
+        written.setdefault(key, []).append(plot_differences(pooled, title, out / name, alpha))
     return written

@@ -139,7 +139,7 @@ DESCRIPTION = (
 )
 
 
-def _body(table: Table, digits: int, escape, *, pm: str, bold: str):
+def body_cells(table: Table, digits: int, escape, *, pm: str, bold: str):
     """The table's rows as lists of cell strings: labels, then `mean pm std` per column, best in `bold`."""
     best = {c: best_rows(table, c, digits) for c in table.columns}
     for row in table.rows:
@@ -169,7 +169,7 @@ def render_markdown(
     for table in tables:
         out += [f"## {md_escape(table.title)}", ""]
         out += md_head(table.columns, table.show_init)
-        out += [md_row(cells) for cells in _body(table, digits, md_escape, pm="±", bold="**{}**")]
+        out += [md_row(cells) for cells in body_cells(table, digits, md_escape, pm="±", bold="**{}**")]
         note = _footnote(table)
         out += ["", f"_{note}._" if note else "", ""]
     out += paper or []
@@ -218,7 +218,7 @@ def render_latex(tables: list[Table], digits: int = 1) -> str:
             " & ".join(tex_escape(h) for h in column_head(table.columns, table.show_init)) + " \\\\",
             "\\midrule",
         ]
-        for cells in _body(table, digits, tex_escape, pm="$\\pm$", bold="\\textbf{{{}}}"):
+        for cells in body_cells(table, digits, tex_escape, pm="$\\pm$", bold="\\textbf{{{}}}"):
             out.append(" & ".join(cells) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     return "\n".join(out)
@@ -229,31 +229,32 @@ def render_latex(tables: list[Table], digits: int = 1) -> str:
 
 def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> str:
     """Per family: the task-ALL matrix of signed differences, then one table of every pair and task."""
-    out = [
-        "# Significance",
-        "",
+    out = ["# Significance", "", significance_intro(alpha), ""]
+    if pvalues.empty:
+        out.append("No comparisons: no group has two objectives (or two inits) to compare.")
+    for head, part in families(pvalues):
+        out += family_section(head, part, alpha, digits)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def significance_intro(alpha: float) -> str:
+    return (
         "Paired t-tests (`scipy.stats.ttest_rel`), runs paired by seed (task ALL: by (task, seed)). p values are "
         "Holm-Bonferroni adjusted within each family (setting, teacher, student, factor, held value, task); a pair "
         f"is significant when p (Holm) < {alpha}. Means are over the matched pairs; *a - b* is the mean paired "
         "difference with its 95% t confidence interval, *d_z* the standardised effect (mean difference / std of "
         "the differences). *Pairs for 80% power*: for a testable pair that is not significant, the pairs (per task: "
         f"seeds; task ALL: tasks x seeds) a paired t-test at {alpha} (before Holm) would need to detect the "
-        "observed d_z with 80% power.",
-        "",
-    ]
-    if pvalues.empty:
-        out.append("No comparisons: no group has two objectives (or two inits) to compare.")
-        return "\n".join(out) + "\n"
-    for head, part in families(pvalues):
-        held = "init" if head["factor"] == "objective" else "objective"
-        out += [
-            f"## {head['setting']} / {head['teacher']} / {head['student']}: "
-            f"{head['factor']} pairs at {held} = {md_escape(head['fixed'])}",
-            "",
-        ]
-        out += _pooled_matrix(part[part["task"] == ALL], alpha, digits)
-        out += _pair_table(part, alpha, digits)
-    return "\n".join(out).rstrip() + "\n"
+        "observed d_z with 80% power."
+    )
+
+
+def family_section(head: dict, part: pd.DataFrame, alpha: float, digits: int) -> list[str]:
+    """One family's heading, task-ALL difference matrix and table of pairs."""
+    held = "init" if head["factor"] == "objective" else "objective"
+    out = [f"## {head['setting']} / {head['teacher']} / {head['student']}: "
+           f"{head['factor']} pairs at {held} = {md_escape(head['fixed'])}", ""]
+    return out + _pooled_matrix(part[part["task"] == ALL], alpha, digits) + _pair_table(part, alpha, digits)
 
 
 def significance_mark(p_holm: float, alpha: float) -> str:

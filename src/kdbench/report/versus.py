@@ -32,15 +32,21 @@ MEASURED_NOTE = (
 def render_versus(frame: pd.DataFrame, paper: pd.DataFrame, digits: int = 1) -> list[str]:
     """Markdown lines: a "Table k: published vs measured" section per paper table and measured (setting,
     teacher, student) with runs matching a published cell, then the line on the runs that match no table."""
-    out = []
+    return [line for _, lines in versus_sections(frame, paper, digits) for line in lines] + _no_analogue(frame)
+
+
+def versus_sections(frame: pd.DataFrame, paper: pd.DataFrame, digits: int = 1) -> list[tuple[tuple, list[str]]]:
+    """(measured group, its markdown lines) per paper table and group with runs matching a published cell."""
+    sections = []
     for table in sorted(paper["table"].unique()):
         published = paper[paper["table"] == table]
         groups = _matching_groups(measured_cells(frame, paper, table), published)
         for group, cells in groups:
             title = f"Table {table}: published vs measured" + (f" ({', '.join(group)})" if len(groups) > 1 else "")
-            out += [f"## {md_escape(title)}", "", _intro(table, group, frame, published), ""]
-            out += _table(published, cells, digits) + [""] + _footnotes(table, published, cells) + [""]
-    return out + _no_analogue(frame)
+            lines = [f"## {md_escape(title)}", "", _intro(table, group, frame, published), ""]
+            lines += _table(published, cells, digits) + [""] + _footnotes(table, published, cells) + [""]
+            sections.append((tuple(group), lines))
+    return sections
 
 
 def _matching_groups(measured: pd.DataFrame, published: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:

@@ -1,0 +1,143 @@
+"""``report.html``: the report as one self-contained page (styles and plots inline, no script, no network).
+
+The claims and their verdicts first; then per (setting, teacher, student) study its design and provenance, the
+measured table (each cell linking to the records behind it), the published numbers beside it, its plots and its
+significance tables; then the evidence of each claim and the excluded runs. The markdown parts are the same
+text as claims.md, tables.md and significance.md, rendered by markdown-it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from markdown_it import MarkdownIt
+
+from kdbench.report.claims import ClaimsText
+from kdbench.report.stats import GROUP_COLS, ROW_COLS, code_versions, families
+from kdbench.report.tables import DESCRIPTION, Table, body_cells, family_section, significance_intro
+from kdbench.report.text import column_head
+
+PAGE_FILE = "report.html"
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; }
+h3 { font-size: 1.05em; } .meta { color: #555; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
+table.measured td, table.measured th { text-align: right; } table.measured td:first-child { text-align: left; }
+tr:nth-child(even) { background: #f7f7f7; }
+.seeds { display: block; font-size: 0.75em; color: #777; } .seeds a { color: #557; margin-right: 0.2em; }
+img { max-width: 100%; height: auto; margin: 0.5em 0; display: block; }
+nav a { margin-right: 1em; } .verdict-supported { color: #117733; } .verdict-contradicted { color: #AA3377; }
+"""
+_MARKDOWN = MarkdownIt("commonmark").enable("table")
+
+
+@dataclass
+class PageParts:
+    """What the page shows, as the other report files hold it."""
+
+    results_dir: Path
+    out: Path
+    frame: pd.DataFrame
+    tables: list[Table]
+    pvalues: pd.DataFrame
+    claims: ClaimsText
+    versus: list[tuple[tuple, list[str]]]  # (group, markdown lines) of the published-vs-measured sections
+    excluded: list[dict]
+    plots: dict[tuple[str, str, str], list[Path]]  # by group
+    alpha: float
+    digits: int
+
+
+def markdown(lines: list[str]) -> str:
+    """Markdown lines as HTML, every heading one level down (the page's own headings are h1 and h2)."""
+    return _MARKDOWN.render("\n".join("#" + line if line.startswith("#") else line for line in lines))
+
+
+def inline_image(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _verdict_colours(text: str) -> str:
+    """Colours the verdict words of a rendered claims table."""
+    for verdict in ("supported", "contradicted"):
+        text = text.replace(f"<td>{verdict}</td>", f'<td class="verdict-{verdict}">{verdict}</td>')
+    return text
+
+
+def record_links(part: pd.DataFrame, results_dir: Path, out: Path) -> str:
+    """Links to the result.json of each seed of a cell, relative to the page."""
+    links = [f'<a href="{html.escape(Path(os.path.relpath(results_dir / path, out)).as_posix())}">{seed}</a>'
+             for seed, path in sorted(zip(part["seed"], part["path"], strict=True))]
+    return f'<span class="seeds">seeds {" ".join(links)}</span>' if links else ""
+
+
+def measured_table(parts: PageParts, table: Table) -> str:
+    """The measured table as HTML, each task cell followed by links to its records."""
+    runs = parts.frame[(parts.frame[GROUP_COLS] == pd.Series(table.key, index=GROUP_COLS)).all(axis=1)]
+    by_cell = {key: part for key, part in runs.groupby(ROW_COLS + ["task"])}
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in column_head(table.columns, table.show_init))
+    rows = []
+    labels = 2 if table.show_init else 1
+    for row, cells in zip(table.rows, body_cells(table, parts.digits, html.escape, pm="±", bold="<b>{}</b>"),
+                          strict=True):
+        for i, task in enumerate(table.tasks):
+            cell = by_cell.get((*row, task))
+            if cell is not None:
+                cells[labels + i] += record_links(cell, parts.results_dir, parts.out)
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return f'<table class="measured"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def study_section(parts: PageParts, table: Table, index: int) -> str:
+    runs = parts.frame[(parts.frame[GROUP_COLS] == pd.Series(table.key, index=GROUP_COLS)).all(axis=1)]
+    notes = sorted(runs["paper_note"].dropna().unique())
+    design = f"Stands for the paper's design: {'; '.join(notes)}. " if notes else ""
+    out = [f'<section id="study-{index}"><h2>{html.escape(table.title)}</h2>',
+           f'<p class="meta">{html.escape(design)}{len(runs)} runs; code {html.escape(code_versions(runs))}.</p>',
+           "<h3>Measured</h3>", measured_table(parts, table), f'<p class="meta">{html.escape(DESCRIPTION)}</p>']
+    out += [markdown(lines) for group, lines in parts.versus if group == table.key]
+    plots = parts.plots.get(table.key, [])
+    if plots:
+        out += ["<h3>Plots</h3>", *(inline_image(p) for p in plots)]
+    mine = parts.pvalues[(parts.pvalues[GROUP_COLS] == pd.Series(table.key, index=GROUP_COLS)).all(axis=1)] \
+        if not parts.pvalues.empty else parts.pvalues
+    if not mine.empty:
+        lines = [significance_intro(parts.alpha), ""]
+        for head, part in families(mine):
+            lines += ["#" + line if line.startswith("#") else line  # under the page's "Significance" heading
+                      for line in family_section(head, part, parts.alpha, parts.digits)]
+        out += ["<h3>Significance</h3>", markdown(lines)]
+    return "\n".join(out) + "</section>"
+
+
+def render_page(parts: PageParts) -> str:
+    studies = [study_section(parts, table, i) for i, table in enumerate(parts.tables, start=1)]
+    nav = " ".join(f'<a href="#study-{i}">{html.escape(t.title)}</a>' for i, t in enumerate(parts.tables, start=1))
+    excluded = [f"- `{row['path']}` ({row['kind']}): {row['reason']}" for row in parts.excluded]
+    body = [
+        "<h1>kdbench report</h1>",
+        f'<p class="meta">{len(parts.frame)} runs read from {html.escape(str(parts.results_dir))}; code '
+        f"{html.escape(code_versions(parts.frame))}. The same numbers are in tables.md, claims.md, significance.md "
+        "and the csv files beside this page.</p>",
+        f'<nav><a href="#claims">Claims</a> {nav} <a href="#claims-detail">Evidence per claim</a></nav>',
+        '<section id="claims"><h2>The paper\'s claims, judged from these runs</h2>',
+        _verdict_colours(markdown(parts.claims.summary)),
+        '<p class="meta">How each verdict is reached, and when not to trust one: '
+        '<a href="#claims-detail">below</a>.</p></section>',
+        *studies,
+        '<section id="claims-detail">', _verdict_colours(markdown(parts.claims.header + parts.claims.details)),
+        "</section>",
+    ]
+    if excluded:
+        body += ['<section id="excluded"><h2>Excluded runs</h2>', markdown(excluded), "</section>"]
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>kdbench report: {html.escape(parts.results_dir.name)}</title><style>{STYLE}</style></head>"
+            "<body>\n" + "\n".join(body) + "\n</body></html>\n")
