@@ -49,7 +49,7 @@ from kdbench.teacher import freeze  # noqa: E402
 from kdbench.training.evaluate import logits_table  # noqa: E402
 from kdbench.training.steps import prediction_kd_step, to_device  # noqa: E402
 
-TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+TOKEN_INPUTS = peers.TOKEN_INPUTS
 
 
 def read_peak_rss() -> float:

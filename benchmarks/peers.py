@@ -28,6 +28,8 @@ from torch import nn
 
 from kdbench.models import encoder_layers
 
+TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
 # ---- the losses, on what Hugging Face returns ------------------------------------------------------------------
 
 
@@ -103,7 +105,7 @@ def plain_stage1(setup):
         values_s = Hooks(student, [s - 1 for s, _ in pairs])
 
     def step(batch):
-        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs = {k: v for k, v in batch.items() if k in TOKEN_INPUTS}
         mask = batch["attention_mask"]
         with torch.no_grad():
             out_t = teacher(**inputs, output_attentions=True, output_hidden_states=True)
@@ -126,7 +128,7 @@ def plain_stage2(setup):
     teacher, student, kd_cfg = setup.teacher, setup.student, setup.plan.kd
 
     def step(batch):
-        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs = {k: v for k, v in batch.items() if k in TOKEN_INPUTS}
         with torch.no_grad():
             teacher_logits = teacher(**inputs).logits
         return kd(student(**inputs).logits, teacher_logits, batch["labels"], kd_cfg.temperature, kd_cfg.alpha)
@@ -154,7 +156,7 @@ def tuned_stage1(setup):
         return [(relation(q, k, heads, mask), relation(v, v, heads, mask)) for q, k, v in zip(*[iter(taken)] * 3)]
 
     def step(batch):
-        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs = {k: v for k, v in batch.items() if k in TOKEN_INPUTS}
         mask = batch["attention_mask"]
         with torch.inference_mode():
             teacher(**inputs)
@@ -176,7 +178,7 @@ def tuned_stage2(setup):
     teacher, student, kd_cfg = setup.teacher, setup.student, setup.plan.kd
 
     def step(batch):
-        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs = {k: v for k, v in batch.items() if k in TOKEN_INPUTS}
         with torch.inference_mode():
             teacher_logits = teacher(**inputs).logits
         return kd(student(**inputs).logits, teacher_logits.clone(), batch["labels"], kd_cfg.temperature, kd_cfg.alpha)
@@ -187,8 +189,29 @@ def tuned_stage2(setup):
 # ---- TextBrewer --------------------------------------------------------------------------------------------------
 
 
-def textbrewer_train(setup, batches, optimizer_for, num_steps: int) -> None:
-    """Runs TextBrewer's GeneralDistiller for `num_steps` over `batches` (dicts of tensors)."""
+def linear_schedule(warmup_steps: int, num_steps: int) -> dict:
+    """TextBrewer's scheduler arguments for a linear warm-up then decay (None: a constant learning rate)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    return {"scheduler_class": get_linear_schedule_with_warmup,
+            "scheduler_args": {"num_warmup_steps": warmup_steps, "num_training_steps": num_steps}}
+
+
+def textbrewer_finetune(model, batches, optimizer_for, schedule: dict) -> None:
+    """Fine-tunes `model` on `batches` (dicts with labels) with TextBrewer's BasicTrainer."""
+    from textbrewer import BasicTrainer, TrainingConfig
+
+    with tempfile.TemporaryDirectory() as out_dir:
+        config = TrainingConfig(device=str(next(model.parameters()).device), output_dir=out_dir, ckpt_steps=10**9,
+                                log_dir=None)
+        trainer = BasicTrainer(config, model, lambda batch, outputs: {"losses": [outputs.loss]})
+        with trainer:
+            trainer.train(optimizer_for([model]), batches, num_epochs=None, num_steps=len(batches), **schedule)
+
+
+def textbrewer_train(setup, batches, optimizer_for, num_steps: int, schedule: dict | None = None) -> None:
+    """Runs TextBrewer's GeneralDistiller for `num_steps` over `batches` (dicts of tensors), with `schedule`
+    (:func:`linear_schedule`) or a constant learning rate."""
     import textbrewer
     from textbrewer import DistillationConfig, GeneralDistiller, TrainingConfig
 
@@ -235,5 +258,5 @@ def textbrewer_train(setup, batches, optimizer_for, num_steps: int) -> None:
         train_config = TrainingConfig(device=str(setup.device), output_dir=out_dir, ckpt_steps=10**9, log_dir=None)
         distiller = GeneralDistiller(train_config, config, teacher, student, adaptor("T"), adaptor("S"))
         with distiller:
-            distiller.train(optimizer_for([student]), batches, num_steps=num_steps,
+            distiller.train(optimizer_for([student]), batches, num_steps=num_steps, **(schedule or {}),
                             **({"output_attentions": True, "output_hidden_states": True} if stage1 else {}))

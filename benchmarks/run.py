@@ -25,7 +25,9 @@ HERE = Path(__file__).resolve().parent
 PEERS = ("tuned", "plain", "textbrewer_dynamic", "textbrewer")
 NAMES = {"kdbench": "kdbench", "tuned": "tuned loop", "plain": "plain loop", "textbrewer_dynamic": "TextBrewer dyn.",
          "textbrewer": "TextBrewer padded"}
-GROUPS = ("main", "seq_len", "layers", "bf16", "recompute", "compile")
+GROUPS = ("main", "seq_len", "layers", "bf16", "recompute", "compile", "study")
+STUDY = {"kdbench": "kdbench", "tuned": "tuned loop", "textbrewer": "TextBrewer"}  # whole-study implementations
+STUDY_SEEDS = ("1", "2")
 VARIANTS = ("bf16", "recompute", "compile")  # groups of kdbench's optional settings, measured against its default
 LOW_MEMORY = ["trainer.recompute_attention=true"]  # kdbench's setting for long sequences on a CPU
 IMPLEMENTATIONS = ("kdbench", *PEERS)
@@ -95,6 +97,27 @@ def machine() -> dict:
             "python": platform.python_version(), **versions}
 
 
+def measure_study(impl: str, quick: bool) -> dict:
+    """One timed whole study (study.py) of one implementation; `quick`: a tiny one that checks the script."""
+    tiny = ["--overrides", "data.train_limit=32", "data.eval_limit=32", "trainer.teacher_epochs=1",
+            "trainer.stage1_epochs=1", "trainer.stage2_epochs=1"] if quick else []
+    proc = subprocess.run([sys.executable, str(HERE / "study.py"), impl, "--seeds", *STUDY_SEEDS, *tiny],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise SystemExit(f"benchmarks: the whole study failed with {impl}: {tail[0]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_study(repeats: int, quick: bool, out) -> None:
+    for repeat in range(repeats):
+        for impl in STUDY:
+            result = {**measure_study(impl, quick), "group": "study", "repeat": repeat, "quick": quick}
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+            print(f"study {impl} #{repeat}: {result['seconds']:.0f} s", flush=True)
+
+
 def run(selected: list[str], repeats: int, quick: bool, raw: Path) -> None:
     cases = groups(quick)
     with raw.open("a") as out:
@@ -103,6 +126,9 @@ def run(selected: list[str], repeats: int, quick: bool, raw: Path) -> None:
         print(f"check: kdbench loss {check['kdbench_loss']:.6f}, plain {check['plain_loss']:.6f}, "
               f"tuned {check['tuned_loss']:.6f}", flush=True)
         for group in selected:
+            if group == "study":
+                run_study(repeats, quick, out)
+                continue
             for spec in cases[group]:
                 for repeat in range(repeats):
                     for impl in ("kdbench",) if group in VARIANTS else IMPLEMENTATIONS:
@@ -184,6 +210,8 @@ def targets(rows: list[dict]) -> list[str]:
          ratio(main, lambda c: c[0] == "sst2" and c[1] == "vanilla_kd", "examples_per_s", "tuned"), 1, "ge"),
         ("stage 2 (cached logits) on RTE, examples/s vs plain loop (padded batches)",
          ratio(main, lambda c: c[0] == "rte" and c[1] == "vanilla_kd", "examples_per_s", "plain"), 3, "ge"),
+        ("whole study (study.py), wall time of the tuned loop over kdbench's", study_ratio(rows, "tuned"), 2, "ge"),
+        ("whole study (study.py), wall time of TextBrewer over kdbench's", study_ratio(rows, "textbrewer"), 2, "ge"),
         ("peak memory at length 512 vs plain loop", ratio(lengths, lambda c: c[2] == 512, "peak_mib", "plain"), 0.5, "le"),
         ("peak memory at length 512 vs plain loop, kdbench with " + setting({"overrides": LOW_MEMORY}),
          low_memory_ratio(rows), 0.5, "le"),
@@ -195,6 +223,11 @@ def targets(rows: list[dict]) -> list[str]:
     if not checks:
         return []
     return ["### Targets", "", "| target | goal | measured | |", "|---|---:|---:|---|", *checks, ""]
+
+
+def study_ratio(rows: list[dict], peer: str) -> float | None:
+    seconds = study_seconds(rows)
+    return seconds[peer] / seconds["kdbench"] if peer in seconds and "kdbench" in seconds else None
 
 
 def low_memory_ratio(rows: list[dict]) -> float | None:
@@ -228,6 +261,42 @@ def variant_lines(rows: list[dict]) -> list[str]:
     return ["### kdbench's optional settings", "",
             "| case | setting | examples/s (vs default) | peak MiB (vs default) | warm-up steps, s (vs default) |",
             "|---|---|---:|---:|---:|", *lines, ""]
+
+
+def study_runs(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("group") == "study" and not r.get("quick")]
+
+
+def study_seconds(rows: list[dict]) -> dict[str, float]:
+    """The median wall time of the whole study per implementation."""
+    runs = study_runs(rows)
+    return {impl: statistics.median(r["seconds"] for r in runs if r["impl"] == impl)
+            for impl in STUDY if any(r["impl"] == impl for r in runs)}
+
+
+def study_lines(rows: list[dict]) -> list[str]:
+    """The whole-study wall times: median per implementation, kdbench's ratio to each, the jobs' mean accuracy."""
+    runs = study_runs(rows)
+    if not runs:
+        return []
+    by_impl = {impl: [r for r in runs if r["impl"] == impl] for impl in STUDY if any(r["impl"] == impl for r in runs)}
+    seconds = study_seconds(rows)
+    first = runs[0]
+    lines = ["### A whole small study, end to end", "",
+             f"mini_table1's design (SST-2, 1000 training examples, teacher fine-tuned once, stage 1 two epochs, stage "
+             f"2 three, dev evaluation) for the objectives {', '.join(first['objectives'])} and seeds "
+             f"{', '.join(map(str, first['seeds']))}: every job of the study in one fresh process per implementation "
+             "(`study.py`), timed from outside: imports, data, the teacher's fine-tuning and every job. kdbench: its "
+             "sweep with its defaults from an empty cache; tuned loop and TextBrewer (on the same length-grouped "
+             "batches): the teacher recomputed every step.", "",
+             "| implementation | wall time, s | kdbench's speed-up over it | mean dev accuracy of the jobs | n |",
+             "|---|---:|---:|---:|---:|"]
+    for impl, found in by_impl.items():
+        accuracy = statistics.mean(job["accuracy"] for r in found for job in r["jobs"])
+        ratio = seconds[impl] / seconds["kdbench"] if "kdbench" in seconds else math.nan
+        lines.append(f"| {STUDY[impl]} | {seconds[impl]:.0f} | {'' if impl == 'kdbench' else f'**{ratio:.2f}x**'} "
+                     f"| {accuracy:.1f} | {len(found)} |")
+    return lines + [""]
 
 
 def report(raw: Path, out: Path) -> None:
@@ -277,6 +346,7 @@ def report(raw: Path, out: Path) -> None:
         group_rows = [r for r in rows if r.get("group") == group]
         if group_rows:
             lines += table(group_rows, title)
+    lines += study_lines(rows)
     lines += targets(rows)
     lines += variant_lines(rows)
     out.write_text("\n".join(lines))

@@ -71,3 +71,19 @@ def test_fast_stage1_matches_the_plain_and_tuned_loops_on_minilm():
     result = run_measure(spec)
     for peer in ("plain", "tuned"):
         assert_same_step(result, peer, rel=1e-5)
+
+
+@realdata
+@pytest.mark.slow
+def test_the_whole_study_benchmark_runs_every_job_of_the_tuned_loop():
+    tiny = ["data.train_limit=32", "data.eval_limit=32", "trainer.teacher_epochs=1", "trainer.stage1_epochs=1",
+            "trainer.stage2_epochs=1"]
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "study.py"), "tuned", "--seeds", "1", "2",
+                           "--objectives", "vanilla_kd", "att_kl+val_kl", "--overrides", *tiny],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["seconds"] > 0
+    jobs = {(job["objective"], job["seed"]): job["accuracy"] for job in result["jobs"]}
+    assert set(jobs) == {(o, s) for o in ("vanilla_kd", "att_kl+val_kl") for s in (1, 2)}
+    assert all(0 <= accuracy <= 100 for accuracy in jobs.values())
