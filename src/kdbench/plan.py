@@ -240,6 +240,15 @@ def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
     return spec
 
 
+def check_agnostic_trainer(trainer: TrainerSpec) -> None:
+    """The task-agnostic recipe counts steps, not epochs, and caps each device's batch."""
+    missing = [key for key in ("max_steps", "device_batch_size") if getattr(trainer, key) is None]
+    if missing:
+        raise ConfigError(f"setting=task_agnostic needs {' and '.join(f'trainer.{k}' for k in missing)}, which "
+                          f"trainer={trainer.name} does not set: add trainer=agnostic (the paper's task-agnostic "
+                          "recipe) or set them")
+
+
 def batch_layout(global_batch: int, world_size: int, device_batch: int) -> BatchLayout:
     """Micro-batches per process and gradient-accumulation steps giving exactly `global_batch` per step."""
     per_process, remainder = divmod(global_batch, world_size)
@@ -360,6 +369,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     terms = objective_terms(cfg, init, student_conf, teacher_conf, teacher, task)
     batches = None
     if corpus is not None:
+        check_agnostic_trainer(trainer)
         batches = batch_layout(trainer.batch_size, distributed.current().size, trainer.device_batch_size)
     return Plan(**common, init=init, terms=terms, batches=batches, teacher_conf=teacher_conf,
                 student_conf=student_conf, student_path=None, chain=distillation_chain(teacher, student, init, cfg))

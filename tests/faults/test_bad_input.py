@@ -14,7 +14,7 @@ from tests.helpers import agnostic_overrides, tiny_overrides, write_tiny_corpus,
 
 
 def cli(*args, env_glue=None):
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "KDBENCH_CORPUS"}  # the corpus is given where it is needed
     if env_glue is not None:
         env["KDBENCH_GLUE_DIR"] = str(env_glue)
     return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True, text=True, env=env,
@@ -54,6 +54,7 @@ def test_cli_unknown_key(tmp_path):
         (["trainer.lr=0"], ["learning rate"]),
         (["task=qnli"], ["QNLI/train.tsv", "missing"]),
         (["setting=task_agnostic"], ["corpus=local needs corpus.path"]),
+        (["setting=task_agnostic", "corpus.path=."], ["setting=task_agnostic needs trainer.max_steps", "trainer=agnostic"]),
         (["trainer.device=cuda"] if not torch.cuda.is_available() else ["trainer.device=cuda:99"], ["cuda"]),
     ],
 )

@@ -95,8 +95,11 @@ def parameter_groups(modules: Iterable[torch.nn.Module], weight_decay: float) ->
 def start(stage: Stage, resume: dict | None) -> Progress:
     """AdamW with linear warm-up then linear decay to zero, restored from `resume` (a saved state) if given."""
     spec = stage.optimizer
-    optimizer = torch.optim.AdamW(parameter_groups(stage.modules, spec.weight_decay), lr=spec.lr,
-                                  betas=tuple(spec.betas), eps=spec.eps)
+    groups = parameter_groups(stage.modules, spec.weight_decay)
+    # The fused kernel does AdamW's arithmetic in one pass over each tensor: on a CPU about 7x faster than the
+    # per-tensor loop for a 3-layer student, whose 30k-row embedding dominates the parameters (benchmarks/).
+    fused = all(p.device.type in ("cpu", "cuda") for group in groups for p in group["params"])
+    optimizer = torch.optim.AdamW(groups, lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps, fused=fused)
     total = stage.total_steps
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(spec.warmup_ratio * total), total)
     progress = Progress(stage, optimizer, scheduler)
