@@ -29,7 +29,8 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.25em; border-bo
 h3 { font-size: 1.05em; } .meta { color: #555; font-size: 0.9em; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
-table.measured td, table.measured th { text-align: right; } table.measured td:first-child { text-align: left; }
+table.measured td, table.measured th { text-align: right; }
+table.measured td:first-child, table.measured th:first-child { text-align: left; }
 tr:nth-child(even) { background: #f7f7f7; }
 .seeds { display: block; font-size: 0.75em; color: #777; } .seeds a { color: #557; margin-right: 0.2em; }
 img { max-width: 100%; height: auto; margin: 0.5em 0; display: block; }
