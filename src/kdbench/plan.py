@@ -131,6 +131,9 @@ def data_spec(data: DictConfig) -> DataSpec:
             f"GLUE directory {glue_dir} does not exist: point data.glue_dir or ${GLUE_DIR_ENV} at a folder "
             "in the download_glue_data.py layout (CoLA/train.tsv, SST-2/dev.tsv, ...)"
         )
+    for key in ("train_limit", "eval_limit"):
+        if data.get(key) is not None and (not isinstance(data[key], int) or data[key] < 1):
+            raise ConfigError(f"data.{key}={data[key]} must be a positive number of examples, or null for all of them")
     return DataSpec(glue_dir, data.hf_dataset, data.train_limit, data.eval_limit, data.subset_seed)
 
 

@@ -52,6 +52,7 @@ def test_cli_unknown_key(tmp_path):
         (["trainer.stage1_epochs=-1"], ["negative"]),
         (["trainer.batch_size=0"], ["batch_size=0"]),
         (["trainer.lr=0"], ["learning rate"]),
+        (["data.train_limit=0"], ["data.train_limit=0", "positive number of examples"]),
         (["task=qnli"], ["QNLI/train.tsv", "missing"]),
         (["setting=task_agnostic"], ["corpus=local needs corpus.path"]),
         (["setting=task_agnostic", "corpus.path=."], ["setting=task_agnostic needs trainer.max_steps", "trainer=agnostic"]),
@@ -64,6 +65,13 @@ def test_cli_bad_config_is_refused_before_work(tiny_glue, tmp_path, overrides, f
     record = json.loads((tmp_path / "run" / "result.json").read_text())  # a sweep's report lists it as failed
     assert record["status"] == "failed" and fragments[0] in record["error"]
     assert not (tmp_path / "run" / "train_log.jsonl").exists()  # refused before any work
+
+
+def test_cli_binary_data_file_is_named(tmp_path):
+    glue = write_tiny_glue(tmp_path / "glue")
+    (glue / "SST-2" / "train.tsv").write_bytes(bytes(range(256)) * 4)  # not text at all
+    result = cli(*tiny_overrides(glue, tmp_path / "run"))
+    assert_one_line_error(result, "SST-2/train.tsv is not UTF-8 text", "original file")
 
 
 def test_cli_malformed_data_names_file_and_line(tmp_path):

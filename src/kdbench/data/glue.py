@@ -52,8 +52,12 @@ def read_tsv_split(task: TaskSpec, split: str, root: Path) -> datasets.Dataset:
             "/ $KDBENCH_GLUE_DIR to use the Hugging Face Hub"
         )
     csv.field_size_limit(sys.maxsize)
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): GLUE "
+                        "files are UTF-8 tab-separated text; replace it with the task's original file") from None
     first_data_line = 1
     if task.tsv.header:
         if not rows:
