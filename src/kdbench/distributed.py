@@ -1,13 +1,16 @@
-"""Data-parallel plumbing on torch.distributed: `torchrun --nproc_per_node=N -m kdbench.run ...`.
+"""Data-parallel plumbing on torch.distributed: `torchrun --nproc_per_node=N -m kdbench.run ...`, or the tasks of
+one SLURM / submitit job (`hydra/launcher=slurm_ddp`, `srun -n N python -m kdbench.run ...`).
 
-Under torchrun (WORLD_SIZE > 1) each process joins the group (nccl on GPUs, gloo on CPU) and trains a
+With WORLD_SIZE > 1 each process joins the group (nccl on GPUs, gloo on CPU) and trains a
 DistributedDataParallel replica on its own shard of every global batch; only rank 0 writes logs, checkpoints
-and results. Without torchrun everything here is a no-op for a single process.
+and results. A task of a multi-task job without torchrun's variables first takes them from its job
+(:func:`adopt_job_environment`). For a single process everything here is a no-op.
 """
 
 from __future__ import annotations
 
 import os
+import random
 from dataclasses import dataclass
 
 import torch
@@ -29,13 +32,43 @@ class World:
         return self.size > 1
 
 
+def job_environment():
+    """submitit's view of this task's job (SLURM through submitit or srun, or submitit's local executor) when the
+    job has several tasks; None otherwise."""
+    from submitit import JobEnvironment
+    from submitit.slurm.slurm import SlurmJobEnvironment
+
+    if "SUBMITIT_EXECUTOR" in os.environ:
+        job = JobEnvironment()
+    elif "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ:
+        job = SlurmJobEnvironment()
+    else:
+        return None
+    return job if job.num_tasks > 1 else None
+
+
+def adopt_job_environment() -> None:
+    """In a multi-task job without torchrun's variables, export the job's as torchrun's: RANK, WORLD_SIZE,
+    LOCAL_RANK and the rendezvous, the first host of the job's node list (SLURM's forms: gpu[01-04],
+    gpu01,gpu07) with a port drawn from the job id unless MASTER_PORT is set, so every task of the job joins one
+    data-parallel group and finds the same master."""
+    if "WORLD_SIZE" in os.environ:
+        return
+    job = job_environment()
+    if job is None:
+        return
+    port = os.environ.get("MASTER_PORT") or str(random.Random(str(job.job_id)).randint(20000, 60000))
+    os.environ.update(MASTER_ADDR=job.hostnames[0], MASTER_PORT=port, RANK=str(job.global_rank),
+                      WORLD_SIZE=str(job.num_tasks), LOCAL_RANK=str(job.local_rank))
+
+
 def current() -> World:
-    """The process's place in a torchrun launch (rank 0 of 1 otherwise); reads the environment only."""
+    """The process's place in a data-parallel launch (rank 0 of 1 otherwise); reads the environment only."""
     return World(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)))
 
 
 def init(device: torch.device) -> World:
-    """Join the process group when launched by torchrun; returns the world."""
+    """Join the process group of a data-parallel launch; returns the world."""
     world = current()
     if world.distributed and not dist.is_initialized():
         if device.type == "cuda":

@@ -53,7 +53,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     `status: "failed"` (with the error) before it propagates.
     """
     run_dir = Path(run_dir or cfg.paths.run_dir or ".")
-    main_process = distributed.current().is_main  # under torchrun only rank 0 writes
+    distributed.adopt_job_environment()  # a task of a multi-task SLURM/submitit job joins its job's group
+    main_process = distributed.current().is_main  # in a data-parallel launch only rank 0 writes
     resolved = OmegaConf.to_container(cfg, resolve=True)
     result_path = run_dir / RESULT_FILE
     previous = read_json(result_path)

@@ -109,6 +109,17 @@ def test_slurm_launcher_preset_composes_on_submitit():
     assert (cfg.hydra.launcher.partition, cfg.hydra.launcher.gpus_per_node) == ("gpu", 1)
 
 
+def test_data_parallel_slurm_preset_runs_a_task_per_gpu():
+    from kdbench.cli import compose
+
+    cfg = compose(["+experiment=table2_agnostic", "hydra/launcher=slurm_ddp", "hydra.launcher.nodes=4",
+                   "hydra.launcher.gpus_per_node=4"], hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (4, 4, 4)
+    assert cfg.trainer.batch_size == 1024  # the recipe's global batch, whatever the number of tasks
+
+
 def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
     """An out-of-memory run re-run with recomputation on resumes its checkpoints; a different recipe does not."""
     from kdbench.plan import COMPUTATION_ONLY, config_fingerprint, container
