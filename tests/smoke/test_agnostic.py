@@ -96,6 +96,27 @@ def test_two_processes_with_gloo_equal_one_process_with_accumulation(corpus, tmp
     assert all(torch.allclose(ref[k], got[k], atol=1e-5) for k in ref)
 
 
+@pytest.mark.slow
+def test_a_two_task_submitit_job_is_one_data_parallel_group(corpus, tmp_path):
+    """hydra/launcher=submitit_local with two tasks: the tasks join one group from their job's environment (no
+    torchrun) and match a single process with the same global batch; only rank 0 writes."""
+    extra = ["objective=att_kl+hid_seq", "trainer.student_dropout=0.0", "trainer.max_steps=4", "trainer.eval_every=0"]
+    single = run(compose_config(agnostic_overrides(corpus, tmp_path / "single", *extra)))
+    launcher = ["hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=20",
+                f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    command = [sys.executable, "-m", "kdbench.run", "-m", *launcher, *agnostic_overrides(corpus, tmp_path / "job", *extra)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((tmp_path / "job" / "result.json").read_text())
+    assert record["world_size"] == 2 and record["batch"] == {"global": 8, "per_device": 4, "accumulation": 1}
+    for name, value in single["metrics"].items():
+        assert record["metrics"][name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    ref = load_file(tmp_path / "single" / "student" / "model.safetensors")
+    got = load_file(tmp_path / "job" / "student" / "model.safetensors")
+    assert all(torch.allclose(ref[k], got[k], atol=1e-5) for k in ref)
+    assert sorted(p.parent.name for p in tmp_path.rglob("result.json")) == ["job", "single"]  # rank 1 wrote none
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
