@@ -84,15 +84,16 @@ def device_for(world: World, device: torch.device) -> torch.device:
     return device
 
 
-def wrap(module: torch.nn.Module, world: World, device: torch.device) -> torch.nn.Module:
+def wrap(module: torch.nn.Module, world: World, device: torch.device, *, unused_parameters: bool) -> torch.nn.Module:
     """A DistributedDataParallel replica in a multi-process run; the module itself otherwise.
 
-    Parameters a step does not use (a pooler, an MLM head an objective does not read) are allowed.
+    `unused_parameters`: some parameters get no gradient in a step (the student stops before its prediction
+    head), so DDP must look for them, which costs a traversal of the autograd graph every step.
     """
     if not world.distributed:
         return module
     ids = [device.index] if device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids, find_unused_parameters=True)
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids, find_unused_parameters=unused_parameters)
 
 
 def mean_over_ranks(values: dict[str, float], world: World, device: torch.device) -> dict[str, float]:

@@ -62,7 +62,10 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         recorder(student, objective, "student", plan.student_conf.num_hidden_layers) as (student_recorder, student_logits),
         recorder(teacher, objective, "teacher", plan.teacher_conf.num_hidden_layers) as (teacher_recorder, teacher_logits),
     ):
-        student_side = distributed.wrap(StudentSide(student_recorder, objective, student_logits), world, device)
+        # Only objectives that read the MLM logits (vanilla_kd, distilbert) run the student's whole model; the others
+        # stop at their last layer and leave its MLM head without a gradient.
+        student_side = distributed.wrap(StudentSide(student_recorder, objective, student_logits), world, device,
+                                        unused_parameters=objective.last_layer("student") is not None)
         step = distillation_step(student_side, teacher_recorder, teacher_logits, device, plan.precision)
 
         def evaluate_heldout(at_step: int) -> dict:
