@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from tqdm.auto import tqdm
 
+from kdbench import distributed
 from kdbench.record import StepLog
 from kdbench.specs import TrainerSpec
 from kdbench.training.checkpoint import Checkpoints
@@ -79,7 +80,9 @@ class StopOnSignal(Hook):
         self.checkpoints = checkpoints
 
     def on_step(self, progress) -> None:
-        if stop_requested() and not progress.finished:
+        # Every process of a data-parallel run stops at the same step (a signal reaches them at different times):
+        # one that went on would wait for the others in its next all-reduce.
+        if distributed.any_rank(stop_requested(), progress.stage.device) and not progress.finished:
             if self.checkpoints is not None:
                 self.checkpoints.save(progress.state())
             raise Interrupted(f"stopped by a signal at {progress.stage.name} step {progress.step}; the state is "
