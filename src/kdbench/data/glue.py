@@ -51,13 +51,7 @@ def read_tsv_split(task: TaskSpec, split: str, root: Path) -> datasets.Dataset:
             f"{task.tsv.dir}/{files[split]} (download_glue_data.py layout), or unset data.glue_dir "
             "/ $KDBENCH_GLUE_DIR to use the Hugging Face Hub"
         )
-    csv.field_size_limit(sys.maxsize)
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
-            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): GLUE "
-                        "files are UTF-8 tab-separated text; replace it with the task's original file") from None
+    rows = read_tsv_rows(path)
     first_data_line = 1
     if task.tsv.header:
         if not rows:
@@ -92,6 +86,17 @@ def read_tsv_split(task: TaskSpec, split: str, root: Path) -> datasets.Dataset:
         }
     )
     return datasets.Dataset.from_dict(columns, features=features)
+
+
+def read_tsv_rows(path: Path) -> list[list[str]]:
+    """A tab-separated UTF-8 file's rows, as GLUE writes them (no quoting)."""
+    csv.field_size_limit(sys.maxsize)
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            return list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): GLUE "
+                        "files are UTF-8 tab-separated text; replace it with the task's original file") from None
 
 
 def parse_label(task: TaskSpec, raw: str, path: Path, line: int) -> int | float:
