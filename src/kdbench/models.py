@@ -12,6 +12,8 @@ import shutil
 from pathlib import Path
 
 import torch
+from filelock import FileLock
+from safetensors import SafetensorError, safe_open
 from torch.utils.checkpoint import checkpoint
 from transformers import (
     AttentionInterface,
@@ -27,7 +29,9 @@ from transformers import (
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from kdbench import storage
 from kdbench.errors import ConfigError, ModelNotFoundError
+from kdbench.record import CHAIN_FILE, write_json
 from kdbench.specs import InitSpec, ShapeSpec, TeacherSpec
 
 MODELS_DIR_ENV = "KDBENCH_MODELS_DIR"
@@ -59,15 +63,51 @@ def _not_found(name_or_path: str, exc: Exception) -> ModelNotFoundError:
 def load(auto, name_or_path: str | Path, *, saved_as: str | None = None, **kwargs):
     """`auto.from_pretrained` (a model, config or tokenizer class) from a local copy if there is one, else the
     Hub; remote code never runs. A failure is one line: where it looked, or, for a folder kdbench wrote
-    (`saved_as` names what it should hold), which folder and what to give instead."""
+    (`saved_as` names what it should hold, checked against its manifest first), which file and what to do."""
     path = str(name_or_path) if saved_as else resolve_model_path(str(name_or_path))
+    if saved_as:
+        check_saved_model(Path(path), saved_as)
     try:
         return auto.from_pretrained(path, trust_remote_code=False, **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:
+        if Path(path).is_dir():
+            check_saved_model(Path(path), str(name_or_path))
         if saved_as:
             raise ModelNotFoundError(f"cannot load {saved_as} from {path} ({type(exc).__name__}): give a directory "
                                      "written by save_pretrained with the task's number of labels") from exc
         raise _not_found(str(name_or_path), exc) from exc
+
+
+def check_saved_model(folder: Path, what: str) -> None:
+    """A model folder that cannot be rebuilt, checked cheaply before use: against its manifest when kdbench wrote
+    it, and every safetensors file's header; a damaged file is refused with one line naming it."""
+    storage.check_saved(folder, what)
+    for weights in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt"):
+                pass
+        except (OSError, SafetensorError) as exc:
+            raise ModelNotFoundError(f"cannot load {what}: {weights} is damaged ({type(exc).__name__}, cut short or "
+                                     "overwritten); copy or save it again") from None
+
+
+def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...]) -> None:
+    """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so a copy cut
+    short is refused by name when it is loaded), written whole or not at all."""
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with storage.space_for(folder, weight_bytes(student), partial=tmp):
+        student.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        write_json(tmp / CHAIN_FILE, {"chain": list(chain)})
+        if folder.exists():
+            shutil.rmtree(folder)
+        storage.publish(tmp, folder)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """What saving the model's parameters takes on disk."""
+    return sum(p.numel() * p.element_size() for p in model.state_dict().values())
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -84,15 +124,15 @@ _TINY_VOCAB = (
 def tiny_tokenizer(cache_dir: Path):
     """A BERT WordPiece tokenizer over `_TINY_VOCAB`, saved as a tokenizer folder and loaded like any model's."""
     folder = cache_dir / "tiny-tokenizer"
-    if not (folder / "tokenizer_config.json").exists():
-        tmp = cache_dir / f".tiny-tokenizer.{os.getpid()}.tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        (tmp / "vocab.txt").write_text("\n".join(_TINY_VOCAB) + "\n")
-        (tmp / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer", "do_lower_case": true}')
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process made it first
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        if not storage.intact(folder, "the tiny tokenizer's cache entry"):
+            tmp = cache_dir / f".tiny-tokenizer.{os.getpid()}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            (tmp / "vocab.txt").write_text("\n".join(_TINY_VOCAB) + "\n")
+            (tmp / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer", "do_lower_case": true}')
+            storage.publish(tmp, folder)
     return AutoTokenizer.from_pretrained(str(folder))
 
 

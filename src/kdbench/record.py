@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
-import tempfile
-from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import IO
 
 from kdbench.specs import COMPUTATION_ONLY
+from kdbench.storage import atomic_write_text
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
@@ -27,26 +24,6 @@ COMPLETED_FIELDS = ("status", *KEY_FIELDS, "score", "metrics")
 NOT_DESIGN = ("seed", "paths", "kdbench", "logger", "save_student", "paper_analogue", "data.glue_dir",
               "setting.student_path", "trainer.device", "trainer.eval_batch_size",
               *(f"trainer.{how}" for how in COMPUTATION_ONLY))
-
-
-def atomic_write(path: Path, write: Callable[[IO], None], *, binary: bool = False) -> None:
-    """Write through `write(handle)` to a temp file in the same folder, fsync, then rename: readers (and a
-    process killed mid-write) never leave or see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda handle: handle.write(text))
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from contextlib import suppress
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__, distributed
-from kdbench.cli import check_overrides, config_dir, fail, register_resolvers
+from kdbench.claim import claim, describe
+from kdbench.cli import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.errors import KdbenchError
 from kdbench.loggers import make_logger
 from kdbench.plan import Plan, make_plan
@@ -22,6 +24,7 @@ from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
 from kdbench.record import RESULT_FILE, SCHEMA_VERSION, StepLog, provenance, read_json, write_json
+from kdbench.storage import DiskFullError
 from kdbench.training.signals import Interrupted, graceful_stop
 
 RECIPES = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic, "finetune": run_finetune}
@@ -49,11 +52,20 @@ def identity(cfg: DictConfig, plan: Plan | None) -> dict:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Validate, run the configured setting, and write result.json; returns the record.
 
-    Bad input raises KdbenchError before any heavy work. A failure after validation is recorded as
-    `status: "failed"` (with the error) before it propagates.
+    The job is claimed first (`kdbench.claim`): while another process runs it, this returns at once with
+    `status: "claimed"` and writes nothing. Bad input raises KdbenchError before any heavy work. A failure is
+    recorded as `status: "failed"` (with the error) before it propagates.
     """
     run_dir = Path(run_dir or cfg.paths.run_dir or ".")
     distributed.adopt_job_environment()  # a task of a multi-task SLURM/submitit job joins its job's group
+    with claim(run_dir, distributed.current().rank) as holder:
+        if holder is not None:  # another process runs this job now: a sweep started twice splits its jobs
+            return {"status": "claimed", "claimed_by": holder, "skipped": True}
+        return run_claimed(cfg, run_dir)
+
+
+def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
+    """`run` once this process holds the job's claim."""
     main_process = distributed.current().is_main  # in a data-parallel launch only rank 0 writes
     resolved = OmegaConf.to_container(cfg, resolve=True)
     result_path = run_dir / RESULT_FILE
@@ -61,16 +73,19 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     if previous and previous.get("status") == "completed" and previous.get("config") == resolved:
         return previous | {"skipped": True}  # a re-run sweep skips finished jobs
     write = writer(main_process)
-    if main_process:
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         plan = make_plan(cfg)  # bad input fails here, before anything is loaded
-    except KdbenchError as exc:
-        write(result_path, identity(cfg, None) | {"status": "failed", "error": str(exc), "config": resolved})
+    except Exception as exc:
+        write(result_path, identity(cfg, None) | {"status": "failed", "error": error_text(exc), "config": resolved})
         raise
     plan.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # caches hold weights: the user's eyes only
     write(run_dir / "config.json", resolved)
     return execute(plan, identity(cfg, plan), run_dir, main_process)
+
+
+def error_text(exc: BaseException) -> str:
+    """How a record states a failure: the message of bad input, the exception's type and message of a bug."""
+    return str(exc) if isinstance(exc, KdbenchError) else f"{type(exc).__name__}: {exc}"
 
 
 def writer(main_process: bool):
@@ -98,9 +113,10 @@ def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict
             logger.summary(record)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, Interrupted) else "failed"
-        record |= {"status": status, "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - start,
+        record |= {"status": status, "error": error_text(exc), "wall_s": time.perf_counter() - start,
                    "config": plan.config}
-        write(result_path, record)
+        with suppress(DiskFullError):  # a full disk keeps the last record written: the error is raised below
+            write(result_path, record)
         raise
     finally:
         log.close()
@@ -110,10 +126,27 @@ def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict
     return record
 
 
+INTERNAL_ERROR_EXIT = 1  # bad input exits with KdbenchError.exit_code (2)
+
+
+def stop(line: str, exc: Exception, cfg: DictConfig, run_dir) -> None:
+    """End a failed job with one line (and the traceback with kdbench.debug=true). In a sweep, Hydra records the
+    job as failed, runs the rest, then exits non-zero."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if cfg.kdbench.debug:
+        traceback.print_exc()
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        print(f"{line} [job {run_dir}]", file=sys.stderr)
+        raise exc
+    print(line, file=sys.stderr)
+    raise SystemExit(exc.exit_code if isinstance(exc, KdbenchError) else INTERNAL_ERROR_EXIT) from None
+
+
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     run_dir = cfg.paths.run_dir or HydraConfig.get().runtime.output_dir
     try:
@@ -123,13 +156,14 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         exc.hand_over()  # under submitit: its handler requeues the job (the requeued job resumes) and exits
         raise SystemExit(exc.exit_code) from None
     except KdbenchError as exc:
-        if cfg.kdbench.debug:
-            traceback.print_exc()
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            # One line now; Hydra records the job as failed, runs the rest of the sweep, then exits non-zero.
-            print(f"kdbench: error: {exc} [job {run_dir}]", file=sys.stderr)
-            raise
-        fail(str(exc), exc.exit_code)
+        stop(f"kdbench: error: {exc}", exc, cfg, run_dir)
+    except Exception as exc:  # a bug, not bad input: bad input is a KdbenchError
+        stop(f"kdbench: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in kdbench, not in the input); "
+             f"the record {Path(run_dir) / RESULT_FILE} says failed; re-run with kdbench.debug=true for the "
+             "traceback", exc, cfg, run_dir)
+    if record.get("status") == "claimed":
+        print(f"skipped: {run_dir} is being run by {describe(record['claimed_by'])}")
+        return None
     if record.get("skipped"):
         print(f"already completed with the same config: {Path(run_dir) / RESULT_FILE}")
         return record["score"]

@@ -19,9 +19,9 @@ import torch
 from filelock import FileLock
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
-from kdbench import models
+from kdbench import models, storage
 from kdbench.data.batches import make_loader
-from kdbench.record import StepLog, atomic_write, read_json, write_json
+from kdbench.record import StepLog, read_json, write_json
 from kdbench.specs import OptimizerSpec
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
@@ -90,10 +90,9 @@ def finetuned_teacher(plan, train_loader, eval_loaders, log: StepLog) -> FineTun
     path = cache_path(plan)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        meta = read_json(path / "kdbench_teacher.json")
-        if meta is not None:
+        if storage.intact(path, "the fine-tuned teacher's cache entry"):
             teacher = load_finetuned(path, plan.num_labels).to(plan.device)
-            return FineTuned(freeze(teacher), meta["metrics"], 0.0, path.name)
+            return FineTuned(freeze(teacher), read_json(path / "kdbench_teacher.json")["metrics"], 0.0, path.name)
         return fine_tune_teacher(plan, path, train_loader, eval_loaders, log)
 
 
@@ -118,9 +117,10 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
     seconds = time.perf_counter() - start
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    teacher.save_pretrained(str(tmp))
-    write_json(tmp / "kdbench_teacher.json", {"key": teacher_key(plan), "metrics": metrics, "seconds": seconds})
-    tmp.rename(path)
+    with storage.space_for(path, models.weight_bytes(teacher), partial=tmp):
+        teacher.save_pretrained(str(tmp))
+        write_json(tmp / "kdbench_teacher.json", {"key": teacher_key(plan), "metrics": metrics, "seconds": seconds})
+        storage.publish(tmp, path)
     checkpoints.clear()
     return FineTuned(teacher, metrics, seconds, path.name)
 
@@ -141,9 +141,11 @@ def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan, augment
     path = plan.cache_dir / "teacher_logits" / f"{plan.task.name}-{digest}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        if path.exists():
+        if storage.intact(path, "the teacher-logits cache entry"):
             return torch.load(path, map_location="cpu", weights_only=True)
         loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
         table = logits_table(teacher.model, loader, len(train_set), plan.num_labels, plan.device, plan.precision)
-        atomic_write(path, lambda handle: torch.save(table, handle), binary=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        storage.atomic_write(tmp, lambda handle: torch.save(table, handle), binary=True, need=table.nbytes)
+        storage.publish(tmp, path)
         return table

@@ -81,6 +81,7 @@ def test_resume_continues_from_the_latest_checkpoint_after_sigkill(tiny_glue, tm
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming from" in again.stderr + again.stdout
+    assert f"from pid {process.pid}" in again.stderr + again.stdout  # the killed process's claim taken over
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["status"] == "completed" and record["metrics"] == reference["metrics"]
 
@@ -105,7 +106,7 @@ def test_checkpoint_writes_leave_no_partial_files(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", failing_save)
     with pytest.raises(OSError):
         checkpoints.save({"step": 2})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001.pt", "ckpt-00000001.pt.manifest.json"]
 
 
 def test_a_different_config_does_not_resume_silently(tiny_glue, tmp_path, monkeypatch):

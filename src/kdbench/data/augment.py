@@ -27,7 +27,7 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
 
-from kdbench import models
+from kdbench import models, storage
 from kdbench.errors import DataError
 from kdbench.specs import AugmentSpec, TaskSpec
 
@@ -280,7 +280,7 @@ def augmented_train_set(train: datasets.Dataset, task: TaskSpec, spec: AugmentSp
     path = cache_dir / "augmented" / f"{task.name}-{digest}"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        if not (path / "kdbench_augment.json").is_file():
+        if not storage.intact(path, "the augmented training set's cache entry"):
             build(train, task, spec, path, key, device, progress)
     return datasets.load_from_disk(str(path)), path
 
@@ -293,7 +293,8 @@ def build(train, task: TaskSpec, spec: AugmentSpec, path: Path, key: dict, devic
     augmented = augment(train, task, spec, Candidates(mlm, vectors))
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    augmented.save_to_disk(str(tmp))
-    (tmp / "kdbench_augment.json").write_text(json.dumps({"key": key, "examples": len(augmented),
-                                                          "originals": len(train)}, indent=1))
-    tmp.rename(path)
+    with storage.space_for(path, partial=tmp):
+        augmented.save_to_disk(str(tmp))
+        (tmp / "kdbench_augment.json").write_text(json.dumps({"key": key, "examples": len(augmented),
+                                                              "originals": len(train)}, indent=1))
+        storage.publish(tmp, path)

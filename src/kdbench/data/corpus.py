@@ -44,6 +44,7 @@ import torch
 from filelock import FileLock
 from torch.utils.data import Dataset
 
+from kdbench import storage
 from kdbench.data.readers import input_files, read_documents, reader_for
 from kdbench.errors import ConfigError, DataError
 
@@ -386,13 +387,10 @@ def _build(tmp: Path, job: _BuildJob) -> None:
 
 
 def _try_load(entry: Path) -> PackedCorpus | None:
-    if not (entry / "meta.json").is_file():
+    """The entry when it exists and matches its manifest (a damaged one is removed with a warning)."""
+    if not storage.intact(entry, "the corpus cache entry"):
         return None
-    try:
-        return PackedCorpus.load(entry)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("corpus cache entry %s is unreadable (%s): rebuilding it", entry, exc)
-        return None
+    return PackedCorpus.load(entry)
 
 
 def _check_build_settings(fmt: str, tokenizer, seq_len: int, max_docs: int | None) -> None:
@@ -415,12 +413,11 @@ def _build_entry(corpora: Path, job: _BuildJob) -> PackedCorpus:
             return found
         for stale in corpora.glob(f".{job.key}.tmp-*"):  # the lock is held, so no live builder owns these
             shutil.rmtree(stale, ignore_errors=True)
-        if entry.exists():  # present but unreadable
-            shutil.rmtree(entry)
         tmp = Path(tempfile.mkdtemp(prefix=f".{job.key}.tmp-", dir=corpora))
         try:
-            _build(tmp, job)
-            os.rename(tmp, entry)
+            with storage.space_for(entry, partial=tmp):
+                _build(tmp, job)
+                storage.publish(tmp, entry)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -448,8 +445,9 @@ def build_packed_corpus(
     The entry lives in `cache_dir / "corpora" / <key>`; the key hashes the input files (absolute path, size,
     mtime), `fmt`, the tokenizer (name_or_path, class, vocabulary size, a fingerprint of its vocabulary and
     settings, special ids), `seq_len`, the split parameters and `max_docs`. It is built in a temporary sibling
-    directory and renamed into place under a file lock on `<key>.lock`: concurrent builders build once, a killed
-    builder leaves no entry behind.
+    directory, sealed with its files' sizes and SHA-256 and renamed into place under a file lock on `<key>.lock`:
+    concurrent builders build once, a killed builder leaves no entry behind, and an entry damaged since (checked
+    each time it is opened) is rebuilt with a warning.
 
     `heldout_fraction` (default 0.01) holds documents out by a hash of their text; `max_docs` keeps the first N
     non-empty documents in reading order.
@@ -460,6 +458,4 @@ def build_packed_corpus(
     files = input_files(origin)
     key = corpus_key(files, fmt, tokenizer, seq_len, split, max_docs)
     corpora = Path(cache_dir).expanduser() / "corpora"
-    if (found := _try_load(corpora / key)) is not None:
-        return found
     return _build_entry(corpora, _BuildJob(files, origin, fmt, tokenizer, seq_len, split, max_docs, key))

@@ -26,7 +26,7 @@ from kdbench.errors import ConfigError, DataError
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.plan import Plan
-from kdbench.record import CHAIN_FILE, StepLog, write_json
+from kdbench.record import StepLog
 from kdbench.specs import OptimizerSpec
 from kdbench.teacher import freeze
 from kdbench.training import loop
@@ -88,9 +88,7 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
               "eval_s": time.perf_counter() - start}
     student_dir = run_dir / "student"
     if world.is_main:
-        student.save_pretrained(str(student_dir))
-        tokenizer.save_pretrained(str(student_dir))
-        write_json(student_dir / CHAIN_FILE, {"chain": list(plan.chain)})
+        models.save_student(student, tokenizer, student_dir, plan.chain)
         if not trainer.keep_checkpoints:
             checkpoints.clear()
     return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,

@@ -85,8 +85,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     metrics = evaluate(student, eval_loaders, plan.task.metrics, plan.device, plan.precision)
     timing["eval_s"] = time.perf_counter() - start
     if plan.save_student:
-        student.save_pretrained(str(run_dir / "student"))
-        tokenizer.save_pretrained(str(run_dir / "student"))
+        models.save_student(student, tokenizer, run_dir / "student", plan.chain)
     if not trainer.keep_checkpoints:
         checkpoints.clear()
     return {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing} | (

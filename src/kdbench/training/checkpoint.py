@@ -1,4 +1,4 @@
-"""Training checkpoints: atomic writes, torn-file detection, safe loading (`weights_only=True`).
+"""Training checkpoints: atomic writes, a manifest checked before loading, safe loading (`weights_only=True`).
 
 A checkpoint holds everything needed to continue a stage exactly: the trained modules' state, the optimizer,
 the scheduler, the torch RNG states and the data position (epoch, batch within the epoch).
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from kdbench import storage
 from kdbench.errors import KdbenchError
-from kdbench.record import atomic_write
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
@@ -34,27 +34,42 @@ class Checkpoints:
         return sorted(p for p in self.folder.iterdir() if _NAME.match(p.name))
 
     def save(self, state: dict) -> Path:
-        """Write atomically (temp file, fsync, rename), then drop the oldest beyond `keep`."""
+        """Write atomically with its manifest (temp file, fsync, rename), then drop the oldest beyond `keep`."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         existing = self._existing()
         number = int(_NAME.match(existing[-1].name).group(1)) + 1 if existing else 1
         path = self.folder / f"ckpt-{number:08d}.pt"
-        atomic_write(path, lambda handle: torch.save(self.meta | state, handle), binary=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        storage.atomic_write(tmp, lambda handle: torch.save(self.meta | state, handle), binary=True,
+                             need=tensor_bytes(state))
+        storage.publish(tmp, path)
         for old in self._existing()[: -self.keep]:
-            old.unlink(missing_ok=True)
+            storage.remove(old)
         return path
 
     def latest(self) -> tuple[dict, Path] | None:
-        """The newest checkpoint that loads; a torn or truncated one is reported and skipped."""
+        """The newest checkpoint that matches its manifest; a damaged one (torn, truncated, no manifest) is
+        reported and skipped."""
         for path in reversed(self._existing()):
-            try:
+            problem = storage.damage(path)
+            if problem is None:
                 return torch.load(path, map_location="cpu", weights_only=True), path
-            except Exception as exc:  # truncated zip, bad pickle, ...: fall back to the previous one
-                log.warning("checkpoint %s is unreadable (%s: %s); using the previous one", path, type(exc).__name__, exc)
+            log.warning("checkpoint %s is damaged (%s); using the previous one", path, problem)
         return None
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def tensor_bytes(state) -> int:
+    """The bytes of the tensors in a nested state (what saving it needs on disk, near enough)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(tensor_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(tensor_bytes(value) for value in state)
+    return 0
 
 
 def rng_state() -> dict:
