@@ -75,7 +75,17 @@ def load(auto, name_or_path: str | Path, *, saved_as: str | None = None, **kwarg
         if saved_as:
             raise ModelNotFoundError(f"cannot load {saved_as} from {path} ({type(exc).__name__}): give a directory "
                                      "written by save_pretrained with the task's number of labels") from exc
+        if Path(path).is_dir():
+            raise ModelNotFoundError(f"the model folder {path} cannot be loaded ({type(exc).__name__}: {reason(exc)}): "
+                                     "give a folder written by save_pretrained (config.json, the weights, the "
+                                     "tokenizer's files) or a Hub id") from exc
         raise _not_found(str(name_or_path), exc) from exc
+
+
+def reason(exc: Exception, limit: int = 160) -> str:
+    """The first line of an exception's message, shortened: enough to say what was wrong in one line."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
 def check_saved_model(folder: Path, what: str) -> None:

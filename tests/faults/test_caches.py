@@ -163,6 +163,19 @@ def test_a_saved_student_that_no_longer_matches_its_manifest_is_named(tiny_glue,
     assert "a distilled student" in lines[0] and f"{student / 'model.safetensors'} does not match" in lines[0]
 
 
+@pytest.mark.parametrize(("files", "fragment"), [({}, "model_type"), ({"config.json": "{not json"}, "not a valid JSON")])
+def test_a_model_folder_that_holds_something_else_is_named(tiny_glue, tmp_path, files, fragment):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    result = cli(*tiny_overrides(tiny_glue, tmp_path / "run"), "teacher=minilm_l6", f"teacher.name_or_path={folder}",
+                 "student=3x384", cache=tmp_path / "cache")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"the model folder {folder} cannot be loaded" in lines[0] and fragment in lines[0]
+
+
 # ------------------------------------------------------------------------------------------------ a full disk
 
 
