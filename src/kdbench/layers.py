@@ -13,8 +13,9 @@ def every_kth(teacher_layers: int, student_layers: int) -> list[int]:
     """k, 2k, ..., with k = teacher layers / student layers (4,8,12 for 12 -> 3)."""
     if teacher_layers % student_layers:
         raise ConfigError(
-            f"init=every_kth needs the teacher's {teacher_layers} layers to be a multiple of the student's "
-            f"{student_layers}: give the layers explicitly (init=layers 'init.layers=[...]')"
+            f"every k-th teacher layer (init=every_kth, the uniform mapping) needs the teacher's {teacher_layers} "
+            f"layers to be a multiple of student.num_layers={student_layers}: give the layers explicitly "
+            "(init=layers 'init.layers=[...]')"
         )
     k = teacher_layers // student_layers
     return [k * (i + 1) for i in range(student_layers)]
@@ -62,7 +63,8 @@ def check_width(student_hidden: int, teacher_hidden: int, init_name: str) -> Non
     if student_hidden != teacher_hidden:
         raise ConfigError(
             f"init={init_name} copies teacher layers, which needs the student's hidden size ({student_hidden}) "
-            f"to equal the teacher's ({teacher_hidden}): use init=random or a student of width {teacher_hidden}"
+            f"to equal the teacher's ({teacher_hidden}): use init=random or a student of width {teacher_hidden} "
+            f"(student.hidden_size={teacher_hidden})"
         )
 
 

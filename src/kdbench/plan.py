@@ -23,6 +23,7 @@ from kdbench import distributed, models
 from kdbench.errors import ConfigError, DataError
 from kdbench.layers import check_width, resolve_init_layers
 from kdbench.objectives.terms import Term, build_terms
+from kdbench.ranges import check_ranges, shown
 from kdbench.record import chain_of
 from kdbench.specs import (
     COMPUTATION_ONLY,
@@ -86,74 +87,75 @@ def container(node) -> dict | list:
 # ------------------------------------------------------------------------------------------------ the specs
 
 
+def checked(node: DictConfig, at: str) -> dict:
+    """A config group's resolved values, every number, flag and choice in its range (`kdbench.ranges`)."""
+    values = container(node)
+    check_ranges(values, at)
+    return values
+
+
 def trainer_spec(cfg: DictConfig) -> TrainerSpec:
-    values = container(cfg.trainer)
+    values = checked(cfg.trainer, "trainer")
     values["adam_betas"] = tuple(values["adam_betas"])
-    trainer = from_mapping(TrainerSpec, values, "trainer")
-    check_numbers(trainer)
-    return trainer
-
-
-POSITIVE = ("batch_size", "eval_batch_size", "max_length", "log_every", "max_steps", "device_batch_size")
-NON_NEGATIVE = ("teacher_epochs", "stage1_epochs", "stage2_epochs", "eval_every", "heldout_batches", "checkpoint_every")
-
-
-def check_numbers(trainer: TrainerSpec) -> None:
-    """Counts, sizes and rates in range (None: a key the trainer recipe does not use)."""
-    for key in NON_NEGATIVE:
-        if getattr(trainer, key) is not None and getattr(trainer, key) < 0:
-            raise ConfigError(f"trainer.{key}={getattr(trainer, key)} is negative: use 0 to skip or turn it off, "
-                              "or a positive count")
-    for key in POSITIVE:
-        if getattr(trainer, key) is not None and getattr(trainer, key) <= 0:
-            raise ConfigError(f"trainer.{key}={getattr(trainer, key)} must be a positive integer")
-    for key in ("lr", "teacher_lr", "stage2_lr"):
-        if getattr(trainer, key) is not None and getattr(trainer, key) <= 0:
-            raise ConfigError(f"trainer.{key}={getattr(trainer, key)} must be a positive learning rate, e.g. 1e-5")
-    if not 0 <= trainer.warmup_ratio < 1:
-        raise ConfigError(f"trainer.warmup_ratio={trainer.warmup_ratio} must be in [0, 1)")
-    if trainer.precision not in ("fp32", "bf16", "auto"):
-        raise ConfigError(f"trainer.precision={trainer.precision!r}: valid are fp32, bf16, auto (bf16 on a GPU that has it)")
+    return from_mapping(TrainerSpec, values, "trainer")
 
 
 def task_spec(task: DictConfig) -> TaskSpec:
-    tsv = container(task.tsv)
+    tsv = checked(task, "task")["tsv"]
+    for field, column in tsv["columns"].items():
+        if isinstance(column, str) != tsv["header"]:
+            raise ConfigError(f"task.tsv.columns.{field}={shown(column)} does not fit task.tsv.header="
+                              f"{shown(tsv['header'])}: name the columns of a file with a header, number those of "
+                              "a file without one (from 0)")
     return TaskSpec(task.name, task.hf_config, tuple(task.text_fields), tuple(task.labels), tuple(task.metrics),
                     dict(task.eval_splits), TsvLayout(tsv["dir"], tsv["header"], tsv["columns"], tsv["files"]))
 
 
+def local_path(value) -> Path:
+    """A configured path (an override's digits, `data.glue_dir=2024`, arrive as a number)."""
+    return Path(str(value)).expanduser()
+
+
 def data_spec(data: DictConfig) -> DataSpec:
     """The data source: the configured GLUE folder, else $KDBENCH_GLUE_DIR, else (None) the Hugging Face Hub."""
+    checked(data, "data")
     chosen = data.get("glue_dir") or os.environ.get(GLUE_DIR_ENV)
-    glue_dir = Path(chosen).expanduser() if chosen else None
+    glue_dir = local_path(chosen) if chosen else None
     if glue_dir is not None and not glue_dir.is_dir():
         raise DataError(
             f"GLUE directory {glue_dir} does not exist: point data.glue_dir or ${GLUE_DIR_ENV} at a folder "
             "in the download_glue_data.py layout (CoLA/train.tsv, SST-2/dev.tsv, ...)"
         )
-    for key in ("train_limit", "eval_limit"):
-        if data.get(key) is not None and (not isinstance(data[key], int) or data[key] < 1):
-            raise ConfigError(f"data.{key}={data[key]} must be a positive number of examples, or null for all of them")
     return DataSpec(glue_dir, data.hf_dataset, data.train_limit, data.eval_limit, data.subset_seed)
 
 
-def shape_spec(shape: DictConfig, name: str) -> ShapeSpec:
-    values = container(shape)
-    values.setdefault("name", name)
-    return from_mapping(ShapeSpec, values, name)
+def shape_spec(shape: DictConfig, at: str, name: str | None = None) -> ShapeSpec:
+    """The model shape at config path `at` (student, teacher.shape, augment.mlm_shape), named `name` (default: `at`)
+    where it has no name of its own."""
+    values = checked(shape, at)
+    values.setdefault("name", name or at)
+    spec = from_mapping(ShapeSpec, values, at)
+    if spec.hidden_size % spec.num_heads:
+        raise ConfigError(f"{at}.hidden_size={spec.hidden_size} is not divisible by {at}.num_heads={spec.num_heads}: "
+                          "choose a head count that divides the width")
+    return spec
 
 
 def teacher_spec(teacher: DictConfig) -> TeacherSpec:
-    shape = shape_spec(teacher.shape, f"teacher {teacher.name}") if teacher.get("shape") is not None else None
-    finetuned = Path(teacher.finetuned_path).expanduser() if teacher.get("finetuned_path") else None
+    checked(teacher, "teacher")
+    shape = shape_spec(teacher.shape, "teacher.shape", f"teacher {teacher.name}") if teacher.get("shape") is not None else None
+    finetuned = local_path(teacher.finetuned_path) if teacher.get("finetuned_path") else None
     if finetuned is not None and not (finetuned / "config.json").is_file():
         raise ConfigError(f"cannot load the fine-tuned teacher from teacher.finetuned_path={teacher.finetuned_path}: "
                           "no config.json there; give a folder written by save_pretrained, or null to fine-tune the teacher")
-    return TeacherSpec(teacher.name, teacher.get("name_or_path"), shape, bool(teacher.get("has_mlm_head", False)),
+    if finetuned is not None:
+        models.check_saved_model(finetuned, "the fine-tuned teacher")
+    return TeacherSpec(teacher.name, teacher.get("name_or_path"), shape, teacher.get("has_mlm_head", False),
                        finetuned, container(teacher))
 
 
 def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
+    checked(init, "init")
     if init.name == "pretrained":
         return InitSpec("pretrained", None, path=pretrained_student(init.path, student))
     name = auto_init(teacher_conf, student) if init.name == "auto" else init.name
@@ -170,7 +172,7 @@ SHAPE_KEYS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "
 
 def pretrained_student(path: str | None, student: ShapeSpec) -> Path:
     """init=pretrained's saved student, checked to be a model of the student's shape."""
-    folder = Path(str(path)).expanduser()
+    folder = local_path(path)
     if not path or not (folder / "config.json").is_file():
         raise ConfigError(f"init=pretrained needs init.path, a folder written by save_pretrained (a task-agnostic "
                           f"run's student/); {path} holds no config.json")
@@ -202,6 +204,7 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
     """The raw text, validated before any work: a local corpus names an existing path and a known format."""
     from kdbench.data.readers import READERS
 
+    checked(corpus, "corpus")
     common = dict(name=corpus.name, seq_len=corpus.seq_len, heldout_fraction=corpus.heldout_fraction,
                   max_docs=corpus.max_docs)
     if corpus.get("hf_datasets"):
@@ -210,37 +213,29 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
         raise ConfigError(f"corpus.format={corpus.format!r}; valid: {', '.join(sorted(READERS))}")
     if not corpus.get("path"):
         raise ConfigError("corpus=local needs corpus.path (a text file or a folder of them) or $KDBENCH_CORPUS")
-    path = Path(corpus.path).expanduser()
+    path = local_path(corpus.path)
     if not path.exists():
         raise ConfigError(f"corpus.path={corpus.path} does not exist: give a text file or a folder of them")
     return CorpusSpec(**common, path=path, format=corpus.format)
 
 
 def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
-    """The `augment` group checked: counts and rates in range, a word-vectors file that exists."""
+    """The `augment` group checked: its numbers in range (`kdbench.ranges`), a word-vectors file that exists."""
     if augment.name == "none":
         return None
     if setting != "task_specific":
         raise ConfigError(f"augment={augment.name} augments a task's training set: it needs setting=task_specific, "
                           f"not {setting}; use augment=none")
-    values = {k: v for k, v in container(augment).items() if k != "name"}
+    values = {k: v for k, v in checked(augment, "augment").items() if k != "name"}
     if values.get("mlm_shape") is not None:
         values["mlm_shape"] = shape_spec(augment.mlm_shape, "augment.mlm_shape")
     if values.get("word_vectors"):
-        values["word_vectors"] = Path(values["word_vectors"]).expanduser()
+        values["word_vectors"] = local_path(values["word_vectors"])
         if not values["word_vectors"].is_file():
             raise ConfigError(f"augment.word_vectors={augment.word_vectors} does not exist: give a GloVe text file "
                               "(e.g. glove.42B.300d.txt from nlp.stanford.edu/projects/glove), or null to keep "
                               "multi-piece words")
-    spec = from_mapping(AugmentSpec, values, "augment")
-    for key in ("n_per_example", "top_k", "batch_size"):
-        if getattr(spec, key) < 1:
-            raise ConfigError(f"augment.{key}={getattr(spec, key)} must be a positive integer")
-    if not 0 <= spec.p_replace <= 1:
-        raise ConfigError(f"augment.p_replace={spec.p_replace} is a probability: give a number in [0, 1]")
-    if spec.fields not in ("first", "all"):
-        raise ConfigError(f"augment.fields={spec.fields!r}: valid are first (a pair's first sentence) and all")
-    return spec
+    return from_mapping(AugmentSpec, values, "augment")
 
 
 def check_agnostic_trainer(trainer: TrainerSpec) -> None:
@@ -324,6 +319,7 @@ def check_data_files(task: TaskSpec, data: DataSpec) -> None:
 def objective_terms(cfg: DictConfig, init: InitSpec, student_conf, teacher_conf, teacher: TeacherSpec,
                     task: TaskSpec) -> list[Term]:
     """The objective's terms for this setting: raw text uses `terms_task_agnostic` and the setting's mapping."""
+    checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
     agnostic = cfg.setting.name == "task_agnostic"
     specs = cfg.objective.terms
     if agnostic and cfg.objective.get("terms_task_agnostic"):
@@ -335,38 +331,51 @@ def objective_terms(cfg: DictConfig, init: InitSpec, student_conf, teacher_conf,
                        regression=task.regression, agnostic=agnostic, teacher_has_mlm_head=teacher.has_mlm_head)
 
 
+RUN_KEYS = ("seed", "save_student", "prediction_kd", "kdbench")  # the config's keys outside the groups
+
+
+def check_required(cfg: DictConfig) -> None:
+    """Every value an option leaves to the user (`???`: init.path, setting.student_path, ...) is set."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise ConfigError(f"{missing[0]} is not set, and the options chosen need it: add {missing[0]}=... to the "
+                          "command line")
+
+
+def check_positions(conf: PretrainedConfig, trainer: TrainerSpec, corpus: CorpusSpec | None) -> None:
+    """The sequences fit the model's position embeddings (RoBERTa's positions start after its padding id)."""
+    key, length = ("corpus.seq_len", corpus.seq_len) if corpus else ("trainer.max_length", trainer.max_length)
+    positions = conf.max_position_embeddings - (conf.pad_token_id + 1 if "roberta" in conf.model_type else 0)
+    if length > positions:
+        raise ConfigError(f"{key}={length} is longer than the model's {positions} positions (its max_positions): "
+                          f"lower {key}")
+
+
 def make_plan(cfg: DictConfig) -> Plan:
     if cfg.setting.name not in SETTINGS:
         raise ConfigError(f"setting={cfg.setting.name} is not implemented yet; available: {', '.join(SETTINGS)}")
+    check_required(cfg)
+    resolved = container(cfg)
+    check_ranges({key: resolved[key] for key in RUN_KEYS if key in resolved})
+    # before the trainer, whose numbers interpolate theirs (task.lr, teacher.finetune_lr): an error names the source
+    task, data, teacher = task_spec(cfg.task), data_spec(cfg.data), teacher_spec(cfg.teacher)
     trainer = trainer_spec(cfg)
     device = distributed.device_for(distributed.current(), resolve_device(trainer.device))  # this process's
-    task, data = task_spec(cfg.task), data_spec(cfg.data)
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
     if corpus is None:
         check_data_files(task, data)
-    teacher = teacher_spec(cfg.teacher)
-    student = shape_spec(cfg.student, f"student {cfg.student.name}")
-    if student.hidden_size % student.num_heads:
-        raise ConfigError(f"student {student.name}: hidden size {student.hidden_size} is not divisible by "
-                          f"{student.num_heads} heads")
-    resolved = container(cfg)
+    student = shape_spec(cfg.student, "student")
     common = dict(setting=cfg.setting.name, seed=cfg.seed, task=task, data=data, teacher=teacher, student=student,
-                  objective=cfg.objective.name, trainer=trainer, kd=KDSpec(**container(cfg.prediction_kd)),
-                  corpus=corpus, augment=augment_spec(cfg.augment, cfg.setting.name), logger=logger_spec(cfg),
-                  device=device,
+                  objective=cfg.objective.name, trainer=trainer,
+                  kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"), corpus=corpus,
+                  augment=augment_spec(cfg.augment, cfg.setting.name), logger=logger_spec(cfg), device=device,
                   precision=resolve_precision(trainer.precision, device),
-                  cache_dir=Path(cfg.paths.cache_dir).expanduser(), save_student=cfg.save_student,
+                  cache_dir=local_path(cfg.paths.cache_dir), save_student=cfg.save_student,
                   fingerprint=config_fingerprint(resolved), config=resolved)
-    if cfg.setting.name == "finetune":  # a distilled student alone: no teacher, no objective
-        student_path = Path(cfg.setting.student_path).expanduser()
-        if not (student_path / "config.json").is_file():
-            raise ConfigError(f"setting.student_path={cfg.setting.student_path} is not a saved model (no config.json): "
-                              "give the student/ folder of a task-agnostic run")
-        student_conf = models.load(AutoConfig, student_path, saved_as="a distilled student")
-        return Plan(**common, init=InitSpec("random", None), terms=[], batches=None, teacher_conf=student_conf,
-                    student_conf=student_conf, student_path=student_path,
-                    chain=(*chain_of(student_path, "student"), f"fine-tuned on {task.name}"))
+    if cfg.setting.name == "finetune":
+        return finetune_plan(cfg, common)
     teacher_conf = models.teacher_config(teacher)
+    check_positions(teacher_conf, trainer, corpus)
     student_conf = models.student_config(teacher_conf, student, task.num_labels)
     init = init_spec(cfg.init, teacher_conf, student)
     terms = objective_terms(cfg, init, student_conf, teacher_conf, teacher, task)
@@ -376,6 +385,19 @@ def make_plan(cfg: DictConfig) -> Plan:
         batches = batch_layout(trainer.batch_size, distributed.current().size, trainer.device_batch_size)
     return Plan(**common, init=init, terms=terms, batches=batches, teacher_conf=teacher_conf,
                 student_conf=student_conf, student_path=None, chain=distillation_chain(teacher, student, init, cfg))
+
+
+def finetune_plan(cfg: DictConfig, common: dict) -> Plan:
+    """setting=finetune: a distilled student alone, no teacher, no objective."""
+    student_path = local_path(cfg.setting.student_path)
+    if not (student_path / "config.json").is_file():
+        raise ConfigError(f"setting.student_path={cfg.setting.student_path} is not a saved model (no config.json): "
+                          "give the student/ folder of a task-agnostic run")
+    student_conf = models.load(AutoConfig, student_path, saved_as="a distilled student")
+    check_positions(student_conf, common["trainer"], None)
+    return Plan(**common, init=InitSpec("random", None), terms=[], batches=None, teacher_conf=student_conf,
+                student_conf=student_conf, student_path=student_path,
+                chain=(*chain_of(student_path, "student"), f"fine-tuned on {common['task'].name}"))
 
 
 def distillation_chain(teacher: TeacherSpec, student: ShapeSpec, init: InitSpec, cfg: DictConfig) -> tuple[str, ...]:

@@ -135,7 +135,7 @@ def stop(line: str, exc: Exception, cfg: DictConfig, run_dir) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    if cfg.kdbench.debug:
+    if cfg.kdbench.debug is True:
         traceback.print_exc()
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         print(f"{line} [job {run_dir}]", file=sys.stderr)

@@ -6,18 +6,21 @@ config below the entry point); the recipes, the loop, the data and model code ta
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from kdbench.errors import ConfigError
 
 
 def from_mapping(cls, values: dict, group: str):
-    """`cls(**values)`, refusing keys the spec does not have (a typo would otherwise be ignored)."""
+    """`cls(**values)`, refusing keys the spec does not have (a typo would otherwise be ignored) and lacking ones."""
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"{group} has no key {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
+    lacking = [f.name for f in fields(cls) if f.name not in values and MISSING is f.default is f.default_factory]
+    if lacking:
+        raise ConfigError(f"{group} lacks the key {', '.join(lacking)}: set {group}.{lacking[0]}=...")
     return cls(**values)
 
 

@@ -57,6 +57,12 @@ def test_cli_unknown_key(tmp_path):
         (["setting=task_agnostic"], ["corpus=local needs corpus.path"]),
         (["setting=task_agnostic", "corpus.path=."], ["setting=task_agnostic needs trainer.max_steps", "trainer=agnostic"]),
         (["trainer.device=cuda"] if not torch.cuda.is_available() else ["trainer.device=cuda:99"], ["cuda"]),
+        (["prediction_kd.alpha=1.5"], ["prediction_kd.alpha=1.5", "a number in [0, 1]"]),
+        (["trainer.weight_decay=nan"], ["trainer.weight_decay=nan", "number >= 0"]),
+        (["objective.terms.0.weight=abc"], ["objective.terms.0.weight='abc'", "number >= 0"]),
+        (["teacher.shape.max_positions=16"], ["trainer.max_length=64", "16 positions", "max_positions"]),
+        (["init=pretrained"], ["init.path is not set", "add init.path="]),
+        (["task.tsv.header=false"], ["task.tsv.columns.sentence='sentence'", "task.tsv.header=false"]),
     ],
 )
 def test_cli_bad_config_is_refused_before_work(tiny_glue, tmp_path, overrides, fragments):
@@ -82,6 +88,20 @@ def test_cli_malformed_data_names_file_and_line(tmp_path):
     assert_one_line_error(result, "SST-2/train.tsv:50", "tab-separated columns")
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["status"] == "failed" and "train.tsv:50" in record["error"]
+
+
+@pytest.mark.parametrize(
+    ("task", "folder", "label", "bad", "fragments"),
+    [
+        ("sst2", "SST-2", "\t1\n", "\t\u00b2\n", ["SST-2/train.tsv:", "label '\u00b2' is outside the label set"]),
+        ("stsb", "STS-B", "\t1.000\n", "\tnan\n", ["STS-B/train.tsv:", "label 'nan' is not a finite number"]),
+    ],
+)
+def test_cli_labels_that_are_no_labels_name_file_and_line(tmp_path, task, folder, label, bad, fragments):
+    glue = write_tiny_glue(tmp_path / "glue")
+    path = glue / folder / "train.tsv"
+    path.write_bytes(path.read_bytes().replace(label.encode(), bad.encode(), 1))
+    assert_one_line_error(cli(*tiny_overrides(glue, tmp_path / "run"), f"task={task}"), *fragments)
 
 
 def test_cli_success_prints_scores_and_where_the_record_is(tiny_glue, tmp_path):
@@ -131,6 +151,17 @@ def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
 def test_cli_bad_task_agnostic_configs(tmp_path, overrides, fragments):
     corpus = write_tiny_corpus(tmp_path / "corpus")
     assert_one_line_error(cli(*agnostic_overrides(corpus, tmp_path / "run"), *overrides), *fragments)
+
+
+def test_cli_binary_corpus_file_is_named_with_its_line(tmp_path):
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    shard = corpus / "AA" / "wiki_00"
+    text = shard.read_bytes()
+    shard.write_bytes(text + b"\xff\xfe not text\n")
+    result = cli(*agnostic_overrides(corpus, tmp_path / "run"))
+    line = text.count(b"\n") + 1
+    assert_one_line_error(result, f"{shard} is not UTF-8 text (line {line}, byte 0xff at offset {len(text)})",
+                          "re-encode the corpus as UTF-8")
 
 
 def test_cli_corpus_without_usable_text(tmp_path):

@@ -181,7 +181,7 @@ def test_bad_settings_are_one_line(tmp_path):
     missing = tmp_path / "glove.840B.300d.txt"
     with pytest.raises(ConfigError, match="augment.word_vectors=.*does not exist: give a GloVe text file"):
         augment_spec(compose_config(["augment=tinybert", f"augment.word_vectors={missing}"]).augment, "task_specific")
-    with pytest.raises(ConfigError, match="augment.p_replace=1.5 is a probability"):
+    with pytest.raises(ConfigError, match=r"augment.p_replace=1.5 must be a number in \[0, 1\]"):
         augment_spec(compose_config(["augment=tinybert", "augment.p_replace=1.5"]).augment, "task_specific")
     with pytest.raises(ConfigError, match="needs setting=task_specific"):
         augment_spec(compose_config(["augment=tinybert"]).augment, "task_agnostic")

@@ -7,6 +7,7 @@ label ids) and `idx` (the example's row number in its split), so everything down
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import datasets
 from transformers import PreTrainedTokenizerBase
 
+from kdbench.data.files import reading
 from kdbench.errors import DataError
 from kdbench.specs import DataSpec, TaskSpec
 
@@ -91,12 +93,9 @@ def read_tsv_split(task: TaskSpec, split: str, root: Path) -> datasets.Dataset:
 def read_tsv_rows(path: Path) -> list[list[str]]:
     """A tab-separated UTF-8 file's rows, as GLUE writes them (no quoting)."""
     csv.field_size_limit(sys.maxsize)
-    try:
+    with reading(path, "GLUE files are UTF-8 tab-separated text; replace it with the task's original file"):
         with path.open(encoding="utf-8-sig", newline="") as handle:
             return list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): GLUE "
-                        "files are UTF-8 tab-separated text; replace it with the task's original file") from None
 
 
 def parse_label(task: TaskSpec, raw: str, path: Path, line: int) -> int | float:
@@ -104,13 +103,16 @@ def parse_label(task: TaskSpec, raw: str, path: Path, line: int) -> int | float:
     raw = raw.strip()
     if task.regression:
         try:
-            return float(raw)
+            score = float(raw)
         except ValueError:
-            raise DataError(f"{path}:{line}: label {raw!r} is not a number (task {task.name} is regression)") from None
+            score = math.nan
+        if not math.isfinite(score):
+            raise DataError(f"{path}:{line}: label {raw!r} is not a finite number (task {task.name} is regression)")
+        return score
     names = list(task.labels)
     if raw in names:
         return names.index(raw)
-    if raw.isdigit() and int(raw) < len(names):
+    if raw.isascii() and raw.isdigit() and int(raw) < len(names):
         return int(raw)
     raise DataError(f"{path}:{line}: label {raw!r} is outside the label set {names} (or ids 0..{len(names) - 1})")
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
+from kdbench.data.files import reading
 from kdbench.errors import ConfigError, DataError
 
 
-def _open_text(path: Path):
-    return open(path, encoding="utf-8-sig", newline=None)
-
-
-def _decode_error(path: Path, exc: UnicodeDecodeError) -> DataError:
-    return DataError(f"{path} is not valid UTF-8 (byte {exc.start}): re-encode the corpus as UTF-8 or remove the file")
+@contextmanager
+def _open_text(path: Path) -> Iterator[TextIO]:
+    """`path` open as UTF-8 text; failing to read it is one DataError naming it."""
+    with reading(path, "re-encode the corpus as UTF-8 or remove the file"), open(path, encoding="utf-8-sig") as f:
+        yield f
 
 
 def read_text(path: str | os.PathLike) -> Iterator[str]:
@@ -25,19 +27,16 @@ def read_text(path: str | os.PathLike) -> Iterator[str]:
     """
     path = Path(path)
     lines: list[str] = []
-    try:
-        with _open_text(path) as f:
-            for line in f:
-                line = line.rstrip()
-                if line:
-                    lines.append(line)
-                elif lines:
-                    text = "\n".join(lines).strip()
-                    lines = []
-                    if text:
-                        yield text
-    except UnicodeDecodeError as exc:
-        raise _decode_error(path, exc) from exc
+    with _open_text(path) as f:
+        for line in f:
+            line = line.rstrip()
+            if line:
+                lines.append(line)
+            elif lines:
+                text = "\n".join(lines).strip()
+                lines = []
+                if text:
+                    yield text
     text = "\n".join(lines).strip()
     if text:
         yield text
@@ -60,22 +59,19 @@ def read_wikiextractor(path: str | os.PathLike) -> Iterator[str]:
     def flush(buf: list[str] | None) -> str:
         return "\n".join(buf).strip() if buf else ""
 
-    try:
-        with _open_text(path) as f:
-            for raw in f:
-                line = raw.strip()
-                if _is_doc_open(line):
-                    if text := flush(lines):
-                        yield text
-                    lines = []
-                elif line == "</doc>":
-                    if text := flush(lines):
-                        yield text
-                    lines = None
-                elif line and lines is not None:
-                    lines.append(line)
-    except UnicodeDecodeError as exc:
-        raise _decode_error(path, exc) from exc
+    with _open_text(path) as f:
+        for raw in f:
+            line = raw.strip()
+            if _is_doc_open(line):
+                if text := flush(lines):
+                    yield text
+                lines = []
+            elif line == "</doc>":
+                if text := flush(lines):
+                    yield text
+                lines = None
+            elif line and lines is not None:
+                lines.append(line)
     if text := flush(lines):
         yield text
 

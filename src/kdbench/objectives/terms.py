@@ -57,6 +57,7 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
         params = dict(spec.get("params") or {})
         if entry.takes_num_heads:
             params.setdefault("num_heads", teacher_conf.num_attention_heads)
+            _check_relation_heads(objective_name, index, params["num_heads"], student_conf, teacher_conf)
         weight = float(spec.get("weight", 1.0))
         terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params))
     names = [t.name for t in terms]
@@ -87,6 +88,14 @@ def _check_setting(objective: str, loss: str, entry: LossEntry, regression: bool
         )
 
 
+def _check_relation_heads(objective: str, index: int, heads: int, student_conf, teacher_conf) -> None:
+    """Relation heads split both models' widths."""
+    widths = (student_conf.hidden_size, teacher_conf.hidden_size)
+    if any(width % heads for width in widths):
+        raise ConfigError(f"objective {objective}, term {index}: params.num_heads={heads} relation heads must divide the "
+                          f"student's width {widths[0]} and the teacher's {widths[1]}: choose a common divisor")
+
+
 def _check_feature(objective: str, index: int, loss: str, entry: LossEntry, feature: str, student_conf,
                    teacher_conf) -> None:
     """The loss reads this feature, and the two models have it in comparable shapes."""
@@ -96,8 +105,8 @@ def _check_feature(objective: str, index: int, loss: str, entry: LossEntry, feat
     if feature != LOGITS and FEATURES[feature].per_head and heads[0] != heads[1]:
         raise ConfigError(
             f"objective {objective}: {loss} compares attention heads one to one, but the student has {heads[0]} heads "
-            f"and the teacher {heads[1]}; use a student with as many heads, or objective=minilm_v2 (relations work "
-            "for any head count)"
+            f"and the teacher {heads[1]}; use a student with as many heads (student.num_heads={heads[1]}), or "
+            "objective=minilm_v2 (relations work for any head count)"
         )
 
 
