@@ -134,6 +134,8 @@ def test_cli_bad_data_files(tmp_path, mutate, fragments):
         (["student=tiny", "student.num_heads=2", "objective=att_kl"], ["2 heads", "minilm_v2"]),
         (["teacher.finetuned_path=/nonexistent/teacher", "trainer.teacher_epochs=0"], ["cannot load the fine-tuned teacher"]),
         (["task=mnli"], ["MNLI/train.tsv", "missing"]),
+        (["objective=hid_cls_contrast", "+objective.terms.0.params.temprature=0.1"],
+         ["objective.terms.0.params.temprature is not a parameter of crd", "temperature"]),
     ],
 )
 def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -399,6 +400,16 @@ class LossEntry:
     def takes_labels(self) -> bool:
         """Called with the batch's labels (the task's labels, or the MLM's original token ids)."""
         return "labels" in inspect.signature(self.fn).parameters
+
+    @cached_property
+    def param_names(self) -> frozenset[str]:
+        """What a term's `params` may set: `fn`'s arguments after the two features, less the mask and labels a
+        step passes; for a `module` loss, the keyword arguments of the module it builds."""
+        if self.module:
+            builds = typing.get_type_hints(self.fn)["return"]
+            keywords = inspect.signature(builds).parameters.values()
+            return frozenset(p.name for p in keywords if p.kind is p.KEYWORD_ONLY) - {"seed"}
+        return frozenset(list(inspect.signature(self.fn).parameters)[2:]) - {"mask", "labels"}
 
     @cached_property
     def takes_num_heads(self) -> bool:

@@ -55,6 +55,9 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
         mapping = spec.get("mapping") or default_mapping
         pairs = [(LOGITS, LOGITS)] if feature == LOGITS else resolve_pairs(mapping, init_layers, *depths)
         params = dict(spec.get("params") or {})
+        if unknown := sorted(set(params) - entry.param_names):
+            raise ConfigError(f"objective {objective_name}, term {index}: objective.terms.{index}.params.{unknown[0]} "
+                              f"is not a parameter of {loss}; valid: {', '.join(sorted(entry.param_names)) or 'none'}")
         if entry.takes_num_heads:
             params.setdefault("num_heads", teacher_conf.num_attention_heads)
             _check_relation_heads(objective_name, index, params["num_heads"], student_conf, teacher_conf)
