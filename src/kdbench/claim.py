@@ -30,12 +30,33 @@ def describe(holder: dict) -> str:
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('since', '?')}"
 
 
+def lock_of(run_dir: Path, rank: int) -> tuple[FileLock, Path]:
+    """The claim's lock and the file naming its holder."""
+    return FileLock(run_dir / f".kdbench-claim.{rank}.lock"), run_dir / f".kdbench-claim.{rank}.json"
+
+
+def held_by(run_dir: Path) -> dict | None:
+    """Who runs the job in `run_dir` now (None: nobody), without claiming it."""
+    lock, holder_file = lock_of(run_dir, 0)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return read_json(holder_file) or {}
+    lock.release()
+    return None
+
+
+def busy_jobs(sweep_dir: Path) -> list[Path]:
+    """The job folders under a sweep folder that another process is running now."""
+    return [lock.parent for lock in sorted(sweep_dir.rglob(".kdbench-claim.0.lock")) if held_by(lock.parent)]
+
+
 @contextmanager
 def claim(run_dir: Path, rank: int = 0) -> Iterator[dict | None]:
     """Holds the job's claim for the block and yields None; yields the holder (host, pid, since) instead, without
     waiting, when another process holds it."""
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock, holder_file = FileLock(run_dir / f".kdbench-claim.{rank}.lock"), run_dir / f".kdbench-claim.{rank}.json"
+    lock, holder_file = lock_of(run_dir, rank)
     try:
         lock.acquire(timeout=0)
     except Timeout:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from kdbench.claim import busy_jobs, describe, held_by
 from kdbench.cli import compose, fail, group_options, one_line, sweep_point
 from kdbench.errors import ConfigError
 from kdbench.record import RESULT_FILE, read_json
@@ -208,6 +209,11 @@ def run_study(study: Study) -> None:
               flush=True)
         return
     run_step(f"report ({study.out})", report_command(study))
+    if busy := busy_jobs(study.sweep_dir):  # the same study started elsewhere on this folder still runs them
+        print(f"kdbench.study: {len(busy)} job(s) under {study.sweep_dir} are being run by another process "
+              f"({busy[0]}: {describe(held_by(busy[0]) or {})}); the report leaves them out: run the same command "
+              "again once they finish", flush=True)
+        return
     print(f"kdbench.study: {study.name} done: {study.out / 'tables.md'}", flush=True)
 
 

@@ -138,3 +138,17 @@ def test_main_refuses_an_unknown_preset_with_exit_code_2(capsys):
     with pytest.raises(SystemExit) as exc:
         study.main(["table9"])
     assert exc.value.code == 2 and "unknown experiment 'table9'" in capsys.readouterr().err
+
+
+def test_a_study_that_shares_its_folder_says_which_jobs_another_process_runs(tmp_path, monkeypatch, capsys):
+    from kdbench.claim import claim
+
+    monkeypatch.setattr(study.subprocess, "run", FakeSteps())
+    done, running = tmp_path / "objective=att_kl,seed=1", tmp_path / "objective=att_kl,seed=2"
+    with claim(done):
+        pass
+    with claim(running):  # held, as by the same study started in another terminal
+        study.run_study(study.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))
+    out = capsys.readouterr().out
+    assert f"1 job(s) under {tmp_path} are being run by another process ({running}: pid " in out
+    assert "done:" not in out
