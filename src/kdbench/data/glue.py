@@ -43,32 +43,12 @@ def load_hf_split(task: TaskSpec, split: str, hf_dataset: str) -> datasets.Datas
 
 def read_tsv_split(task: TaskSpec, split: str, root: Path) -> datasets.Dataset:
     """Read one split of the classic GLUE TSV layout into the Hugging Face schema, validating every row."""
-    files: Mapping[str, str] = task.tsv.files
-    if split not in files:
-        raise DataError(f"task {task.name} has no split {split!r} in the TSV layout (known: {sorted(files)})")
-    path = root / task.tsv.dir / files[split]
-    if not path.is_file():
-        raise DataError(
-            f"missing data file {path} for task {task.name}: the GLUE directory must hold "
-            f"{task.tsv.dir}/{files[split]} (download_glue_data.py layout), or unset data.glue_dir "
-            "/ $KDBENCH_GLUE_DIR to use the Hugging Face Hub"
-        )
+    path = tsv_path(task, split, root)
     rows = read_tsv_rows(path)
-    first_data_line = 1
-    if task.tsv.header:
-        if not rows:
-            raise DataError(f"{path} is empty: expected a header line and data rows")
-        header, rows, first_data_line = rows[0], rows[1:], 2
-        position = {}
-        for field, column in task.tsv.columns.items():
-            if column not in header:
-                raise DataError(f"{path}:1: header lacks column {column!r} (has {header}); is this the {task.name} file?")
-            position[field] = header.index(column)
-    else:
-        position = dict(task.tsv.columns)
+    position, first_data_line = column_positions(task, rows, path)
+    rows = rows[first_data_line - 1:]
     if not rows:
         raise DataError(f"{path} has no data rows")
-
     width = max(position.values()) + 1
     columns: dict[str, list] = {field: [] for field in task.text_fields}
     columns["label"], columns["idx"] = [], []
@@ -80,14 +60,40 @@ def read_tsv_split(task: TaskSpec, split: str, root: Path) -> datasets.Dataset:
             columns[field].append(row[position[field]])
         columns["label"].append(parse_label(task, row[position["label"]], path, line))
         columns["idx"].append(offset)
-    features = datasets.Features(
-        {
-            **{field: datasets.Value("string") for field in task.text_fields},
-            "label": datasets.Value("float32") if task.regression else datasets.Value("int64"),
-            "idx": datasets.Value("int32"),
-        }
-    )
+    features = datasets.Features({
+        **{field: datasets.Value("string") for field in task.text_fields},
+        "label": datasets.Value("float32") if task.regression else datasets.Value("int64"),
+        "idx": datasets.Value("int32"),
+    })
     return datasets.Dataset.from_dict(columns, features=features)
+
+
+def tsv_path(task: TaskSpec, split: str, root: Path) -> Path:
+    """The split's file in the TSV layout under `root`, which must exist."""
+    files: Mapping[str, str] = task.tsv.files
+    if split not in files:
+        raise DataError(f"task {task.name} has no split {split!r} in the TSV layout (known: {sorted(files)})")
+    path = root / task.tsv.dir / files[split]
+    if not path.is_file():
+        raise DataError(
+            f"missing data file {path} for task {task.name}: the GLUE directory must hold "
+            f"{task.tsv.dir}/{files[split]} (download_glue_data.py layout), or unset data.glue_dir "
+            "/ $KDBENCH_GLUE_DIR to use the Hugging Face Hub"
+        )
+    return path
+
+
+def column_positions(task: TaskSpec, rows: list[list[str]], path: Path) -> tuple[dict[str, int], int]:
+    """Each field's column (named by the header line in a file that has one) and the first data line's number."""
+    if not task.tsv.header:
+        return dict(task.tsv.columns), 1
+    if not rows:
+        raise DataError(f"{path} is empty: expected a header line and data rows")
+    header = rows[0]
+    for column in task.tsv.columns.values():
+        if column not in header:
+            raise DataError(f"{path}:1: header lacks column {column!r} (has {header}); is this the {task.name} file?")
+    return {field: header.index(column) for field, column in task.tsv.columns.items()}, 2
 
 
 def read_tsv_rows(path: Path) -> list[list[str]]:
