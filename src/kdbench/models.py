@@ -63,10 +63,8 @@ def _not_found(name_or_path: str, exc: Exception) -> ModelNotFoundError:
 def load(auto, name_or_path: str | Path, *, saved_as: str | None = None, **kwargs):
     """`auto.from_pretrained` (a model, config or tokenizer class) from a local copy if there is one, else the
     Hub; remote code never runs. A failure is one line: where it looked, or, for a folder kdbench wrote
-    (`saved_as` names what it should hold, checked against its manifest first), which file and what to do."""
+    (`saved_as` names what it should hold), which file is damaged or what to give instead."""
     path = str(name_or_path) if saved_as else resolve_model_path(str(name_or_path))
-    if saved_as:
-        check_saved_model(Path(path), saved_as)
     try:
         return auto.from_pretrained(path, trust_remote_code=False, **kwargs)
     except (OSError, ValueError, SafetensorError) as exc:
@@ -101,23 +99,24 @@ def check_saved_model(folder: Path, what: str) -> None:
                                      "overwritten); copy or save it again") from None
 
 
+def saved_config(folder: Path, what: str) -> PretrainedConfig:
+    """The config of a saved model that cannot be rebuilt, after checking its files (`check_saved_model`)."""
+    check_saved_model(folder, what)
+    return load(AutoConfig, folder, saved_as=what)
+
+
 def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...]) -> None:
     """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so a copy cut
     short is refused by name when it is loaded), written whole or not at all."""
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    with storage.space_for(folder, weight_bytes(student), partial=tmp):
+    with storage.space_for(folder, storage.tensor_bytes(student.state_dict()), partial=tmp):
         student.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         write_json(tmp / CHAIN_FILE, {"chain": list(chain)})
         if folder.exists():
             shutil.rmtree(folder)
         storage.publish(tmp, folder)
-
-
-def weight_bytes(model: torch.nn.Module) -> int:
-    """What saving the model's parameters takes on disk."""
-    return sum(p.numel() * p.element_size() for p in model.state_dict().values())
 
 
 # ----------------------------------------------------------------------------------------------------------------

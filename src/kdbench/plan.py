@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from transformers import AutoConfig, PretrainedConfig
+from transformers import PretrainedConfig
 
 from kdbench import distributed, models
 from kdbench.errors import ConfigError, DataError
@@ -176,7 +176,7 @@ def pretrained_student(path: str | None, student: ShapeSpec) -> Path:
     if not path or not (folder / "config.json").is_file():
         raise ConfigError(f"init=pretrained needs init.path, a folder written by save_pretrained (a task-agnostic "
                           f"run's student/); {path} holds no config.json")
-    saved = models.load(AutoConfig, folder, saved_as="a distilled student")
+    saved = models.saved_config(folder, "a distilled student")
     differ = [f"{key} {getattr(saved, theirs)} vs {getattr(student, key)}" for key, theirs in SHAPE_KEYS.items()
               if getattr(saved, theirs, None) != getattr(student, key)]
     if differ:
@@ -393,7 +393,7 @@ def finetune_plan(cfg: DictConfig, common: dict) -> Plan:
     if not (student_path / "config.json").is_file():
         raise ConfigError(f"setting.student_path={cfg.setting.student_path} is not a saved model (no config.json): "
                           "give the student/ folder of a task-agnostic run")
-    student_conf = models.load(AutoConfig, student_path, saved_as="a distilled student")
+    student_conf = models.saved_config(student_path, "a distilled student")
     check_positions(student_conf, common["trainer"], None)
     return Plan(**common, init=InitSpec("random", None), terms=[], batches=None, teacher_conf=student_conf,
                 student_conf=student_conf, student_path=student_path,

@@ -117,7 +117,7 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
     seconds = time.perf_counter() - start
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    with storage.space_for(path, models.weight_bytes(teacher), partial=tmp):
+    with storage.space_for(path, storage.tensor_bytes(teacher.state_dict()), partial=tmp):
         teacher.save_pretrained(str(tmp))
         write_json(tmp / "kdbench_teacher.json", {"key": teacher_key(plan), "metrics": metrics, "seconds": seconds})
         storage.publish(tmp, path)

@@ -41,7 +41,7 @@ class Checkpoints:
         path = self.folder / f"ckpt-{number:08d}.pt"
         tmp = path.with_name(f".{path.name}.tmp")
         storage.atomic_write(tmp, lambda handle: torch.save(self.meta | state, handle), binary=True,
-                             need=tensor_bytes(state))
+                             need=storage.tensor_bytes(state))
         storage.publish(tmp, path)
         for old in self._existing()[: -self.keep]:
             storage.remove(old)
@@ -59,17 +59,6 @@ class Checkpoints:
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def tensor_bytes(state) -> int:
-    """The bytes of the tensors in a nested state (what saving it needs on disk, near enough)."""
-    if isinstance(state, torch.Tensor):
-        return state.numel() * state.element_size()
-    if isinstance(state, dict):
-        return sum(tensor_bytes(value) for value in state.values())
-    if isinstance(state, (list, tuple)):
-        return sum(tensor_bytes(value) for value in state)
-    return 0
 
 
 def rng_state() -> dict:
