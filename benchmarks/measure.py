@@ -4,8 +4,10 @@ spec: impl (kdbench | tuned | plain | textbrewer | textbrewer_dynamic | check: k
 against the plain and tuned loops'),
 objective (att_kl+val_kl | hid_seq | vanilla_kd: stage 2), task (sst2 | rte | wiki: Wikipedia text packed to
 exactly seq_len tokens), seq_len, student_layers, batch_size, steps (timed), warmup, seed; kdbench only:
-precision (fp32 | bf16), overrides (Hydra overrides: kdbench's optional trainer settings, e.g.
-trainer.recompute_losses=true, trainer.recompute_attention=true, trainer.compile=true); optional: teacher and
+precision (fp32 | bf16), features (stage 1 reads the teacher's features from kdbench's table, built untimed
+before the steps, as a run does once per study; otherwise the teacher runs every step: equal work), overrides
+(Hydra overrides: kdbench's optional trainer settings, e.g. trainer.recompute_losses=true,
+trainer.recompute_attention=true, trainer.compile=true); optional: teacher and
 student (config options, default minilm_l6 and 3x384), init (every_kth or random), threads.
 
 Every implementation gets the same teacher and student weights and the same examples: `warmup` untimed
@@ -46,6 +48,7 @@ from kdbench.layers import every_kth  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
 from kdbench.recipes.task_specific import stage1 as kdbench_stage1  # noqa: E402
 from kdbench.teacher import freeze  # noqa: E402
+from kdbench.teacher_features import compute_table  # noqa: E402
 from kdbench.training.evaluate import logits_table  # noqa: E402
 from kdbench.training.steps import prediction_kd_step, to_device  # noqa: E402
 
@@ -194,7 +197,8 @@ def run_kdbench(setup: Setup) -> TimedBatches:
     if plan.trainer.compile:  # compiled during the warm-up steps (their time is reported as warmup_s)
         models.compile_blocks(setup.student, setup.teacher)
     if plan.terms:
-        with kdbench_stage1(plan, setup.student, setup.teacher, setup.train["labels"]) as (step, modules):
+        features = cached_features(setup) if setup.spec.get("features") else None
+        with kdbench_stage1(plan, setup.student, setup.teacher, setup.train["labels"], features) as (step, modules):
             train_steps(step, modules, batches)
     else:  # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
         loader = make_loader(setup.train, setup.tokenizer, plan.trainer.eval_batch_size, shuffle=False)
@@ -203,6 +207,19 @@ def run_kdbench(setup: Setup) -> TimedBatches:
         step = prediction_kd_step(setup.student, lambda b: table[b["example"]], plan.kd, setup.device, plan.precision)
         train_steps(step, [setup.student], batches)
     return batches
+
+
+def cached_features(setup: Setup):
+    """kdbench's teacher-features table of the training examples, built when stage 1 asks for it (untimed: once per
+    study in a run; its seconds go to `setup.features_build_s`)."""
+
+    def table(needs, stop_after, logits):
+        start = time.perf_counter()
+        built = compute_table(setup.teacher, setup.train, setup.tokenizer, setup.plan, needs, stop_after, logits)
+        setup.features_build_s = time.perf_counter() - start
+        return built
+
+    return table
 
 
 def peer_batches(setup: Setup, *, padded: bool = True, eager: bool = True) -> tuple[bool, TimedBatches]:
@@ -278,7 +295,8 @@ def main() -> None:
     print(json.dumps({**spec, "device": str(setup.device), "seconds": batches.seconds, "examples": examples,
                       "examples_per_s": examples / batches.seconds, "tokens_per_s": tokens / batches.seconds,
                       "padded_tokens": padded, "real_tokens": tokens, "peak_mib": batches.peak,
-                      "warmup_s": batches.warmup_seconds}), flush=True)
+                      "warmup_s": batches.warmup_seconds, "features_build_s": getattr(setup, "features_build_s", None)}),
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ att_kl+val_kl. Each implementation runs as one fresh process, timed from the out
 imports, data loading, the teacher's fine-tuning (once) and every job:
 
 * kdbench: its sweep, `python -m kdbench.run -m +experiment=mini_table1 objective=... seed=...`, from an empty
-  cache (`KDBENCH_CACHE` and the sweep folder in a fresh temporary folder), with its defaults;
+  cache (`KDBENCH_CACHE` and the sweep folder in a fresh temporary folder), with its defaults: the teacher's
+  logits (stage 2) and mapped-layer features (stage 1) computed once and shared by every job and epoch;
 * tuned: the tuned loop of `peers.py` (kdbench's length-grouped batches, SDPA, features hooked at the mapped
   layers, the teacher under inference_mode and recomputed every step), after fine-tuning the teacher with the
   same loop;

@@ -94,10 +94,12 @@ TRAINER = {
     "teacher_seed": SEED, "max_steps": COUNT.or_null("epochs, not steps"),
     "device_batch_size": COUNT.or_null("the whole batch"), "eval_every": NON_NEGATIVE_COUNT,
     "heldout_batches": NON_NEGATIVE_COUNT, "student_dropout": FRACTION.or_null("the model family's"),
+    "teacher_features_gib": NON_NEGATIVE,
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
     "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it"),
-    **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "group_by_length",
-                     "progress_bar", "compile", "fused_losses", "recompute_losses", "recompute_attention"), FLAG),
+    **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
+                     "group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
+                     "recompute_attention"), FLAG),
 }
 EXAMPLES = integer(1, text="a positive number of examples").or_null("all of them")
 

@@ -51,6 +51,8 @@ class TrainerSpec:
     checkpoint_epochs: bool = True
     keep_checkpoints: bool = False
     cache_teacher_logits: bool = True
+    cache_teacher_features: bool = True
+    teacher_features_gib: float = 4.0
     group_by_length: bool = False
     progress_bar: bool = True
     # how, not what: a run resumes across a change of these (`COMPUTATION_ONLY`)

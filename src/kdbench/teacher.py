@@ -37,7 +37,7 @@ TEACHER_CACHE_VERSION = 1
 def teacher_key(plan) -> dict:
     """Everything that determines the fine-tuned teacher (and nothing that varies across a sweep's students)."""
     trainer = plan.trainer
-    return {
+    key = {
         "version": TEACHER_CACHE_VERSION,
         "teacher": plan.teacher.identity,
         "task": plan.task.name,
@@ -52,6 +52,9 @@ def teacher_key(plan) -> dict:
                       "adam_betas", "adam_eps", "max_grad_norm", "max_length", "teacher_seed", "precision")
         },
     }
+    if trainer.group_by_length:  # only then: the entries of teachers trained on plain batches keep their keys
+        key["recipe"]["group_by_length"] = True
+    return key
 
 
 def cache_path(plan) -> Path:
@@ -125,27 +128,45 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
     return FineTuned(teacher, metrics, seconds, path.name)
 
 
-def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None = None) -> torch.Tensor:
-    """The teacher's logits for every training example, [N, C] float32 by `example` number.
-
-    The teacher is deterministic in eval mode, so its prediction-layer targets are computed once per
-    (fine-tuned teacher, task subset, tokenisation, precision) and cached on disk, then shared by every
-    epoch, seed and objective of a sweep. `augmented` names the augmented set's cache entry when it is one.
-    """
+def derived_key(teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None = None) -> dict:
+    """What determines anything computed from the frozen teacher over the training set: the teacher's weights,
+    the examples and their tokenisation, the precision. `augmented` names the augmented set's cache entry."""
     key = {"teacher": teacher.identity, "task": plan.task.name, "train_limit": plan.data.train_limit,
            "subset_seed": plan.data.subset_seed, "max_length": plan.trainer.max_length,
            "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set)}
     if augmented is not None:  # only then: the entries of the task's own subsets keep their keys
         key["augmented"] = augmented
+    return key
+
+
+def cached_tensors(folder: Path, prefix: str, key: dict, build, size: int, what: str):
+    """The tensors (a tensor or a dict of them) `build()` makes for `key`: read from their cache entry in `folder`,
+    or built now and written (complete, or not at all; concurrent runs wait on the entry's lock)."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = plan.cache_dir / "teacher_logits" / f"{plan.task.name}-{digest}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{prefix}-{digest}.pt"
+    folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        if storage.intact(path, "the teacher-logits cache entry"):
+        if storage.intact(path, what):
             return torch.load(path, map_location="cpu", weights_only=True)
-        loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
-        table = logits_table(teacher.model, loader, len(train_set), plan.num_labels, plan.device, plan.precision)
+        tensors = build()
         tmp = path.with_name(f".{path.name}.tmp")
-        storage.atomic_write(tmp, lambda handle: torch.save(table, handle), binary=True, need=table.nbytes)
+        storage.atomic_write(tmp, lambda handle: torch.save(tensors, handle), binary=True, need=size)
         storage.publish(tmp, path)
-        return table
+        return tensors
+
+
+def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None = None) -> torch.Tensor:
+    """The teacher's logits for every training example, [N, C] float32 by `example` number.
+
+    The teacher is deterministic in eval mode, so its prediction-layer targets are computed once per
+    (fine-tuned teacher, task subset, tokenisation, precision) and cached on disk, then shared by every
+    epoch, seed and objective of a sweep.
+    """
+
+    def build():
+        loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
+        return logits_table(teacher.model, loader, len(train_set), plan.num_labels, plan.device, plan.precision)
+
+    return cached_tensors(plan.cache_dir / "teacher_logits", plan.task.name,
+                          derived_key(teacher, train_set, tokenizer, plan, augmented), build,
+                          4 * len(train_set) * plan.num_labels, "the teacher-logits cache entry")

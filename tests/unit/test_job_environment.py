@@ -14,8 +14,11 @@ TORCHRUN = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 @pytest.fixture
 def clean_env(monkeypatch):
+    """No job or torchrun variables during the test; afterwards the environment is as before, also for the
+    variables `adopt_job_environment` writes (each is registered with monkeypatch first, so its undo removes it)."""
     for key in [k for k in os.environ if k.startswith(("SLURM_", "SUBMITIT_"))] + list(TORCHRUN):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     return monkeypatch
 
 

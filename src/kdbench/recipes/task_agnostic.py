@@ -33,7 +33,7 @@ from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints, resumable_state
 from kdbench.training.evaluate import heldout_losses
 from kdbench.training.hooks import standard_hooks
-from kdbench.training.steps import StudentSide, distillation_step
+from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
 
 
 def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
@@ -66,7 +66,8 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         # stop at their last layer and leave its MLM head without a gradient.
         student_side = distributed.wrap(StudentSide(student_recorder, objective, student_logits), world, device,
                                         unused_parameters=objective.last_layer("student") is not None)
-        step = distillation_step(student_side, teacher_recorder, teacher_logits, device, plan.precision)
+        teacher_records = teacher_records_now(teacher_recorder, teacher_logits, device, plan.precision)
+        step = distillation_step(student_side, teacher_records, device, plan.precision)
 
         def evaluate_heldout(at_step: int) -> dict:
             values = heldout_losses(step, heldout_loader, heldout_per_process, [student, objective], world, device)

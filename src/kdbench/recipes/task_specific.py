@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 
 from kdbench import models
@@ -25,6 +26,7 @@ from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.specs import OptimizerSpec
 from kdbench.teacher import finetuned_teacher, teacher_logits_table
+from kdbench.teacher_features import FeatureTableFn, teacher_feature_table
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints, resumable_state
 from kdbench.training.evaluate import evaluate
@@ -35,6 +37,7 @@ from kdbench.training.steps import (
     output_logits,
     prediction_kd_step,
     teacher_logits_now,
+    teacher_records_now,
 )
 
 STAGES = ("stage1", "stage2")
@@ -47,7 +50,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     originals = train_subset(plan.task, plan.data)
     train_set = encode_train(originals, plan.task, tokenizer, trainer.max_length)
     eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
-    teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=trainer.teacher_seed)
+    teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=trainer.teacher_seed,
+                                 group_by_length=trainer.group_by_length)
     eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False)
                     for suffix, ds in eval_sets.items()}
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
@@ -62,7 +66,9 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     hooks = standard_hooks(trainer, log, checkpoints)
 
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student):
-        with stage1(plan, student, teacher.model, train_set["labels"]) as (step, modules):
+        features = partial(teacher_feature_table, teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
+        with stage1(plan, student, teacher.model, train_set["labels"],
+                    features if trainer.cache_teacher_features else None) as (step, modules):
             stage = loop.Stage("stage1", modules, train_loader, step, OptimizerSpec.of(trainer, trainer.lr), plan.device,
                                epochs=trainer.stage1_epochs)
             stats = loop.train(stage, hooks, resume_from("stage1", latest))
@@ -105,21 +111,27 @@ def distillation_set(plan: Plan, originals, train_set, tokenizer):
 
 
 @contextmanager
-def stage1(plan: Plan, student, teacher, train_labels):
+def stage1(plan: Plan, student, teacher, train_labels, feature_table: FeatureTableFn | None = None):
     """Intermediate-layer distillation: yields its step function and the modules it trains (student, objective).
 
-    Both models stop after their last mapped layer while the context is open: nothing above it is computed.
+    The teacher's records come from `feature_table(needs, stop_after, logits)` when it gives a table (the features
+    cache), else from a teacher forward at every step. Both models stop after their last mapped layer while the
+    context is open: nothing above it is computed.
     """
     trainer = plan.trainer
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, plan.seed,
                           recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(plan.device)
     logits = output_logits if objective.uses_logits else None
+    needs, stop_after = objective.needs("teacher"), objective.last_layer("teacher")
+    table = feature_table(needs, stop_after, logits) if feature_table is not None else None
     with (
         FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
-        FeatureRecorder(teacher, objective.needs("teacher"), objective.last_layer("teacher")) as teacher_recorder,
+        FeatureRecorder(teacher, needs, stop_after) if table is None else nullcontext() as teacher_recorder,
     ):
         student_side = StudentSide(student_recorder, objective, logits)
-        step = distillation_step(student_side, teacher_recorder, logits, plan.device, plan.precision)
+        teacher_records = table.records if table is not None else teacher_records_now(
+            teacher_recorder, logits, plan.device, plan.precision)
+        step = distillation_step(student_side, teacher_records, plan.device, plan.precision)
         yield step, [student, objective]
 
 

@@ -1,7 +1,8 @@
 """Step functions: a batch in, the named loss terms out (float32 scalars, their sum under "total").
 
 The training loop calls one of these per micro-batch and knows nothing of models or objectives. A distillation
-step runs the frozen teacher under inference mode, then the student side, both reading their features by hooks.
+step takes the frozen teacher's records (a forward under inference mode, or the features cache), then runs the
+student side, which reads its features by hooks.
 """
 
 from __future__ import annotations
@@ -73,16 +74,26 @@ class StudentSide(nn.Module):
         return self.objective(read_records(self.recorder, batch, self.logits), teacher_records, batch)
 
 
-def distillation_step(student_side: nn.Module, teacher: FeatureRecorder, teacher_logits: LogitsFn | None,
-                      device: torch.device, precision: str) -> StepFn:
-    """Teacher forward (frozen, inference mode), then the student side against the teacher's records."""
+def teacher_records_now(teacher: FeatureRecorder, logits: LogitsFn | None, device: torch.device,
+                        precision: str) -> Callable[[dict], dict]:
+    """The teacher's records of a batch, computed now: a forward of the frozen teacher under inference mode."""
+
+    def records(batch):
+        with torch.inference_mode(), autocast(device, precision):
+            return detached(read_records(teacher, batch, logits))
+
+    return records
+
+
+def distillation_step(student_side: nn.Module, teacher_records: Callable[[dict], dict], device: torch.device,
+                      precision: str) -> StepFn:
+    """The teacher's records of the batch (`teacher_records`: computed now, or read from the features cache),
+    then the student side against them."""
 
     def step(batch):
-        with torch.inference_mode(), autocast(device, precision):
-            teacher_records = read_records(teacher, batch, teacher_logits)
-        teacher_records = detached(teacher_records)
+        targets = teacher_records(batch)
         with autocast(device, precision):
-            return student_side(batch, teacher_records)
+            return student_side(batch, targets)
 
     return step
 

@@ -1,0 +1,110 @@
+"""Where a stage-1 step's time goes: `python benchmarks/step_profile.py '<json spec>'` prints one JSON line per
+implementation (kdbench and the tuned loop) and a table of phases.
+
+The spec is `measure.py`'s (objective, task, seq_len, student_layers, batch_size, steps, warmup, seed, threads);
+both implementations run the same batches (kdbench's length-grouped ones) from the same weights, so the work is
+equal. torch.profiler records the timed steps, each phase under its own label: the teacher's forward, the
+student's forward, the losses (the rest of the step function), backward and the optimizer step; `other` is what
+the loop itself spends outside them. The five ops with the most self time are listed too.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import measure  # noqa: E402
+import peers  # noqa: E402
+
+from kdbench import models  # noqa: E402
+from kdbench.recipes.task_specific import stage1 as kdbench_stage1  # noqa: E402
+
+PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
+
+
+def labelled(module: torch.nn.Module, label: str) -> None:
+    """Every call of `module`'s forward runs under a profiler label (also when a hook ends it early)."""
+    forward = module.forward
+
+    @functools.wraps(forward)
+    def labelled_forward(*args, **kwargs):
+        with record_function(label):
+            return forward(*args, **kwargs)
+
+    module.forward = labelled_forward
+
+
+def train_step(step, optimizer, batch: dict) -> None:
+    with record_function("step"):
+        loss = step(batch)
+        loss = loss["total"] if isinstance(loss, dict) else loss
+    optimizer.zero_grad(set_to_none=True)
+    with record_function("backward"):
+        loss.backward()
+    with record_function("optimizer"):
+        optimizer.step()
+
+
+def profiled_steps(step, modules, batches: list[dict], warmup: int) -> profile:
+    """The warm-up steps, then the others under the profiler."""
+    optimizer = measure.optimizer_for(modules)
+    for batch in batches[:warmup]:
+        train_step(step, optimizer, batch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for batch in batches[warmup:]:
+            with record_function("timed step"):
+                train_step(step, optimizer, batch)
+    return prof
+
+
+def phase_ms(prof: profile, steps: int) -> dict[str, float]:
+    """Milliseconds per step of each phase ('step' less the two forwards is the losses; 'other' is the loop's)."""
+    totals = {e.key: e.cpu_time_total / 1000 for e in prof.key_averages() if e.key in (*PHASES, "timed step")}
+    result = {label: totals.get(label, 0.0) for label in PHASES}
+    result["losses"] = result.pop("step") - result["teacher forward"] - result["student forward"]
+    result["other"] = totals["timed step"] - sum(result.values())
+    result["total"] = totals["timed step"]
+    return {k: v / steps for k, v in result.items()}
+
+
+def run(impl: str, spec: dict) -> dict:
+    setup = measure.Setup(spec)
+    tokens_only = impl == "tuned"  # the tuned loop's stage 1 has no label term
+    batches = setup.batches(setup.other_set, padded=False, tokens_only=tokens_only)[: spec["warmup"]]
+    batches += setup.batches(setup.timed_set, padded=False, tokens_only=tokens_only)
+    labelled(setup.teacher, "teacher forward")
+    labelled(setup.student, "student forward")
+    if impl == "kdbench":
+        models.prepare_for_training(setup.student, setup.plan.trainer.recompute_attention)
+        with kdbench_stage1(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, modules):
+            prof = profiled_steps(step, modules, batches, spec["warmup"])
+    else:
+        step, modules = peers.tuned_stage1(setup)
+        prof = profiled_steps(step, modules, batches, spec["warmup"])
+    ops = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=5)
+    return {"impl": impl, "ms_per_step": phase_ms(prof, spec["steps"]), "top_ops": ops}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    torch.set_num_threads(int(spec.get("threads") or os.cpu_count()))
+    results = [run(impl, spec) for impl in ("kdbench", "tuned")]
+    for result in results:
+        print(json.dumps({**spec, "impl": result["impl"], "ms_per_step": result["ms_per_step"]}), flush=True)
+    print(f"\n{'phase (ms per step)':<20}" + "".join(f"{r['impl']:>10}" for r in results))
+    for phase in results[0]["ms_per_step"]:
+        print(f"{phase:<20}" + "".join(f"{r['ms_per_step'][phase]:>10.1f}" for r in results))
+    for result in results:
+        print(f"\n{result['impl']}: top ops by self time\n{result['top_ops']}")
+
+
+if __name__ == "__main__":
+    main()

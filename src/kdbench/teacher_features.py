@@ -1,0 +1,135 @@
+"""The teacher's stage-1 features of every training example, computed once and read back at every step.
+
+The frozen teacher is deterministic in eval mode, and stage 1 shows it the same examples every epoch, seed and
+objective: its features at the mapped layers are a function of the example alone (padding is masked in its
+attention). They are computed in one pass, stored per example without padding (each raw feature of each
+layer as one [T, D] table over the T real tokens of the training set), cached on disk next to the teacher's
+logits, and gathered into padded batches at each step. An entry larger than `trainer.teacher_features_gib`
+is not built: the teacher then runs at every step, as without the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from kdbench import storage
+from kdbench.data.batches import make_loader
+from kdbench.objectives.features import LOGITS, FeatureRecorder
+from kdbench.teacher import FineTuned, cached_tensors, derived_key
+from kdbench.training.steps import LogitsFn, autocast, read_records, to_device
+
+logger = logging.getLogger("kdbench")
+
+
+def token_rows(offsets: Tensor, examples: Tensor, lengths: Tensor) -> Tensor:
+    """The table rows of the real tokens of `examples` [B] with `lengths` [B], in batch order: example i's tokens
+    are rows offsets[i] .. offsets[i] + lengths[i] - 1."""
+    starts = torch.repeat_interleave(offsets[examples] - torch.cumsum(lengths, 0) + lengths, lengths)
+    return starts + torch.arange(int(lengths.sum()))
+
+
+@dataclass
+class FeatureTable:
+    """The teacher's raw features per layer (`features[layer][name]`: [T, D], the real tokens of every example
+    in example order), `offsets` [N + 1] (example i's rows start at offsets[i]) and, when the objective reads
+    them, the logits [N, C]."""
+
+    offsets: Tensor
+    features: dict[int, dict[str, Tensor]]
+    logits: Tensor | None
+
+    def records(self, batch: dict) -> dict:
+        """The batch's teacher records, as a teacher forward gives them ([B, L, D] per raw feature, zero at
+        padding; the logits [B, C]), on the batch's device."""
+        mask = batch["attention_mask"].cpu() != 0
+        examples = batch["example"].cpu()
+        rows = token_rows(self.offsets, examples, mask.sum(1))
+        device = batch["attention_mask"].device
+        records: dict = {}
+        for layer, raw in self.features.items():
+            records[layer] = {}
+            for name, table in raw.items():
+                padded = table.new_zeros(*mask.shape, table.shape[1])
+                padded[mask] = table[rows]
+                records[layer][name] = padded.to(device, non_blocking=True)
+        if self.logits is not None:
+            records[LOGITS] = self.logits[examples].to(device, non_blocking=True)
+        return records
+
+    def state(self) -> dict[str, Tensor]:
+        state = {"offsets": self.offsets} | ({"logits": self.logits} if self.logits is not None else {})
+        return state | {f"{layer}.{name}": t for layer, raw in self.features.items() for name, t in raw.items()}
+
+    @classmethod
+    def of(cls, state: dict[str, Tensor]) -> FeatureTable:
+        features: dict[int, dict[str, Tensor]] = {}
+        for key, tensor in state.items():
+            if key not in ("offsets", "logits"):
+                layer, name = key.split(".")
+                features.setdefault(int(layer), {})[name] = tensor
+        return cls(state["offsets"], features, state.get("logits"))
+
+
+def table_bytes(train_set, model_config, needs: Mapping[int, set[str]], precision: str) -> int:
+    """The size of a table: every raw feature is one hidden-size vector per real token."""
+    tokens = int(torch.as_tensor(train_set["length"]).sum())
+    vectors = sum(len(names) for names in needs.values())
+    return tokens * vectors * model_config.hidden_size * (2 if precision == "bf16" else 4)
+
+
+def compute_table(teacher, train_set, tokenizer, plan, needs, stop_after: int | None,
+                  logits: LogitsFn | None) -> FeatureTable:
+    """One inference pass of the teacher over the training set, in batches of similar length."""
+    lengths = torch.as_tensor(train_set["length"])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lengths, 0)])
+    features: dict[int, dict[str, Tensor]] = {}
+    logits_table = None
+    loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
+    with FeatureRecorder(teacher, needs, stop_after) as recorder, torch.inference_mode():
+        for batch in loader:
+            batch = to_device(batch, plan.device)
+            with autocast(plan.device, plan.precision):
+                records = read_records(recorder, batch, logits)
+            mask = batch["attention_mask"].cpu() != 0
+            rows = token_rows(offsets, batch["example"].cpu(), mask.sum(1))
+            for layer, raw in records.items():
+                if layer == LOGITS:
+                    if logits_table is None:
+                        logits_table = torch.empty(len(lengths), raw.shape[-1], dtype=raw.dtype)
+                    logits_table[batch["example"].cpu()] = raw.cpu()
+                    continue
+                for name, value in raw.items():
+                    table = features.setdefault(layer, {}).get(name)
+                    if table is None:
+                        table = features[layer][name] = torch.empty(int(offsets[-1]), value.shape[-1], dtype=value.dtype)
+                    table[rows] = value.cpu()[mask]
+    return FeatureTable(offsets, features, logits_table)
+
+
+# (needs, stop_after, logits) -> the table, or None when it exceeds the budget (see teacher_feature_table)
+FeatureTableFn = Callable[[Mapping[int, set[str]], int | None, LogitsFn | None], "FeatureTable | None"]
+
+
+def teacher_feature_table(teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None,
+                          needs: Mapping[int, set[str]], stop_after: int | None,
+                          logits: LogitsFn | None) -> FeatureTable | None:
+    """The teacher's features at `needs` (layer -> raw feature names) for every training example, from the cache
+    or computed now; None when the table would exceed `trainer.teacher_features_gib`."""
+    size = table_bytes(train_set, teacher.model.config, needs, plan.precision)
+    budget = plan.trainer.teacher_features_gib * 2**30
+    if size > budget:
+        logger.info("the teacher's stage-1 features would take %s, more than trainer.teacher_features_gib=%s: the "
+                    "teacher runs at every step", storage.human(size), plan.trainer.teacher_features_gib)
+        return None
+    key = derived_key(teacher, train_set, tokenizer, plan, augmented) | {
+        "features": {str(layer): sorted(names) for layer, names in sorted(needs.items())},
+        "stop_after": stop_after, "logits": logits is not None}
+    build = lambda: compute_table(teacher.model, train_set, tokenizer, plan, needs, stop_after, logits).state()  # noqa: E731
+    state = cached_tensors(plan.cache_dir / "teacher_features", plan.task.name, key, build, size,
+                           "the teacher-features cache entry")
+    return FeatureTable.of(state)
