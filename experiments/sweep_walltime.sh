@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wall time of a full mini_table1 sweep with kdbench's fast paths on (logits cache, length-grouped batches) and
+# Wall time of a full mini_table1 sweep with kdbench's fast paths on (logits and features caches, length-grouped batches) and
 # off, each from an empty cache (so both include the teacher's fine-tuning); about 45 minutes on 2 cores, alone.
 # Writes the times to multirun/sweep_walltime/times.txt.
 set -euo pipefail
@@ -8,8 +8,8 @@ export KDBENCH_GLUE_DIR="${KDBENCH_GLUE_DIR:-../shared/data/glue}" KDBENCH_MODEL
 out=multirun/sweep_walltime
 mkdir -p "$out"
 for variant in fast plain; do
-  if [ "$variant" = fast ]; then flags="trainer.cache_teacher_logits=true trainer.group_by_length=true"
-  else flags="trainer.cache_teacher_logits=false trainer.group_by_length=false"; fi
+  if [ "$variant" = fast ]; then flags="trainer.cache_teacher_logits=true trainer.cache_teacher_features=true trainer.group_by_length=true"
+  else flags="trainer.cache_teacher_logits=false trainer.cache_teacher_features=false trainer.group_by_length=false"; fi
   rm -rf "$out/$variant" "$out/cache_$variant"
   start=$(date +%s)
   KDBENCH_CACHE="$out/cache_$variant" .venv/bin/python -m kdbench.run -m +experiment=mini_table1 $flags \

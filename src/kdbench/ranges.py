@@ -98,7 +98,7 @@ TRAINER = {
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
     "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
-                     "group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
+                     "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
                      "recompute_attention"), FLAG),
 }
 EXAMPLES = integer(1, text="a positive number of examples").or_null("all of them")

@@ -52,7 +52,7 @@ def teacher_key(plan) -> dict:
                       "adam_betas", "adam_eps", "max_grad_norm", "max_length", "teacher_seed", "precision")
         },
     }
-    if trainer.group_by_length:  # only then: the entries of teachers trained on plain batches keep their keys
+    if trainer.teacher_group_by_length:  # only then: the entries of teachers trained on plain batches keep their keys
         key["recipe"]["group_by_length"] = True
     return key
 

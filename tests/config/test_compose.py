@@ -131,3 +131,16 @@ def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
     flipped = [f"trainer.{key}={not compose_config([]).trainer[key]}" for key in COMPUTATION_ONLY]
     assert fingerprint(flipped) == base
     assert fingerprint(["trainer.lr=1e-3"]) != base
+
+
+def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
+    from kdbench.plan import make_plan
+    from kdbench.teacher import cache_path
+
+    base = ["teacher=tiny", "student=tiny", "task=sst2", f"data.glue_dir={tiny_glue}"]
+    plain, grouped, pinned = (make_plan(compose_config([*base, *extra])) for extra in (
+        [], ["trainer.group_by_length=true"],
+        ["trainer.group_by_length=true", "trainer.teacher_group_by_length=false"]))
+    assert (plain.trainer.teacher_group_by_length, grouped.trainer.teacher_group_by_length) == (False, True)
+    assert not pinned.trainer.teacher_group_by_length
+    assert cache_path(plain) == cache_path(pinned) != cache_path(grouped)  # a teacher on other batches is another
