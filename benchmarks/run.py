@@ -303,6 +303,30 @@ def study_lines(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
+PHASE_NAMES = {"teacher": "the teacher's fine-tuning", "stage1": "stage 1 (every job's training loop)",
+               "stage2": "stage 2 (every job's training loop)", "eval": "dev evaluation",
+               "other": "the rest: imports, data, the caches' tables, Hydra, records"}
+
+
+def phase_lines(rows: list[dict]) -> list[str]:
+    """Where each implementation's study time goes: median seconds per phase over the runs that timed them."""
+    timed = [r for r in study_runs(rows) if all("seconds" in job for job in r["jobs"])]
+    impls = [impl for impl in STUDY if any(r["impl"] == impl for r in timed)]
+    if "kdbench" not in impls:
+        return []
+    def phases(run: dict) -> dict[str, float]:
+        sums = {p: sum(job["seconds"][p] for job in run["jobs"]) for p in PHASE_NAMES if p != "other"}
+        return sums | {"other": run["seconds"] - sum(sums.values())}
+    median = {impl: {p: statistics.median(phases(r)[p] for r in timed if r["impl"] == impl) for p in PHASE_NAMES}
+              for impl in impls}
+    lines = ["Where the time goes (median seconds over the runs that timed their phases, n = "
+             + ", ".join(f"{STUDY[i]} {sum(r['impl'] == i for r in timed)}" for i in impls) + "):", "",
+             "| phase | " + " | ".join(STUDY[i] for i in impls) + " |", "|---|" + "---:|" * len(impls)]
+    for phase, name in PHASE_NAMES.items():
+        lines.append(f"| {name} | " + " | ".join(f"{median[i][phase]:.0f}" for i in impls) + " |")
+    return lines + [""]
+
+
 def report(raw: Path, out: Path) -> None:
     rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
     info = machine()
@@ -353,6 +377,7 @@ def report(raw: Path, out: Path) -> None:
         if group_rows:
             lines += table(group_rows, title)
     lines += study_lines(rows)
+    lines += phase_lines(rows)
     lines += targets(rows)
     lines += variant_lines(rows)
     out.write_text("\n".join(lines))

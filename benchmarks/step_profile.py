@@ -3,9 +3,10 @@ implementation (kdbench and the tuned loop) and a table of phases.
 
 The spec is `measure.py`'s (objective, task, seq_len, student_layers, batch_size, steps, warmup, seed, threads);
 both implementations run the same batches (kdbench's length-grouped ones) from the same weights, so the work is
-equal. torch.profiler records the timed steps, each phase under its own label: the teacher's forward, the
-student's forward, the losses (the rest of the step function), backward and the optimizer step; `other` is what
-the loop itself spends outside them. The five ops with the most self time are listed too.
+equal, each in a fresh process. torch.profiler records the timed steps, each phase under its own label: the
+teacher's forward, the student's forward, the losses (the rest of the step function), backward and the
+optimizer step; `other` is what the loop itself spends outside them. The five ops with the most self time are
+listed too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -94,11 +96,19 @@ def run(impl: str, spec: dict) -> dict:
 
 
 def main() -> None:
+    """Each implementation in a fresh process of its own (the first to run in a process pays the allocator's
+    first touches of memory), then the table of both."""
     spec = json.loads(sys.argv[1])
-    torch.set_num_threads(int(spec.get("threads") or os.cpu_count()))
-    results = [run(impl, spec) for impl in ("kdbench", "tuned")]
-    for result in results:
-        print(json.dumps({**spec, "impl": result["impl"], "ms_per_step": result["ms_per_step"]}), flush=True)
+    if "impl" in spec:
+        torch.set_num_threads(int(spec.get("threads") or os.cpu_count()))
+        print(json.dumps(run(spec["impl"], spec)), flush=True)
+        return
+    results = []
+    for impl in ("kdbench", "tuned"):
+        child = subprocess.run([sys.executable, __file__, json.dumps({**spec, "impl": impl})], check=True,
+                               capture_output=True, text=True)
+        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        print(json.dumps({**spec, "impl": impl, "ms_per_step": results[-1]["ms_per_step"]}), flush=True)
     print(f"\n{'phase (ms per step)':<20}" + "".join(f"{r['impl']:>10}" for r in results))
     for phase in results[0]["ms_per_step"]:
         print(f"{phase:<20}" + "".join(f"{r['ms_per_step'][phase]:>10.1f}" for r in results))

@@ -17,7 +17,8 @@ imports, data loading, the teacher's fine-tuning (once) and every job:
   same length-grouped batches.
 
 Every implementation starts from the same weights and takes the same optimizer steps on the same examples. Prints
-one JSON line: impl, seconds, and each job's dev accuracy.
+one JSON line: impl, seconds, and each job's dev accuracy and seconds by phase (the teacher's fine-tuning, each
+stage's training loop, the dev evaluation).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ from kdbench.teacher import freeze  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OBJECTIVES = ("vanilla_kd", "hid_seq", "att_kl+val_kl")
+# the phases every implementation times (kdbench's records name them so): the rest of a study's wall time is
+# imports, data, the caches' tables, Hydra and the records
+RECORD_PHASES = {"teacher": "teacher_finetune_s", "stage1": "stage1_s", "stage2": "stage2_s", "eval": "eval_s"}
 PRESET = "+experiment=mini_table1"
 
 
@@ -60,7 +64,8 @@ def run_kdbench(objectives: list[str], seeds: list[int], overrides: list[str]) -
         subprocess.run(command, check=True, env={**os.environ, "KDBENCH_CACHE": str(Path(scratch) / "cache")},
                        stdout=subprocess.DEVNULL)
         records = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/result.json"))]
-    return [{"objective": r["objective"], "seed": r["seed"], "accuracy": r["score"]} for r in records]
+    return [{"objective": r["objective"], "seed": r["seed"], "accuracy": r["score"],
+             "seconds": {phase: r["timing"][key] for phase, key in RECORD_PHASES.items()}} for r in records]
 
 
 class Study:
@@ -138,9 +143,23 @@ def fine_tuned_teacher(study: Study, impl: str):
     return freeze(teacher)
 
 
+class Clock:
+    """Seconds by phase."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = dict.fromkeys(RECORD_PHASES, 0.0)
+
+    def time(self, phase: str, fn, *args):
+        start = time.perf_counter()
+        result = fn(*args)
+        self.seconds[phase] += time.perf_counter() - start
+        return result
+
+
 def run_peer(impl: str, objectives: list[str], seeds: list[int], overrides: list[str]) -> list[dict]:
     study = Study(overrides)
-    teacher = fine_tuned_teacher(study, impl)
+    clock = Clock()
+    teacher = clock.time("teacher", fine_tuned_teacher, study, impl)
     jobs = []
     for objective in objectives:
         for seed in seeds:
@@ -150,12 +169,15 @@ def run_peer(impl: str, objectives: list[str], seeds: list[int], overrides: list
             setup = SimpleNamespace(teacher=teacher, student=student, plan=plan, device=plan.device,
                                     spec={"objective": objective},
                                     pairs=list(zip(range(1, len(plan.init.layers) + 1), plan.init.layers)))
-            run_stages(impl, study, setup, plan)
-            jobs.append({"objective": objective, "seed": seed, "accuracy": study.accuracy(student)})
+            job_clock = Clock()
+            run_stages(impl, study, setup, plan, job_clock)
+            accuracy = job_clock.time("eval", study.accuracy, student)
+            jobs.append({"objective": objective, "seed": seed, "accuracy": accuracy, "seconds": job_clock.seconds})
+    jobs[0]["seconds"]["teacher"] = clock.seconds["teacher"]  # as kdbench's records: the job that fine-tuned it
     return jobs
 
 
-def run_stages(impl: str, study: Study, setup, plan) -> None:
+def run_stages(impl: str, study: Study, setup, plan, clock: Clock) -> None:
     """Stage 1 (for an objective with intermediate terms), then stage 2, as the peer runs them."""
     trainer = plan.trainer
     stages = [(peers.tuned_stage1, trainer.stage1_epochs, True)] if plan.terms else []
@@ -164,14 +186,15 @@ def run_stages(impl: str, study: Study, setup, plan) -> None:
         setup.spec["objective"] = plan.objective if stage1 else "vanilla_kd"
         batches = study.epochs(plan.seed, epochs, tokens_only=stage1)
         lr = trainer.lr if stage1 else (trainer.stage2_lr or trainer.lr)
+        phase = "stage1" if stage1 else "stage2"
         if impl == "textbrewer":
             setup.teacher.set_attn_implementation("eager" if stage1 else "sdpa")
             setup.student.set_attn_implementation("eager" if stage1 else "sdpa")
-            peers.textbrewer_train(setup, batches, partial(optimizer, lr=lr, trainer=trainer), len(batches),
-                                   schedule(len(batches), trainer))
+            clock.time(phase, peers.textbrewer_train, setup, batches, partial(optimizer, lr=lr, trainer=trainer),
+                       len(batches), schedule(len(batches), trainer))
         else:
             step, modules = make_step(setup)
-            train_loop(step, modules, batches, lr, trainer)
+            clock.time(phase, train_loop, step, modules, batches, lr, trainer)
 
 
 def main() -> None:

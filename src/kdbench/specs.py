@@ -53,8 +53,8 @@ class TrainerSpec:
     cache_teacher_logits: bool = True
     cache_teacher_features: bool = True
     teacher_features_gib: float = 4.0
-    group_by_length: bool = False
-    teacher_group_by_length: bool = False
+    group_by_length: bool = True
+    teacher_group_by_length: bool = True
     progress_bar: bool = True
     # how, not what: a run resumes across a change of these (`COMPUTATION_ONLY`)
     compile: bool = False

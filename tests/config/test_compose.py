@@ -138,9 +138,8 @@ def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
     from kdbench.teacher import cache_path
 
     base = ["teacher=tiny", "student=tiny", "task=sst2", f"data.glue_dir={tiny_glue}"]
-    plain, grouped, pinned = (make_plan(compose_config([*base, *extra])) for extra in (
-        [], ["trainer.group_by_length=true"],
-        ["trainer.group_by_length=true", "trainer.teacher_group_by_length=false"]))
-    assert (plain.trainer.teacher_group_by_length, grouped.trainer.teacher_group_by_length) == (False, True)
-    assert not pinned.trainer.teacher_group_by_length
+    grouped, plain, pinned = (make_plan(compose_config([*base, *extra])) for extra in (
+        [], ["trainer.group_by_length=false"], ["trainer.teacher_group_by_length=false"]))
+    assert (grouped.trainer.teacher_group_by_length, plain.trainer.teacher_group_by_length) == (True, False)
+    assert pinned.trainer.group_by_length and not pinned.trainer.teacher_group_by_length
     assert cache_path(plain) == cache_path(pinned) != cache_path(grouped)  # a teacher on other batches is another

@@ -77,8 +77,9 @@ class _ScoreMapLoss(torch.autograd.Function):
         valid = m > 0
         pair = valid[:, None, :, None] & valid[:, None, None, :]
         denom = (heads * count(m.sum(dim=1))).clamp_min(1.0)
-        grad_a = torch.zeros(student_a.shape, dtype=torch.float32, device=student_a.device)
-        grad_b = torch.zeros(student_b.shape, dtype=torch.float32, device=student_b.device)
+        # every chunk of heads writes its columns: the whole gradient is written, nothing needs zeroing
+        grad_a = torch.empty(student_a.shape, dtype=torch.float32, device=student_a.device) if with_grad else None
+        grad_b = torch.empty(student_b.shape, dtype=torch.float32, device=student_b.device) if with_grad else None
         step = max(1, CHUNK_BYTES // (4 * batch * length * length))
         total = torch.zeros((), dtype=torch.float32, device=student_a.device)
         for start in range(0, heads, step):
@@ -95,7 +96,8 @@ class _ScoreMapLoss(torch.autograd.Function):
             # dA = G B and dB = G^T A, back in the projections' [B, L, h*d] layout
             grad_a[..., start * d: stop * d] = _merge_heads(grad @ sb)
             grad_b[..., start * d: stop * d] = _merge_heads(grad.transpose(-1, -2) @ sa)
-        ctx.save_for_backward(grad_a.to(student_a.dtype), grad_b.to(student_b.dtype))
+        if with_grad:
+            ctx.save_for_backward(grad_a.to(student_a.dtype), grad_b.to(student_b.dtype))
         return total / denom
 
     @staticmethod
