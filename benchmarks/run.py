@@ -327,6 +327,17 @@ def phase_lines(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def missing_lines(rows: list[dict]) -> list[str]:
+    """Which series of the earlier report this one lacks, and where their latest figures are."""
+    names = {"seq_len": "the sequence-length series", "layers": "the mapped-layer series", "bf16": "bf16 autocast",
+             "recompute": "recomputation at length 512", "compile": "compiled blocks"}
+    missing = [name for group, name in names.items() if not any(r.get("group") == group for r in rows)]
+    if not missing:
+        return []
+    return [f"Not measured in this report: {'; '.join(missing)}. The latest figures for them: "
+            "`RESULTS-2026-11-21.md` (before the tuned loop).", ""]
+
+
 def report(raw: Path, out: Path) -> None:
     rows = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
     info = machine()
@@ -370,12 +381,13 @@ def report(raw: Path, out: Path) -> None:
                       f"{c[f'{p}_max_grad_diff']:.1e}" for p in compared) + f" (largest entry {c['max_grad']:.2f}).", ""]
     titles = {"main": "Distillation stages (max length 128)",
               "seq_len": "Sequence length (att_kl+val_kl, Wikipedia text packed to exactly that length: no padding)",
-              "layers": "Number of mapped layers (att_kl+val_kl on SST-2; student depth = mapped layers; measured at "
-                        "code d55e44a, before the score-map losses, and not re-run since)"}
+              "layers": "Number of mapped layers (att_kl+val_kl on SST-2; student depth = mapped layers; a case "
+                        "appears when every implementation was measured)"}
     for group, title in titles.items():
         group_rows = [r for r in rows if r.get("group") == group]
         if group_rows:
             lines += table(group_rows, title)
+    lines += missing_lines(rows)
     lines += study_lines(rows)
     lines += phase_lines(rows)
     lines += targets(rows)

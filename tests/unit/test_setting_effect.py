@@ -1,0 +1,46 @@
+"""experiments/setting_effect.py pairs two sweeps' runs and tests their differences."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "experiments" / "setting_effect.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("setting_effect", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sweep(folder: Path, scores: dict[tuple[str, int], float], status: str = "completed") -> Path:
+    for (objective, seed), score in scores.items():
+        run = folder / f"objective={objective},seed={seed}"
+        run.mkdir(parents=True)
+        record = {"status": status, "task": "sst2", "objective": objective, "init": "2,4,6", "seed": seed,
+                  "score": score, "timing": {"stage1_s": 10.0, "stage2_s": 20.0}}
+        (run / "result.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_runs_are_paired_by_objective_and_seed_and_their_differences_tested(tmp_path):
+    a = _sweep(tmp_path / "a", {("att_kl", 1): 80.0, ("att_kl", 2): 81.0, ("hid_seq", 1): 79.0, ("hid_seq", 2): 78.5})
+    b = _sweep(tmp_path / "b", {("att_kl", 1): 79.0, ("att_kl", 2): 80.5, ("hid_seq", 1): 78.0, ("hid_seq", 2): 78.0,
+                                ("hid_seq", 3): 50.0})  # unpaired: left out
+    text = _module().summary(a, b, ("grouped", "plain"))
+    assert text.startswith("4 paired runs")
+    overall = next(line for line in text.splitlines() if line.startswith("| every pair"))
+    assert "| 4 | 79.62 | 78.88 | +0.75 " in overall  # mean differences 1.0, 0.5, 1.0, 0.5
+    assert "| att_kl | 2 |" in text and "| stage1_s | 10.0 | 10.0 | 1.00 |" in text
+
+
+def test_too_few_pairs_is_one_line(tmp_path):
+    a = _sweep(tmp_path / "a", {("att_kl", 1): 80.0})
+    b = _sweep(tmp_path / "b", {("att_kl", 1): 79.0})
+    with pytest.raises(SystemExit, match="1 paired runs .* need at least 2"):
+        _module().summary(a, b, ("a", "b"))
