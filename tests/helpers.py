@@ -109,3 +109,36 @@ def tiny_models(cfg, num_labels: int = 2, teacher_seed: int = 0, student_seed: i
     teacher = pretrained_teacher(teacher_spec(cfg.teacher), num_labels, teacher_seed)
     student = build_student(teacher.config, shape_spec(cfg.student, "student"), num_labels, student_seed)
     return teacher, student
+
+
+def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
+    """A tiny run's plan, tokenizer, training set, a shuffled loader of batches of 8 and its fine-tuned teacher."""
+    from kdbench import models
+    from kdbench.data.batches import make_loader
+    from kdbench.data.glue import task_datasets
+    from kdbench.plan import make_plan
+    from kdbench.record import StepLog
+    from kdbench.teacher import finetuned_teacher
+
+    plan = make_plan(compose_config(tiny_overrides(glue, run_dir, *extra)))
+    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
+    loader = make_loader(train_set, tokenizer, 8, shuffle=True, seed=0)
+    evals = {"": make_loader(eval_sets[""], tokenizer, 8, shuffle=False)}
+    teacher = finetuned_teacher(plan, loader, evals, StepLog(run_dir / "log.jsonl"))
+    return plan, tokenizer, train_set, loader, teacher
+
+
+def stage1_losses_and_grads(plan, student, teacher_model, train_labels, batches, feature_table=None) -> list[tuple]:
+    """Per batch: stage 1's loss terms and the student's gradients (one step each, no optimizer)."""
+    from kdbench.recipes.task_specific import stage1
+
+    results = []
+    with stage1(plan, student, teacher_model, train_labels, feature_table) as (step, _):
+        for batch in batches:
+            student.zero_grad(set_to_none=True)
+            losses = step(batch)
+            losses["total"].backward()
+            results.append(({k: v.detach() for k, v in losses.items()},
+                            {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}))
+    return results

@@ -95,24 +95,27 @@ def compute_table(teacher, train_set, tokenizer, plan, needs, stop_after: int | 
             batch = to_device(batch, plan.device)
             with autocast(plan.device, plan.precision):
                 records = read_records(recorder, batch, logits)
-            mask = batch["attention_mask"].cpu() != 0
-            rows = token_rows(offsets, batch["example"].cpu(), mask.sum(1))
+            mask, examples = batch["attention_mask"].cpu() != 0, batch["example"].cpu()
+            if LOGITS in records:
+                logits_table = _written(logits_table, len(lengths), examples, records.pop(LOGITS).cpu())
+            rows = token_rows(offsets, examples, mask.sum(1))
             for layer, raw in records.items():
-                if layer == LOGITS:
-                    if logits_table is None:
-                        logits_table = torch.empty(len(lengths), raw.shape[-1], dtype=raw.dtype)
-                    logits_table[batch["example"].cpu()] = raw.cpu()
-                    continue
+                tables = features.setdefault(layer, {})
                 for name, value in raw.items():
-                    table = features.setdefault(layer, {}).get(name)
-                    if table is None:
-                        table = features[layer][name] = torch.empty(int(offsets[-1]), value.shape[-1], dtype=value.dtype)
-                    table[rows] = value.cpu()[mask]
+                    tables[name] = _written(tables.get(name), int(offsets[-1]), rows, value.cpu()[mask])
     return FeatureTable(offsets, features, logits_table)
 
 
+def _written(table: Tensor | None, size: int, index: Tensor, values: Tensor) -> Tensor:
+    """`values` [n, D] written at rows `index` of `table`, allocated as [size, D] of their dtype on first use."""
+    if table is None:
+        table = torch.empty(size, values.shape[-1], dtype=values.dtype)
+    table[index] = values
+    return table
+
+
 # (needs, stop_after, logits) -> the table, or None when it exceeds the budget (see teacher_feature_table)
-FeatureTableFn = Callable[[Mapping[int, set[str]], int | None, LogitsFn | None], "FeatureTable | None"]
+FeatureTableFn = Callable[[Mapping[int, set[str]], int | None, LogitsFn | None], FeatureTable | None]
 
 
 def teacher_feature_table(teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None,

@@ -7,28 +7,16 @@ import pytest
 import torch
 
 from kdbench import models
-from kdbench.data.batches import SeededBatches, make_loader
-from kdbench.data.glue import task_datasets
+from kdbench.data.batches import SeededBatches
 from kdbench.plan import make_plan
 from kdbench.recipes.task_specific import stage1
-from kdbench.record import StepLog
-from kdbench.teacher import finetuned_teacher, teacher_logits_table
+from kdbench.teacher import teacher_logits_table
 from kdbench.training.steps import prediction_kd_step, teacher_logits_now
-from tests.helpers import compose_config, tiny_overrides
-
-
-def _setup(tiny_glue, tmp_path):
-    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path)))
-    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
-    train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
-    loader = make_loader(train_set, tokenizer, 8, shuffle=True, seed=0)
-    evals = {"": make_loader(eval_sets[""], tokenizer, 8, shuffle=False)}
-    teacher = finetuned_teacher(plan, loader, evals, StepLog(tmp_path / "log.jsonl"))
-    return plan, tokenizer, train_set, loader, teacher
+from tests.helpers import compose_config, stage1_losses_and_grads, tiny_overrides, tiny_teacher_setup
 
 
 def test_cached_teacher_logits_equal_a_teacher_forward(tiny_glue, tmp_path):
-    plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
     table = teacher_logits_table(teacher, train_set, tokenizer, plan)
     direct = teacher_logits_now(teacher.model, plan.device, "fp32")
     for batch in loader:
@@ -36,14 +24,14 @@ def test_cached_teacher_logits_equal_a_teacher_forward(tiny_glue, tmp_path):
 
 
 def test_teacher_logits_are_computed_once(tiny_glue, tmp_path, monkeypatch):
-    plan, tokenizer, train_set, _, teacher = _setup(tiny_glue, tmp_path)
+    plan, tokenizer, train_set, _, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
     first = teacher_logits_table(teacher, train_set, tokenizer, plan)
     monkeypatch.setattr(teacher.model, "forward", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
     assert torch.equal(teacher_logits_table(teacher, train_set, tokenizer, plan), first)
 
 
 def test_stage2_loss_is_the_same_with_cached_logits(tiny_glue, tmp_path):
-    plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
     table = teacher_logits_table(teacher, train_set, tokenizer, plan)
     student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=0).eval()
     cached = prediction_kd_step(student, lambda b: table[b["example"]], plan.kd, plan.device, "fp32")
@@ -74,25 +62,14 @@ def test_evaluation_batches_are_sorted_by_length():
 @pytest.mark.slow
 def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path):
     """trainer.compile: torch.compile'd blocks, hooks still reading features and stopping the forward early."""
-    plan, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    plan, _, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
     plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, "objective=att_kl+hid_seq")))
     student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
     batches = list(loader)[:2]  # two lengths: the dynamic-shape graph serves both
 
-    def losses_and_grads():
-        results = []
-        with stage1(plan, student, teacher.model, train_set["labels"]) as (step, modules):
-            for batch in batches:
-                student.zero_grad(set_to_none=True)
-                losses = step(batch)
-                losses["total"].backward()
-                results.append(({k: v.detach() for k, v in losses.items()},
-                                {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}))
-        return results
-
-    eager = losses_and_grads()
+    eager = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches)
     models.compile_blocks(student, teacher.model)
-    compiled = losses_and_grads()
+    compiled = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches)
     for (losses, grads), (c_losses, c_grads) in zip(eager, compiled, strict=True):
         assert losses.keys() == c_losses.keys() and grads.keys() == c_grads.keys()
         assert all(torch.allclose(losses[k], c_losses[k], rtol=1e-4, atol=1e-6) for k in losses)
@@ -123,7 +100,7 @@ def _stage1_step_results(plan, student, teacher, train_set, batches):
 
 def test_recomputed_attention_gives_bitwise_the_same_step_and_keeps_fewer_maps(tiny_glue, tmp_path):
     """trainer.recompute_attention: the student's attention (with its dropout) rebuilt in backward, same RNG use."""
-    plan, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    plan, _, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
     batches = list(loader)[:2]
     runs = {}
     for recompute in (False, True):
@@ -143,7 +120,7 @@ def test_recomputed_attention_gives_bitwise_the_same_step_and_keeps_fewer_maps(t
 @pytest.mark.parametrize("objective", ["att_kl+val_kl", "minilm_v2", "tinybert"])
 def test_fused_losses_give_the_reference_losses_and_gradients_in_a_step(tiny_glue, tmp_path, objective):
     """trainer.fused_losses (the default) against the reference functions through autograd, keeping fewer bytes."""
-    _, _, train_set, loader, teacher = _setup(tiny_glue, tmp_path)
+    _, _, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
     batches = list(loader)[:2]
     runs = {}
     for fused in (False, True):

@@ -11,13 +11,10 @@ import torch
 
 from kdbench import models
 from kdbench.data.batches import make_loader
-from kdbench.data.glue import task_datasets
-from kdbench.plan import make_plan
-from kdbench.recipes.task_specific import stage1
-from kdbench.record import StepLog
-from kdbench.teacher import finetuned_teacher
+from kdbench.objectives.features import FeatureRecorder
 from kdbench.teacher_features import teacher_feature_table, token_rows
-from tests.helpers import compose_config, tiny_overrides
+from kdbench.training.steps import teacher_records_now
+from tests.helpers import stage1_losses_and_grads, tiny_teacher_setup
 
 OBJECTIVES = sorted(p.stem for p in (Path(__file__).parents[2] / "conf" / "objective").glob("*.yaml"))
 
@@ -28,32 +25,10 @@ def test_token_rows_of_a_batch_follow_its_examples():
     assert rows.tolist() == [5, 6, 7, 8, 0, 1, 2]
 
 
-def _setup(tiny_glue, tmp_path, *extra):
-    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, *extra)))
-    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
-    train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
-    loader = make_loader(train_set, tokenizer, 8, shuffle=True, seed=0)
-    evals = {"": make_loader(eval_sets[""], tokenizer, 8, shuffle=False)}
-    teacher = finetuned_teacher(plan, loader, evals, StepLog(tmp_path / "log.jsonl"))
-    return plan, tokenizer, train_set, loader, teacher
-
-
-def _losses_and_grads(plan, student, teacher, train_set, batches, features=None):
-    results = []
-    with stage1(plan, student, teacher.model, train_set["labels"], features) as (step, _):
-        for batch in batches:
-            student.zero_grad(set_to_none=True)
-            losses = step(batch)
-            losses["total"].backward()
-            results.append(({k: v.detach() for k, v in losses.items()},
-                            {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}))
-    return results
-
-
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_stage1_from_cached_features_gives_the_losses_and_gradients_of_a_teacher_forward(objective, tiny_glue,
                                                                                         tmp_path):
-    plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path, f"objective={objective}")
+    plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path, f"objective={objective}")
     if not plan.terms:
         pytest.skip(f"{objective} has no stage 1")
     batches = list(loader)[:3]
@@ -62,7 +37,7 @@ def test_stage1_from_cached_features_gives_the_losses_and_gradients_of_a_teacher
     runs = []
     for table in (None, features):
         student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
-        runs.append(_losses_and_grads(plan, student, teacher, train_set, batches, table))
+        runs.append(stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches, table))
     for (losses, grads), (c_losses, c_grads) in zip(*runs, strict=True):
         assert losses.keys() == c_losses.keys() and grads.keys() == c_grads.keys()
         assert all(torch.allclose(losses[k], c_losses[k], rtol=1e-5, atol=1e-6) for k in losses), (losses, c_losses)
@@ -70,7 +45,7 @@ def test_stage1_from_cached_features_gives_the_losses_and_gradients_of_a_teacher
 
 
 def test_the_teacher_runs_once_for_every_epoch_and_run(tiny_glue, tmp_path, monkeypatch):
-    plan, tokenizer, train_set, loader, teacher = _setup(tiny_glue, tmp_path, "objective=att_kl+val_kl",
+    plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path, "objective=att_kl+val_kl",
                                                          f"paths.cache_dir={tmp_path / 'cache'}")
     features = partial(teacher_feature_table, teacher, train_set, tokenizer, plan, None)
     calls = []
@@ -78,16 +53,24 @@ def test_the_teacher_runs_once_for_every_epoch_and_run(tiny_glue, tmp_path, monk
     monkeypatch.setattr(teacher.model, "forward", lambda *a, **k: calls.append(1) or forward(*a, **k))
     for seed in (1, 2):  # two runs sharing the cache, two passes over the data each
         student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=seed)
-        _losses_and_grads(plan, student, teacher, train_set, list(loader) * 2, features)
+        stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], list(loader) * 2, features)
     assert len(calls) == len(make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False))
     assert len(list((plan.cache_dir / "teacher_features").glob("*.pt"))) == 1
 
 
 def test_features_over_the_budget_are_not_cached(tiny_glue, tmp_path, caplog):
-    plan, tokenizer, train_set, _, teacher = _setup(tiny_glue, tmp_path, "objective=hid_seq",
+    plan, tokenizer, train_set, _, teacher = tiny_teacher_setup(tiny_glue, tmp_path, "objective=hid_seq",
                                                     "trainer.teacher_features_gib=0", f"paths.cache_dir={tmp_path}")
     with caplog.at_level(logging.INFO, logger="kdbench"):
         table = teacher_feature_table(teacher, train_set, tokenizer, plan, None, {1: {"hidden"}}, 1, None)
     assert table is None
     assert "more than trainer.teacher_features_gib=0" in caplog.text
     assert not (plan.cache_dir / "teacher_features").exists()
+
+
+def test_a_teacher_forward_gives_records_autograd_may_save(tiny_glue, tmp_path):
+    plan, _, _, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
+    with FeatureRecorder(teacher.model, {1: {"query", "key", "hidden"}}, 1) as recorder:
+        records = teacher_records_now(recorder, None, plan.device, "fp32")(next(iter(loader)))
+    assert records[1].keys() == {"query", "key", "hidden"}
+    assert not any(t.is_inference() for t in records[1].values())  # inference tensors cannot be saved for backward

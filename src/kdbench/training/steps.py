@@ -80,7 +80,8 @@ def teacher_records_now(teacher: FeatureRecorder, logits: LogitsFn | None, devic
 
     def records(batch):
         with torch.inference_mode(), autocast(device, precision):
-            return detached(read_records(teacher, batch, logits))
+            computed = read_records(teacher, batch, logits)
+        return detached(computed)  # copied outside inference mode: autograd may save them
 
     return records
 
