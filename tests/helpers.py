@@ -129,16 +129,31 @@ def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
     return plan, tokenizer, train_set, loader, teacher
 
 
-def stage1_losses_and_grads(plan, student, teacher_model, train_labels, batches, feature_table=None) -> list[tuple]:
-    """Per batch: stage 1's loss terms and the student's gradients (one step each, no optimizer)."""
+def stage1_losses_and_grads(plan, student, teacher_model, train_labels, batches, feature_table=None, *,
+                            saved_bytes: bool = False) -> list[tuple]:
+    """Per batch, one stage-1 step (from the same RNG state, no optimizer): its loss terms, the student's gradients,
+    the bytes autograd saved for backward (with `saved_bytes`, else None) and the RNG state after it."""
+    from contextlib import nullcontext
+
+    import torch
+
     from kdbench.recipes.task_specific import stage1
 
-    results = []
+    results, saved = [], {}
+
+    def keep(tensor):
+        saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
     with stage1(plan, student, teacher_model, train_labels, feature_table) as (step, _):
         for batch in batches:
             student.zero_grad(set_to_none=True)
-            losses = step(batch)
+            saved.clear()
+            torch.manual_seed(7)  # the same dropout masks for every variant
+            with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t) if saved_bytes else nullcontext():
+                losses = step(batch)
             losses["total"].backward()
             results.append(({k: v.detach() for k, v in losses.items()},
-                            {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}))
+                            {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None},
+                            sum(saved.values()) if saved_bytes else None, torch.get_rng_state()))
     return results

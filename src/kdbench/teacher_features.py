@@ -44,8 +44,8 @@ class FeatureTable:
     logits: Tensor | None
 
     def records(self, batch: dict) -> dict:
-        """The batch's teacher records, as a teacher forward gives them ([B, L, D] per raw feature, zero at
-        padding; the logits [B, C]), on the batch's device."""
+        """The batch's teacher records on the batch's device: [B, L, D] per raw feature, a teacher forward's values
+        at the real tokens and zero at padding (which every loss masks); the logits [B, C]."""
         mask = batch["attention_mask"].cpu() != 0
         examples = batch["example"].cpu()
         rows = token_rows(self.offsets, examples, mask.sum(1))

@@ -9,7 +9,6 @@ import torch
 from kdbench import models
 from kdbench.data.batches import SeededBatches
 from kdbench.plan import make_plan
-from kdbench.recipes.task_specific import stage1
 from kdbench.teacher import teacher_logits_table
 from kdbench.training.steps import prediction_kd_step, teacher_logits_now
 from tests.helpers import compose_config, stage1_losses_and_grads, tiny_overrides, tiny_teacher_setup
@@ -70,32 +69,10 @@ def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path)
     eager = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches)
     models.compile_blocks(student, teacher.model)
     compiled = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches)
-    for (losses, grads), (c_losses, c_grads) in zip(eager, compiled, strict=True):
+    for (losses, grads, *_), (c_losses, c_grads, *_) in zip(eager, compiled, strict=True):
         assert losses.keys() == c_losses.keys() and grads.keys() == c_grads.keys()
         assert all(torch.allclose(losses[k], c_losses[k], rtol=1e-4, atol=1e-6) for k in losses)
         assert all(torch.allclose(grads[n], c_grads[n], rtol=1e-3, atol=1e-6) for n in grads)
-
-
-def _stage1_step_results(plan, student, teacher, train_set, batches):
-    """Per batch: losses, student gradients and the bytes autograd saved for backward, in training mode."""
-    results, saved = [], {}
-
-    def keep(tensor):
-        saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-        return tensor
-
-    with stage1(plan, student, teacher, train_set["labels"]) as (step, _):
-        for batch in batches:
-            student.zero_grad(set_to_none=True)
-            saved.clear()
-            torch.manual_seed(7)  # the same dropout masks for both variants
-            with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
-                losses = step(batch)
-            losses["total"].backward()
-            results.append(({k: v.detach() for k, v in losses.items()},
-                            {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None},
-                            sum(saved.values()), torch.get_rng_state()))
-    return results
 
 
 def test_recomputed_attention_gives_bitwise_the_same_step_and_keeps_fewer_maps(tiny_glue, tmp_path):
@@ -109,7 +86,8 @@ def test_recomputed_attention_gives_bitwise_the_same_step_and_keeps_fewer_maps(t
         models.prepare_for_training(student, plan.trainer.recompute_attention)
         assert (student.config._attn_implementation == models.RECOMPUTED_SDPA) == recompute
         assert student.config.attention_probs_dropout_prob > 0  # the case where SDPA on CPU keeps the maps
-        runs[recompute] = _stage1_step_results(plan, student, teacher.model, train_set, batches)
+        runs[recompute] = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches,
+                                                  saved_bytes=True)
     for (losses, grads, saved, rng), (r_losses, r_grads, r_saved, r_rng) in zip(runs[False], runs[True], strict=True):
         assert all(torch.equal(losses[k], r_losses[k]) for k in losses)
         assert grads.keys() == r_grads.keys() and all(torch.equal(grads[n], r_grads[n]) for n in grads)
@@ -127,7 +105,8 @@ def test_fused_losses_give_the_reference_losses_and_gradients_in_a_step(tiny_glu
         run_cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, f"objective={objective}", f"trainer.fused_losses={fused}"))
         plan = make_plan(run_cfg)
         student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
-        runs[fused] = _stage1_step_results(plan, student, teacher.model, train_set, batches)
+        runs[fused] = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches,
+                                              saved_bytes=True)
     for (losses, grads, saved, _), (f_losses, f_grads, f_saved, _) in zip(runs[False], runs[True], strict=True):
         assert losses.keys() == f_losses.keys() and grads.keys() == f_grads.keys()
         for k in losses:

@@ -38,7 +38,7 @@ def test_stage1_from_cached_features_gives_the_losses_and_gradients_of_a_teacher
     for table in (None, features):
         student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
         runs.append(stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches, table))
-    for (losses, grads), (c_losses, c_grads) in zip(*runs, strict=True):
+    for (losses, grads, *_), (c_losses, c_grads, *_) in zip(*runs, strict=True):
         assert losses.keys() == c_losses.keys() and grads.keys() == c_grads.keys()
         assert all(torch.allclose(losses[k], c_losses[k], rtol=1e-5, atol=1e-6) for k in losses), (losses, c_losses)
         assert all(torch.allclose(grads[n], c_grads[n], rtol=1e-4, atol=1e-6) for n in grads)
