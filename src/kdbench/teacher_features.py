@@ -33,6 +33,13 @@ def token_rows(offsets: Tensor, examples: Tensor, lengths: Tensor) -> Tensor:
     return starts + torch.arange(int(lengths.sum()))
 
 
+def real_token_rows(offsets: Tensor, batch: dict) -> tuple[Tensor, Tensor, Tensor]:
+    """On the CPU: the batch's real-token mask [B, L], its examples [B] and their tokens' table rows [n]."""
+    mask = batch["attention_mask"].cpu() != 0
+    examples = batch["example"].cpu()
+    return mask, examples, token_rows(offsets, examples, mask.sum(1))
+
+
 @dataclass
 class FeatureTable:
     """The teacher's raw features per layer (`features[layer][name]`: [T, D], the real tokens of every example
@@ -46,9 +53,7 @@ class FeatureTable:
     def records(self, batch: dict) -> dict:
         """The batch's teacher records on the batch's device: [B, L, D] per raw feature, a teacher forward's values
         at the real tokens and zero at padding (which every loss masks); the logits [B, C]."""
-        mask = batch["attention_mask"].cpu() != 0
-        examples = batch["example"].cpu()
-        rows = token_rows(self.offsets, examples, mask.sum(1))
+        mask, examples, rows = real_token_rows(self.offsets, batch)
         device = batch["attention_mask"].device
         records: dict = {}
         for layer, raw in self.features.items():
@@ -95,10 +100,9 @@ def compute_table(teacher, train_set, tokenizer, plan, needs, stop_after: int | 
             batch = to_device(batch, plan.device)
             with autocast(plan.device, plan.precision):
                 records = read_records(recorder, batch, logits)
-            mask, examples = batch["attention_mask"].cpu() != 0, batch["example"].cpu()
+            mask, examples, rows = real_token_rows(offsets, batch)
             if LOGITS in records:
                 logits_table = _written(logits_table, len(lengths), examples, records.pop(LOGITS).cpu())
-            rows = token_rows(offsets, examples, mask.sum(1))
             for layer, raw in records.items():
                 tables = features.setdefault(layer, {})
                 for name, value in raw.items():

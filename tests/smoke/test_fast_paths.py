@@ -61,8 +61,7 @@ def test_evaluation_batches_are_sorted_by_length():
 @pytest.mark.slow
 def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path):
     """trainer.compile: torch.compile'd blocks, hooks still reading features and stopping the forward early."""
-    plan, _, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
-    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, "objective=att_kl+hid_seq")))
+    plan, _, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path, "objective=att_kl+hid_seq")
     student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
     batches = list(loader)[:2]  # two lengths: the dynamic-shape graph serves both
 
