@@ -45,8 +45,8 @@ def test_stage1_from_cached_features_gives_the_losses_and_gradients_of_a_teacher
 
 
 def test_the_teacher_runs_once_for_every_epoch_and_run(tiny_glue, tmp_path, monkeypatch):
-    plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path, "objective=att_kl+val_kl",
-                                                         f"paths.cache_dir={tmp_path / 'cache'}")
+    plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(
+        tiny_glue, tmp_path, "objective=att_kl+val_kl", f"paths.cache_dir={tmp_path / 'cache'}")
     features = partial(teacher_feature_table, teacher, train_set, tokenizer, plan, None)
     calls = []
     forward = teacher.model.forward
@@ -59,8 +59,8 @@ def test_the_teacher_runs_once_for_every_epoch_and_run(tiny_glue, tmp_path, monk
 
 
 def test_features_over_the_budget_are_not_cached(tiny_glue, tmp_path, caplog):
-    plan, tokenizer, train_set, _, teacher = tiny_teacher_setup(tiny_glue, tmp_path, "objective=hid_seq",
-                                                    "trainer.teacher_features_gib=0", f"paths.cache_dir={tmp_path}")
+    plan, tokenizer, train_set, _, teacher = tiny_teacher_setup(
+        tiny_glue, tmp_path, "objective=hid_seq", "trainer.teacher_features_gib=0", f"paths.cache_dir={tmp_path}")
     with caplog.at_level(logging.INFO, logger="kdbench"):
         table = teacher_feature_table(teacher, train_set, tokenizer, plan, None, {1: {"hidden"}}, 1, None)
     assert table is None
