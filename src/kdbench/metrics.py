@@ -1,4 +1,4 @@
-"""GLUE metrics, x100, from well-kept implementations (scikit-learn, scipy)."""
+"""Task metrics (GLUE's, and macro F1 for many classes), x100, from well-kept implementations (scikit-learn, scipy)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ def _classes(predictions: np.ndarray) -> np.ndarray:
 METRICS = {
     "accuracy": lambda pred, gold: accuracy_score(gold, _classes(pred)),
     "f1": lambda pred, gold: f1_score(gold, _classes(pred)),
+    "f1_macro": lambda pred, gold: f1_score(gold, _classes(pred), average="macro"),
     "mcc": lambda pred, gold: matthews_corrcoef(gold, _classes(pred)),
     "pearson": lambda pred, gold: pearsonr(pred.reshape(-1), gold)[0],
     "spearman": lambda pred, gold: spearmanr(pred.reshape(-1), gold)[0],

@@ -105,15 +105,22 @@ def saved_config(folder: Path, what: str) -> PretrainedConfig:
     return load(AutoConfig, folder, saved_as=what)
 
 
-def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...]) -> None:
+def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...], *,
+                 labels: tuple[str, ...] = (), card: str | None = None) -> None:
     """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so a copy cut
-    short is refused by name when it is loaded), written whole or not at all."""
+    short is refused by name when it is loaded), written whole or not at all. `labels` name its classes (its
+    id2label, which `pipeline` predicts); `card` is its model card (README.md)."""
+    if labels:
+        student.config.id2label = dict(enumerate(labels))
+        student.config.label2id = {name: i for i, name in enumerate(labels)}
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with storage.space_for(folder, storage.tensor_bytes(student.state_dict()), partial=tmp):
         student.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         write_json(tmp / CHAIN_FILE, {"chain": list(chain)})
+        if card is not None:
+            (tmp / "README.md").write_text(card)
         if folder.exists():
             shutil.rmtree(folder)
         storage.publish(tmp, folder)

@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -70,6 +70,7 @@ class Plan:
     precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device)
     cache_dir: Path
     save_student: bool
+    measure_cost: bool  # the teacher's and the student's size, FLOPs and speed, measured after the run
     student_path: Path | None  # setting=finetune: the distilled student to fine-tune
     chain: tuple[str, ...]  # the teacher's distillation chain (one name unless it is a distilled student), the student
     fingerprint: str  # identifies the resolved config, less where it is written (checkpoints refuse others)
@@ -101,7 +102,11 @@ def trainer_spec(cfg: DictConfig) -> TrainerSpec:
 
 
 def task_spec(task: DictConfig) -> TaskSpec:
-    tsv = checked(task, "task")["tsv"]
+    """The task: a GLUE task (its Hub config and TSV layout), or the user's own data (`conf/task/custom.yaml`)."""
+    values = checked(task, "task")
+    if "tsv" not in values:
+        return user_task_spec(values)
+    tsv = values["tsv"]
     for field, column in tsv["columns"].items():
         if isinstance(column, str) != tsv["header"]:
             raise ConfigError(f"task.tsv.columns.{field}={shown(column)} does not fit task.tsv.header="
@@ -109,6 +114,38 @@ def task_spec(task: DictConfig) -> TaskSpec:
                               "a file without one (from 0)")
     return TaskSpec(task.name, task.hf_config, tuple(task.text_fields), tuple(task.labels), tuple(task.metrics),
                     dict(task.eval_splits), TsvLayout(tsv["dir"], tsv["header"], tsv["columns"], tsv["files"]))
+
+
+def user_task_spec(values: dict) -> TaskSpec:
+    """A task of the user's files or Hub dataset, its data checked on entry (`kdbench.data.user_data`)."""
+    from kdbench.data.user_data import describe
+
+    where, labels, metrics, content = describe(values)
+    return TaskSpec(values["name"], None, tuple(values["text_columns"]), labels, metrics,
+                    dict(values["eval_splits"]), None, where, content)
+
+
+def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
+    """The task, its labels checked against a given fine-tuned teacher's: by name (its id2label) where it names
+    them, else by count; inferred labels of the user's data take the teacher's order."""
+    if teacher.finetuned_path is None:
+        return task
+    conf = models.saved_config(teacher.finetuned_path, "the fine-tuned teacher")
+    names = tuple(str(conf.id2label[i]) for i in range(conf.num_labels))
+    where = f"teacher.finetuned_path={teacher.finetuned_path}"
+    if conf.num_labels != task.num_labels:
+        raise ConfigError(f"{where} has {conf.num_labels} output(s) and task {task.name} needs {task.num_labels}: "
+                          "give a teacher fine-tuned on this task")
+    if task.regression or all(name == f"LABEL_{i}" for i, name in enumerate(names)):
+        return task
+    folded = [name.casefold() for name in names]
+    if folded == [label.casefold() for label in task.labels]:
+        return task
+    if sorted(folded) == sorted(label.casefold() for label in task.labels) and task.user_data is not None:
+        by_name = {label.casefold(): label for label in task.labels}
+        return replace(task, labels=tuple(by_name[name] for name in folded))
+    raise ConfigError(f"{where} predicts the labels {list(names)} and task {task.name} has {list(task.labels)}: "
+                      "give a teacher fine-tuned on these labels, or set task.label_names in the teacher's order")
 
 
 def local_path(value) -> Path:
@@ -301,7 +338,7 @@ def config_fingerprint(resolved: dict) -> str:
 
 def check_data_files(task: TaskSpec, data: DataSpec) -> None:
     """With a local GLUE directory, every split the run reads must exist (read errors come with line numbers later)."""
-    if data.glue_dir is None:
+    if data.glue_dir is None or task.tsv is None:
         return
     for split in ["train", *task.eval_splits.values()]:
         files = task.tsv.files
@@ -331,7 +368,7 @@ def objective_terms(cfg: DictConfig, init: InitSpec, student_conf, teacher_conf,
                        regression=task.regression, agnostic=agnostic, teacher_has_mlm_head=teacher.has_mlm_head)
 
 
-RUN_KEYS = ("seed", "save_student", "prediction_kd", "kdbench")  # the config's keys outside the groups
+RUN_KEYS = ("seed", "save_student", "measure_cost", "prediction_kd", "kdbench")  # the config's keys outside the groups
 
 
 def check_required(cfg: DictConfig) -> None:
@@ -359,6 +396,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     check_ranges({key: resolved[key] for key in RUN_KEYS if key in resolved})
     # before the trainer, whose numbers interpolate theirs (task.lr, teacher.finetune_lr): an error names the source
     task, data, teacher = task_spec(cfg.task), data_spec(cfg.data), teacher_spec(cfg.teacher)
+    task = matching_labels(task, teacher)
     trainer = trainer_spec(cfg)
     device = distributed.device_for(distributed.current(), resolve_device(trainer.device))  # this process's
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
@@ -371,6 +409,7 @@ def make_plan(cfg: DictConfig) -> Plan:
                   augment=augment_spec(cfg.augment, cfg.setting.name), logger=logger_spec(cfg), device=device,
                   precision=resolve_precision(trainer.precision, device),
                   cache_dir=local_path(cfg.paths.cache_dir), save_student=cfg.save_student,
+                  measure_cost=cfg.get("measure_cost", False),
                   fingerprint=config_fingerprint(resolved), config=resolved)
     if cfg.setting.name == "finetune":
         return finetune_plan(cfg, common)

@@ -77,6 +77,7 @@ PROBABILITY = number(0, 1)
 FRACTION = number(0, 1, open_high=True)
 LEARNING_RATE = number(0, open_low=True, text="a positive learning rate, e.g. 1e-5")
 FLAG = Rule(lambda value: isinstance(value, bool), "true or false")
+TEXT = Rule(lambda value: isinstance(value, str) and bool(value), "a non-empty name")
 COLUMN = Rule(lambda value: NON_NEGATIVE_COUNT.admits(value) or isinstance(value, str),
               "a column name, or a column position from 0 in a file without a header")
 
@@ -109,9 +110,17 @@ def under(prefix: str, rules: dict[str, Rule]) -> dict[str, Rule]:
 
 
 RANGES: dict[str, Rule] = {
-    "seed": SEED, "save_student": FLAG, "kdbench.debug": FLAG,
+    "seed": SEED, "save_student": FLAG, "measure_cost": FLAG, "kdbench.debug": FLAG,
     "prediction_kd.temperature": POSITIVE, "prediction_kd.alpha": PROBABILITY,
     "task.lr": LEARNING_RATE, "task.batch_size": COUNT, "task.tsv.header": FLAG, "task.tsv.columns.*": COLUMN,
+    "task.order": NON_NEGATIVE_COUNT, "task.regression": FLAG, "task.split_seed": SEED,
+    "task.validation_fraction": number(0, 1, open_low=True, open_high=True),
+    "task.text_columns": entries(TEXT, text="a list of one or two column names"),
+    "task.label_column": TEXT,
+    "task.label_names": entries(Rule(lambda value: isinstance(value, (str, int)) and value != "", ""),
+                                text="a list of label names").or_null("the training labels, sorted"),
+    "task.metric": entries(choice("accuracy", "f1", "f1_macro", "mcc", "pearson", "spearman",
+                                  meaning="the first is the score")).or_null("the kind's default"),
     "teacher.has_mlm_head": FLAG, "teacher.finetune_lr": LEARNING_RATE, **under("teacher.shape", SHAPE),
     **under("student", SHAPE),
     "init.layers": entries(COUNT, text="a list of teacher layers, each a positive integer"),

@@ -1,19 +1,21 @@
-"""The GLUE tasks kdbench knows, in the paper's column order, with the names its tables print.
+"""The tasks kdbench knows, read from their configs (`conf/task/<name>.yaml`: a new task is one file), in the
+paper's column order (each config's `order`), with the names its tables print (its `title`)."""
 
-Each has a config `conf/task/<name>.yaml` (a test checks the two agree).
-"""
+from pathlib import Path
 
-TASKS = {
-    "cola": "CoLA",
-    "sst2": "SST-2",
-    "mrpc": "MRPC",
-    "stsb": "STS-B",
-    "qqp": "QQP",
-    "mnli": "MNLI",
-    "qnli": "QNLI",
-    "rte": "RTE",
-    "wnli": "WNLI",
-}
+import yaml
+
+TASK_DIR = Path(__file__).parent / "conf" / "task"
+
+
+def task_titles(folder: Path = TASK_DIR) -> dict[str, str]:
+    """{name: title} of every task config in `folder`, by its `order`, then by name."""
+    configs = [yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml"))]
+    configs.sort(key=lambda config: (config.get("order", 0), config["name"]))
+    return {config["name"]: config.get("title") or config["name"] for config in configs}
+
+
+TASKS = task_titles()
 
 # The majority-class score of each GLUE dev set, x100, per metric of conf/task/<name>.yaml (MNLI: matched): what
 # a model that predicts the most frequent dev label everywhere scores, from the label counts of the dev sets

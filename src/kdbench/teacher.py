@@ -54,7 +54,12 @@ def teacher_key(plan) -> dict:
     }
     if trainer.teacher_group_by_length:  # only then: the entries of teachers trained on plain batches keep their keys
         key["recipe"]["group_by_length"] = True
-    return key
+    return key | content_key(plan)
+
+
+def content_key(plan) -> dict:
+    """The hash of the user's data (a user's file changes under its name); GLUE tasks keep their keys."""
+    return {"content": plan.task.content_hash} if plan.task.content_hash is not None else {}
 
 
 def cache_path(plan) -> Path:
@@ -136,7 +141,7 @@ def derived_key(teacher: FineTuned, train_set, tokenizer, plan, augmented: str |
            "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set)}
     if augmented is not None:  # only then: the entries of the task's own subsets keep their keys
         key["augmented"] = augmented
-    return key
+    return key | content_key(plan)
 
 
 def cached_tensors(folder: Path, prefix: str, key: dict, build, size: int, what: str):

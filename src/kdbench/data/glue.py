@@ -1,6 +1,6 @@
-"""GLUE loading (Hugging Face `datasets` or a local TSV directory) and tokenisation.
+"""Task loading (GLUE from Hugging Face `datasets` or a local TSV directory; the user's own data) and tokenisation.
 
-Both sources yield a `datasets.Dataset` with the task's Hugging Face text fields, `label` (Hugging Face
+Every source yields a `datasets.Dataset` with the task's Hugging Face text fields, `label` (Hugging Face
 label ids) and `idx` (the example's row number in its split), so everything downstream is source-agnostic.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import datasets
 from transformers import PreTrainedTokenizerBase
 
+from kdbench.data import user_data
 from kdbench.data.files import reading
 from kdbench.errors import DataError
 from kdbench.specs import DataSpec, TaskSpec
@@ -23,7 +24,9 @@ TOKEN_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def load_split(task: TaskSpec, split: str, data: DataSpec) -> datasets.Dataset:
-    """One split ("train", "validation", "validation_matched", ...) of a GLUE task from the configured source."""
+    """One split ("train", "validation", "validation_matched", ...) of a task from its source."""
+    if task.user_data is not None:
+        return datasets.Dataset.from_dict(user_data.split_columns(task, split), features=schema(task))
     if data.glue_dir is not None:
         return read_tsv_split(task, split, data.glue_dir)
     return load_hf_split(task, split, data.hf_dataset)
@@ -60,12 +63,16 @@ def read_tsv_split(task: TaskSpec, split: str, root: Path) -> datasets.Dataset:
             columns[field].append(row[position[field]])
         columns["label"].append(parse_label(task, row[position["label"]], path, line))
         columns["idx"].append(offset)
-    features = datasets.Features({
+    return datasets.Dataset.from_dict(columns, features=schema(task))
+
+
+def schema(task: TaskSpec) -> datasets.Features:
+    """Every task's split: its text fields, `label` (the class id, or the score) and `idx`."""
+    return datasets.Features({
         **{field: datasets.Value("string") for field in task.text_fields},
         "label": datasets.Value("float32") if task.regression else datasets.Value("int64"),
         "idx": datasets.Value("int32"),
     })
-    return datasets.Dataset.from_dict(columns, features=features)
 
 
 def tsv_path(task: TaskSpec, split: str, root: Path) -> Path:

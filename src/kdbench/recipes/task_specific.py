@@ -17,6 +17,8 @@ from functools import partial
 from pathlib import Path
 
 from kdbench import models
+from kdbench.card import model_card
+from kdbench.cost import compare_costs
 from kdbench.data.augment import augmented_train_set
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import dev_sets, encode_train, train_subset
@@ -90,12 +92,16 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     start = time.perf_counter()
     metrics = evaluate(student, eval_loaders, plan.task.metrics, plan.device, plan.precision)
     timing["eval_s"] = time.perf_counter() - start
+    outcome = {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing} | (
+        {"augmented": augmented} if augmented else {})
+    if plan.measure_cost:
+        outcome["cost"] = compare_costs(teacher.model, student, train_set["length"], plan.device, plan.precision)
     if plan.save_student:
-        models.save_student(student, tokenizer, run_dir / "student", plan.chain)
+        models.save_student(student, tokenizer, run_dir / "student", plan.chain, labels=plan.task.labels,
+                            card=model_card(plan, outcome))
     if not trainer.keep_checkpoints:
         checkpoints.clear()
-    return {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing} | (
-        {"augmented": augmented} if augmented else {})
+    return outcome
 
 
 def distillation_set(plan: Plan, originals, train_set, tokenizer):

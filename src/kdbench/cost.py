@@ -1,0 +1,71 @@
+"""What a model costs to run, measured on this machine: parameters, FLOPs per example (counted by
+`torch.utils.flop_counter.FlopCounterMode`), latency at batch 1 and throughput at batch 32."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from kdbench.record import device_name
+from kdbench.training.steps import autocast
+
+LATENCY_BATCH = 1
+THROUGHPUT_BATCH = 32
+MIN_SECONDS = 0.5  # each timing repeats its forward pass for at least this long (and at least MIN_REPEATS times)
+MIN_REPEATS = 3
+
+
+def dummy_batch(model, batch: int, length: int, device) -> dict[str, torch.Tensor]:
+    """`batch` sequences of `length` token ids above the special ones, all attended."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, model.config.vocab_size, (batch, length), generator=generator)
+    return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
+
+
+def flops_per_example(model, length: int, device) -> int:
+    """The FLOPs of one forward pass over one sequence of `length` tokens."""
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model(**dummy_batch(model, 1, length, device))
+    return int(counter.get_total_flops())
+
+
+def seconds_per_pass(model, inputs: dict, device, precision: str) -> float:
+    """The median wall time of one forward pass (after MIN_REPEATS untimed warm-up passes)."""
+    times: list[float] = []
+    with torch.inference_mode(), autocast(device, precision):
+        for _ in range(MIN_REPEATS):
+            model(**inputs)
+        while len(times) < MIN_REPEATS or sum(times) < MIN_SECONDS:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            model(**inputs)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def model_cost(model, length: int, device, precision: str) -> dict[str, float]:
+    """Parameters, FLOPs per example at `length` tokens, latency (ms, batch 1), throughput (examples/s, batch 32)."""
+    model.eval()
+    latency = seconds_per_pass(model, dummy_batch(model, LATENCY_BATCH, length, device), device, precision)
+    batch_time = seconds_per_pass(model, dummy_batch(model, THROUGHPUT_BATCH, length, device), device, precision)
+    return {"params": sum(p.numel() for p in model.parameters()),
+            "flops_per_example": flops_per_example(model, length, device),
+            "latency_ms": 1000 * latency, "throughput_per_s": THROUGHPUT_BATCH / batch_time}
+
+
+def compare_costs(teacher, student, lengths, device, precision: str) -> dict:
+    """Both models' costs at the median of the task's token `lengths`, and the student's gains over its teacher
+    (the baseline of every ratio): its speed-up at batch 1 and at batch 32, and its size and FLOPs fractions."""
+    length = max(1, int(statistics.median(int(n) for n in lengths)))
+    mine, theirs = model_cost(student, length, device, precision), model_cost(teacher, length, device, precision)
+    return {"length": length, "device": device_name(device), "teacher": theirs, "student": mine,
+            "speedup_latency": theirs["latency_ms"] / mine["latency_ms"],
+            "speedup_throughput": mine["throughput_per_s"] / theirs["throughput_per_s"],
+            "params_fraction": mine["params"] / theirs["params"],
+            "flops_fraction": mine["flops_per_example"] / theirs["flops_per_example"]}

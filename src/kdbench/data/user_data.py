@@ -1,0 +1,192 @@
+"""A task of the user's own data: files (CSV, TSV, JSON/JSONL, Parquet) or a Hub dataset, read with `datasets`.
+
+`describe` checks the data where it enters (before any heavy work) and finds what the task is: its label names,
+its metrics and a hash of its content. `load_split` gives a split in the schema every task has: the text columns,
+`label` (the label's id, or its value for a regression) and `idx` (the row number in its split).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import datasets
+
+from kdbench.errors import ConfigError, DataError
+from kdbench.specs import UserData
+
+FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
+CLASS_METRICS = ("accuracy", "f1", "f1_macro", "mcc")
+REGRESSION_METRICS = ("pearson", "spearman")
+
+
+def data_file(value, key: str) -> Path:
+    """The configured data file `task.<key>`: an existing file of a known format."""
+    path = Path(str(value)).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"task.{key}={value} is a folder: give a data file ({', '.join(FORMATS)})")
+    if not path.is_file():
+        raise ConfigError(f"task.{key}={value} does not exist: give an existing data file ({', '.join(FORMATS)})")
+    if path.suffix.lower() not in FORMATS:
+        raise ConfigError(f"task.{key}={value} is not a data file kdbench reads: give a {', '.join(FORMATS)} file")
+    return path
+
+
+def user_data(task: dict) -> UserData:
+    """Where the task's data lives, from its config (`conf/task/custom.yaml`'s keys)."""
+    if bool(task.get("train_file")) == bool(task.get("dataset_name")):
+        raise ConfigError(f"task={task['name']} needs its data: task.train_file=... (a file) or "
+                          "task.dataset_name=... (a Hub dataset), one of them")
+    files = {split: data_file(task[key], key) for split, key in SPLIT_FILES.items() if task.get(key)}
+    formats = {FORMATS[path.suffix.lower()] for path in files.values()}
+    if len(formats) > 1:
+        raise ConfigError(f"task.train_file={task['train_file']} and the other files differ in format: give every "
+                          "split in one format")
+    if task.get("dataset_name") and files:
+        raise ConfigError("task.dataset_name and task.train_file both name the data: set one of them")
+    return UserData(files, formats.pop() if formats else None, task.get("dataset_name"), task.get("dataset_config"),
+                    task["label_column"], task["validation_fraction"], task["split_seed"],
+                    carve="validation" not in files and not task.get("dataset_name"))
+
+
+def where(user: UserData, split: str) -> str:
+    """How messages name a split's source: its file, or the Hub dataset and split."""
+    if split in user.files:
+        return str(user.files[split])
+    if user.dataset_name:
+        return f"{user.dataset_name}{'/' + user.dataset_config if user.dataset_config else ''} split {split}"
+    return f"{user.files['train']} (the validation split carved from it)"
+
+
+def read_raw(user: UserData, split: str) -> datasets.Dataset:
+    """A split as stored, every column (the carved validation split is cut from train here)."""
+    if user.carve and split in ("train", "validation"):
+        parts = read_source(user, "train").train_test_split(test_size=user.validation_fraction,
+                                                            seed=user.split_seed)
+        return parts["train" if split == "train" else "test"]
+    return read_source(user, split)
+
+
+def read_source(user: UserData, split: str) -> datasets.Dataset:
+    try:
+        if user.dataset_name:
+            ds = datasets.load_dataset(user.dataset_name, user.dataset_config, split=split)
+        else:
+            path = user.files[split]
+            options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
+            ds = datasets.load_dataset(user.format, data_files={split: str(path)}, split=split, **options)
+    except Exception as exc:  # parsers and the Hub client raise many types
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise DataError(f"cannot read {where(user, split)} ({type(exc).__name__}: {first}): give a readable "
+                        f"{user.format or 'Hub'} dataset with a header naming its columns") from exc
+    if len(ds) == 0:
+        raise DataError(f"{where(user, split)} is empty: give a file with a header and at least one example")
+    return ds
+
+
+def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields: tuple[str, ...]) -> None:
+    """The text columns hold text and the label column exists."""
+    for column in (*text_fields, user.label_column):
+        if column not in ds.column_names:
+            key = "task.label_column" if column == user.label_column else "task.text_columns"
+            raise DataError(f"{where(user, split)} has no column {column!r} (it has {', '.join(ds.column_names)}): "
+                            f"set {key} to its columns")
+    for column in text_fields:
+        dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
+        if dtype not in ("string", "large_string"):
+            raise DataError(f"{where(user, split)}: column {column!r} holds {dtype}, not text: name its text "
+                            "columns in task.text_columns")
+        if None in ds[column]:
+            row = ds[column].index(None)
+            raise DataError(f"{where(user, split)}: row {row + 1} has no text in column {column!r}: fill it in or "
+                            "drop the row")
+
+
+def label_values(ds: datasets.Dataset, user: UserData, split: str, regression: bool) -> list:
+    """The split's labels: numbers for a regression, strings for classes; a missing one is refused."""
+    values = ds[user.label_column]
+    if None in values:
+        raise DataError(f"{where(user, split)}: row {values.index(None) + 1} has no label in column "
+                        f"{user.label_column!r}: fill it in or drop the row")
+    if not regression:
+        return [str(value) for value in values]
+    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values):
+        raise DataError(f"{where(user, split)}: column {user.label_column!r} holds text, not numbers: a "
+                        "regression needs numeric labels (or set task.regression=false)")
+    return values
+
+
+def class_names(ds: datasets.Dataset, user: UserData, given) -> tuple[str, ...]:
+    """The classes: as given (`task.label_names`), else the training labels sorted (numbers by value)."""
+    raw = ds[user.label_column]
+    if given:
+        return tuple(map(str, given))
+    names = tuple(str(value) for value in sorted(set(raw), key=lambda v: (isinstance(v, str), v)))
+    if len(names) < 2:
+        raise DataError(f"{where(user, 'train')} has one class only ({names[0]!r}): a classifier needs two or "
+                        "more; add examples of the others, or set task.regression=true for a score")
+    return names
+
+
+def check_known(labels: list[str], names: tuple[str, ...], user: UserData, split: str) -> None:
+    unknown = sorted(set(labels) - set(names))
+    if unknown:
+        raise DataError(f"{where(user, split)} has labels that {where(user, 'train')} lacks ({', '.join(unknown[:5])}"
+                        f"): add training examples of them, or drop those rows (known: {', '.join(names)})")
+
+
+def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
+    """The task's metrics (the first one its score): as configured, or the kind's default."""
+    valid = REGRESSION_METRICS if regression else CLASS_METRICS
+    metrics = tuple(metric) if metric else valid[:2] if regression else ("accuracy",)
+    for name in metrics:
+        if name not in valid:
+            kind = "a regression" if regression else "classes"
+            raise ConfigError(f"task.metric={name} does not fit {kind}: use {', '.join(valid)}")
+        if name == "f1" and num_classes > 2:
+            raise ConfigError(f"task.metric=f1 is binary F1, and the task has {num_classes} classes: use f1_macro")
+    return metrics
+
+
+def content_hash(user: UserData, raw: dict[str, datasets.Dataset]) -> str:
+    """Identifies the data: the bytes of its files, or the Hub dataset's name and `datasets` fingerprints."""
+    digest = hashlib.sha256()
+    for split, path in sorted(user.files.items()):
+        digest.update(split.encode())
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    if user.dataset_name:
+        digest.update(f"{user.dataset_name}/{user.dataset_config}".encode())
+        for split, ds in sorted(raw.items()):
+            digest.update(f"{split}:{ds._fingerprint}".encode())
+    return digest.hexdigest()[:16]
+
+
+def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], str]:
+    """The task's data checked on entry, and (where it lives, its label names, its metrics, its content hash)."""
+    user = user_data(task)
+    text_fields = tuple(task["text_columns"])
+    if len(text_fields) not in (1, 2):
+        raise ConfigError(f"task.text_columns={list(text_fields)} must name one text column, or two for a pair")
+    splits = ["train", "validation", *(["test"] if "test" in user.files else [])]
+    raw = {split: read_raw(user, split) for split in splits}
+    for split, ds in raw.items():
+        check_columns(ds, user, split, text_fields)
+    labels = {split: label_values(ds, user, split, task["regression"]) for split, ds in raw.items()}
+    names = () if task["regression"] else class_names(raw["train"], user, task.get("label_names"))
+    for split in splits if names else ():
+        check_known(labels[split], names, user, split)
+    metrics = task_metrics(task.get("metric"), task["regression"], len(names))
+    return user, names, metrics, content_hash(user, raw)
+
+
+def split_columns(task, split: str) -> dict[str, list]:
+    """A split of the task (a TaskSpec with `user_data`) as columns of the common schema: the text columns,
+    `label` and `idx`."""
+    user = task.user_data
+    ds = read_raw(user, split)
+    ids = {name: i for i, name in enumerate(task.labels)}
+    labels = [float(v) if task.regression else ids[str(v)] for v in ds[user.label_column]]
+    return {field: ds[field] for field in task.text_fields} | {"label": labels, "idx": list(range(len(ds)))}
