@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import write_tiny_glue
+from tests.helpers import write_tiny_glue, write_user_data
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +25,8 @@ def isolated_cache(tmp_path_factory):
     yield
 
 
+
+
+@pytest.fixture(scope="session")
+def user_data(tmp_path_factory) -> dict[str, Path]:
+    return write_user_data(tmp_path_factory.mktemp("user-data"))

@@ -157,3 +157,33 @@ def stage1_losses_and_grads(plan, student, teacher_model, train_labels, batches,
                             {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None},
                             sum(saved.values()) if saved_bytes else None, torch.get_rng_state()))
     return results
+
+
+def write_user_data(root: Path, train: int = 40, dev: int = 12) -> dict[str, Path]:
+    """A user's own data made up in `root`: a CSV of reviews with string labels (`csv`, `csv_dev`), a JSONL pair
+    task (`jsonl`: question and answer, yes/no labels, no validation file) and a CSV regression (`scores`)."""
+    import csv
+    import json
+
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, n, seed in (("csv", train, 0), ("csv_dev", dev, 1)):
+        paths[name] = root / f"reviews_{name}.csv"
+        with paths[name].open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["review", "sentiment", "stars"])
+            writer.writerows((text, "pos" if label else "neg", 4 + label) for _, text, label in _rows(n, seed))
+    paths["jsonl"] = root / "pairs.jsonl"
+    paths["jsonl"].write_text("".join(
+        json.dumps({"question": f"is {text} good?", "answer": text, "label": "yes" if label else "no"}) + "\n"
+        for _, text, label in _rows(train, 2)))
+    paths["scores"] = root / "scores.csv"
+    paths["scores"].write_text("first,second,score\n" + "".join(
+        f"{text},{text[::-1]},{(i % 6) * 0.5}\n" for i, text, _ in _rows(train, 3)))
+    return paths
+
+
+def custom_overrides(run_dir: Path, *extra: str) -> list[str]:
+    """A complete tiny run of task=custom (the data comes with `extra`): tiny teacher (4x32) to a 2x32 student."""
+    return ["task=custom", "teacher=tiny", "student=tiny", "trainer=smoke", "init=every_kth",
+            f"paths.run_dir={run_dir}", *extra]

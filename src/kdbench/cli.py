@@ -46,8 +46,16 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+def group_options(group: str, searchpath: tuple[Path, ...] = ()) -> list[str]:
+    """The options of a config group: kdbench's own, and those in the folders added by `hydra.searchpath`."""
+    return sorted({p.stem for folder in (config_dir(), *searchpath) for p in (folder / group).glob("*.yaml")})
+
+
+def searchpath_dirs(override) -> tuple[Path, ...]:
+    """The local folders a `hydra.searchpath=[file://...]` override adds (`pkg://` entries have no folder)."""
+    entries = override.value() if isinstance(override.value(), list) else [override.value()]
+    return tuple(Path(str(entry).removeprefix("file://")) for entry in entries
+                 if not str(entry).startswith("pkg://"))
 
 
 def overrides_of(argv: list[str]) -> list[str] | None:
@@ -76,7 +84,8 @@ def check_overrides(argv: list[str]) -> None:
 
 def sweep_point(argv: list[str]) -> list[str]:
     """The overrides of a command line with each sweep at its first value, less Hydra's own keys (`hydra.*`,
-    `hydra/launcher=...`), after checking every value of every group choice; a ConfigError names the bad one."""
+    `hydra/launcher=...`) but `hydra.searchpath` (whose folders add group options), after checking every value of
+    every group choice; a ConfigError names the bad one."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     tokens = overrides_of(argv)
@@ -86,7 +95,9 @@ def sweep_point(argv: list[str]) -> list[str]:
         parsed = OverridesParser.create().parse_overrides(tokens)
     except Exception as exc:
         raise ConfigError(f"cannot parse the overrides: {one_line(exc)}") from None
-    first_values = []
+    searches = [o for o in parsed if o.get_key_element().lstrip("+~") == "hydra.searchpath"]
+    searchpath = tuple(folder for override in searches for folder in searchpath_dirs(override))
+    first_values = [override.input_line for override in searches]  # the composition below sees their options
     for override in parsed:
         key = override.get_key_element()
         if key.lstrip("+~").startswith("hydra"):
@@ -94,7 +105,7 @@ def sweep_point(argv: list[str]) -> list[str]:
         values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
         group = override.key_or_group
         if (config_dir() / group).is_dir() and not override.is_delete():
-            valid = group_options(group)
+            valid = group_options(group, searchpath)
             for value in values:
                 if str(value) not in valid:
                     raise ConfigError(f"unknown {group} {value!r}; valid {group} options: {', '.join(valid)}")

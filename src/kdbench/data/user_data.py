@@ -8,6 +8,8 @@ its metrics and a hash of its content. `load_split` gives a split in the schema 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
@@ -43,20 +45,34 @@ def user_data(task: dict) -> UserData:
     if len(formats) > 1:
         raise ConfigError(f"task.train_file={task['train_file']} and the other files differ in format: give every "
                           "split in one format")
-    if task.get("dataset_name") and files:
-        raise ConfigError("task.dataset_name and task.train_file both name the data: set one of them")
-    return UserData(files, formats.pop() if formats else None, task.get("dataset_name"), task.get("dataset_config"),
-                    task["label_column"], task["validation_fraction"], task["split_seed"],
-                    carve="validation" not in files and not task.get("dataset_name"))
+    name, config = task.get("dataset_name"), task.get("dataset_config")
+    carve = "validation" not in (hub_splits(str(name), config) if name else files)
+    return UserData(files, formats.pop() if formats else None, name and str(name), config, task["label_column"],
+                    task["validation_fraction"], task["split_seed"], carve)
+
+
+def hub_splits(name: str, config: str | None) -> list[str]:
+    """The splits of a Hub dataset (or a local folder in the Hub's layout: train.csv, validation.csv, ...)."""
+    try:
+        with quiet():
+            return datasets.get_dataset_split_names(name, config)
+    except Exception as exc:  # the Hub client raises many types
+        raise DataError(f"cannot read the dataset task.dataset_name={name} ({type(exc).__name__}): give a Hub "
+                        "dataset id (offline: one in the local Hugging Face cache) or a folder in the Hub layout "
+                        "(train.csv, validation.csv, ...)") from exc
 
 
 def where(user: UserData, split: str) -> str:
     """How messages name a split's source: its file, or the Hub dataset and split."""
     if split in user.files:
         return str(user.files[split])
+    source = user.files.get("train") or (
+        f"{user.dataset_name}{'/' + user.dataset_config if user.dataset_config else ''} split train")
+    if user.carve and split == "validation":
+        return f"{source} (the validation split carved from it)"
     if user.dataset_name:
         return f"{user.dataset_name}{'/' + user.dataset_config if user.dataset_config else ''} split {split}"
-    return f"{user.files['train']} (the validation split carved from it)"
+    return str(source)
 
 
 def read_raw(user: UserData, split: str) -> datasets.Dataset:
@@ -68,21 +84,51 @@ def read_raw(user: UserData, split: str) -> datasets.Dataset:
     return read_source(user, split)
 
 
-def read_source(user: UserData, split: str) -> datasets.Dataset:
+@contextmanager
+def quiet() -> Iterator[None]:
+    """`datasets` without its progress bars (an error on entry stays one line)."""
+    was_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
     try:
-        if user.dataset_name:
-            ds = datasets.load_dataset(user.dataset_name, user.dataset_config, split=split)
-        else:
-            path = user.files[split]
-            options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-            ds = datasets.load_dataset(user.format, data_files={split: str(path)}, split=split, **options)
+        yield
+    finally:
+        if not was_disabled:
+            datasets.enable_progress_bars()
+
+
+def read_source(user: UserData, split: str) -> datasets.Dataset:
+    """A split as stored (a file, or the Hub dataset's split), refused in one line when it cannot be read or is
+    empty."""
+    try:
+        with quiet():
+            if user.dataset_name:
+                ds = datasets.load_dataset(user.dataset_name, user.dataset_config, split=split)
+            else:
+                path = user.files[split]
+                options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
+                ds = datasets.load_dataset(user.format, data_files={split: str(path)}, split=split, **options)
     except Exception as exc:  # parsers and the Hub client raise many types
+        if split in user.files and no_rows(user.files[split]):
+            raise empty(user, split) from None
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise DataError(f"cannot read {where(user, split)} ({type(exc).__name__}: {first}): give a readable "
                         f"{user.format or 'Hub'} dataset with a header naming its columns") from exc
     if len(ds) == 0:
-        raise DataError(f"{where(user, split)} is empty: give a file with a header and at least one example")
+        raise empty(user, split)
     return ds
+
+
+def no_rows(path: Path) -> bool:
+    """Whether a text file holds a header at most (a Parquet file is never read here)."""
+    if path.suffix.lower() == ".parquet":
+        return False
+    with path.open("rb") as handle:
+        lines = (line for line in handle if line.strip())
+        return next(lines, None) is None or (path.suffix.lower() in (".csv", ".tsv") and next(lines, None) is None)
+
+
+def empty(user: UserData, split: str) -> DataError:
+    return DataError(f"{where(user, split)} is empty: give a file with a header and at least one example")
 
 
 def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields: tuple[str, ...]) -> None:
@@ -175,7 +221,8 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
     for split, ds in raw.items():
         check_columns(ds, user, split, text_fields)
     labels = {split: label_values(ds, user, split, task["regression"]) for split, ds in raw.items()}
-    names = () if task["regression"] else class_names(raw["train"], user, task.get("label_names"))
+    whole_train = read_source(user, "train") if user.carve else raw["train"]  # a carved split's classes too
+    names = () if task["regression"] else class_names(whole_train, user, task.get("label_names"))
     for split in splits if names else ():
         check_known(labels[split], names, user, split)
     metrics = task_metrics(task.get("metric"), task["regression"], len(names))

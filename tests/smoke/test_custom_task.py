@@ -1,0 +1,79 @@
+"""task=custom through the real command line, on a tiny random BERT: a user's CSV, JSONL pair task and regression
+run end to end; the saved student loads with `pipeline`, predicts label names and carries its model card and cost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.helpers import custom_overrides
+
+COST_FIELDS = ("params", "flops_per_example", "latency_ms", "throughput_per_s")
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=300)
+
+
+def completed(run_dir, *overrides: str) -> dict:
+    result = cli(*custom_overrides(run_dir, *overrides))
+    assert result.returncode == 0, result.stderr
+    record = json.loads((run_dir / "result.json").read_text())
+    assert record["status"] == "completed" and record["task"] == "custom"
+    return record
+
+
+def test_a_csv_task_ships_a_student_that_predicts_label_names(user_data, tmp_path):
+    from transformers import pipeline
+
+    record = completed(tmp_path, f"task.train_file={user_data['csv']}", f"task.validation_file={user_data['csv_dev']}",
+                       "task.text_columns=[review]", "task.label_column=sentiment", "save_student=true")
+    assert set(record["metrics"]) == {"accuracy"}
+    classifier = pipeline("text-classification", model=str(tmp_path / "student"))
+    assert {prediction["label"] for prediction in classifier(["a good movie", "awful plot"])} <= {"neg", "pos"}
+    card = (tmp_path / "student" / "README.md").read_text()
+    header = yaml.safe_load(card.split("---")[1])
+    assert header["library_name"] == "transformers" and "knowledge-distillation" in header["tags"]
+    assert header["datasets"] == [user_data["csv"].name, user_data["csv_dev"].name] and header["metrics"] == ["accuracy"]
+    scores = header["model-index"][0]["results"][0]["metrics"]
+    assert scores == [{"type": "accuracy", "value": round(record["metrics"]["accuracy"], 2)}]
+    for fragment in ("**Teacher**: tiny", "**Objective**: att_kl", "**Init**: every_kth (2,4)", "| parameters |",
+                     "| latency, batch 1 (ms) |", "as fast as its teacher at batch 1"):
+        assert fragment in card
+
+
+def test_the_record_carries_both_models_measured_cost(user_data, tmp_path):
+    cost = completed(tmp_path, f"task.train_file={user_data['csv']}", "task.text_columns=[review]",
+                     "task.label_column=sentiment", "trainer.stage1_epochs=0")["cost"]
+    for model in ("teacher", "student"):
+        assert all(cost[model][field] > 0 for field in COST_FIELDS), cost
+    assert cost["student"]["params"] < cost["teacher"]["params"]
+    assert cost["student"]["flops_per_example"] < cost["teacher"]["flops_per_example"]
+    assert cost["speedup_latency"] == pytest.approx(cost["teacher"]["latency_ms"] / cost["student"]["latency_ms"])
+    assert cost["length"] > 2 and cost["device"].startswith(("cpu", "NVIDIA"))
+
+
+def test_a_jsonl_pair_task_without_validation_file_runs(user_data, tmp_path):
+    record = completed(tmp_path, f"task.train_file={user_data['jsonl']}", "task.text_columns=[question,answer]",
+                       "task.metric=[f1,accuracy]", "objective=vanilla_kd")
+    assert list(record["metrics"]) == ["f1", "accuracy"] and record["score_metric"] == "f1"
+
+
+def test_a_regression_csv_runs_with_correlations(user_data, tmp_path):
+    record = completed(tmp_path, f"task.train_file={user_data['scores']}", "task.text_columns=[first,second]",
+                       "task.label_column=score", "task.regression=true", "objective=hid_seq")
+    assert list(record["metrics"]) == ["pearson", "spearman"]
+
+
+def test_a_bad_file_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "one.csv").write_text("text,label\na,x\nb,x\n")
+    result = cli(*custom_overrides(tmp_path, f"task.train_file={tmp_path / 'one.csv'}"))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("kdbench: error: ") and "one.csv has one class only" in lines[0]
