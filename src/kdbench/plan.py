@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
-from kdbench import distributed, models
+from kdbench import distributed, models, storage
 from kdbench.errors import ConfigError, DataError
 from kdbench.layers import check_width, resolve_init_layers
 from kdbench.objectives.terms import Term, build_terms
@@ -151,6 +151,16 @@ def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
 def local_path(value) -> Path:
     """A configured path (an override's digits, `data.glue_dir=2024`, arrive as a number)."""
     return Path(str(value)).expanduser()
+
+
+def writable_folder(value, key: str, where: str = "") -> Path:
+    """A folder the run writes into (`key` names its setting, `where` where else it is set), refused in one line
+    when it cannot be one."""
+    path = local_path(value)
+    problem = storage.folder_problem(path.absolute())
+    if problem is not None:
+        raise ConfigError(f"{key}={value} {problem}: give a folder this user can write{where}")
+    return path
 
 
 def data_spec(data: DictConfig) -> DataSpec:
@@ -408,7 +418,8 @@ def make_plan(cfg: DictConfig) -> Plan:
                   kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"), corpus=corpus,
                   augment=augment_spec(cfg.augment, cfg.setting.name), logger=logger_spec(cfg), device=device,
                   precision=resolve_precision(trainer.precision, device),
-                  cache_dir=local_path(cfg.paths.cache_dir), save_student=cfg.save_student,
+                  cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir", " (or $KDBENCH_CACHE)"),
+                  save_student=cfg.save_student,
                   measure_cost=cfg.get("measure_cost", False),
                   fingerprint=config_fingerprint(resolved), config=resolved)
     if cfg.setting.name == "finetune":

@@ -19,7 +19,7 @@ from kdbench.claim import claim, describe
 from kdbench.cli import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.errors import KdbenchError
 from kdbench.loggers import make_logger
-from kdbench.plan import Plan, make_plan
+from kdbench.plan import Plan, make_plan, writable_folder
 from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
@@ -56,7 +56,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     `status: "claimed"` and writes nothing. Bad input raises KdbenchError before any heavy work. A failure is
     recorded as `status: "failed"` (with the error) before it propagates.
     """
-    run_dir = Path(run_dir or cfg.paths.run_dir or ".")
+    run_dir = writable_folder(run_dir or cfg.paths.run_dir or ".", "paths.run_dir")
     distributed.adopt_job_environment()  # a task of a multi-task SLURM/submitit job joins its job's group
     with claim(run_dir, distributed.current().rank) as holder:
         if holder is not None:  # another process runs this job now: a sweep started twice splits its jobs

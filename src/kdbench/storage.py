@@ -82,6 +82,16 @@ def space_for(path: Path, need: int = 0, partial: Path | None = None) -> Iterato
         ) from None
 
 
+def folder_problem(path: Path) -> str | None:
+    """Why `path` cannot be a folder this process writes into (it may not exist yet), or None when it can."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        return "is a file, not a folder" if existing == path else f"is under {existing}, a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"is not writable ({existing} does not let this user write)"
+    return None
+
+
 def atomic_write(path: Path, write: Callable[[IO], None], *, binary: bool = False, need: int = 0) -> None:
     """Write through `write(handle)` to a temp file in the same folder, fsync, then rename over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -87,6 +87,16 @@ def test_main_exits_2_without_results(tmp_path: Path, capsys, make: str):
     assert expected in err[0]
 
 
+@pytest.mark.parametrize("out", ["file", "file/report"])
+def test_an_out_folder_that_cannot_be_one_is_one_line(three_objectives: Path, tmp_path: Path, capsys, out: str):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as exc:
+        main([str(three_objectives), "--out", str(tmp_path / out), "--no-plots"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1
+    assert ("is a file, not a folder" if out == "file" else "a file; pass a folder") in err[0]
+
+
 def test_main_exits_2_when_nothing_completed(tmp_path: Path, capsys):
     results = tmp_path / "results"
     write_run(results, status="running")

@@ -125,6 +125,7 @@ from kdbench.report.stats import (
 )
 from kdbench.report.tables import build_tables, render_latex, render_markdown, render_significance
 from kdbench.report.versus import render_versus, versus_sections
+from kdbench.storage import folder_problem
 
 PROG = "kdbench.report"
 
@@ -238,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out if args.out is not None else results_dir / "report"
     loaded = _or_fail(lambda: load_records(results_dir, skip=out))
     paper = _or_fail(load_paper) if args.paper else None
-    if out.exists() and not out.is_dir():
-        _fail(f"--out {out} exists and is not a directory; pass a directory path")
+    problem = folder_problem(out.absolute())
+    if problem is not None:
+        _fail(f"--out {out} {problem}; pass a folder this user can write")
     out.mkdir(parents=True, exist_ok=True)
 
     frame, excluded = _usable_runs(loaded, results_dir, out)
