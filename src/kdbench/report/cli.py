@@ -15,7 +15,12 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     fine-tuned teacher's score on it, empty when the record has none), ``path``, ``commit`` (the code: git
     commit, ``+dirty`` when the checkout had changes, else the kdbench version), ``paper_table`` /
     ``paper_init`` / ``paper_note`` (the paper design a scaled replica stands for, from its config's
-    ``paper_analogue``).
+    ``paper_analogue``), and the measured cost's columns (``student_params``, ``teacher_latency_ms``, ...).
+``cost.csv``
+    per (task, teacher, student, objective, init) with a measured cost (``kdbench.cost``): the score's mean, std
+    and n over seeds, both models' parameters, FLOPs per example, latency (batch 1) and throughput (batch 32),
+    and the student's speed-ups over its teacher; shown as the Cost section of ``tables.md`` and, per task, in
+    ``cost_<task>.png`` (score against latency, seeds as error bars, the teacher as a star).
 ``summary.csv``
     long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample std
     (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of a row that has
@@ -109,6 +114,7 @@ import pandas as pd
 
 from kdbench.record import RESULT_FILE
 from kdbench.report.claims import claims_text
+from kdbench.report.cost import cost_markdown, cost_table, plot_cost
 from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
 from kdbench.report.page import PAGE_FILE, PageParts, render_page
 from kdbench.report.paper import PAPER_CITE, comparison, load_paper
@@ -216,7 +222,11 @@ def _write_report(
     _write_csv(pvalues, out / "pvalues.csv")
     _write_csv(unmatched, out / "unmatched.csv")
     versus = None if paper is None else render_versus(frame, paper, args.digits)
-    _write_text(out / "tables.md", render_markdown(tables, args.digits, excluded, versus, code_versions(frame)))
+    cost = cost_table(frame)
+    _write_csv(cost, out / "cost.csv")
+    cost_lines = cost_markdown(cost, args.digits, [] if args.no_plots else plot_cost(cost, out))
+    _write_text(out / "tables.md", render_markdown(tables, args.digits, excluded, versus, code_versions(frame),
+                                                   cost_lines))
     if paper is not None:
         _write_csv(comparison(frame, paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))
@@ -258,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{n_unmatched} unmatched run(s); {sum(len(p) for p in page.plots.values())} plot(s); the page {PAGE_FILE}"
     )
     print(
-        f"{PROG}: files: results.csv summary.csv tables.md tables.tex pvalues.csv unmatched.csv "
+        f"{PROG}: files: results.csv summary.csv cost.csv tables.md tables.tex pvalues.csv unmatched.csv "
         f"significance.md claims.md excluded.csv {PAGE_FILE}" + (" paper.csv" if paper is not None else "")
     )
     return 0

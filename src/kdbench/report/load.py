@@ -11,6 +11,14 @@ from pathlib import Path
 from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION, design
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
+# The record's measured cost (`kdbench.cost`) as report columns: (column, the model, its field).
+COST_FIELDS = (
+    ("student_params", "student", "params"), ("teacher_params", "teacher", "params"),
+    ("student_flops", "student", "flops_per_example"), ("teacher_flops", "teacher", "flops_per_example"),
+    ("student_latency_ms", "student", "latency_ms"), ("teacher_latency_ms", "teacher", "latency_ms"),
+    ("student_throughput", "student", "throughput_per_s"), ("teacher_throughput", "teacher", "throughput_per_s"),
+)
+COST_COLS = [column for column, _, _ in COST_FIELDS] + ["speedup_latency", "speedup_throughput"]
 
 
 class ReportError(Exception):
@@ -114,7 +122,16 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
     seed, score, metrics = _as_int(data["seed"]), _as_float(data["score"]), _flatten(data["metrics"])
     grid_text = ",".join(f"{k}={v}" for k, v in grid.items()) if grid else None
     record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
-    return record | _references(data) | _origin(data, record["init"], grid), None
+    return record | _references(data) | _origin(data, record["init"], grid) | _cost(data), None
+
+
+def _cost(data: dict) -> dict:
+    """The record's measured cost as flat columns (None where it has none)."""
+    cost = data.get("cost") if isinstance(data.get("cost"), dict) else {}
+    values = {column: (cost.get(model) if isinstance(cost.get(model), dict) else {}).get(field)
+              for column, model, field in COST_FIELDS}
+    values |= {key: cost.get(key) for key in ("speedup_latency", "speedup_throughput")}
+    return {key: _as_float(value) for key, value in values.items()}
 
 
 def _references(data: dict) -> dict:

@@ -161,10 +161,11 @@ def body_cells(table: Table, digits: int, escape, *, pm: str, bold: str):
 
 def render_markdown(
     tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: list[str] | None = None,
-    versions: str | None = None,
+    versions: str | None = None, cost: list[str] | None = None,
 ) -> str:
-    """All tables as GitHub markdown, then ``paper`` (the published-vs-measured lines of ``--paper``, see
-    :mod:`kdbench.report.versus`) and the list of excluded runs; ``versions`` names the code the runs came from."""
+    """All tables as GitHub markdown, then ``cost`` (the cost section, :mod:`kdbench.report.cost`), ``paper`` (the
+    published-vs-measured lines of ``--paper``, see :mod:`kdbench.report.versus`) and the list of excluded runs;
+    ``versions`` names the code the runs came from."""
     out = ["# kdbench results", "", DESCRIPTION, ""] + ([f"Code: {md_escape(versions)}.", ""] if versions else [])
     for table in tables:
         out += [f"## {md_escape(table.title)}", ""]
@@ -172,7 +173,7 @@ def render_markdown(
         out += [md_row(cells) for cells in body_cells(table, digits, md_escape, pm="±", bold="**{}**")]
         note = _footnote(table)
         out += ["", f"_{note}._" if note else "", ""]
-    out += paper or []
+    out += (cost or []) + (paper or [])
     if excluded:
         out += ["## Excluded runs", ""]
         for row in excluded:
