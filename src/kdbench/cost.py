@@ -14,7 +14,8 @@ from kdbench.training.steps import autocast
 
 LATENCY_BATCH = 1
 THROUGHPUT_BATCH = 32
-MIN_SECONDS = 0.5  # each timing repeats its forward pass for at least this long (and at least MIN_REPEATS times)
+# each timing repeats its forward pass for at least this long, and at least MIN_REPEATS times
+MIN_SECONDS = 0.5
 MIN_REPEATS = 3
 
 
@@ -50,20 +51,25 @@ def seconds_per_pass(model, inputs: dict, device, precision: str) -> float:
 
 
 def model_cost(model, length: int, device, precision: str) -> dict[str, float]:
-    """Parameters, FLOPs per example at `length` tokens, latency (ms, batch 1), throughput (examples/s, batch 32)."""
+    """Parameters, FLOPs per example at `length` tokens, latency (ms, batch 1), throughput
+    (examples/s, batch 32)."""
     model.eval()
-    latency = seconds_per_pass(model, dummy_batch(model, LATENCY_BATCH, length, device), device, precision)
-    batch_time = seconds_per_pass(model, dummy_batch(model, THROUGHPUT_BATCH, length, device), device, precision)
+    single = dummy_batch(model, LATENCY_BATCH, length, device)
+    latency = seconds_per_pass(model, single, device, precision)
+    batch = dummy_batch(model, THROUGHPUT_BATCH, length, device)
+    batch_time = seconds_per_pass(model, batch, device, precision)
     return {"params": sum(p.numel() for p in model.parameters()),
             "flops_per_example": flops_per_example(model, length, device),
             "latency_ms": 1000 * latency, "throughput_per_s": THROUGHPUT_BATCH / batch_time}
 
 
 def compare_costs(teacher, student, lengths, device, precision: str) -> dict:
-    """Both models' costs at the median of the task's token `lengths`, and the student's gains over its teacher
-    (the baseline of every ratio): its speed-up at batch 1 and at batch 32, and its size and FLOPs fractions."""
+    """Both models' costs at the median of the task's token `lengths`, and the student's gains over
+    its teacher (the baseline of every ratio): its speed-up at batch 1 and at batch 32, and its size
+    and FLOPs fractions."""
     length = max(1, int(statistics.median(int(n) for n in lengths)))
-    mine, theirs = model_cost(student, length, device, precision), model_cost(teacher, length, device, precision)
+    mine = model_cost(student, length, device, precision)
+    theirs = model_cost(teacher, length, device, precision)
     return {"length": length, "device": device_name(device), "teacher": theirs, "student": mine,
             "speedup_latency": theirs["latency_ms"] / mine["latency_ms"],
             "speedup_throughput": mine["throughput_per_s"] / theirs["throughput_per_s"],

@@ -378,7 +378,8 @@ def objective_terms(cfg: DictConfig, init: InitSpec, student_conf, teacher_conf,
                        regression=task.regression, agnostic=agnostic, teacher_has_mlm_head=teacher.has_mlm_head)
 
 
-RUN_KEYS = ("seed", "save_student", "measure_cost", "prediction_kd", "kdbench")  # the config's keys outside the groups
+# the config's keys outside the groups
+RUN_KEYS = ("seed", "save_student", "measure_cost", "prediction_kd", "kdbench")
 
 
 def check_required(cfg: DictConfig) -> None:
@@ -420,7 +421,7 @@ def make_plan(cfg: DictConfig) -> Plan:
                   precision=resolve_precision(trainer.precision, device),
                   cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir", " (or $KDBENCH_CACHE)"),
                   save_student=cfg.save_student,
-                  measure_cost=cfg.get("measure_cost", False),
+                  measure_cost=cfg.measure_cost,
                   fingerprint=config_fingerprint(resolved), config=resolved)
     if cfg.setting.name == "finetune":
         return finetune_plan(cfg, common)

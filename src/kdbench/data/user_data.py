@@ -1,8 +1,10 @@
-"""A task of the user's own data: files (CSV, TSV, JSON/JSONL, Parquet) or a Hub dataset, read with `datasets`.
+"""A task of the user's own data: files (CSV, TSV, JSON/JSONL, Parquet) or a Hub dataset, read with
+`datasets`.
 
-`describe` checks the data where it enters (before any heavy work) and finds what the task is: its label names,
-its metrics and a hash of its content. `load_split` gives a split in the schema every task has: the text columns,
-`label` (the label's id, or its value for a regression) and `idx` (the row number in its split).
+`describe` checks the data where it enters (before any heavy work) and finds what the task is:
+its label names, its metrics and a hash of its content. `split_columns` gives a split in the
+schema every task has: the text columns, `label` (the label's id, or its value for a regression)
+and `idx` (the row number in its split).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import datasets
 from kdbench.errors import ConfigError, DataError
 from kdbench.specs import UserData
 
-FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
+           ".parquet": "parquet"}
 SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 CLASS_METRICS = ("accuracy", "f1", "f1_macro", "mcc")
 REGRESSION_METRICS = ("pearson", "spearman")
@@ -25,13 +28,15 @@ REGRESSION_METRICS = ("pearson", "spearman")
 
 def data_file(value, key: str) -> Path:
     """The configured data file `task.<key>`: an existing file of a known format."""
-    path = Path(str(value)).expanduser()
+    path, kinds = Path(str(value)).expanduser(), ", ".join(FORMATS)
     if path.is_dir():
-        raise ConfigError(f"task.{key}={value} is a folder: give a data file ({', '.join(FORMATS)})")
+        raise ConfigError(f"task.{key}={value} is a folder: give a data file ({kinds})")
     if not path.is_file():
-        raise ConfigError(f"task.{key}={value} does not exist: give an existing data file ({', '.join(FORMATS)})")
+        raise ConfigError(f"task.{key}={value} does not exist: give an existing data file "
+                          f"({kinds})")
     if path.suffix.lower() not in FORMATS:
-        raise ConfigError(f"task.{key}={value} is not a data file kdbench reads: give a {', '.join(FORMATS)} file")
+        raise ConfigError(f"task.{key}={value} is not a data file kdbench reads: give a {kinds} "
+                          "file")
     return path
 
 
@@ -40,46 +45,46 @@ def user_data(task: dict) -> UserData:
     if bool(task.get("train_file")) == bool(task.get("dataset_name")):
         raise ConfigError(f"task={task['name']} needs its data: task.train_file=... (a file) or "
                           "task.dataset_name=... (a Hub dataset), one of them")
-    files = {split: data_file(task[key], key) for split, key in SPLIT_FILES.items() if task.get(key)}
+    files = {split: data_file(task[key], key) for split, key in SPLIT_FILES.items()
+             if task.get(key)}
     formats = {FORMATS[path.suffix.lower()] for path in files.values()}
     if len(formats) > 1:
-        raise ConfigError(f"task.train_file={task['train_file']} and the other files differ in format: give every "
-                          "split in one format")
+        raise ConfigError(f"task.train_file={task['train_file']} and the other files differ in "
+                          "format: give every split in one format")
     name, config = task.get("dataset_name"), task.get("dataset_config")
     carve = "validation" not in (hub_splits(str(name), config) if name else files)
-    return UserData(files, formats.pop() if formats else None, name and str(name), config, task["label_column"],
-                    task["validation_fraction"], task["split_seed"], carve)
+    return UserData(files, formats.pop() if formats else None, name and str(name), config,
+                    task["label_column"], task["validation_fraction"], task["split_seed"], carve)
 
 
 def hub_splits(name: str, config: str | None) -> list[str]:
-    """The splits of a Hub dataset (or a local folder in the Hub's layout: train.csv, validation.csv, ...)."""
+    """The splits of a Hub dataset (or of a local folder in the Hub's layout: train.csv,
+    validation.csv, ...)."""
     try:
         with quiet():
             return datasets.get_dataset_split_names(name, config)
     except Exception as exc:  # the Hub client raises many types
-        raise DataError(f"cannot read the dataset task.dataset_name={name} ({type(exc).__name__}): give a Hub "
-                        "dataset id (offline: one in the local Hugging Face cache) or a folder in the Hub layout "
-                        "(train.csv, validation.csv, ...)") from exc
+        raise DataError(f"cannot read the dataset task.dataset_name={name} ({type(exc).__name__}): "
+                        "give a Hub dataset id (offline: one in the local Hugging Face cache) or a "
+                        "folder in the Hub layout (train.csv, validation.csv, ...)") from exc
 
 
 def where(user: UserData, split: str) -> str:
     """How messages name a split's source: its file, or the Hub dataset and split."""
     if split in user.files:
         return str(user.files[split])
-    source = user.files.get("train") or (
-        f"{user.dataset_name}{'/' + user.dataset_config if user.dataset_config else ''} split train")
+    hub = f"{user.dataset_name}{'/' + user.dataset_config if user.dataset_config else ''}"
     if user.carve and split == "validation":
+        source = user.files.get("train") or f"{hub} split train"
         return f"{source} (the validation split carved from it)"
-    if user.dataset_name:
-        return f"{user.dataset_name}{'/' + user.dataset_config if user.dataset_config else ''} split {split}"
-    return str(source)
+    return f"{hub} split {split}"
 
 
 def read_raw(user: UserData, split: str) -> datasets.Dataset:
     """A split as stored, every column (the carved validation split is cut from train here)."""
     if user.carve and split in ("train", "validation"):
-        parts = read_source(user, "train").train_test_split(test_size=user.validation_fraction,
-                                                            seed=user.split_seed)
+        parts = read_source(user, "train").train_test_split(
+            test_size=user.validation_fraction, seed=user.split_seed)
         return parts["train" if split == "train" else "test"]
     return read_source(user, split)
 
@@ -97,8 +102,8 @@ def quiet() -> Iterator[None]:
 
 
 def read_source(user: UserData, split: str) -> datasets.Dataset:
-    """A split as stored (a file, or the Hub dataset's split), refused in one line when it cannot be read or is
-    empty."""
+    """A split as stored (a file, or the Hub dataset's split), refused in one line when it cannot be
+    read or is empty."""
     try:
         with quiet():
             if user.dataset_name:
@@ -106,13 +111,15 @@ def read_source(user: UserData, split: str) -> datasets.Dataset:
             else:
                 path = user.files[split]
                 options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-                ds = datasets.load_dataset(user.format, data_files={split: str(path)}, split=split, **options)
+                ds = datasets.load_dataset(user.format, data_files={split: str(path)}, split=split,
+                                           **options)
     except Exception as exc:  # parsers and the Hub client raise many types
         if split in user.files and no_rows(user.files[split]):
             raise empty(user, split) from None
         first = str(exc).splitlines()[0] if str(exc) else ""
-        raise DataError(f"cannot read {where(user, split)} ({type(exc).__name__}: {first}): give a readable "
-                        f"{user.format or 'Hub'} dataset with a header naming its columns") from exc
+        raise DataError(f"cannot read {where(user, split)} ({type(exc).__name__}: {first}): give a "
+                        f"readable {user.format or 'Hub'} dataset with a header naming its columns"
+                        ) from exc
     if len(ds) == 0:
         raise empty(user, split)
     return ds
@@ -124,62 +131,69 @@ def no_rows(path: Path) -> bool:
         return False
     with path.open("rb") as handle:
         lines = (line for line in handle if line.strip())
-        return next(lines, None) is None or (path.suffix.lower() in (".csv", ".tsv") and next(lines, None) is None)
+        if next(lines, None) is None:
+            return True
+        return path.suffix.lower() in (".csv", ".tsv") and next(lines, None) is None
 
 
 def empty(user: UserData, split: str) -> DataError:
-    return DataError(f"{where(user, split)} is empty: give a file with a header and at least one example")
+    return DataError(f"{where(user, split)} is empty: give a file with a header and at least one "
+                     "example")
 
 
-def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields: tuple[str, ...]) -> None:
+def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields: tuple) -> None:
     """The text columns hold text and the label column exists."""
     for column in (*text_fields, user.label_column):
         if column not in ds.column_names:
             key = "task.label_column" if column == user.label_column else "task.text_columns"
-            raise DataError(f"{where(user, split)} has no column {column!r} (it has {', '.join(ds.column_names)}): "
-                            f"set {key} to its columns")
+            raise DataError(f"{where(user, split)} has no column {column!r} (it has "
+                            f"{', '.join(ds.column_names)}): set {key} to its columns")
     for column in text_fields:
         dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
         if dtype not in ("string", "large_string"):
-            raise DataError(f"{where(user, split)}: column {column!r} holds {dtype}, not text: name its text "
-                            "columns in task.text_columns")
+            raise DataError(f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
+                            "name its text columns in task.text_columns")
         if None in ds[column]:
-            row = ds[column].index(None)
-            raise DataError(f"{where(user, split)}: row {row + 1} has no text in column {column!r}: fill it in or "
-                            "drop the row")
+            row = ds[column].index(None) + 1
+            raise DataError(f"{where(user, split)}: row {row} has no text in column {column!r}: "
+                            "fill it in or drop the row")
 
 
 def label_values(ds: datasets.Dataset, user: UserData, split: str, regression: bool) -> list:
-    """The split's labels: numbers for a regression, strings for classes; a missing one is refused."""
+    """The split's labels: numbers for a regression, strings for classes; a missing one is
+    refused."""
     values = ds[user.label_column]
     if None in values:
-        raise DataError(f"{where(user, split)}: row {values.index(None) + 1} has no label in column "
-                        f"{user.label_column!r}: fill it in or drop the row")
+        raise DataError(f"{where(user, split)}: row {values.index(None) + 1} has no label in "
+                        f"column {user.label_column!r}: fill it in or drop the row")
     if not regression:
         return [str(value) for value in values]
     if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values):
-        raise DataError(f"{where(user, split)}: column {user.label_column!r} holds text, not numbers: a "
-                        "regression needs numeric labels (or set task.regression=false)")
+        raise DataError(f"{where(user, split)}: column {user.label_column!r} holds text, not "
+                        "numbers: a regression needs numeric labels (or set task.regression=false)")
     return values
 
 
 def class_names(ds: datasets.Dataset, user: UserData, given) -> tuple[str, ...]:
-    """The classes: as given (`task.label_names`), else the training labels sorted (numbers by value)."""
+    """The classes: as given (`task.label_names`), else the training labels sorted (numbers by
+    value)."""
     raw = ds[user.label_column]
     if given:
         return tuple(map(str, given))
     names = tuple(str(value) for value in sorted(set(raw), key=lambda v: (isinstance(v, str), v)))
     if len(names) < 2:
-        raise DataError(f"{where(user, 'train')} has one class only ({names[0]!r}): a classifier needs two or "
-                        "more; add examples of the others, or set task.regression=true for a score")
+        raise DataError(f"{where(user, 'train')} has one class only ({names[0]!r}): a classifier "
+                        "needs two or more; add examples of the others, or set "
+                        "task.regression=true for a score")
     return names
 
 
 def check_known(labels: list[str], names: tuple[str, ...], user: UserData, split: str) -> None:
     unknown = sorted(set(labels) - set(names))
     if unknown:
-        raise DataError(f"{where(user, split)} has labels that {where(user, 'train')} lacks ({', '.join(unknown[:5])}"
-                        f"): add training examples of them, or drop those rows (known: {', '.join(names)})")
+        raise DataError(f"{where(user, split)} has labels that {where(user, 'train')} lacks "
+                        f"({', '.join(unknown[:5])}): add training examples of them, or drop those "
+                        f"rows (known: {', '.join(names)})")
 
 
 def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
@@ -191,12 +205,14 @@ def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
             kind = "a regression" if regression else "classes"
             raise ConfigError(f"task.metric={name} does not fit {kind}: use {', '.join(valid)}")
         if name == "f1" and num_classes > 2:
-            raise ConfigError(f"task.metric=f1 is binary F1, and the task has {num_classes} classes: use f1_macro")
+            raise ConfigError(f"task.metric=f1 is binary F1, and the task has {num_classes} "
+                              "classes: use f1_macro")
     return metrics
 
 
 def content_hash(user: UserData, raw: dict[str, datasets.Dataset]) -> str:
-    """Identifies the data: the bytes of its files, or the Hub dataset's name and `datasets` fingerprints."""
+    """Identifies the data: the bytes of its files, or the Hub dataset's name and `datasets`
+    fingerprints."""
     digest = hashlib.sha256()
     for split, path in sorted(user.files.items()):
         digest.update(split.encode())
@@ -211,17 +227,21 @@ def content_hash(user: UserData, raw: dict[str, datasets.Dataset]) -> str:
 
 
 def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], str]:
-    """The task's data checked on entry, and (where it lives, its label names, its metrics, its content hash)."""
+    """The task's data checked on entry, and (where it lives, its label names, its metrics, its
+    content hash)."""
     user = user_data(task)
     text_fields = tuple(task["text_columns"])
     if len(text_fields) not in (1, 2):
-        raise ConfigError(f"task.text_columns={list(text_fields)} must name one text column, or two for a pair")
+        raise ConfigError(f"task.text_columns={list(text_fields)} must name one text column, or "
+                          "two for a pair")
     splits = ["train", "validation", *(["test"] if "test" in user.files else [])]
     raw = {split: read_raw(user, split) for split in splits}
     for split, ds in raw.items():
         check_columns(ds, user, split, text_fields)
-    labels = {split: label_values(ds, user, split, task["regression"]) for split, ds in raw.items()}
-    whole_train = read_source(user, "train") if user.carve else raw["train"]  # a carved split's classes too
+    labels = {split: label_values(ds, user, split, task["regression"])
+              for split, ds in raw.items()}
+    # the classes of the whole training file: a carved validation split's too
+    whole_train = read_source(user, "train") if user.carve else raw["train"]
     names = () if task["regression"] else class_names(whole_train, user, task.get("label_names"))
     for split in splits if names else ():
         check_known(labels[split], names, user, split)
@@ -230,10 +250,11 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
 
 
 def split_columns(task, split: str) -> dict[str, list]:
-    """A split of the task (a TaskSpec with `user_data`) as columns of the common schema: the text columns,
-    `label` and `idx`."""
+    """A split of the task (a TaskSpec with `user_data`) as columns of the common schema: the text
+    columns, `label` and `idx`."""
     user = task.user_data
     ds = read_raw(user, split)
     ids = {name: i for i, name in enumerate(task.labels)}
     labels = [float(v) if task.regression else ids[str(v)] for v in ds[user.label_column]]
-    return {field: ds[field] for field in task.text_fields} | {"label": labels, "idx": list(range(len(ds)))}
+    texts = {field: ds[field] for field in task.text_fields}
+    return texts | {"label": labels, "idx": list(range(len(ds)))}
