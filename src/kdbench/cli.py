@@ -47,12 +47,15 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def group_options(group: str, searchpath: tuple[Path, ...] = ()) -> list[str]:
-    """The options of a config group: kdbench's own, and those in the folders added by `hydra.searchpath`."""
-    return sorted({p.stem for folder in (config_dir(), *searchpath) for p in (folder / group).glob("*.yaml")})
+    """The options of a config group: kdbench's own, and those in the folders added by
+    `hydra.searchpath`."""
+    folders = (config_dir(), *searchpath)
+    return sorted({p.stem for folder in folders for p in (folder / group).glob("*.yaml")})
 
 
 def searchpath_dirs(override) -> tuple[Path, ...]:
-    """The local folders a `hydra.searchpath=[file://...]` override adds (`pkg://` entries have no folder)."""
+    """The local folders a `hydra.searchpath=[file://...]` override adds (`pkg://` entries have no
+    folder)."""
     entries = override.value() if isinstance(override.value(), list) else [override.value()]
     return tuple(Path(str(entry).removeprefix("file://")) for entry in entries
                  if not str(entry).startswith("pkg://"))
@@ -84,8 +87,8 @@ def check_overrides(argv: list[str]) -> None:
 
 def sweep_point(argv: list[str]) -> list[str]:
     """The overrides of a command line with each sweep at its first value, less Hydra's own keys (`hydra.*`,
-    `hydra/launcher=...`) but `hydra.searchpath` (whose folders add group options), after checking every value of
-    every group choice; a ConfigError names the bad one."""
+    `hydra/launcher=...`) but `hydra.searchpath` (whose folders add group options), after checking
+    every value of every group choice; a ConfigError names the bad one."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     tokens = overrides_of(argv)
@@ -97,7 +100,7 @@ def sweep_point(argv: list[str]) -> list[str]:
         raise ConfigError(f"cannot parse the overrides: {one_line(exc)}") from None
     searches = [o for o in parsed if o.get_key_element().lstrip("+~") == "hydra.searchpath"]
     searchpath = tuple(folder for override in searches for folder in searchpath_dirs(override))
-    first_values = [override.input_line for override in searches]  # the composition below sees their options
+    first_values = [override.input_line for override in searches]  # composed with their options
     for override in parsed:
         key = override.get_key_element()
         if key.lstrip("+~").startswith("hydra"):

@@ -1,4 +1,5 @@
-"""Task metrics (GLUE's, and macro F1 for many classes), x100, from well-kept implementations (scikit-learn, scipy)."""
+"""Task metrics (GLUE's, and macro F1 for many classes), x100, from well-kept implementations
+(scikit-learn, scipy)."""
 
 from __future__ import annotations
 

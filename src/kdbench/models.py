@@ -108,8 +108,8 @@ def saved_config(folder: Path, what: str) -> PretrainedConfig:
 def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...], *,
                  labels: tuple[str, ...] = (), card: str | None = None) -> None:
     """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so a copy cut
-    short is refused by name when it is loaded), written whole or not at all. `labels` name its classes (its
-    id2label, which `pipeline` predicts); `card` is its model card (README.md)."""
+    short is refused by name when it is loaded), written whole or not at all. `labels` name its
+    classes (its id2label, which `pipeline` predicts); `card` is its model card (README.md)."""
     if labels:
         student.config.id2label = dict(enumerate(labels))
         student.config.label2id = {name: i for i, name in enumerate(labels)}

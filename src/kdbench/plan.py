@@ -70,7 +70,7 @@ class Plan:
     precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device)
     cache_dir: Path
     save_student: bool
-    measure_cost: bool  # the teacher's and the student's size, FLOPs and speed, measured after the run
+    measure_cost: bool  # both models' size, FLOPs and speed, measured after the run
     student_path: Path | None  # setting=finetune: the distilled student to fine-tune
     chain: tuple[str, ...]  # the teacher's distillation chain (one name unless it is a distilled student), the student
     fingerprint: str  # identifies the resolved config, less where it is written (checkpoints refuse others)
@@ -102,7 +102,8 @@ def trainer_spec(cfg: DictConfig) -> TrainerSpec:
 
 
 def task_spec(task: DictConfig) -> TaskSpec:
-    """The task: a GLUE task (its Hub config and TSV layout), or the user's own data (`conf/task/custom.yaml`)."""
+    """The task: a GLUE task (its Hub config and TSV layout), or the user's own data
+    (`conf/task/custom.yaml`)."""
     values = checked(task, "task")
     if "tsv" not in values:
         return user_task_spec(values)
@@ -117,7 +118,8 @@ def task_spec(task: DictConfig) -> TaskSpec:
 
 
 def user_task_spec(values: dict) -> TaskSpec:
-    """A task of the user's files or Hub dataset, its data checked on entry (`kdbench.data.user_data`)."""
+    """A task of the user's files or Hub dataset, its data checked on entry
+    (`kdbench.data.user_data`)."""
     from kdbench.data.user_data import describe
 
     where, labels, metrics, content = describe(values)
@@ -126,26 +128,28 @@ def user_task_spec(values: dict) -> TaskSpec:
 
 
 def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
-    """The task, its labels checked against a given fine-tuned teacher's: by name (its id2label) where it names
-    them, else by count; inferred labels of the user's data take the teacher's order."""
+    """The task, its labels checked against a given fine-tuned teacher's: by name (its id2label)
+    where it names them, else by count; inferred labels of the user's data take the teacher's
+    order."""
     if teacher.finetuned_path is None:
         return task
     conf = models.saved_config(teacher.finetuned_path, "the fine-tuned teacher")
     names = tuple(str(conf.id2label[i]) for i in range(conf.num_labels))
     where = f"teacher.finetuned_path={teacher.finetuned_path}"
     if conf.num_labels != task.num_labels:
-        raise ConfigError(f"{where} has {conf.num_labels} output(s) and task {task.name} needs {task.num_labels}: "
-                          "give a teacher fine-tuned on this task")
+        raise ConfigError(f"{where} has {conf.num_labels} output(s) and task {task.name} needs "
+                          f"{task.num_labels}: give a teacher fine-tuned on this task")
     if task.regression or all(name == f"LABEL_{i}" for i, name in enumerate(names)):
         return task
-    folded = [name.casefold() for name in names]
-    if folded == [label.casefold() for label in task.labels]:
+    folded, ours = [name.casefold() for name in names], [label.casefold() for label in task.labels]
+    if folded == ours:
         return task
-    if sorted(folded) == sorted(label.casefold() for label in task.labels) and task.user_data is not None:
+    if sorted(folded) == sorted(ours) and task.user_data is not None:
         by_name = {label.casefold(): label for label in task.labels}
         return replace(task, labels=tuple(by_name[name] for name in folded))
-    raise ConfigError(f"{where} predicts the labels {list(names)} and task {task.name} has {list(task.labels)}: "
-                      "give a teacher fine-tuned on these labels, or set task.label_names in the teacher's order")
+    raise ConfigError(f"{where} predicts the labels {list(names)} and task {task.name} has "
+                      f"{list(task.labels)}: give a teacher fine-tuned on these labels, or set "
+                      "task.label_names in the teacher's order")
 
 
 def local_path(value) -> Path:
@@ -154,8 +158,8 @@ def local_path(value) -> Path:
 
 
 def writable_folder(value, key: str, where: str = "") -> Path:
-    """A folder the run writes into (`key` names its setting, `where` where else it is set), refused in one line
-    when it cannot be one."""
+    """A folder the run writes into (`key` names its setting, `where` where else it is set),
+    refused in one line when it cannot be one."""
     path = local_path(value)
     problem = storage.folder_problem(path.absolute())
     if problem is not None:
@@ -419,7 +423,8 @@ def make_plan(cfg: DictConfig) -> Plan:
                   kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"), corpus=corpus,
                   augment=augment_spec(cfg.augment, cfg.setting.name), logger=logger_spec(cfg), device=device,
                   precision=resolve_precision(trainer.precision, device),
-                  cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir", " (or $KDBENCH_CACHE)"),
+                  cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir",
+                                            " (or $KDBENCH_CACHE)"),
                   save_student=cfg.save_student,
                   measure_cost=cfg.measure_cost,
                   fingerprint=config_fingerprint(resolved), config=resolved)

@@ -78,6 +78,7 @@ FRACTION = number(0, 1, open_high=True)
 LEARNING_RATE = number(0, open_low=True, text="a positive learning rate, e.g. 1e-5")
 FLAG = Rule(lambda value: isinstance(value, bool), "true or false")
 TEXT = Rule(lambda value: isinstance(value, str) and bool(value), "a non-empty name")
+NAME_OR_NUMBER = Rule(lambda value: isinstance(value, (str, int)) and value != "", "a name")
 COLUMN = Rule(lambda value: NON_NEGATIVE_COUNT.admits(value) or isinstance(value, str),
               "a column name, or a column position from 0 in a file without a header")
 
@@ -117,8 +118,8 @@ RANGES: dict[str, Rule] = {
     "task.validation_fraction": number(0, 1, open_low=True, open_high=True),
     "task.text_columns": entries(TEXT, text="a list of one or two column names"),
     "task.label_column": TEXT,
-    "task.label_names": entries(Rule(lambda value: isinstance(value, (str, int)) and value != "", ""),
-                                text="a list of label names").or_null("the training labels, sorted"),
+    "task.label_names": entries(NAME_OR_NUMBER, text="a list of label names").or_null(
+        "the training labels, sorted"),
     "task.metric": entries(choice("accuracy", "f1", "f1_macro", "mcc", "pearson", "spearman",
                                   meaning="the first is the score")).or_null("the kind's default"),
     "teacher.has_mlm_head": FLAG, "teacher.finetune_lr": LEARNING_RATE, **under("teacher.shape", SHAPE),

@@ -103,14 +103,15 @@ class TsvLayout:
 
 @dataclass(frozen=True)
 class UserData:
-    """A task's own data: files (CSV, TSV, JSON/JSONL, Parquet) or a Hub dataset, and which column is the label."""
+    """A task's own data: files (CSV, TSV, JSON/JSONL, Parquet) or a Hub dataset, and which column
+    is the label."""
 
     files: dict  # split ("train", "validation", "test") -> Path; empty for a Hub dataset
     format: str | None  # the files' `datasets` builder: csv, json or parquet (TSV is csv with tabs)
     dataset_name: str | None
     dataset_config: str | None
     label_column: str
-    validation_fraction: float  # carved from train (with `split_seed`) when no validation split is given
+    validation_fraction: float  # carved from train (`split_seed`) when no validation split is given
     split_seed: int
     carve: bool  # no validation file or Hub split: the validation split is carved from train
 
@@ -118,12 +119,12 @@ class UserData:
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
-    hf_config: str | None  # the GLUE config on the Hub (data.hf_dataset); None for a task of the user's data
+    hf_config: str | None  # the GLUE config on the Hub (data.hf_dataset); None: the user's data
     text_fields: tuple[str, ...]
     labels: tuple[str, ...]  # empty for regression (STS-B)
     metrics: tuple[str, ...]
     eval_splits: dict  # metric-name suffix ("" or "matched") -> split
-    tsv: TsvLayout | None  # the GLUE files' layout under data.glue_dir; None for a task of the user's data
+    tsv: TsvLayout | None  # the GLUE files' layout under data.glue_dir; None: the user's data
     user_data: UserData | None = None  # where a task of the user's data lives
     content_hash: str | None = None  # of the user's data: keys the caches built from it
 

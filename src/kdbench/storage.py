@@ -83,7 +83,8 @@ def space_for(path: Path, need: int = 0, partial: Path | None = None) -> Iterato
 
 
 def folder_problem(path: Path) -> str | None:
-    """Why `path` cannot be a folder this process writes into (it may not exist yet), or None when it can."""
+    """Why `path` cannot be a folder this process writes into (it may not exist yet), or None when
+    it can."""
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         return "is a file, not a folder" if existing == path else f"is under {existing}, a file"

@@ -1,5 +1,6 @@
-"""The tasks kdbench knows, read from their configs (`conf/task/<name>.yaml`: a new task is one file), in the
-paper's column order (each config's `order`), with the names its tables print (its `title`)."""
+"""The tasks kdbench knows, read from their configs (`conf/task/<name>.yaml`: a new task is one
+file), in the paper's column order (each config's `order`), with the names its tables print (its
+`title`)."""
 
 from pathlib import Path
 

@@ -58,7 +58,8 @@ def teacher_key(plan) -> dict:
 
 
 def content_key(plan) -> dict:
-    """The hash of the user's data (a user's file changes under its name); GLUE tasks keep their keys."""
+    """The hash of the user's data (a user's file changes under its name); GLUE tasks keep their
+    keys."""
     return {"content": plan.task.content_hash} if plan.task.content_hash is not None else {}
 
 

@@ -1,4 +1,5 @@
-"""Task loading (GLUE from Hugging Face `datasets` or a local TSV directory; the user's own data) and tokenisation.
+"""Task loading (GLUE from Hugging Face `datasets` or a local TSV directory; the user's own data)
+and tokenisation.
 
 Every source yields a `datasets.Dataset` with the task's Hugging Face text fields, `label` (Hugging Face
 label ids) and `idx` (the example's row number in its split), so everything downstream is source-agnostic.
@@ -26,7 +27,8 @@ TOKEN_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 def load_split(task: TaskSpec, split: str, data: DataSpec) -> datasets.Dataset:
     """One split ("train", "validation", "validation_matched", ...) of a task from its source."""
     if task.user_data is not None:
-        return datasets.Dataset.from_dict(user_data.split_columns(task, split), features=schema(task))
+        columns = user_data.split_columns(task, split)
+        return datasets.Dataset.from_dict(columns, features=schema(task))
     if data.glue_dir is not None:
         return read_tsv_split(task, split, data.glue_dir)
     return load_hf_split(task, split, data.hf_dataset)

@@ -95,10 +95,11 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     outcome = {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing} | (
         {"augmented": augmented} if augmented else {})
     if plan.measure_cost:
-        outcome["cost"] = compare_costs(teacher.model, student, train_set["length"], plan.device, plan.precision)
+        outcome["cost"] = compare_costs(teacher.model, student, train_set["length"], plan.device,
+                                        plan.precision)
     if plan.save_student:
-        models.save_student(student, tokenizer, run_dir / "student", plan.chain, labels=plan.task.labels,
-                            card=model_card(plan, outcome))
+        models.save_student(student, tokenizer, run_dir / "student", plan.chain,
+                            labels=plan.task.labels, card=model_card(plan, outcome))
     if not trainer.keep_checkpoints:
         checkpoints.clear()
     return outcome

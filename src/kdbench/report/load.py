@@ -12,12 +12,11 @@ from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VER
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
 # The record's measured cost (`kdbench.cost`) as report columns: (column, the model, its field).
-COST_FIELDS = (
-    ("student_params", "student", "params"), ("teacher_params", "teacher", "params"),
-    ("student_flops", "student", "flops_per_example"), ("teacher_flops", "teacher", "flops_per_example"),
-    ("student_latency_ms", "student", "latency_ms"), ("teacher_latency_ms", "teacher", "latency_ms"),
-    ("student_throughput", "student", "throughput_per_s"), ("teacher_throughput", "teacher", "throughput_per_s"),
-)
+COST_FIELDS = tuple(
+    (f"{model}_{column}", model, field) for column, field in (
+        ("params", "params"), ("flops", "flops_per_example"), ("latency_ms", "latency_ms"),
+        ("throughput", "throughput_per_s"))
+    for model in ("student", "teacher"))
 COST_COLS = [column for column, _, _ in COST_FIELDS] + ["speedup_latency", "speedup_throughput"]
 
 

@@ -28,10 +28,10 @@ POWER = 0.8  # the power at which `seeds_needed` detects a pair's observed diffe
 MAX_SEEDS = 1000  # seeds_needed above this is reported as this bound
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
 # Per run beyond the key: the score's metric and the teacher's score on it, its file, its code version, the paper
-# design it stands for (table, init, the analogue's note), its measured cost, its design (config less what does
-# not change a measurement; in memory only, not in results.csv).
-ORIGIN_COLS = ["score_metric", "teacher_score", "path", "commit", "paper_table", "paper_init", "paper_note",
-               *COST_COLS, "design"]
+# design it stands for (table, init, the analogue's note), its measured cost, its design (config
+# less what does not change a measurement; in memory only, not in results.csv).
+ORIGIN_COLS = ["score_metric", "teacher_score", "path", "commit", "paper_table", "paper_init",
+               "paper_note", *COST_COLS, "design"]
 AVG = "Avg"
 ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)

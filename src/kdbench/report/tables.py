@@ -163,9 +163,9 @@ def render_markdown(
     tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: list[str] | None = None,
     versions: str | None = None, cost: list[str] | None = None,
 ) -> str:
-    """All tables as GitHub markdown, then ``cost`` (the cost section, :mod:`kdbench.report.cost`), ``paper`` (the
-    published-vs-measured lines of ``--paper``, see :mod:`kdbench.report.versus`) and the list of excluded runs;
-    ``versions`` names the code the runs came from."""
+    """All tables as GitHub markdown, then ``cost`` (the cost section, :mod:`kdbench.report.cost`),
+    ``paper`` (the published-vs-measured lines of ``--paper``, see :mod:`kdbench.report.versus`) and
+    the list of excluded runs; ``versions`` names the code the runs came from."""
     out = ["# kdbench results", "", DESCRIPTION, ""] + ([f"Code: {md_escape(versions)}.", ""] if versions else [])
     for table in tables:
         out += [f"## {md_escape(table.title)}", ""]
