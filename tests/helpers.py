@@ -160,8 +160,9 @@ def stage1_losses_and_grads(plan, student, teacher_model, train_labels, batches,
 
 
 def write_user_data(root: Path, train: int = 40, dev: int = 12) -> dict[str, Path]:
-    """A user's own data made up in `root`: a CSV of reviews with string labels (`csv`, `csv_dev`), a JSONL pair
-    task (`jsonl`: question and answer, yes/no labels, no validation file) and a CSV regression (`scores`)."""
+    """A user's own data made up in `root`: a CSV of reviews with string labels (`csv`, `csv_dev`),
+    a JSONL pair task (`jsonl`: question and answer, yes/no labels, no validation file) and a CSV
+    regression (`scores`)."""
     import csv
     import json
 
@@ -172,11 +173,12 @@ def write_user_data(root: Path, train: int = 40, dev: int = 12) -> dict[str, Pat
         with paths[name].open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["review", "sentiment", "stars"])
-            writer.writerows((text, "pos" if label else "neg", 4 + label) for _, text, label in _rows(n, seed))
+            writer.writerows((text, "pos" if label else "neg", 4 + label)
+                             for _, text, label in _rows(n, seed))
     paths["jsonl"] = root / "pairs.jsonl"
-    paths["jsonl"].write_text("".join(
-        json.dumps({"question": f"is {text} good?", "answer": text, "label": "yes" if label else "no"}) + "\n"
-        for _, text, label in _rows(train, 2)))
+    pairs = ({"question": f"is {text} good?", "answer": text, "label": "yes" if label else "no"}
+             for _, text, label in _rows(train, 2))
+    paths["jsonl"].write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
     paths["scores"] = root / "scores.csv"
     paths["scores"].write_text("first,second,score\n" + "".join(
         f"{text},{text[::-1]},{(i % 6) * 0.5}\n" for i, text, _ in _rows(train, 3)))
@@ -184,6 +186,7 @@ def write_user_data(root: Path, train: int = 40, dev: int = 12) -> dict[str, Pat
 
 
 def custom_overrides(run_dir: Path, *extra: str) -> list[str]:
-    """A complete tiny run of task=custom (the data comes with `extra`): tiny teacher (4x32) to a 2x32 student."""
+    """A complete tiny run of task=custom (the data comes with `extra`): tiny teacher (4x32) to a
+    2x32 student."""
     return ["task=custom", "teacher=tiny", "student=tiny", "trainer=smoke", "init=every_kth",
             f"paths.run_dir={run_dir}", *extra]

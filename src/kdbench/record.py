@@ -21,8 +21,9 @@ KEY_FIELDS = ("setting", "teacher", "student", "task", "objective", "init", "see
 COMPLETED_FIELDS = ("status", *KEY_FIELDS, "score", "metrics")
 # Resolved config keys that do not change what a run measures: where it reads and writes, on which device, how it
 # computes, how it logs, and labels. Runs that differ only in these (and the seed) are averaged together.
-NOT_DESIGN = ("seed", "paths", "kdbench", "logger", "save_student", "measure_cost", "paper_analogue",
-              "data.glue_dir", "setting.student_path", "trainer.device", "trainer.eval_batch_size",
+NOT_DESIGN = ("seed", "paths", "kdbench", "logger", "save_student", "measure_cost",
+              "paper_analogue", "data.glue_dir", "setting.student_path", "trainer.device",
+              "trainer.eval_batch_size",
               *(f"trainer.{how}" for how in COMPUTATION_ONLY))
 
 

@@ -17,20 +17,21 @@ def test_wnli_comes_last_in_the_paper_order():
 
 
 def test_a_task_config_in_another_folder_is_a_task_with_no_code_change(user_data, tmp_path):
-    """A new task is one YAML file: in a folder added by hydra.searchpath it is a valid `task=` choice, composes
-    and plans; in conf/task it would also be listed with its title."""
+    """A new task is one YAML file: in a folder added by hydra.searchpath it is a valid `task=`
+    choice, composes and plans; in conf/task it would also be listed with its title."""
     from kdbench.cli import compose, sweep_point
     from kdbench.plan import task_spec
     from kdbench.tasks import task_titles
 
-    config = {"name": "reviews", "title": "Reviews", "order": 10, "train_file": str(user_data["csv"]),
-              "validation_file": str(user_data["csv_dev"]), "test_file": None, "dataset_name": None,
-              "dataset_config": None, "text_columns": ["review"], "label_column": "sentiment", "label_names": None,
-              "regression": False, "metric": ["accuracy", "f1"], "validation_fraction": 0.1, "split_seed": 0,
-              "eval_splits": {"": "validation"}, "lr": 2.0e-5, "batch_size": 16}
+    config = {"name": "reviews", "title": "Reviews", "order": 10,
+              "train_file": str(user_data["csv"]), "validation_file": str(user_data["csv_dev"]),
+              "test_file": None, "dataset_name": None, "dataset_config": None,
+              "text_columns": ["review"], "label_column": "sentiment", "label_names": None,
+              "regression": False, "metric": ["accuracy", "f1"], "validation_fraction": 0.1,
+              "split_seed": 0, "eval_splits": {"": "validation"}, "lr": 2.0e-5, "batch_size": 16}
     (tmp_path / "task").mkdir()
     (tmp_path / "task" / "reviews.yaml").write_text(yaml.safe_dump(config))
     points = sweep_point([f"hydra.searchpath=[file://{tmp_path}]", "task=reviews"])
     task = task_spec(compose(points).task)
     assert (task.name, task.labels, task.metrics) == ("reviews", ("neg", "pos"), ("accuracy", "f1"))
-    assert list(task_titles(tmp_path / "task")) == ["reviews"] and task_titles(tmp_path / "task")["reviews"] == "Reviews"
+    assert task_titles(tmp_path / "task") == {"reviews": "Reviews"}

@@ -180,11 +180,13 @@ def test_debug_shows_the_traceback(tmp_path):
 
 @pytest.mark.parametrize("where", ["cache", "run_dir"])
 def test_an_unusable_folder_is_bad_input(tiny_glue, tmp_path, where):
-    """A cache or run folder under a file, or a file where the folder belongs, is one line and exit 2."""
+    """A cache or run folder under a file, or a file where the folder belongs, is one line and
+    exit 2."""
     (tmp_path / "file").write_text("x")
     folder = tmp_path / "file" / "kd" if where == "cache" else tmp_path / "file"
     overrides = tiny_overrides(tiny_glue, folder if where == "run_dir" else tmp_path / "run")
     if where == "cache":
         overrides.append(f"paths.cache_dir={folder}")
-    problem = f"is under {tmp_path / 'file'}, a file" if where == "cache" else "is a file, not a folder"
+    under = f"is under {tmp_path / 'file'}, a file"
+    problem = under if where == "cache" else "is a file, not a folder"
     assert_one_line_error(cli(*overrides), problem, "give a folder this user can write")

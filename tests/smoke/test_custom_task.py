@@ -1,5 +1,6 @@
-"""task=custom through the real command line, on a tiny random BERT: a user's CSV, JSONL pair task and regression
-run end to end; the saved student loads with `pipeline`, predicts label names and carries its model card and cost."""
+"""task=custom through the real command line, on a tiny random BERT: a user's CSV, JSONL pair task
+and regression run end to end; the saved student loads with `pipeline`, predicts label names and
+carries its model card and cost."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ COST_FIELDS = ("params", "flops_per_example", "latency_ms", "throughput_per_s")
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True, text=True,
-                          env=dict(os.environ), timeout=300)
+    return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True,
+                          text=True, env=dict(os.environ), timeout=300)
 
 
 def completed(run_dir, *overrides: str) -> dict:
@@ -32,19 +33,22 @@ def completed(run_dir, *overrides: str) -> dict:
 def test_a_csv_task_ships_a_student_that_predicts_label_names(user_data, tmp_path):
     from transformers import pipeline
 
-    record = completed(tmp_path, f"task.train_file={user_data['csv']}", f"task.validation_file={user_data['csv_dev']}",
-                       "task.text_columns=[review]", "task.label_column=sentiment", "save_student=true")
+    record = completed(tmp_path, f"task.train_file={user_data['csv']}",
+                       f"task.validation_file={user_data['csv_dev']}", "task.text_columns=[review]",
+                       "task.label_column=sentiment", "save_student=true")
     assert set(record["metrics"]) == {"accuracy"}
     classifier = pipeline("text-classification", model=str(tmp_path / "student"))
-    assert {prediction["label"] for prediction in classifier(["a good movie", "awful plot"])} <= {"neg", "pos"}
+    predictions = classifier(["a good movie", "awful plot"])
+    assert {prediction["label"] for prediction in predictions} <= {"neg", "pos"}
     card = (tmp_path / "student" / "README.md").read_text()
     header = yaml.safe_load(card.split("---")[1])
     assert header["library_name"] == "transformers" and "knowledge-distillation" in header["tags"]
-    assert header["datasets"] == [user_data["csv"].name, user_data["csv_dev"].name] and header["metrics"] == ["accuracy"]
+    assert header["datasets"] == [user_data["csv"].name, user_data["csv_dev"].name]
+    assert header["metrics"] == ["accuracy"]
     scores = header["model-index"][0]["results"][0]["metrics"]
     assert scores == [{"type": "accuracy", "value": round(record["metrics"]["accuracy"], 2)}]
-    for fragment in ("**Teacher**: tiny", "**Objective**: att_kl", "**Init**: every_kth (2,4)", "| parameters |",
-                     "| latency, batch 1 (ms) |", "as fast as its teacher at batch 1"):
+    for fragment in ("**Teacher**: tiny", "**Objective**: att_kl", "**Init**: every_kth (2,4)",
+                     "| parameters |", "| latency, batch 1 (ms) |", "as fast as its teacher at batch 1"):
         assert fragment in card
 
 
@@ -55,19 +59,22 @@ def test_the_record_carries_both_models_measured_cost(user_data, tmp_path):
         assert all(cost[model][field] > 0 for field in COST_FIELDS), cost
     assert cost["student"]["params"] < cost["teacher"]["params"]
     assert cost["student"]["flops_per_example"] < cost["teacher"]["flops_per_example"]
-    assert cost["speedup_latency"] == pytest.approx(cost["teacher"]["latency_ms"] / cost["student"]["latency_ms"])
+    ratio = cost["teacher"]["latency_ms"] / cost["student"]["latency_ms"]
+    assert cost["speedup_latency"] == pytest.approx(ratio)
     assert cost["length"] > 2 and cost["device"].startswith(("cpu", "NVIDIA"))
 
 
 def test_a_jsonl_pair_task_without_validation_file_runs(user_data, tmp_path):
-    record = completed(tmp_path, f"task.train_file={user_data['jsonl']}", "task.text_columns=[question,answer]",
-                       "task.metric=[f1,accuracy]", "objective=vanilla_kd")
+    record = completed(tmp_path, f"task.train_file={user_data['jsonl']}",
+                       "task.text_columns=[question,answer]", "task.metric=[f1,accuracy]",
+                       "objective=vanilla_kd")
     assert list(record["metrics"]) == ["f1", "accuracy"] and record["score_metric"] == "f1"
 
 
 def test_a_regression_csv_runs_with_correlations(user_data, tmp_path):
-    record = completed(tmp_path, f"task.train_file={user_data['scores']}", "task.text_columns=[first,second]",
-                       "task.label_column=score", "task.regression=true", "objective=hid_seq")
+    record = completed(tmp_path, f"task.train_file={user_data['scores']}",
+                       "task.text_columns=[first,second]", "task.label_column=score",
+                       "task.regression=true", "objective=hid_seq")
     assert list(record["metrics"]) == ["pearson", "spearman"]
 
 

@@ -88,7 +88,8 @@ def test_main_exits_2_without_results(tmp_path: Path, capsys, make: str):
 
 
 @pytest.mark.parametrize("out", ["file", "file/report"])
-def test_an_out_folder_that_cannot_be_one_is_one_line(three_objectives: Path, tmp_path: Path, capsys, out: str):
+def test_an_out_folder_that_cannot_be_one_is_one_line(three_objectives: Path, tmp_path: Path, capsys,
+                                                      out: str):
     (tmp_path / "file").write_text("x")
     with pytest.raises(SystemExit) as exc:
         main([str(three_objectives), "--out", str(tmp_path / out), "--no-plots"])

@@ -1,5 +1,6 @@
-"""The report's cost: the records' measured cost per point (task, teacher, student, objective, init) beside the
-score over seeds, in cost.csv, the Cost section of tables.md and an accuracy-vs-cost plot per task."""
+"""The report's cost: the records' measured cost per point (task, teacher, student, objective,
+init) beside the score over seeds, in cost.csv, the Cost section of tables.md and an
+accuracy-vs-cost plot per task."""
 
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ def cost(student_ms: float, teacher_ms: float = 8.0, params: int = 20_000_000) -
 def costed(tmp_path: Path) -> Path:
     results = tmp_path / "results"
     for seed, (score, ms) in enumerate([(80.0, 2.0), (82.0, 4.0)], start=1):
-        write_run(results, task="custom", objective="vanilla_kd", init="1,2,3", seed=seed, score=score,
-                  score_metric="accuracy", cost=cost(ms))
-        write_run(results, task="custom", objective="att_kl", init="1,2,3", seed=seed, score=score - 5,
-                  score_metric="accuracy", cost=cost(ms * 2))
-    write_run(results, task="custom", objective="hid_seq", init="1,2,3", seed=1, score=60.0)  # cost not measured
+        write_run(results, task="custom", objective="vanilla_kd", init="1,2,3", seed=seed,
+                  score=score, score_metric="accuracy", cost=cost(ms))
+        write_run(results, task="custom", objective="att_kl", init="1,2,3", seed=seed,
+                  score=score - 5, score_metric="accuracy", cost=cost(ms * 2))
+    write_run(results, task="custom", objective="hid_seq", init="1,2,3", seed=1, score=60.0)  # no cost
     return results
 
 
@@ -35,7 +36,8 @@ def test_cost_csv_has_one_row_per_point_with_seeds_as_spread(costed: Path):
     out = run_main(costed)
     table = read_csv(out / "cost.csv").set_index("objective")
     assert sorted(table.index) == ["att_kl", "vanilla_kd"]  # hid_seq measured no cost
-    assert table.at["vanilla_kd", "mean"] == pytest.approx(81.0) and table.at["vanilla_kd", "n"] == 2
+    assert table.at["vanilla_kd", "mean"] == pytest.approx(81.0)
+    assert table.at["vanilla_kd", "n"] == 2
     assert table.at["vanilla_kd", "std"] == pytest.approx(2 ** 0.5)
     assert table.at["vanilla_kd", "student_latency_ms"] == pytest.approx(3.0)
     assert table.at["att_kl", "speedup_latency"] == pytest.approx((8 / 4 + 8 / 8) / 2)
@@ -50,8 +52,10 @@ def test_tables_md_shows_the_cost_and_links_the_plot(costed: Path, tmp_path: Pat
     out = tmp_path / "report"
     assert main([str(costed), "--out", str(out)]) == 0
     text = (out / "tables.md").read_text()
-    assert "## Cost" in text and "| 20.00M / 110.00M | 1.000 / 4.000 | 3.00 / 8.00 | 3.00x | 4.00x |" in text
-    assert "![accuracy vs cost](cost_custom.png)" in text and (out / "cost_custom.png").stat().st_size > 0
+    assert "## Cost" in text
+    assert "| 20.00M / 110.00M | 1.000 / 4.000 | 3.00 / 8.00 | 3.00x | 4.00x |" in text
+    assert "![accuracy vs cost](cost_custom.png)" in text
+    assert (out / "cost_custom.png").stat().st_size > 0
 
 
 def test_no_cost_section_without_measured_cost(tmp_path: Path):

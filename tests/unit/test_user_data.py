@@ -1,5 +1,5 @@
-"""A task of the user's own data (task=custom): what it is, found from the data, and each bad file refused in one
-line naming the file and the fix."""
+"""A task of the user's own data (task=custom): what it is, found from the data, and each bad file
+refused in one line naming the file and the fix."""
 
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ def test_labels_are_inferred_sorted_and_loaded_as_ids(user_data):
     dev = load_split(task, "validation", None)
     assert set(dev.column_names) == {"review", "label", "idx"} and len(dev) == 12
     with user_data["csv_dev"].open() as handle:
-        assert dev["label"] == [task.labels.index(row["sentiment"]) for row in csv.DictReader(handle)]
+        gold = [task.labels.index(row["sentiment"]) for row in csv.DictReader(handle)]
+    assert dev["label"] == gold
 
 
 def test_given_label_names_set_the_ids(user_data):
-    task = custom_task(*reviews(user_data, "task.label_names=[pos,neg]", "task.metric=[f1,accuracy]"))
+    task = custom_task(*reviews(user_data, "task.label_names=[pos,neg]",
+                                "task.metric=[f1,accuracy]"))
     assert task.labels == ("pos", "neg") and task.metrics == ("f1", "accuracy")
     assert load_split(task, "train", None)["label"][:2] == [1, 0]  # the rows alternate neg, pos
 
@@ -43,7 +45,8 @@ def test_without_a_validation_file_a_seeded_split_is_carved_from_train(user_data
     task = custom_task(*overrides)
     train, dev = load_split(task, "train", None), load_split(task, "validation", None)
     assert (len(train), len(dev)) == (30, 10) and task.text_fields == ("question", "answer")
-    assert load_split(custom_task(*overrides), "validation", None)["answer"] == dev["answer"]  # the same split
+    again = load_split(custom_task(*overrides), "validation", None)
+    assert again["answer"] == dev["answer"]  # the same split
     other = load_split(custom_task(*overrides, "task.split_seed=1"), "validation", None)
     assert other["answer"] != dev["answer"]
 
@@ -53,7 +56,8 @@ def test_a_dataset_in_the_hub_layout_is_read_by_name(user_data, tmp_path, with_v
     (tmp_path / "train.csv").write_bytes(user_data["csv"].read_bytes())
     if with_validation:
         (tmp_path / "validation.csv").write_bytes(user_data["csv_dev"].read_bytes())
-    task = custom_task(f"task.dataset_name={tmp_path}", "task.text_columns=[review]", "task.label_column=sentiment")
+    task = custom_task(f"task.dataset_name={tmp_path}", "task.text_columns=[review]",
+                       "task.label_column=sentiment")
     assert task.user_data.carve is not with_validation and task.labels == ("neg", "pos")
     assert len(load_split(task, "validation", None)) == (12 if with_validation else 4)
 
@@ -68,15 +72,17 @@ def test_a_regression_reads_scores_and_defaults_to_correlations(user_data):
 def test_the_content_hash_follows_the_bytes(user_data, tmp_path):
     copy = tmp_path / "reviews.csv"
     copy.write_bytes(user_data["csv"].read_bytes())
-    same = custom_task(f"task.train_file={copy}", "task.text_columns=[review]", "task.label_column=sentiment")
+    columns = ("task.text_columns=[review]", "task.label_column=sentiment")
+    same = custom_task(f"task.train_file={copy}", *columns)
     copy.write_bytes(user_data["csv"].read_bytes().replace(b"very", b"truly"))
-    changed = custom_task(f"task.train_file={copy}", "task.text_columns=[review]", "task.label_column=sentiment")
+    changed = custom_task(f"task.train_file={copy}", *columns)
     assert same.content_hash != changed.content_hash
 
 
-BAD = {  # name: (files to write {name: text}, overrides beyond the files, error type, fragments of the line)
-    "missing column": ({"t.csv": "text,label\na,x\nb,y\n"}, ["task.text_columns=[review]"], DataError,
-                       ["t.csv has no column 'review'", "set task.text_columns"]),
+# name: (files to write {name: text}, overrides beyond the files, error type, fragments of the line)
+BAD = {
+    "missing column": ({"t.csv": "text,label\na,x\nb,y\n"}, ["task.text_columns=[review]"],
+                       DataError, ["t.csv has no column 'review'", "set task.text_columns"]),
     "empty file": ({"t.csv": ""}, [], DataError, ["t.csv is empty", "at least one example"]),
     "header only": ({"t.csv": "text,label\n"}, [], DataError, ["t.csv is empty"]),
     "non-text column": ({"t.csv": "text,label\n1,x\n2,y\n"}, [], DataError,
@@ -86,11 +92,14 @@ BAD = {  # name: (files to write {name: text}, overrides beyond the files, error
     "unseen dev label": ({"t.csv": "text,label\na,x\nb,y\n", "d.csv": "text,label\nc,z\n"},
                          ["task.validation_file={root}/d.csv"], DataError,
                          ["d.csv has labels that", "t.csv lacks (z)", "add training examples"]),
-    "folder for a file": ({}, ["task.train_file={root}"], ConfigError, ["is a folder: give a data file"]),
-    "missing file": ({}, ["task.train_file={root}/nope.csv"], ConfigError, ["nope.csv does not exist"]),
-    "unknown format": ({"t.txt": "a\n"}, ["task.train_file={root}/t.txt"], ConfigError, ["t.txt is not a data file"]),
-    "f1 of many classes": ({"t.csv": "text,label\na,x\nb,y\nc,z\n"}, ["task.metric=[f1]"], ConfigError,
-                           ["task.metric=f1 is binary F1", "use f1_macro"]),
+    "folder for a file": ({}, ["task.train_file={root}"], ConfigError,
+                          ["is a folder: give a data file"]),
+    "missing file": ({}, ["task.train_file={root}/nope.csv"], ConfigError,
+                     ["nope.csv does not exist"]),
+    "unknown format": ({"t.txt": "a\n"}, ["task.train_file={root}/t.txt"], ConfigError,
+                       ["t.txt is not a data file"]),
+    "f1 of many classes": ({"t.csv": "text,label\na,x\nb,y\nc,z\n"}, ["task.metric=[f1]"],
+                           ConfigError, ["task.metric=f1 is binary F1", "use f1_macro"]),
     "no data": ({}, ["task.train_file=null"], ConfigError, ["task.train_file=... (a file)"]),
 }
 
@@ -109,7 +118,8 @@ def test_a_bad_file_is_refused_in_one_line_naming_it(case, tmp_path):
 
 def saved_teacher(tmp_path, labels: list[str]):
     """A tiny teacher saved with save_pretrained, naming its classes `labels`."""
-    teacher, _ = tiny_models(compose_config(["teacher=tiny", "student=tiny"]), num_labels=len(labels))
+    config = compose_config(["teacher=tiny", "student=tiny"])
+    teacher, _ = tiny_models(config, num_labels=len(labels))
     teacher.config.id2label = dict(enumerate(labels))
     teacher.config.label2id = {name: i for i, name in enumerate(labels)}
     teacher.save_pretrained(tmp_path / "teacher")
@@ -125,5 +135,6 @@ def test_a_given_teacher_orders_inferred_labels_by_its_names(user_data, tmp_path
 
 def test_a_teacher_of_other_labels_is_refused(user_data, tmp_path):
     teacher = saved_teacher(tmp_path, ["good", "bad"])
+    overrides = custom_overrides(tmp_path, *reviews(user_data), f"teacher.finetuned_path={teacher}")
     with pytest.raises(ConfigError, match=r"predicts the labels \['good', 'bad'\] and task custom has"):
-        make_plan(compose_config(custom_overrides(tmp_path, *reviews(user_data), f"teacher.finetuned_path={teacher}")))
+        make_plan(compose_config(overrides))

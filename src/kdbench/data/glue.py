@@ -1,8 +1,9 @@
 """Task loading (GLUE from Hugging Face `datasets` or a local TSV directory; the user's own data)
 and tokenisation.
 
-Every source yields a `datasets.Dataset` with the task's Hugging Face text fields, `label` (Hugging Face
-label ids) and `idx` (the example's row number in its split), so everything downstream is source-agnostic.
+Every source yields a `datasets.Dataset` with the task's Hugging Face text fields, `label` (Hugging
+Face label ids) and `idx` (the example's row number in its split), so everything downstream is
+source-agnostic.
 """
 
 from __future__ import annotations

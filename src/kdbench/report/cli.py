@@ -19,10 +19,10 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     ``teacher_latency_ms``, ...).
 ``cost.csv``
     per (task, teacher, student, objective, init) with a measured cost (``kdbench.cost``): the
-    score's mean, std and n over seeds, both models' parameters, FLOPs per example, latency (batch 1)
-    and throughput (batch 32), and the student's speed-ups over its teacher; shown as the Cost
-    section of ``tables.md`` and, per task, in ``cost_<task>.png`` (score against latency, seeds as
-    error bars, the teacher as a star).
+    score's mean, std and n over seeds, both models' parameters, FLOPs per example, latency
+    (batch 1) and throughput (batch 32), and the student's speed-ups over its teacher; shown as the
+    Cost section of ``tables.md`` and, per task, in ``cost_<task>.png`` (score against latency,
+    seeds as error bars, the teacher as a star).
 ``summary.csv``
     long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample std
     (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of a row that has
@@ -227,7 +227,8 @@ def _write_report(
     cost = cost_table(frame)
     _write_csv(cost, out / "cost.csv")
     cost_lines = cost_markdown(cost, args.digits, [] if args.no_plots else plot_cost(cost, out))
-    markdown = render_markdown(tables, args.digits, excluded, versus, code_versions(frame), cost_lines)
+    markdown = render_markdown(tables, args.digits, excluded, versus, code_versions(frame),
+                               cost_lines)
     _write_text(out / "tables.md", markdown)
     if paper is not None:
         _write_csv(comparison(frame, paper), out / "paper.csv")
