@@ -19,7 +19,7 @@ COST_FIELDS = ("params", "flops_per_example", "latency_ms", "throughput_per_s")
 
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True,
-                          text=True, env=dict(os.environ), timeout=300)
+                          text=True, env=dict(os.environ), timeout=900)
 
 
 def completed(run_dir, *overrides: str) -> dict:
