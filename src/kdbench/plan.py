@@ -119,12 +119,13 @@ def task_spec(task: DictConfig) -> TaskSpec:
 
 def user_task_spec(values: dict) -> TaskSpec:
     """A task of the user's files or Hub dataset, its data checked on entry
-    (`kdbench.data.user_data`)."""
+    (`kdbench.data.user_data`); a test file is evaluated after the validation split (`_test`)."""
     from kdbench.data.user_data import describe
 
     where, labels, metrics, content = describe(values)
-    return TaskSpec(values["name"], None, tuple(values["text_columns"]), labels, metrics,
-                    dict(values["eval_splits"]), None, where, content)
+    evals = dict(values["eval_splits"]) | ({"test": "test"} if "test" in where.files else {})
+    return TaskSpec(values["name"], None, tuple(values["text_columns"]), labels, metrics, evals,
+                    None, where, content)
 
 
 def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:

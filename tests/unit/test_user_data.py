@@ -32,6 +32,12 @@ def test_labels_are_inferred_sorted_and_loaded_as_ids(user_data):
     assert dev["label"] == gold
 
 
+def test_a_test_file_is_evaluated_after_the_validation_split(user_data):
+    task = custom_task(*reviews(user_data, f"task.test_file={user_data['csv_dev']}"))
+    assert task.eval_splits == {"": "validation", "test": "test"}
+    assert len(load_split(task, "test", None)) == 12
+
+
 def test_given_label_names_set_the_ids(user_data):
     task = custom_task(*reviews(user_data, "task.label_names=[pos,neg]",
                                 "task.metric=[f1,accuracy]"))
