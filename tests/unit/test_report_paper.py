@@ -4,6 +4,7 @@ the runs that stand for them, and the published-vs-measured tables."""
 from __future__ import annotations
 
 import hashlib
+import math
 from importlib import resources
 from pathlib import Path
 
@@ -306,3 +307,18 @@ def test_unreadable_paper_fails_cleanly(tmp_path: Path, monkeypatch, capsys):
         cli.main([str(results), "--out", str(results.parent / "out"), "--no-plots", "--paper"])
     assert exc.value.code == 2
     assert f"{PAPER_FILE}: boom" in capsys.readouterr().err
+
+
+def test_rank_agreement_is_kendalls_tau_over_the_rows_of_a_task():
+    from scipy import stats
+
+    from kdbench.report.versus import rank_agreement
+
+    published = pd.DataFrame({"objective": ["a", "b", "c", "d"], "paper_init": ["x"] * 4, "task": ["sst2"] * 4,
+                              "mean": [70.0, 72.0, 71.0, 75.0], "quoted": [False] * 4})
+    measured = pd.DataFrame({"objective": ["a", "b", "c", "d"], "paper_init": ["x"] * 4, "task": ["sst2"] * 4,
+                             "measured_mean": [60.0, 61.0, 63.0, 62.0]})
+    tau, p, n = rank_agreement(published, measured, "sst2")
+    expected = stats.kendalltau([70, 72, 71, 75], [60, 61, 63, 62])
+    assert (tau, p, n) == (pytest.approx(expected.statistic), pytest.approx(expected.pvalue), 4)
+    assert math.isnan(rank_agreement(published, measured.iloc[:2], "sst2")[0])
