@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 from kdbench.report.claims import (
+    ALL_COLLAPSED,
     CLAIMS,
     CONTRADICTED,
     INCONCLUSIVE,
@@ -369,3 +370,14 @@ def test_power_advice_only_in_the_claimed_direction(tmp_path: Path):
     reversed_gap = [e for e in evidence if e.mean_a < e.mean_b]
     assert reversed_gap and all(e.verdict == INCONCLUSIVE and e.reason == OPPOSITE for e in reversed_gap)
     assert all(math.isnan(e.seeds_needed) for e in reversed_gap)
+
+
+def test_a_study_whose_runs_all_collapsed_makes_no_comparison(tmp_path: Path):
+    constant = {"dev_class_0": 428, "dev_class_1": 444}  # SST-2 dev: predicting class 1 everywhere scores 50.9
+    for objective in T1_OBJECTIVES:
+        for task, seed in KEYS:
+            write_run(tmp_path, task=task, seed=seed, objective=objective, init="2,4,6", score=100 * 444 / 872,
+                      metrics={"accuracy": 100 * 444 / 872, **constant}, score_metric="accuracy", **T1_REPLICA)
+    judgement = judge(tmp_path, "T1.attention_best")
+    assert judgement.verdict == INCONCLUSIVE
+    assert reasons(judgement) == {ALL_COLLAPSED} and judgement.groups[0].runs.all_collapsed

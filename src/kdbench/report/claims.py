@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from kdbench.report.collapse import COLLAPSED
 from kdbench.report.paper import PAPER_CITE, PAPER_DESIGNS, runs_for_table
 from kdbench.report.stats import (
     ALL,
@@ -60,6 +61,7 @@ NOT_EQUIVALENT = "neither significantly different nor shown equivalent (TOST)"
 # choice of an objective in practice.
 TIE_MARGIN = 1.0
 NO_RUNS = "runs missing"
+ALL_COLLAPSED = "every run collapsed to one class: no comparison made"
 _SEVERITY = (CONTRADICTED, NOT_COVERED, INCONCLUSIVE, SUPPORTED)  # the order reasons are tallied in
 
 ATTENTION = ("att_mse", "att_mse+hid_seq", "att_kl", "att_kl+hid_seq", "att_kl+val_kl")
@@ -191,6 +193,12 @@ class TableRuns:
     measured_init: dict[str, str]
     present: frozenset[tuple[str, str]]
     pvalues: pd.DataFrame
+    n_runs: int = 0
+    n_collapsed: int = 0  # runs that predict one class (kdbench.report.collapse)
+
+    @property
+    def all_collapsed(self) -> bool:
+        return self.n_runs > 0 and self.n_collapsed == self.n_runs
 
 
 def table_runs(frame: pd.DataFrame, table: int, alpha: float) -> list[TableRuns]:
@@ -207,7 +215,8 @@ def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
         measured.setdefault(paper_init, init)  # a paper init measured under two labels: the first, naturally
     part = part[[measured[p] == i for p, i in zip(part["paper_init"], part["init"])]]
     return TableRuns(tuple(group), bool(part["paper_table"].notna().any()), measured,
-                     frozenset(zip(part["objective"], part["paper_init"])), paired_tests(part, alpha))
+                     frozenset(zip(part["objective"], part["paper_init"])), paired_tests(part, alpha),
+                     len(part), int((part["collapse"] == COLLAPSED).sum()))
 
 
 # -------------------------------------------------------------------------------------------- the verdicts
@@ -313,6 +322,8 @@ def _evidence(runs: TableRuns | None, assertion: Assertion, margin: float, alpha
     missing = tuple(run for run in assertion.runs() if run not in present)
     if missing:
         return Evidence(assertion, NOT_COVERED, NO_RUNS, missing=missing)
+    if runs.all_collapsed:
+        return Evidence(assertion, INCONCLUSIVE, ALL_COLLAPSED)
     test = _pooled_test(runs, assertion)
     tie = assertion.relation == TIE
     p_equivalence = math.nan
@@ -445,7 +456,9 @@ def _group_lines(claim: Claim, group: GroupVerdict, digits: int) -> list[str]:
     kind = f"scaled replica (paper_analogue Table {claim.table})" if runs.replica else "the paper's design"
     order = TABLE_DESIGNS[claim.table][1]
     inits = "; ".join(f"{paper} ({runs.measured_init[paper]})" for paper in order if paper in runs.measured_init)
-    lines = [f"### {_group_name(runs)}: {group.verdict}", "", f"{kind}; paper init (measured): {inits}.", ""]
+    collapsed = f" {runs.n_collapsed} of its {runs.n_runs} runs collapsed to one class." if runs.n_collapsed else ""
+    lines = [f"### {_group_name(runs)}: {group.verdict}", "",
+             f"{kind}; paper init (measured): {inits}.{collapsed}", ""]
     return lines + _evidence_table(group.evidence, digits)
 
 

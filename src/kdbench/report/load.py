@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION, design
+from kdbench.report.collapse import collapse_status
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
 
@@ -114,7 +115,9 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
     seed, score, metrics = _as_int(data["seed"]), _as_float(data["score"]), _flatten(data["metrics"])
     grid_text = ",".join(f"{k}={v}" for k, v in grid.items()) if grid else None
     record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
-    return record | _references(data) | _origin(data, record["init"], grid), None
+    references = _references(data)
+    references["collapse"] = collapse_status(metrics, references["score_metric"])
+    return record | references | _origin(data, record["init"], grid), None
 
 
 def _references(data: dict) -> dict:

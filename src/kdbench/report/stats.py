@@ -15,12 +15,13 @@ import pandas as pd
 from scipy import stats
 
 from kdbench.record import KEY_FIELDS
+from kdbench.report.collapse import COLLAPSED, HEALTHY
 from kdbench.report.load import exclusion
 from kdbench.tasks import TASKS
 
 GROUP_COLS = ["setting", "teacher", "student"]
 ROW_COLS = ["objective", "init"]
-SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n"]
+SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n", "collapsed"]
 FAMILY_COLS = GROUP_COLS + ["factor", "fixed", "task"]
 PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "diff", "se", "ci_low", "ci_high", "effect", "t",
                              "p", "p_holm", "seeds_needed"]
@@ -30,7 +31,8 @@ UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
 # Per run beyond the key: the score's metric and the teacher's score on it, its file, its code version, the paper
 # design it stands for (table, init, the analogue's note), its design (config less what does not change a
 # measurement; in memory only, not in results.csv).
-ORIGIN_COLS = ["score_metric", "teacher_score", "path", "commit", "paper_table", "paper_init", "paper_note", "design"]
+ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "path", "commit", "paper_table", "paper_init", "paper_note",
+               "design"]
 AVG = "Avg"
 ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
@@ -207,14 +209,24 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
         .agg(mean="mean", std=lambda s: s.std(ddof=1) if len(s) > 1 else np.nan, n="count")
         .reset_index()
     )
+    per_task["collapsed"] = collapsed_counts(frame).reindex(
+        pd.MultiIndex.from_frame(per_task[GROUP_COLS + ROW_COLS + ["task"]])).to_numpy()
     averages = pd.DataFrame(_averages(per_task), columns=SUMMARY_COLS)
     summary = pd.concat([per_task, averages], ignore_index=True)
     summary["n"] = summary["n"].astype("Int64")
+    summary["collapsed"] = summary["collapsed"].astype("Int64")
     avg_last = (2, 0, "")  # after every task_sort_key
     return _sorted_by(
         summary[SUMMARY_COLS],
         lambda r: (*_group_key(r), *_row_key(r), avg_last if r["task"] == AVG else task_sort_key(r["task"])),
     )
+
+
+def collapsed_counts(frame: pd.DataFrame) -> pd.Series:
+    """Per (group, objective, init, task): how many runs collapsed to one class (NaN when none is known)."""
+    known = frame.assign(known=frame["collapse"].isin([COLLAPSED, HEALTHY]), hit=frame["collapse"] == COLLAPSED)
+    counts = known.groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False)[["known", "hit"]].sum()
+    return counts["hit"].where(counts["known"] > 0).astype(float)
 
 
 def _averages(per_task: pd.DataFrame) -> list[dict]:

@@ -34,6 +34,7 @@ class Table:
     std: pd.DataFrame
     n: pd.DataFrame  # tasks only
     inits: list[str] = field(default_factory=list)
+    collapsed: pd.DataFrame | None = None  # tasks only: runs collapsed to one class (NaN: unknown)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -41,7 +42,19 @@ class Table:
 
     @property
     def columns(self) -> list[str]:
-        return self.tasks + [AVG]
+        """The tasks, and Avg when there are several (for one task it would repeat the task's column)."""
+        return self.tasks + ([AVG] if len(self.tasks) > 1 else [])
+
+    def collapsed_runs(self, row, column: str) -> int | None:
+        """How many runs of a cell collapsed to one class (None: unknown, or the Avg column)."""
+        if self.collapsed is None or column not in self.collapsed.columns:
+            return None
+        value = self.collapsed.at[row, column]
+        return None if pd.isna(value) else int(value)
+
+    def all_collapsed(self, row, column: str) -> bool:
+        k = self.collapsed_runs(row, column)
+        return bool(k) and k == int(self.n.at[row, column])
 
     @property
     def title(self) -> str:
@@ -96,12 +109,15 @@ def _table(key: tuple[str, str, str], group: pd.DataFrame) -> Table:
         std=pivot("std", tasks + [AVG]).astype(float),
         n=pivot("n", tasks),
         inits=inits,
+        collapsed=pivot("collapsed", tasks).astype(float),
     )
 
 
 def best_rows(table: Table, column: str, digits: int) -> set[tuple[str, str]]:
-    """Rows whose displayed mean equals the column maximum; empty when the column has < 2 values."""
+    """Rows whose displayed mean equals the column maximum, among the cells whose runs did not all collapse to
+    one class; empty when the column has < 2 such values."""
     col = table.mean[column].dropna()
+    col = col[[not table.all_collapsed(row, column) for row in col.index]]
     if len(col) < 2:
         return set()
     best = round(col.max(), digits)
@@ -134,9 +150,19 @@ def _footnote(table: Table) -> str:
 
 DESCRIPTION = (
     "Cells: mean ± sample std (ddof=1) over seeds; a single-seed cell shows the mean only. "
-    "Avg: mean over tasks of the per-task means, only for rows that have every task of the table. "
-    "Bold: best mean per column."
+    "Avg (tables of several tasks): mean over tasks of the per-task means, only for rows that have every task "
+    "of the table. Bold: best mean per column among the cells whose runs did not all collapse. "
+    "[collapsed] / [k collapsed]: every run / k runs of the cell predict one class for at least 95% of the dev "
+    "set (kdbench.report.collapse; judged from the score and the dev label counts for records without their "
+    "predicted-label counts)."
 )
+
+
+def _collapse_mark(table: Table, row, column: str) -> str:
+    k = table.collapsed_runs(row, column)
+    if not k:
+        return ""
+    return " [collapsed]" if table.all_collapsed(row, column) else f" [{k} collapsed]"
 
 
 def body_cells(table: Table, digits: int, escape, *, pm: str, bold: str):
@@ -155,7 +181,7 @@ def body_cells(table: Table, digits: int, escape, *, pm: str, bold: str):
                 text = bold.format(text)
             if mark is not None:
                 text += f" (n={mark})"
-            cells.append(text)
+            cells.append(text + _collapse_mark(table, row, column))
         yield cells
 
 
