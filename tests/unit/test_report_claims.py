@@ -311,7 +311,10 @@ def test_first_six_layers_count_as_the_papers_first_6(tmp_path: Path):
 def test_report_writes_claims_md(tmp_path: Path):
     results = write_t1(tmp_path / "results", T1_PAPER_LIKE, loud=T1_LOUD)
     text = (run_main(results) / "claims.md").read_text()
-    assert text.startswith("# Claims of Wang et al. 2023")
+    assert text.startswith("# Findings: results\n\n### task_specific / minilm_l6 / 3x384: 9 objective(s)")
+    assert text.index("# Findings") < text.index("# Claims of Wang et al. 2023")
+    assert "Not covered by these runs (a run set they compare has no run): T3.lower_layers_help (Table 3)" in text
+    assert "| T3.lower_layers_help |" not in text  # not covered: in the one line, not the table
     assert "alpha = 0.05" in text and "Holm-adjusted within the family" in text
     assert "## When not to trust a verdict" in text
     assert "| T1.attention_best | 1 | supported |" in text

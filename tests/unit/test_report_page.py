@@ -22,12 +22,14 @@ def page(tmp_path: Path) -> Path:
     return run_main(write_three_objectives(tmp_path / "results"), "--paper", plots=True) / "report.html"
 
 
-def test_the_page_opens_with_the_claims_then_each_study(page: Path):
+def test_the_page_opens_with_the_findings_then_the_claims_then_each_study(page: Path):
     text = page.read_text()
-    claims, study, detail = (text.index(f'<section id="{name}"') for name in ("claims", "study-1", "claims-detail"))
-    assert claims < study < detail
+    sections = ("findings", "claims", "study-1", "claims-detail")
+    findings, claims, study, detail = (text.index(f'<section id="{name}"') for name in sections)
+    assert findings < claims < study < detail
+    assert re.search(r"<h2>(.*?)</h2>", text).group(1) == "Findings"
     summary = text[claims:study]
-    assert all(f"<td>{claim.id}</td>" in summary for claim in CLAIMS)
+    assert all(claim.id in summary for claim in CLAIMS)
 
 
 def test_the_page_is_self_contained(page: Path):

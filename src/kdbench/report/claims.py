@@ -28,6 +28,7 @@ every part is supported, else not covered if any part is not covered, else incon
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kdbench.report.collapse import COLLAPSED
+from kdbench.report.findings import study_findings
 from kdbench.report.paper import PAPER_CITE, PAPER_DESIGNS, runs_for_table
 from kdbench.report.stats import (
     ALL,
@@ -422,11 +424,22 @@ def _header(alpha: float) -> list[str]:
 
 
 def _summary(judgements: list[Judgement]) -> list[str]:
-    lines = [md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"]
-    for judgement in judgements:
+    """The covered claims' verdicts as a table, the claims no run covers in one line."""
+    covered = [j for j in judgements if j.verdict != NOT_COVERED]
+    lines = [md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"] if covered else []
+    for judgement in covered:
         claim = judgement.claim
         lines.append(md_row([claim.id, str(claim.table), judgement.verdict, md_escape(_why(judgement))]))
-    return lines + [""]
+    return lines + [""] + not_covered_line(judgements)
+
+
+def not_covered_line(judgements: list[Judgement]) -> list[str]:
+    """One line naming the claims these runs do not cover (their runs are listed in the claims' sections)."""
+    missing = [j.claim for j in judgements if j.verdict == NOT_COVERED]
+    if not missing:
+        return []
+    names = ", ".join(f"{claim.id} (Table {claim.table})" for claim in missing)
+    return [f"Not covered by these runs (a run set they compare has no run): {names}.", ""]
 
 
 def _why(judgement: Judgement) -> str:
@@ -500,16 +513,31 @@ class ClaimsText:
     header: list[str]
     summary: list[str]
     details: list[str]
+    findings: list[str] = dataclasses.field(default_factory=list)  # the findings that open the page
 
     def markdown(self) -> str:
-        return "\n".join(self.header + ["## Summary", ""] + self.summary + self.details).rstrip() + "\n"
+        lines = self.findings + self.header + ["## Summary", ""] + self.summary + self.details
+        return "\n".join(lines).rstrip() + "\n"
 
 
-def render_claims(judgements: list[Judgement], alpha: float, digits: int = 1) -> ClaimsText:
+def render_claims(judgements: list[Judgement], alpha: float, digits: int = 1,
+                  findings: list[str] | None = None) -> ClaimsText:
     details = [line for judgement in judgements for line in _claim_section(judgement, digits)]
-    return ClaimsText(_header(alpha), _summary(judgements), details)
+    return ClaimsText(_header(alpha), _summary(judgements), details, findings or [])
 
 
-def claims_text(frame: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> ClaimsText:
-    """``claims.md``: every claim of :data:`CLAIMS` judged from ``frame`` (the report's usable runs)."""
-    return render_claims(judge_claims(frame, alpha), alpha, digits)
+def claims_text(frame: pd.DataFrame, alpha: float = 0.05, digits: int = 1, pvalues: pd.DataFrame | None = None,
+                name: str = "") -> ClaimsText:
+    """``claims.md``: the findings of study ``name`` (from ``pvalues``, the report's paired tests), then every
+    claim of :data:`CLAIMS` judged from ``frame`` (the report's usable runs)."""
+    judgements = judge_claims(frame, alpha)
+    findings = [f"# Findings{': ' + md_escape(name) if name else ''}", ""]
+    if pvalues is not None:
+        findings += study_findings(frame, pvalues, alpha, digits)
+    findings += ["Claims of the paper: see the summary below; " + _verdict_tally(judgements), ""]
+    return render_claims(judgements, alpha, digits, findings)
+
+
+def _verdict_tally(judgements: list[Judgement]) -> str:
+    counts = Counter(j.verdict for j in judgements)
+    return ", ".join(f"{counts[v]} {v}" for v in _SEVERITY[::-1] if counts[v]) + "."

@@ -151,6 +151,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def study_name(source: Path) -> str:
+    """The study's name: its folder's, or for a ``runs.jsonl`` file the folder holding it."""
+    return source.resolve().parent.name if source.is_file() else source.resolve().name
+
+
+def source_root(source: Path) -> Path:
+    """What records' paths are relative to: the results folder, or the folder of a ``.jsonl`` file."""
+    return source.parent if source.is_file() else source
+
+
 def _fail(message: str):
     print(f"{PROG}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
@@ -220,11 +230,11 @@ def _write_report(
         _write_csv(comparison(frame, paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))
     _write_text(out / "significance.md", render_significance(pvalues, args.alpha, args.digits))
-    claims = claims_text(frame, args.alpha, args.digits)
+    claims = claims_text(frame, args.alpha, args.digits, pvalues, study_name(args.results_dir))
     _write_text(out / "claims.md", claims.markdown())
     sections = [] if paper is None else versus_sections(frame, paper, args.digits)
-    page = PageParts(args.results_dir, out, frame, tables, pvalues, claims, sections, excluded, {}, args.alpha,
-                     args.digits)
+    page = PageParts(source_root(args.results_dir), out, frame, tables, pvalues, claims, sections, excluded, {},
+                     args.alpha, args.digits, study_name(args.results_dir))
     return page, len(unmatched)
 
 
@@ -235,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.alpha < 1:
         _fail(f"--alpha must be between 0 and 1, got {args.alpha}")
     results_dir: Path = args.results_dir
-    out: Path = args.out if args.out is not None else results_dir / "report"
+    out: Path = args.out if args.out is not None else source_root(results_dir) / "report"
     loaded = _or_fail(lambda: load_records(results_dir, skip=out))
     paper = _or_fail(load_paper) if args.paper else None
     if out.exists() and not out.is_dir():

@@ -104,6 +104,11 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
         return None, exclusion(rel, "skipped", f"invalid JSON: {exc}")
     except (OSError, UnicodeDecodeError) as exc:
         return None, exclusion(rel, "skipped", f"unreadable: {exc}")
+    return parse_data(data, rel)
+
+
+def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
+    """One record's JSON value (``rel`` names where it is) -> (record, None) or (None, exclusion)."""
     if not isinstance(data, dict):
         return None, exclusion(rel, "skipped", "top level is not a JSON object")
     problem = _not_completed(data) or _malformed(data)
@@ -187,8 +192,34 @@ def _relative(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
+RUNS_FILE = "runs.jsonl"  # records kept in a repository: one result.json per line
+
+
+def load_lines(path: Path) -> Loaded:
+    """The records of a ``.jsonl`` file, one result.json per line; each is named ``<file name>#L<line>``, the
+    page's link to it."""
+    records, excluded, n_lines = [], [], 0
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        n_lines += 1
+        rel = f"{path.name}#L{number}"
+        try:
+            record, excluded_row = parse_data(json.loads(line), rel)
+        except json.JSONDecodeError as exc:
+            record, excluded_row = None, exclusion(rel, "skipped", f"invalid JSON: {exc}")
+        records += [record] if record is not None else []
+        excluded += [excluded_row] if excluded_row is not None else []
+    if n_lines == 0:
+        raise ReportError(f"{path} holds no record; pass a .jsonl file with one result.json per line")
+    return Loaded(records=records, excluded=excluded, n_files=n_lines)
+
+
 def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
-    """Parse every ``result.json`` under ``results_dir``; raises :class:`ReportError` on unusable input."""
+    """Parse every ``result.json`` under ``results_dir``, or every line of ``results_dir`` when it is a
+    ``.jsonl`` file; raises :class:`ReportError` on unusable input."""
+    if results_dir.is_file() and results_dir.suffix == ".jsonl":
+        return load_lines(results_dir)
     if not results_dir.exists():
         raise ReportError(
             f"results directory {results_dir} does not exist; pass the directory your runs wrote to"

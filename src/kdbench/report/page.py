@@ -54,6 +54,7 @@ class PageParts:
     plots: dict[tuple[str, str, str], list[Path]]  # by group
     alpha: float
     digits: int
+    name: str = ""  # the study's name
 
 
 def markdown(lines: list[str]) -> str:
@@ -124,11 +125,13 @@ def render_page(parts: PageParts) -> str:
     nav = " ".join(f'<a href="#study-{i}">{html.escape(t.title)}</a>' for i, t in enumerate(parts.tables, start=1))
     excluded = [f"- `{row['path']}` ({row['kind']}): {row['reason']}" for row in parts.excluded]
     body = [
-        "<h1>kdbench report</h1>",
-        f'<p class="meta">{len(parts.frame)} runs read from {html.escape(str(parts.results_dir))}; code '
+        f"<h1>kdbench report: {html.escape(parts.name)}</h1>",
+        f'<p class="meta">{len(parts.frame)} runs; code '
         f"{html.escape(code_versions(parts.frame))}. The same numbers are in tables.md, claims.md, significance.md "
         "and the csv files beside this page.</p>",
-        f'<nav><a href="#claims">Claims</a> {nav} <a href="#claims-detail">Evidence per claim</a></nav>',
+        f'<nav><a href="#findings">Findings</a> <a href="#claims">Claims</a> {nav} '
+        '<a href="#claims-detail">Evidence per claim</a></nav>',
+        '<section id="findings"><h2>Findings</h2>', markdown(parts.claims.findings[1:]), "</section>",
         '<section id="claims"><h2>The paper\'s claims, judged from these runs</h2>',
         _verdict_colours(markdown(parts.claims.summary)),
         '<p class="meta">How each verdict is reached, and when not to trust one: '
@@ -140,5 +143,5 @@ def render_page(parts: PageParts) -> str:
     if excluded:
         body += ['<section id="excluded"><h2>Excluded runs</h2>', markdown(excluded), "</section>"]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>kdbench report: {html.escape(parts.results_dir.name)}</title><style>{STYLE}</style></head>"
+            f"<title>kdbench report: {html.escape(parts.name)}</title><style>{STYLE}</style></head>"
             "<body>\n" + "\n".join(body) + "\n</body></html>\n")

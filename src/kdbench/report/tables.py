@@ -314,11 +314,13 @@ def _verdict(row, alpha: float) -> str:
 
 
 def _pair_table(part: pd.DataFrame, alpha: float, digits: int) -> list[str]:
-    """One line per pair and task (ALL first): means, difference with CI, d_z, p, p (Holm), significance."""
+    """One line per pair and task (ALL first): means, difference with CI, d_z, p, p (Holm), significance. A
+    family of one task lists its tests once (task ALL pools that task alone, the same test)."""
+    tasks = [t for t in ordered_tasks(part["task"]) if t != ALL]
     out = [md_row(["Task", "a", "b", "n", "Mean a", "Mean b", "a - b [95% CI]", "d_z", "p", "p (Holm)",
                    "Significant", "Pairs for 80% power"]),
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    for task in [ALL] + [t for t in ordered_tasks(part["task"]) if t != ALL]:
+    for task in [ALL] + (tasks if len(tasks) > 1 else []):
         for row in part[part["task"] == task].itertuples(index=False):
             means = ["" if pd.isna(m) else fmt(m, digits) for m in (row.mean_a, row.mean_b)]
             ci = "" if pd.isna(row.ci_low) else f" [{_signed(row.ci_low, digits)}, {_signed(row.ci_high, digits)}]"
