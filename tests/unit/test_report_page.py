@@ -50,9 +50,12 @@ def test_every_measured_cell_links_to_its_records(page: Path):
 
 CHECKS = """<script>
 window.addEventListener("load", () => {
-  const claims = document.getElementById("claims").getBoundingClientRect();
+  const findings = document.getElementById("findings").getBoundingClientRect();
   document.body.dataset.images = [...document.images].map(i => i.complete && i.naturalWidth > 0).join(",");
-  document.body.dataset.claimsOnFirstScreen = claims.top >= 0 && claims.top < window.innerHeight;
+  document.body.dataset.findingsOnFirstScreen = findings.top >= 0 && findings.top < window.innerHeight;
+  document.body.dataset.firstHeading = document.querySelector("h2").textContent;
+  document.body.dataset.captioned = [...document.images].map(
+    i => i.closest("figure") !== null && i.closest("figure").querySelector("figcaption") !== null).join(",");
 });
 </script>"""
 
@@ -72,4 +75,5 @@ def test_the_page_renders_in_a_browser(page: Path, tmp_path: Path):
                          capture_output=True, text=True, timeout=120).stdout
     images = re.search(r'data-images="([^"]*)"', dom).group(1).split(",")
     assert len(images) == len(list(page.parent.glob("*.png"))) and set(images) == {"true"}
-    assert 'data-claims-on-first-screen="true"' in dom
+    assert 'data-findings-on-first-screen="true"' in dom and 'data-first-heading="Findings"' in dom
+    assert set(re.search(r'data-captioned="([^"]*)"', dom).group(1).split(",")) == {"true"}

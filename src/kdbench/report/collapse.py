@@ -4,9 +4,11 @@ A run is ``collapsed`` when its most predicted class holds at least :data:`COLLA
 predictions (the record's ``predicted_class_<c>`` counts, written by ``kdbench.metrics.label_counts``). A record
 without them (older runs) is judged from its scores: ``collapsed`` when every accuracy, F1 and MCC it has equals,
 up to float rounding, what predicting one class c everywhere scores on its dev set, computed from the record's
-gold counts (``dev_class_<c>``); ``unknown`` without those counts or any of these metrics. A score equal to a
-constant prediction's is not a proof (another predictor can score the same), but on dev sets of hundreds of
-examples it is the one that does in practice.
+gold counts (``dev_class_<c>``); ``ok`` when its accuracy lies more than 100 (1 - COLLAPSE_SHARE) points from
+every constant prediction's accuracy (a run predicting class c for at least 95% of N examples gets between
+n_c - 0.05 N and n_c + 0.05 N of them right); ``unknown`` otherwise (a score near a constant predictor's, or no
+gold counts). A score equal to a constant prediction's is not a proof (another predictor can score the same), but
+on dev sets of hundreds of examples it is the one that does in practice.
 """
 
 from __future__ import annotations
@@ -55,7 +57,11 @@ def collapse_status(metrics: dict, score_metric: str | None) -> str:
     measured = {name: float(v) for name, v in measured.items() if isinstance(v, int | float)}
     if not gold or sum(gold.values()) == 0 or not measured:
         return UNKNOWN
-    for constant in constant_scores(gold).values():
+    constants = constant_scores(gold).values()
+    for constant in constants:
         if all(abs(value - constant[name]) < _TOLERANCE for name, value in measured.items()):
             return COLLAPSED
-    return HEALTHY
+    accuracy = measured.get("accuracy")
+    if accuracy is not None and all(abs(accuracy - c["accuracy"]) > 100 * (1 - COLLAPSE_SHARE) for c in constants):
+        return HEALTHY
+    return UNKNOWN

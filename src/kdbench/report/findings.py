@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kdbench.report.collapse import COLLAPSED
+from kdbench.report.collapse import COLLAPSED, HEALTHY
 from kdbench.report.stats import ALL, GROUP_COLS, natural_key, ordered_tasks
 from kdbench.report.text import fmt, format_p, md_escape, seeds_text
 from kdbench.tasks import TASKS
@@ -30,7 +30,7 @@ def design_line(runs: pd.DataFrame) -> str:
 
 def _collapse_line(runs: pd.DataFrame) -> str:
     collapsed = runs[runs["collapse"] == COLLAPSED]
-    known = runs["collapse"].isin([COLLAPSED, "ok"]).sum()
+    known = int(runs["collapse"].isin([COLLAPSED, HEALTHY]).sum())
     if known == 0:
         return "- Collapse: unknown (the records keep neither predicted-label counts nor dev label counts)."
     if collapsed.empty:
@@ -40,7 +40,10 @@ def _collapse_line(runs: pd.DataFrame) -> str:
                 "set, so the scores compare nothing and no comparison is made.")
     cells = collapsed.groupby(["objective", "init", "task"]).size()
     named = "; ".join(f"{o} at {i} on {TASKS.get(t, t)} ({k})" for (o, i, t), k in cells.items())
-    return f"- **{len(collapsed)} of {len(runs)} runs collapsed** to one class: {md_escape(named)}."
+    unknown = len(runs) - known
+    rest = (f" {unknown} more score(s) lie within 5 points of a constant predictor's without predicted-label "
+            "counts to tell" if unknown else "")
+    return f"- **{len(collapsed)} of {len(runs)} runs collapsed** to one class: {md_escape(named)}.{rest}"
 
 
 def _pooled(pvalues: pd.DataFrame, key: tuple) -> pd.DataFrame:

@@ -196,19 +196,22 @@ RUNS_FILE = "runs.jsonl"  # records kept in a repository: one result.json per li
 
 
 def load_lines(path: Path) -> Loaded:
-    """The records of a ``.jsonl`` file, one result.json per line; each is named ``<file name>#L<line>``, the
-    page's link to it."""
+    """The records of a ``.jsonl`` file, one result.json per line: each keeps the path of the run folder it came
+    from (its ``run_dir``; else ``<file name>#L<line>``) and links to its line (``link``, for the page)."""
     records, excluded, n_lines = [], [], 0
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         n_lines += 1
-        rel = f"{path.name}#L{number}"
+        link = f"{path.name}#L{number}"
         try:
-            record, excluded_row = parse_data(json.loads(line), rel)
+            data = json.loads(line)
         except json.JSONDecodeError as exc:
-            record, excluded_row = None, exclusion(rel, "skipped", f"invalid JSON: {exc}")
-        records += [record] if record is not None else []
+            excluded.append(exclusion(link, "skipped", f"invalid JSON: {exc}"))
+            continue
+        where = data.get("run_dir") if isinstance(data, dict) and isinstance(data.get("run_dir"), str) else link
+        record, excluded_row = parse_data(data, where)
+        records += [record | {"link": link}] if record is not None else []
         excluded += [excluded_row] if excluded_row is not None else []
     if n_lines == 0:
         raise ReportError(f"{path} holds no record; pass a .jsonl file with one result.json per line")

@@ -34,9 +34,17 @@ table.measured td:first-child, table.measured th:first-child { text-align: left;
 tr:nth-child(even) { background: #f7f7f7; }
 .seeds { display: block; font-size: 0.75em; color: #777; } .seeds a { color: #557; margin-right: 0.2em; }
 img { max-width: 100%; height: auto; margin: 0.5em 0; display: block; }
+figure { margin: 0.8em 0; } figcaption { font-size: 0.85em; color: #555; }
 nav a { margin-right: 1em; } .verdict-supported { color: #117733; } .verdict-contradicted { color: #AA3377; }
 """
 _MARKDOWN = MarkdownIt("commonmark").enable("table")
+CAPTIONS = {
+    "scores": "mean score per cell over seeds with its std as the error bar, the compared factor as the colour; "
+              "dashed: the fine-tuned teacher, dotted: the majority-class score; * a cell significantly below "
+              "the best of its group (per-task paired t-test, Holm).",
+    "differences": "mean paired difference row - column pooled over tasks (task ALL); * significant after "
+                   "Holm. The colour scale is this figure's own: read the numbers, not the shades, across figures.",
+}
 
 
 @dataclass
@@ -63,8 +71,11 @@ def markdown(lines: list[str]) -> str:
 
 
 def inline_image(path: Path) -> str:
+    """The plot inline in a figure with its caption (what it shows, from its file name's kind)."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+    caption = CAPTIONS["scores" if path.stem.startswith("scores_") else "differences"]
+    return (f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(path.name)}: {html.escape(caption)}</figcaption></figure>")
 
 
 def _verdict_colours(text: str) -> str:
@@ -76,8 +87,9 @@ def _verdict_colours(text: str) -> str:
 
 def record_links(part: pd.DataFrame, results_dir: Path, out: Path) -> str:
     """Links to the result.json of each seed of a cell, relative to the page."""
-    links = [f'<a href="{html.escape(Path(os.path.relpath(results_dir / path, out)).as_posix())}">{seed}</a>'
-             for seed, path in sorted(zip(part["seed"], part["path"], strict=True))]
+    targets = [link if isinstance(link, str) else path for path, link in zip(part["path"], part["link"], strict=True)]
+    links = [f'<a href="{html.escape(Path(os.path.relpath(results_dir / target, out)).as_posix())}">{seed}</a>'
+             for seed, target in sorted(zip(part["seed"], targets, strict=True))]
     return f'<span class="seeds">seeds {" ".join(links)}</span>' if links else ""
 
 

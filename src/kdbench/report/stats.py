@@ -31,7 +31,7 @@ UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
 # Per run beyond the key: the score's metric and the teacher's score on it, its file, its code version, the paper
 # design it stands for (table, init, the analogue's note), its design (config less what does not change a
 # measurement; in memory only, not in results.csv).
-ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "path", "commit", "paper_table", "paper_init", "paper_note",
+ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "path", "link", "commit", "paper_table", "paper_init", "paper_note",
                "design"]
 AVG = "Avg"
 ALL = "ALL"
