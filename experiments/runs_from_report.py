@@ -22,14 +22,14 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+from tests.helpers import compose_config
 
 from kdbench.data.glue import read_tsv_split
 from kdbench.metrics import GOLD
 from kdbench.plan import task_spec
 from kdbench.record import KEY_FIELDS
-from tests.helpers import compose_config
 
-KEY = [key for key in KEY_FIELDS]
+KEY = list(KEY_FIELDS)
 NOT_METRICS = set(KEY) | {"score", "grid", "score_metric", "teacher_score", "collapse", "link", "path", "commit",
                           "paper_table", "paper_init", "paper_note"}
 
