@@ -109,11 +109,13 @@ import pandas as pd
 
 from kdbench.record import RESULT_FILE
 from kdbench.report.claims import claims_text
+from kdbench.report.cost import cost_lines
 from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
 from kdbench.report.page import PAGE_FILE, PageParts, render_page
 from kdbench.report.paper import PAPER_CITE, comparison, load_paper
 from kdbench.report.plots import write_plots
 from kdbench.report.stats import (
+    IN_MEMORY_COLS,
     best_of_grid,
     code_versions,
     drop_duplicates,
@@ -220,12 +222,14 @@ def _write_report(
     tables = build_tables(summary)
     pvalues = paired_tests(frame, args.alpha)
     unmatched = unmatched_runs(frame)
-    _write_csv(frame.drop(columns="design"), out / "results.csv")
+    _write_csv(frame.drop(columns=IN_MEMORY_COLS), out / "results.csv")
     _write_csv(summary, out / "summary.csv")
     _write_csv(pvalues, out / "pvalues.csv")
     _write_csv(unmatched, out / "unmatched.csv")
     versus = None if paper is None else render_versus(frame, paper, args.digits)
-    _write_text(out / "tables.md", render_markdown(tables, args.digits, excluded, versus, code_versions(frame)))
+    costs = {table.key: cost_lines(frame, table.key) for table in tables}
+    _write_text(out / "tables.md",
+                render_markdown(tables, args.digits, excluded, versus, code_versions(frame), costs))
     if paper is not None:
         _write_csv(comparison(frame, paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))
@@ -234,7 +238,7 @@ def _write_report(
     _write_text(out / "claims.md", claims.markdown())
     sections = [] if paper is None else versus_sections(frame, paper, args.digits)
     page = PageParts(source_root(args.results_dir), out, frame, tables, pvalues, claims, sections, excluded, {},
-                     args.alpha, args.digits, study_name(args.results_dir))
+                     args.alpha, args.digits, study_name(args.results_dir), costs)
     return page, len(unmatched)
 
 

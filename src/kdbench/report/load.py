@@ -122,7 +122,18 @@ def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
     record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
     references = _references(data)
     references["collapse"] = collapse_status(metrics, references["score_metric"])
-    return record | references | _origin(data, record["init"], grid), None
+    return record | references | _cost(data) | _origin(data, record["init"], grid), None
+
+
+def _cost(data: dict) -> dict:
+    """The run's wall times (the record's ``timing`` entries in seconds, ``*_s``), their sum ``wall_s``, and the
+    student's parameter count; None where the record has none."""
+    timing = data.get("timing") if isinstance(data.get("timing"), dict) else {}
+    seconds = {name: float(v) for name, v in timing.items()
+               if name.endswith("_s") and _as_float(v) is not None}
+    parameters = _as_int(data.get("student_parameters"))
+    return {"timing": seconds or None, "wall_s": sum(seconds.values()) if seconds else None,
+            "student_parameters": parameters}
 
 
 def _references(data: dict) -> dict:

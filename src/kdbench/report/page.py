@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -63,6 +63,7 @@ class PageParts:
     alpha: float
     digits: int
     name: str = ""  # the study's name
+    costs: dict[tuple, list[str]] = field(default_factory=dict)  # markdown lines on each table's cost, by its key
 
 
 def markdown(lines: list[str]) -> str:
@@ -116,7 +117,8 @@ def study_section(parts: PageParts, table: Table, index: int) -> str:
     design = f"Stands for the paper's design: {'; '.join(notes)}. " if notes else ""
     out = [f'<section id="study-{index}"><h2>{html.escape(table.title)}</h2>',
            f'<p class="meta">{html.escape(design)}{len(runs)} runs; code {html.escape(code_versions(runs))}.</p>',
-           "<h3>Measured</h3>", measured_table(parts, table), f'<p class="meta">{html.escape(DESCRIPTION)}</p>']
+           "<h3>Measured</h3>", measured_table(parts, table), f'<p class="meta">{html.escape(DESCRIPTION)}</p>',
+           "<h3>Cost</h3>", markdown(parts.costs.get(table.key, []))]
     out += [markdown(lines) for group, lines in parts.versus if group == table.key]
     plots = parts.plots.get(table.key, [])
     if plots:

@@ -29,10 +29,12 @@ POWER = 0.8  # the power at which `seeds_needed` detects a pair's observed diffe
 MAX_SEEDS = 1000  # seeds_needed above this is reported as this bound
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
 # Per run beyond the key: the score's metric and the teacher's score on it, its file, its code version, the paper
-# design it stands for (table, init, the analogue's note), its design (config less what does not change a
-# measurement; in memory only, not in results.csv).
-ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "path", "link", "commit", "paper_table", "paper_init", "paper_note",
-               "design"]
+# design it stands for (table, init, the analogue's note), its wall times (their sum; per entry of `timing` in memory
+# only) and the student's parameter count, its design (config less what does not change a measurement; in memory
+# only, not in results.csv).
+ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "wall_s", "student_parameters", "path", "link", "commit",
+               "paper_table", "paper_init", "paper_note", "design", "timing"]
+IN_MEMORY_COLS = ["design", "timing"]  # dicts, not written to results.csv
 AVG = "Avg"
 ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
@@ -80,6 +82,8 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
     frame["score"] = frame["score"].astype(float)
     frame["paper_table"] = frame["paper_table"].astype("Int64")
     frame["teacher_score"] = frame["teacher_score"].astype(float)
+    frame["wall_s"] = frame["wall_s"].astype(float)
+    frame["student_parameters"] = frame["student_parameters"].astype("Int64")
     return sort_frame(frame)
 
 

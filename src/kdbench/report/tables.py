@@ -187,17 +187,18 @@ def body_cells(table: Table, digits: int, escape, *, pm: str, bold: str):
 
 def render_markdown(
     tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: list[str] | None = None,
-    versions: str | None = None,
+    versions: str | None = None, costs: dict[tuple, list[str]] | None = None,
 ) -> str:
     """All tables as GitHub markdown, then ``paper`` (the published-vs-measured lines of ``--paper``, see
-    :mod:`kdbench.report.versus`) and the list of excluded runs; ``versions`` names the code the runs came from."""
+    :mod:`kdbench.report.versus`) and the list of excluded runs; ``versions`` names the code the runs came from,
+    ``costs`` the lines on each table's cost (:mod:`kdbench.report.cost`), by its key."""
     out = ["# kdbench results", "", DESCRIPTION, ""] + ([f"Code: {md_escape(versions)}.", ""] if versions else [])
     for table in tables:
         out += [f"## {md_escape(table.title)}", ""]
         out += md_head(table.columns, table.show_init)
         out += [md_row(cells) for cells in body_cells(table, digits, md_escape, pm="±", bold="**{}**")]
         note = _footnote(table)
-        out += ["", f"_{note}._" if note else "", ""]
+        out += ["", f"_{note}._" if note else "", ""] + (costs or {}).get(table.key, [])
     out += paper or []
     if excluded:
         out += ["## Excluded runs", ""]
