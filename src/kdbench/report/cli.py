@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     frame, excluded = _usable_runs(loaded, results_dir, out)
     page, n_unmatched = _write_report(frame, excluded, paper, args, out)
     if not args.no_plots:
-        page.plots = write_plots(page.tables, page.pvalues, frame, out, args.alpha)
+        page.plots = write_plots(page.tables, page.pvalues, frame, out, args.alpha, paper)
     _write_text(out / PAGE_FILE, render_page(page))
 
     pvalues = page.pvalues

@@ -39,11 +39,16 @@ nav a { margin-right: 1em; } .verdict-supported { color: #117733; } .verdict-con
 """
 _MARKDOWN = MarkdownIt("commonmark").enable("table")
 CAPTIONS = {
-    "scores": "mean score per cell over seeds with its std as the error bar, the compared factor as the colour; "
-              "dashed: the fine-tuned teacher, dotted: the majority-class score; * a cell significantly below "
-              "the best of its group (per-task paired t-test, Holm).",
-    "differences": "mean paired difference row - column pooled over tasks (task ALL); * significant after "
-                   "Holm. The colour scale is this figure's own: read the numbers, not the shades, across figures.",
+    "scores": "every seed's score (a cross: a run that predicts one class for at least 95% of the dev set), the "
+              "cell's mean (bar) and its 95% t interval (line at its right), the paper's value where a published "
+              "cell stands for it (diamond; a pointer with its value at the edge when off the axis), the "
+              "fine-tuned teacher (dashed) and the majority class (dotted), written at the edge when off the "
+              "axis; objectives grouped by family, one colour per objective (or "
+              "init) in every report; * a cell significantly below the best of its group (per-task paired t-test, "
+              "Holm).",
+    "differences": "mean paired difference row - column pooled over tasks (task ALL), one matrix per compared "
+                   "factor and held level, all on one symmetric colour scale; * and a frame: significant after "
+                   "Holm.",
 }
 
 
