@@ -224,8 +224,8 @@ def test_replica_and_own_design_of_one_table_get_a_section_each(tmp_path: Path):
     own = sections["## Table 3: published vs measured (task_specific, roberta_base, 3x768)"]
     assert "a replica whose preset declares Table 3 as its `paper_analogue` (" + NOTE + ")" in replica
     assert "its inits stand for the paper's: 2,4,6 for 4,8,12._" in replica
-    assert "| Objective | Init | SST-2 (paper) | SST-2 (measured) | Avg (paper) | Avg (measured) |" in replica
-    assert "| att_kl | 4,8,12 | 89.0 ± 0.26 | 81.0 ± 1.4 (2) | 77.0 |  |" in replica
+    assert "| Objective | Init | SST-2 (paper) | SST-2 (measured) | Avg (paper) | measured - paper" in replica
+    assert "| att_kl | 4,8,12 | 89.0 ± 0.26 | 81.0 ± 1.4 (2) | 77.0 | -8.0 |" in replica
     assert "| att_kl | 1,2,3 | 88.6 ± 0.19 | 71.0 ± 1.4 (2) | 77.7 |  |" in replica
     assert "| att_kl | 1,8,12 | 89.6 ± 0.13 |  | 77.2 |  |" in replica  # 1,4,6 is not mapped: none stands for 1,8,12
     assert "| vanilla_kd | 4,8,12 | 84.7 ± 0.16 |  |" in replica
@@ -242,14 +242,14 @@ def test_agnostic_tables_compare_as_labelled_and_never_match_quoted_systems(tmp_
     sections = _sections((run_main(root, "--paper") / "tables.md").read_text(encoding="utf-8"))
     t4 = sections["## Table 4: published vs measured"]
     assert "| Objective | Init | RTE (paper) | RTE (measured) | CoLA (paper) | CoLA (measured) | Avg (paper) |" in t4
-    assert "| hid_seq | first 6 | 66.4 |  | 50.6 | 40.0 (1) | 79.9 † |  |" in t4  # CoLA as MCC, not accuracy 78.0
-    assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 54.4 |  | 79.3 |  |" in t4
+    assert "| hid_seq | first 6 | 66.4 |  | 50.6 | 40.0 (1) | 79.9 † | -10.6 |" in t4  # CoLA as MCC, not accuracy 78.0
+    assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 54.4 |  | 79.3 | +0.0 |" in t4
     assert "its inits stand for the paper's: 1,2,3,4,5,6 for first 6._" in t4
     assert "hid_seq first 6 (printed 79.9, mean 79.83)" in t4 and "Init first 6: the teacher's first six" in t4
     assert "compared as labelled" in t4 and "Not shown, no measured run: QNLI, SST-2, MNLI, MRPC, QQP (" in t4
     t2 = sections["## Table 2: published vs measured"]
     assert "the paper's own design._" in t2  # its first-6 run stands for Table 4 only
-    assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 79.3 |  |" in t2
+    assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 79.3 | +0.0 |" in t2
     assert "| DistilBERT (published) | random | 59.9 |  | 78.5 |  |" in t2  # the distilbert run is not matched
     assert "earlier systems' numbers that the paper quotes" in t2
 

@@ -53,6 +53,9 @@ class Table:
         return None if pd.isna(value) else int(value)
 
     def all_collapsed(self, row, column: str) -> bool:
+        """Every run of the cell collapsed (for Avg: of every task's cell)."""
+        if column == AVG:
+            return all(self.all_collapsed(row, task) for task in self.tasks)
         k = self.collapsed_runs(row, column)
         return bool(k) and k == int(self.n.at[row, column])
 

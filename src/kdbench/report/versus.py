@@ -84,16 +84,19 @@ def _tasks(published: pd.DataFrame, measured: pd.DataFrame) -> list[str]:
 def _table(published: pd.DataFrame, measured: pd.DataFrame, digits: int) -> list[str]:
     """One row per published row (objective, paper init): per measured task and Avg, published then measured."""
     tasks = _tasks(published, measured)
-    columns = [f"{TASKS.get(t, t)} ({side})" for t in tasks + [AVG] for side in ("paper", "measured")]
-    out = md_head(columns + [DIFF_HEAD], show_init=True)
     pub = published.set_index(["objective", "paper_init", "task"])
     got = measured.set_index(["objective", "paper_init", "task"])
+    measured_avg = (measured["task"] == AVG).any()  # else the column would stay empty: the paper's Avg alone
+    columns = [f"{TASKS.get(t, t)} ({side})" for t in tasks for side in ("paper", "measured")]
+    columns += [f"{AVG} (paper)"] + ([f"{AVG} (measured)"] if measured_avg else [])
+    out = md_head(columns + [DIFF_HEAD], show_init=True)
     for objective, init in dict.fromkeys(zip(published["objective"], published["paper_init"], strict=True)):
         cells = [md_escape(objective), md_escape(init)]
         for task in tasks + [AVG]:
-            cells += [_published(pub.loc[(objective, init, task)]),
-                      _measured(got.loc[(objective, init, task)] if (objective, init, task) in got.index else None,
-                                digits)]
+            cells.append(_published(pub.loc[(objective, init, task)]))
+            if task != AVG or measured_avg:
+                key = (objective, init, task)
+                cells.append(_measured(got.loc[key] if key in got.index else None, digits))
         diffs = [got.at[key, "measured_mean"] - pub.at[key, "mean"] for key in
                  ((objective, init, task) for task in tasks) if key in got.index]
         cells.append(f"{sum(diffs) / len(diffs):+.{digits}f}" if diffs else "")
