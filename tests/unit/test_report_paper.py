@@ -226,7 +226,7 @@ def test_replica_and_own_design_of_one_table_get_a_section_each(tmp_path: Path):
     assert "its inits stand for the paper's: 2,4,6 for 4,8,12._" in replica
     assert "| Objective | Init | SST-2 (paper) | SST-2 (measured) | Avg (paper) | measured - paper" in replica
     assert "| att_kl | 4,8,12 | 89.0 ± 0.26 | 81.0 ± 1.4 (2) | 77.0 | -8.0 |" in replica
-    assert "| att_kl | 1,2,3 | 88.6 ± 0.19 | 71.0 ± 1.4 (2) | 77.7 |  |" in replica
+    assert "| att_kl | 1,2,3 | 88.6 ± 0.19 | 71.0 ± 1.4 (2) | 77.7 | -17.6 |" in replica
     assert "| att_kl | 1,8,12 | 89.6 ± 0.13 |  | 77.2 |  |" in replica  # 1,4,6 is not mapped: none stands for 1,8,12
     assert "| vanilla_kd | 4,8,12 | 84.7 ± 0.16 |  |" in replica
     assert "Not shown, no measured run: QNLI, MNLI, MRPC, QQP, RTE, CoLA" in replica
