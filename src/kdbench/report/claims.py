@@ -485,7 +485,8 @@ def _evidence_table(evidence: tuple[Evidence, ...], digits: int) -> list[str]:
         if not math.isnan(e.margin):
             why += f" (margin +-{fmt(e.margin, digits)})"
         if not math.isnan(e.seeds_needed):
-            why += f"; {seeds_text(e.seeds_needed)} for 80% power at the observed effect"
+            goal = "to show equivalence" if e.reason == NOT_EQUIVALENT else "at the observed effect"
+            why += f"; {seeds_text(e.seeds_needed)} for 80% power {goal}"
         cells = [md_escape(e.assertion.label()), *means, n, format_p(e.p_holm), format_p(e.p_equivalence),
                  e.verdict, md_escape(why)]
         lines.append(md_row(cells))

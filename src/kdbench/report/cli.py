@@ -4,9 +4,11 @@ Usage::
 
     python -m kdbench.report RESULTS_DIR [--out DIR] [--digits N] [--alpha A] [--no-plots] [--paper]
 
-Every ``result.json`` under RESULTS_DIR (any depth) is read. Only ``status: completed`` records enter the
-tables and tests; failed/running records and malformed files are listed (with their path and the reason) on
-stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default ``RESULTS_DIR/report``):
+Every ``result.json`` under RESULTS_DIR (any depth) is read; RESULTS_DIR may also be a ``.jsonl`` file of
+records, one result.json per line (``runs.jsonl``, as committed reports keep them; the page links to its
+lines). Only ``status: completed`` records enter the tables and tests; failed/running records and malformed
+files are listed (with their path and the reason) on stdout, in ``excluded.csv`` and at the end of
+``tables.md``. Written to DIR (default ``RESULTS_DIR/report``, or ``report`` beside a ``.jsonl`` file):
 
 ``results.csv``
     one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
@@ -46,19 +48,21 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     Holm-adjusted p of the pooled paired tests it rests on, the missing runs by name, how to read a verdict and
     when not to trust one.
 ``scores_<group>.png``
-    mean score per bar (std error bars over seeds), the compared factor as the colour (one colour per objective,
-    or per init, in every plot of a report; Paul Tol's colour-blind-safe "muted" scheme): one panel per task
-    with the objectives on x when the init varies within the group, else the tasks on x. Lines: the
-    fine-tuned teacher's mean score (from the records) and the dev set's majority-class score
-    (``kdbench.tasks.MAJORITY``). A star marks a bar significantly below the best bar of its group (per-task
-    paired test, Holm).
-``differences_<group>_<factor>_<fixed>.png``
-    matrix of the task-ALL mean paired differences row - column, significant cells (Holm) starred.
+    one panel per task: every seed's score (a cross: a collapsed run), the cell's mean and its 95% t interval, the
+    paper's value where a published cell stands for it, objectives grouped by family (vanilla, hidden, attention),
+    one colour per objective (or per init, when the init varies) fixed across every report
+    (``plots.OBJECTIVE_COLOURS`` / ``INIT_COLOURS``). Lines: the fine-tuned teacher's mean score (from the
+    records) and the dev set's majority-class score (``kdbench.tasks.MAJORITY``), written at the axis' edge when
+    off it. A star marks a cell significantly below the best of its group (per-task paired test, Holm).
+``differences_<group>.png``
+    the task-ALL mean paired differences row - column of every family of the group, one matrix each, on one
+    symmetric colour scale; significant cells (Holm) starred and framed.
 ``report.html``
-    the report as one self-contained page (styles and plots inline, no script, nothing fetched): the claims'
-    verdicts first, then per (setting, teacher, student) its design and code, the measured table with links from
-    every cell to its records' result.json (relative paths), the published numbers beside it (``--paper``), its
-    plots and significance tables, then the evidence per claim and the excluded runs. Opens from the file system.
+    the report as one self-contained page (styles and plots inline, no script, nothing fetched): the findings
+    first (its first heading), then the claims' verdicts, then per (setting, teacher, student) its design and code,
+    the measured table with links from every cell to its records (result.json or a line of runs.jsonl, relative
+    paths), its cost, the published numbers beside it (``--paper``), its captioned plots and significance
+    tables, then the evidence per claim and the excluded runs. Opens from the file system.
 ``excluded.csv``
     path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
     config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose resolved

@@ -1,9 +1,10 @@
 """``report.html``: the report as one self-contained page (styles and plots inline, no script, no network).
 
-The claims and their verdicts first; then per (setting, teacher, student) study its design and provenance, the
-measured table (each cell linking to the records behind it), the published numbers beside it, its plots and its
-significance tables; then the evidence of each claim and the excluded runs. The markdown parts are the same
-text as claims.md, tables.md and significance.md, rendered by markdown-it.
+The findings first (claims.md's opening), then the claims and their verdicts; then per (setting, teacher,
+student) study its design and provenance, the measured table (each cell linking to the records behind it), its
+cost, the published numbers beside it, its captioned plots and its significance tables; then the evidence of
+each claim and the excluded runs. The markdown parts are the same text as claims.md, tables.md and
+significance.md, rendered by markdown-it.
 """
 
 from __future__ import annotations
