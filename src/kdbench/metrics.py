@@ -31,6 +31,11 @@ def compute_metrics(names, predictions: np.ndarray, labels: np.ndarray, suffix: 
 PREDICTED, GOLD = "predicted_class", "dev_class"  # the count metrics' prefixes: predicted and gold labels per class
 
 
+def scores_only(metrics: dict) -> dict:
+    """``metrics`` without the label counts of :func:`label_counts`."""
+    return {name: value for name, value in metrics.items() if not name.startswith((PREDICTED, GOLD))}
+
+
 def label_counts(predictions: np.ndarray, labels: np.ndarray, suffix: str = "") -> dict[str, int]:
     """Per class c of a classifier's outputs [N, C]: how many examples it predicts as c (``predicted_class_c``)
     and how many are labelled c (``dev_class_c``), with ``_suffix`` like the metrics; {} for a regression."""
