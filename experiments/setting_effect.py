@@ -49,7 +49,8 @@ def summary(a_dir: Path, b_dir: Path, names: tuple[str, str]) -> str:
     for row, p_holm in zip(per, holm([r["p"] for r in per]), strict=True):
         row["p_holm"] = float(p_holm)
     a, b = names
-    lines = [f"{len(pairs)} paired runs ({a}: `{a_dir}`, {b}: `{b_dir}`); difference = {a} - {b}, 95% t interval, "
+    lines = [f"{len(pairs)} paired runs ({a}: `{a_dir.name}`, {b}: `{b_dir.name}`); difference = {a} - {b}, "
+             "95% t interval, "
              "d_z, paired t-test p (Holm over objectives), pairs for 80% power at the observed d_z.", "",
              f"| pairs | n | mean {a} | mean {b} | {a} - {b} [95% CI] | d_z | p | p (Holm) | pairs for 80% power |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|", line(overall), *map(line, per), "",

@@ -19,6 +19,7 @@ from kdbench.claim import claim, describe
 from kdbench.cli import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.errors import KdbenchError
 from kdbench.loggers import make_logger
+from kdbench.metrics import scores_only
 from kdbench.plan import Plan, make_plan, writable_folder
 from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
@@ -169,8 +170,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         return record["score"]
     if not distributed.current().is_main:
         return record["score"]
-    teacher = ", ".join(f"{k} {v:.2f}" for k, v in record["teacher_metrics"].items()) or "pre-trained"
-    student = ", ".join(f"{k} {v:.4g}" for k, v in record["metrics"].items())
+    teacher = ", ".join(f"{k} {v:.2f}" for k, v in scores_only(record["teacher_metrics"]).items()) or "pre-trained"
+    student = ", ".join(f"{k} {v:.4g}" for k, v in scores_only(record["metrics"]).items())
     print(f"teacher ({record['teacher']}): {teacher}\nstudent ({record['student']}, {record['objective']}, "
           f"init {record['init']}): {student}\nrecord: {Path(run_dir) / RESULT_FILE}")
     return record["score"]

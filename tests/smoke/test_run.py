@@ -24,10 +24,14 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
     assert on_disk["status"] == "completed" and on_disk["schema"] == 1
     assert (on_disk["task"], on_disk["teacher"], on_disk["student"], on_disk["objective"]) == ("sst2", "tiny", "tiny", "att_kl")
     assert on_disk["init"] == "2,4"  # every_kth for 4 -> 2 layers
-    assert set(on_disk["metrics"]) == {"accuracy"} and 0 <= on_disk["score"] <= 100
+    counts = {f"{kind}_{c}" for kind in ("predicted_class", "dev_class") for c in (0, 1)}
+    assert set(on_disk["metrics"]) == {"accuracy"} | counts and 0 <= on_disk["score"] <= 100
+    metrics = on_disk["metrics"]
+    assert metrics["predicted_class_0"] + metrics["predicted_class_1"] == metrics["dev_class_0"] + metrics["dev_class_1"]
     assert on_disk["score"] == on_disk["metrics"]["accuracy"]
     assert {"teacher_finetune_s", "stage1_s", "stage2_s", "eval_s", "stage1_examples_per_s",
-            "stage2_examples_per_s"} <= set(on_disk["timing"])
+            "stage2_examples_per_s", "logits_table_s", "features_table_s"} <= set(on_disk["timing"])
+    assert on_disk["student_parameters"] > 0
     assert on_disk["config"]["objective"]["name"] == "att_kl"
     assert json.loads((tmp_path / "config.json").read_text())["seed"] == 1
     steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
@@ -96,7 +100,8 @@ def test_save_student_writes_a_loadable_model(tiny_glue, tmp_path):
 def test_other_task_kinds_run(tiny_glue, tmp_path, task):
     record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, f"task={task}", "trainer.stage1_epochs=0")))
     expected = {"stsb": {"pearson", "spearman"}, "rte": {"accuracy"}, "mrpc": {"f1", "accuracy"}, "cola": {"mcc", "accuracy"}}
-    assert set(record["metrics"]) == expected[task]
+    counts = set() if task == "stsb" else {f"{kind}_{c}" for kind in ("predicted_class", "dev_class") for c in (0, 1)}
+    assert set(record["metrics"]) == expected[task] | counts  # a regression has no label counts
 
 
 @pytest.mark.parametrize(("student", "label"), [("tiny", "2,4"), ("2x384", "random")])

@@ -6,18 +6,24 @@ difference of offsets is exactly the mean paired difference and equal offsets gi
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from kdbench.report.claims import (
+    ALL_COLLAPSED,
     CLAIMS,
     CONTRADICTED,
     INCONCLUSIVE,
     NOT_COVERED,
+    NOT_EQUIVALENT,
     NOT_SIGNIFICANT,
+    OPPOSITE,
     SUPPORTED,
     TABLE_DESIGNS,
+    TIE_MARGIN,
     TOO_FEW,
     UNTESTABLE,
     combine,
@@ -55,7 +61,7 @@ AGNOSTIC = {"setting": "task_agnostic", "teacher": "bert_base_uncased", "student
 # and att_mse+hid_seq; att_mse and att_mse+hid_seq equal; every other pair far apart.
 T1_PAPER_LIKE = {"vanilla_kd": -40, "hid_cls_contrast": -30, "hid_cls": -20, "hid_seq": -10, "att_kl": 0,
                  "att_mse": 0.5, "att_kl+hid_seq": -0.5, "att_mse+hid_seq": 0.5, "att_kl+val_kl": 10}
-T1_LOUD = {"att_kl": 3.0}
+T1_LOUD = {"att_kl": 0.6}  # att_kl 0.5 from its tied partners: not significant, equivalent within 1
 
 
 def scores(offsets: dict[str, float], noise: float = 0.1, loud: dict[str, float] | None = None) -> dict:
@@ -305,7 +311,10 @@ def test_first_six_layers_count_as_the_papers_first_6(tmp_path: Path):
 def test_report_writes_claims_md(tmp_path: Path):
     results = write_t1(tmp_path / "results", T1_PAPER_LIKE, loud=T1_LOUD)
     text = (run_main(results) / "claims.md").read_text()
-    assert text.startswith("# Claims of Wang et al. 2023")
+    assert text.startswith("# Findings: results\n\n### task_specific / minilm_l6 / 3x384: 9 objective(s)")
+    assert text.index("# Findings") < text.index("# Claims of Wang et al. 2023")
+    assert "Not covered by these runs (a run set they compare has no run): T3.lower_layers_help (Table 3)" in text
+    assert "| T3.lower_layers_help |" not in text  # not covered: in the one line, not the table
     assert "alpha = 0.05" in text and "Holm-adjusted within the family" in text
     assert "## When not to trust a verdict" in text
     assert "| T1.attention_best | 1 | supported |" in text
@@ -324,3 +333,54 @@ def test_claims_md_follows_alpha(tmp_path: Path):
     assert "alpha = 0.01" in text
     assert "## T1.attention_best: inconclusive" in text
     assert "effect not significant" in text
+
+
+# ------------------------------------------------------------------------------------- equivalence and direction
+
+
+def tost_by_hand(frame, objective: str, init_a: str, init_b: str, margin: float) -> float:
+    """TOST with scipy: the larger p of ``a - b > -margin`` and ``a - b < +margin``, paired by (task, seed)."""
+    runs = frame[frame["objective"] == objective].set_index(["task", "seed"])
+    a, b = runs[runs["init"] == init_a]["score"], runs[runs["init"] == init_b]["score"]
+    a, b = a.align(b, join="inner")
+    above = stats.ttest_rel(a + margin, b, alternative="greater").pvalue
+    below = stats.ttest_rel(a - margin, b, alternative="less").pvalue
+    return max(above, below)
+
+
+@pytest.mark.parametrize("attention, noise, verdict", [
+    ((0, 0, 0), 0.1, SUPPORTED),  # a real tie: equivalent within the margin
+    ((0, 0, 5), 0.1, CONTRADICTED),  # a large gap: significant
+    ((0, 0, 0.8), 1.0, INCONCLUSIVE),  # a gap near the margin, noisy: neither different nor equivalent
+])
+def test_claimed_tie_needs_an_equivalence_test(tmp_path: Path, attention, noise, verdict):
+    write_t3(tmp_path, t3_offsets(lower=(0, 5, 10), attention=attention), noise=noise)
+    judgement = judge(tmp_path, "T3.attention_robust_to_init")
+    assert judgement.verdict == verdict
+    frame = usable(tmp_path)
+    for e in judgement.groups[0].evidence:
+        by_hand = tost_by_hand(frame, e.assertion.fixed, "1,4,6", "1,2,3", TIE_MARGIN)
+        assert e.p_equivalence == pytest.approx(by_hand, rel=1e-9)
+        assert (e.p_equivalence < 0.05) == (verdict == SUPPORTED)
+        if verdict == INCONCLUSIVE:
+            assert e.reason == NOT_EQUIVALENT and e.p_holm >= 0.05
+            assert e.seeds_needed > e.n_pairs  # |difference| inside the margin: more pairs would settle it
+
+
+def test_power_advice_only_in_the_claimed_direction(tmp_path: Path):
+    write_t3(tmp_path, t3_offsets(lower=(0.5, 0.25, 0), attention=(-5, 0, 0)), noise=1.0)
+    evidence = judge(tmp_path, "T3.lower_layers_help").groups[0].evidence
+    reversed_gap = [e for e in evidence if e.mean_a < e.mean_b]
+    assert reversed_gap and all(e.verdict == INCONCLUSIVE and e.reason == OPPOSITE for e in reversed_gap)
+    assert all(math.isnan(e.seeds_needed) for e in reversed_gap)
+
+
+def test_a_study_whose_runs_all_collapsed_makes_no_comparison(tmp_path: Path):
+    constant = {"dev_class_0": 428, "dev_class_1": 444}  # SST-2 dev: predicting class 1 everywhere scores 50.9
+    for objective in T1_OBJECTIVES:
+        for task, seed in KEYS:
+            write_run(tmp_path, task=task, seed=seed, objective=objective, init="2,4,6", score=100 * 444 / 872,
+                      metrics={"accuracy": 100 * 444 / 872, **constant}, score_metric="accuracy", **T1_REPLICA)
+    judgement = judge(tmp_path, "T1.attention_best")
+    assert judgement.verdict == INCONCLUSIVE
+    assert reasons(judgement) == {ALL_COLLAPSED} and judgement.groups[0].runs.all_collapsed

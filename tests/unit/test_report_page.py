@@ -22,12 +22,14 @@ def page(tmp_path: Path) -> Path:
     return run_main(write_three_objectives(tmp_path / "results"), "--paper", plots=True) / "report.html"
 
 
-def test_the_page_opens_with_the_claims_then_each_study(page: Path):
+def test_the_page_opens_with_the_findings_then_the_claims_then_each_study(page: Path):
     text = page.read_text()
-    claims, study, detail = (text.index(f'<section id="{name}"') for name in ("claims", "study-1", "claims-detail"))
-    assert claims < study < detail
+    sections = ("findings", "claims", "study-1", "claims-detail")
+    findings, claims, study, detail = (text.index(f'<section id="{name}"') for name in sections)
+    assert findings < claims < study < detail
+    assert re.search(r"<h2>(.*?)</h2>", text).group(1) == "Findings"
     summary = text[claims:study]
-    assert all(f"<td>{claim.id}</td>" in summary for claim in CLAIMS)
+    assert all(claim.id in summary for claim in CLAIMS)
 
 
 def test_the_page_is_self_contained(page: Path):
@@ -48,9 +50,12 @@ def test_every_measured_cell_links_to_its_records(page: Path):
 
 CHECKS = """<script>
 window.addEventListener("load", () => {
-  const claims = document.getElementById("claims").getBoundingClientRect();
+  const findings = document.getElementById("findings").getBoundingClientRect();
   document.body.dataset.images = [...document.images].map(i => i.complete && i.naturalWidth > 0).join(",");
-  document.body.dataset.claimsOnFirstScreen = claims.top >= 0 && claims.top < window.innerHeight;
+  document.body.dataset.findingsOnFirstScreen = findings.top >= 0 && findings.top < window.innerHeight;
+  document.body.dataset.firstHeading = document.querySelector("h2").textContent;
+  document.body.dataset.captioned = [...document.images].map(
+    i => i.closest("figure") !== null && i.closest("figure").querySelector("figcaption") !== null).join(",");
 });
 </script>"""
 
@@ -70,4 +75,5 @@ def test_the_page_renders_in_a_browser(page: Path, tmp_path: Path):
                          capture_output=True, text=True, timeout=120).stdout
     images = re.search(r'data-images="([^"]*)"', dom).group(1).split(",")
     assert len(images) == len(list(page.parent.glob("*.png"))) and set(images) == {"true"}
-    assert 'data-claims-on-first-screen="true"' in dom
+    assert 'data-findings-on-first-screen="true"' in dom and 'data-first-heading="Findings"' in dom
+    assert set(re.search(r'data-captioned="([^"]*)"', dom).group(1).split(",")) == {"true"}

@@ -4,6 +4,7 @@ the runs that stand for them, and the published-vs-measured tables."""
 from __future__ import annotations
 
 import hashlib
+import math
 from importlib import resources
 from pathlib import Path
 
@@ -223,9 +224,9 @@ def test_replica_and_own_design_of_one_table_get_a_section_each(tmp_path: Path):
     own = sections["## Table 3: published vs measured (task_specific, roberta_base, 3x768)"]
     assert "a replica whose preset declares Table 3 as its `paper_analogue` (" + NOTE + ")" in replica
     assert "its inits stand for the paper's: 2,4,6 for 4,8,12._" in replica
-    assert "| Objective | Init | SST-2 (paper) | SST-2 (measured) | Avg (paper) | Avg (measured) |" in replica
-    assert "| att_kl | 4,8,12 | 89.0 ± 0.26 | 81.0 ± 1.4 (2) | 77.0 |  |" in replica
-    assert "| att_kl | 1,2,3 | 88.6 ± 0.19 | 71.0 ± 1.4 (2) | 77.7 |  |" in replica
+    assert "| Objective | Init | SST-2 (paper) | SST-2 (measured) | Avg (paper) | measured - paper" in replica
+    assert "| att_kl | 4,8,12 | 89.0 ± 0.26 | 81.0 ± 1.4 (2) | 77.0 | -8.0 |" in replica
+    assert "| att_kl | 1,2,3 | 88.6 ± 0.19 | 71.0 ± 1.4 (2) | 77.7 | -17.6 |" in replica
     assert "| att_kl | 1,8,12 | 89.6 ± 0.13 |  | 77.2 |  |" in replica  # 1,4,6 is not mapped: none stands for 1,8,12
     assert "| vanilla_kd | 4,8,12 | 84.7 ± 0.16 |  |" in replica
     assert "Not shown, no measured run: QNLI, MNLI, MRPC, QQP, RTE, CoLA" in replica
@@ -241,14 +242,14 @@ def test_agnostic_tables_compare_as_labelled_and_never_match_quoted_systems(tmp_
     sections = _sections((run_main(root, "--paper") / "tables.md").read_text(encoding="utf-8"))
     t4 = sections["## Table 4: published vs measured"]
     assert "| Objective | Init | RTE (paper) | RTE (measured) | CoLA (paper) | CoLA (measured) | Avg (paper) |" in t4
-    assert "| hid_seq | first 6 | 66.4 |  | 50.6 | 40.0 (1) | 79.9 † |  |" in t4  # CoLA as MCC, not accuracy 78.0
-    assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 54.4 |  | 79.3 |  |" in t4
+    assert "| hid_seq | first 6 | 66.4 |  | 50.6 | 40.0 (1) | 79.9 † | -10.6 |" in t4  # CoLA as MCC, not accuracy 78.0
+    assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 54.4 |  | 79.3 | +0.0 |" in t4
     assert "its inits stand for the paper's: 1,2,3,4,5,6 for first 6._" in t4
     assert "hid_seq first 6 (printed 79.9, mean 79.83)" in t4 and "Init first 6: the teacher's first six" in t4
     assert "compared as labelled" in t4 and "Not shown, no measured run: QNLI, SST-2, MNLI, MRPC, QQP (" in t4
     t2 = sections["## Table 2: published vs measured"]
     assert "the paper's own design._" in t2  # its first-6 run stands for Table 4 only
-    assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 79.3 |  |" in t2
+    assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 79.3 | +0.0 |" in t2
     assert "| DistilBERT (published) | random | 59.9 |  | 78.5 |  |" in t2  # the distilbert run is not matched
     assert "earlier systems' numbers that the paper quotes" in t2
 
@@ -306,3 +307,18 @@ def test_unreadable_paper_fails_cleanly(tmp_path: Path, monkeypatch, capsys):
         cli.main([str(results), "--out", str(results.parent / "out"), "--no-plots", "--paper"])
     assert exc.value.code == 2
     assert f"{PAPER_FILE}: boom" in capsys.readouterr().err
+
+
+def test_rank_agreement_is_kendalls_tau_over_the_rows_of_a_task():
+    from scipy import stats
+
+    from kdbench.report.versus import rank_agreement
+
+    published = pd.DataFrame({"objective": ["a", "b", "c", "d"], "paper_init": ["x"] * 4, "task": ["sst2"] * 4,
+                              "mean": [70.0, 72.0, 71.0, 75.0], "quoted": [False] * 4})
+    measured = pd.DataFrame({"objective": ["a", "b", "c", "d"], "paper_init": ["x"] * 4, "task": ["sst2"] * 4,
+                             "measured_mean": [60.0, 61.0, 63.0, 62.0]})
+    tau, p, n = rank_agreement(published, measured, "sst2")
+    expected = stats.kendalltau([70, 72, 71, 75], [60, 61, 63, 62])
+    assert (tau, p, n) == (pytest.approx(expected.statistic), pytest.approx(expected.pvalue), 4)
+    assert math.isnan(rank_agreement(published, measured.iloc[:2], "sst2")[0])

@@ -1,18 +1,29 @@
-"""What the score plots show: the compared factor as the colour, the same colour for a level in every plot, the
-stars on bars significantly below their group's best, and the reference lines."""
+"""What the score plots show: every seed with its cell's mean and t interval, objectives by family, one colour per
+objective and init in every report, stars on cells significantly below their group's best, the reference lines."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
+import kdbench
 from kdbench.report.load import load_records
-from kdbench.report.plots import PALETTE, bar_groups, below_best, level_styles, references
+from kdbench.report.plots import (
+    FALLBACK,
+    OBJECTIVE_COLOURS,
+    below_best,
+    colour_of,
+    family_order,
+    references,
+    slots,
+)
 from kdbench.report.stats import paired_tests, summarise, to_frame
 from kdbench.report.tables import build_tables
 from kdbench.tasks import MAJORITY
-from tests.unit.report_helpers import A, B, C, write_run, write_scores
+from tests.unit.report_helpers import A, B, C, run_main, write_run, write_scores
 
 
 def report_parts(results: Path):
@@ -20,42 +31,49 @@ def report_parts(results: Path):
     return frame, build_tables(summarise(frame)), paired_tests(frame)
 
 
-def test_a_level_keeps_its_colour_whatever_else_is_plotted():
-    one = level_styles(["hid_seq", "att_kl", "vanilla_kd"])
-    other = level_styles(["att_kl", "vanilla_kd", "hid_seq", "att_kl"])
-    assert one == other and one["att_kl"]["color"] == PALETTE[0]
-    many = level_styles([f"objective_{i:02d}" for i in range(12)])
-    assert len({(s["color"], s["hatch"]) for s in many.values()}) == 12  # hatches beyond the palette
+def test_one_colour_per_objective_and_init_in_every_report():
+    objectives = [p.stem for p in (Path(kdbench.__file__).parent / "conf" / "objective").glob("*.yaml")]
+    assert len(objectives) >= 13 and set(objectives) <= set(OBJECTIVE_COLOURS)  # each known objective: its colour
+    assert len(set(OBJECTIVE_COLOURS.values())) == len(OBJECTIVE_COLOURS)
+    assert colour_of("objective", "att_kl") == OBJECTIVE_COLOURS["att_kl"] == "#CC6677"
+    assert colour_of("init", "2,4,6") == colour_of("init", "4,8,12")  # the every-k-th role, whatever the depth
+    assert colour_of("init", "5,6") == colour_of("init", "5,6") in FALLBACK  # an unknown level: stable
 
 
-def test_inits_are_the_colours_when_the_init_varies(tmp_path: Path):
-    write_scores(tmp_path, {("rte", "att_kl", "4,8,12"): A, ("rte", "att_kl", "1,2,3"): C,
-                            ("rte", "hid_mse", "4,8,12"): B, ("rte", "hid_mse", "1,2,3"): C})
-    _, (table,), _ = report_parts(tmp_path)
-    factor, groups = bar_groups(table, "rte")
-    assert factor == "init" and [g.label for g in groups] == ["att_kl", "hid_mse"]
-    assert groups[0].levels == ["1,2,3", "4,8,12"] and groups[0].fixed == "att_kl"
-    assert groups[0].means == pytest.approx([sum(C) / len(C), sum(A) / len(A)])
+def test_objectives_are_grouped_by_family():
+    assert family_order(["att_kl", "hid_seq", "vanilla_kd", "att_mse+hid_seq", "hid_cls", "minilm_v2"]) == [
+        "vanilla_kd", "hid_cls", "hid_seq", "att_kl", "att_mse+hid_seq", "minilm_v2"]
 
 
-def test_objectives_are_the_colours_over_the_tasks_at_one_init(tmp_path: Path):
-    write_scores(tmp_path, {("rte", "att_kl", "4,8,12"): A, ("rte", "hid_mse", "4,8,12"): B,
-                            ("mrpc", "att_kl", "4,8,12"): B, ("mrpc", "hid_mse", "4,8,12"): A})
-    _, (table,), _ = report_parts(tmp_path)
-    factor, groups = bar_groups(table, None)
-    assert factor == "objective" and [g.task for g in groups] == ["mrpc", "rte"]
-    assert all(g.levels == ["att_kl", "hid_mse"] and g.fixed == "4,8,12" for g in groups)
+def test_every_seed_is_a_slot_point_with_its_t_interval(tmp_path: Path):
+    write_scores(tmp_path, {("rte", "att_kl", "4,8,12"): A, ("rte", "vanilla_kd", "4,8,12"): C,
+                            ("rte", "att_kl", "1,2,3"): B})
+    frame, (table,), _ = report_parts(tmp_path)
+    panel = slots(table, frame, "rte")
+    assert [(s.objective, s.init) for s in panel] == [("vanilla_kd", "4,8,12"), ("att_kl", "1,2,3"),
+                                                      ("att_kl", "4,8,12")]
+    assert panel[0].scores == C and panel[1].colour == colour_of("init", "1,2,3")
+    assert panel[1].x - panel[0].x == 2.0  # a family apart
+    interval = stats.t.interval(0.95, len(A) - 1, loc=np.mean(A), scale=stats.sem(A))
+    assert panel[2].interval() == pytest.approx((np.mean(A), *interval))
 
 
-def test_a_star_marks_bars_significantly_below_the_best(tmp_path: Path):
+def test_a_star_marks_cells_significantly_below_the_best(tmp_path: Path):
     far = [a - 10 + 0.1 * i for i, a in enumerate(A)]  # clearly below A on every seed
     write_scores(tmp_path, {("rte", "att_kl", "4,8,12"): A, ("rte", "hid_mse", "4,8,12"): far,
                             ("rte", "logit_kl", "4,8,12"): [a + 0.3 * (-1) ** i for i, a in enumerate(A)]})
     frame, (table,), pvalues = report_parts(tmp_path)
-    _, (group,) = bar_groups(table, None)
     head = {"setting": table.setting, "teacher": table.teacher, "student": table.student}
-    assert below_best(group, head, "objective", pvalues, 0.05) == {"hid_mse"}
-    assert below_best(group, head, "objective", pvalues, 1e-12) == set()
+    means = {s.objective: s.interval()[0] for s in slots(table, frame, "rte")}
+    assert below_best(head, "objective", "4,8,12", "rte", means, pvalues, 0.05) == {"hid_mse"}
+    assert below_best(head, "objective", "4,8,12", "rte", means, pvalues, 1e-12) == set()
+
+
+def test_the_plots_are_byte_stable(tmp_path: Path):
+    write_scores(tmp_path / "results", {("rte", "att_kl", "4,8,12"): A, ("rte", "hid_mse", "4,8,12"): B})
+    first = {p.name: p.read_bytes() for p in run_main(tmp_path / "results", plots=True).glob("*.png")}
+    second = {p.name: p.read_bytes() for p in run_main(tmp_path / "results", plots=True).glob("*.png")}
+    assert first == second and len(first) == 2
 
 
 def test_reference_lines_come_from_the_records_and_the_dev_sets(tmp_path: Path):

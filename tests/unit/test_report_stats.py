@@ -98,7 +98,7 @@ def test_pair_with_one_matched_seed_is_kept_with_empty_p(tmp_path: Path):
     assert math.isnan(rte.t) and math.isnan(rte.p) and math.isnan(rte.p_holm)
     assert rte.mean_a == 71.0 and rte.mean_b == 69.0
     raw = (out / "pvalues.csv").read_text().splitlines()
-    assert any(line.endswith(",1,71.0,69.0,2.0,,,,,,,") for line in raw)  # a difference, nothing inferred
+    assert any(line.endswith(",1,71.0,69.0,2.0,,,,,,,,") for line in raw)  # a difference, nothing inferred
 
     unmatched = read_csv(out / "unmatched.csv")
     assert list(unmatched.columns) == UNMATCHED_COLS

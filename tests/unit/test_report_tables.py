@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kdbench.record import KEY_FIELDS
-from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_scores, write_three_objectives
+from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_run, write_scores, write_three_objectives
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_single_seed_cell_shows_mean_only(tmp_path: Path):
     summary = read_csv(out / "summary.csv")
     assert summary.loc[summary.task == "rte", "std"].isna().all()
     md = (out / "tables.md").read_text()
-    assert "| att_kl | **70.0** | **70.0** |" in md
+    assert "| att_kl | **70.0** |\n" in md and "| Objective | RTE |\n" in md  # one task: no Avg column
     assert "±" not in md.split("## ")[1].split("\n\n")[1]
     assert "n = 1 seed per cell" in md
 
@@ -99,7 +99,7 @@ def test_task_columns_follow_paper_order_then_alphabetical(tmp_path: Path):
 
 
 def test_markdown_bolds_best_per_column(three_objectives: Path):
-    md = (run_main(three_objectives) / "tables.md").read_text()
+    md = (run_main(three_objectives) / "tables.md").read_text().split("Cost (")[0]  # the measured table
     lines = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line]
     rows = {line.split(" | ")[0][2:]: line for line in lines}
     # columns: Objective | MRPC | RTE | Avg ; att_kl is best everywhere
@@ -124,7 +124,7 @@ def test_init_rows_appear_when_init_varies(tmp_path: Path, three_objectives: Pat
         },
     )
     md = (run_main(results) / "tables.md").read_text()
-    assert "| Objective | Init | RTE | Avg |" in md
+    assert "| Objective | Init | RTE |\n" in md
     assert "| att_kl | 4,8,12 |" in md and "| att_kl | random |" in md and "| hid_mse | 4,8,12 |" in md
 
 
@@ -186,3 +186,16 @@ def test_latex_compiles(three_objectives: Path, tmp_path: Path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_cost_beside_the_scores(tmp_path: Path):
+    results = tmp_path / "results"
+    for seed, (stage1, params) in enumerate([(10.0, 1000), (20.0, 1000), (30.0, 1000)], start=1):
+        write_run(results, seed=seed, timing={"teacher_finetune_s": 0.0, "features_table_s": 2.0, "stage1_s": stage1,
+                                              "eval_s": 1.0}, student_parameters=params)
+    write_run(results, objective="hid_cls", seed=1, timing={"stage1_s": 5.0})
+    md = (run_main(results) / "tables.md").read_text()
+    assert "| Objective | Init | Student parameters | Jobs | Wall s per job | teacher_finetune | features_table | " \
+           "stage1 | eval |" in md
+    assert "| att_kl | 4,8,12 | 1,000 | 3 | 23.0 | 0.0 | 2.0 | 20.0 | 1.0 |" in md
+    assert "| hid_cls | 4,8,12 |  | 1 | 5.0 |  |  | 5.0 |  |" in md

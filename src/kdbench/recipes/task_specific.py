@@ -45,8 +45,23 @@ from kdbench.training.steps import (
 STAGES = ("stage1", "stage2")
 
 
+def timed(fn, timing: dict, key: str):
+    """``fn``, adding the wall time of each call to ``timing[key]`` (seconds)."""
+
+    def call(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            timing[key] = timing.get(key, 0.0) + time.perf_counter() - start
+
+    return call
+
+
 def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
-    """Runs the recipe; returns the record's metrics, teacher metrics and timing."""
+    """Runs the recipe; returns the record's metrics, teacher metrics, timing (seconds: the teacher's fine-tuning,
+    the teacher's features and logits tables, built or read from the cache, outside the stages' own times, each
+    stage, evaluation) and the student's parameter count."""
     trainer = plan.trainer
     tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
     originals = train_subset(plan.task, plan.data)
@@ -68,7 +83,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     hooks = standard_hooks(trainer, log, checkpoints)
 
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student):
-        features = partial(teacher_feature_table, teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
+        features = timed(partial(teacher_feature_table, teacher, train_set, tokenizer, plan,
+                                 augmented and augmented["entry"]), timing, "features_table_s")
         with stage1(plan, student, teacher.model, train_set["labels"],
                     features if trainer.cache_teacher_features else None) as (step, modules):
             stage = loop.Stage("stage1", modules, train_loader, step, OptimizerSpec.of(trainer, trainer.lr), plan.device,
@@ -78,7 +94,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
 
     if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, student):
         if trainer.cache_teacher_logits:
-            table = teacher_logits_table(teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
+            table = timed(teacher_logits_table, timing, "logits_table_s")(teacher, train_set, tokenizer, plan,
+                                                                          augmented and augmented["entry"])
             table = table.to(plan.device)
             targets = lambda batch: table[batch["example"]]  # noqa: E731
         else:
@@ -92,8 +109,9 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     start = time.perf_counter()
     metrics = evaluate(student, eval_loaders, plan.task.metrics, plan.device, plan.precision)
     timing["eval_s"] = time.perf_counter() - start
-    outcome = {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing} | (
-        {"augmented": augmented} if augmented else {})
+    parameters = sum(p.numel() for p in student.parameters())
+    outcome = {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing,
+               "student_parameters": parameters} | ({"augmented": augmented} if augmented else {})
     if plan.measure_cost:
         outcome["cost"] = compare_costs(teacher.model, student, train_set["length"], plan.device,
                                         plan.precision)

@@ -10,10 +10,17 @@ inits, one (setting, teacher, student) group at a time.
 Verdict of a comparison (``p`` is Holm-adjusted within its family, ``alpha`` the report's level):
 
 * ``a > b``: supported when p < alpha and mean a > mean b; contradicted when p < alpha and mean a < mean b.
-* ``a ~ b``: supported when p >= alpha; contradicted when p < alpha.
+* ``a ~ b``: contradicted when p < alpha; supported when an equivalence test shows the two within the claim's
+  margin (TOST: two one-sided paired t-tests of the pooled mean difference against -margin and +margin, both at
+  alpha; :data:`TIE_MARGIN` by default); otherwise inconclusive (neither different nor shown equivalent).
 * ``a != b``: supported when p < alpha (the direction is another claim's business).
 * otherwise inconclusive: too few seeds (n_pairs < 2), untestable (every paired difference is 0), or the effect
   is not significant; not covered when one side has no run.
+
+Power advice for an inconclusive comparison: for ``a > b`` and ``a != b`` the pairs a two-sided paired t-test
+needs to detect the observed effect with 80% power, only when the observed effect is in the claimed direction
+(``a > b`` observed below says so instead); for ``a ~ b`` the pairs TOST needs to show the observed difference
+equivalent, only when it lies inside the margin.
 
 Verdict of a group, and of a claim over its groups: contradicted if any part is contradicted, else supported if
 every part is supported, else not covered if any part is not covered, else inconclusive.
@@ -21,6 +28,7 @@ every part is supported, else not covered if any part is not covered, else incon
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -28,8 +36,17 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from kdbench.report.collapse import COLLAPSED
+from kdbench.report.findings import study_findings
 from kdbench.report.paper import PAPER_CITE, PAPER_DESIGNS, runs_for_table
-from kdbench.report.stats import ALL, GROUP_COLS, natural_key, paired_tests
+from kdbench.report.stats import (
+    ALL,
+    GROUP_COLS,
+    equivalence_p,
+    equivalence_pairs,
+    natural_key,
+    paired_tests,
+)
 from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_COVERED = "supported", "contradicted", "inconclusive", "not covered"
@@ -37,7 +54,16 @@ GREATER, TIE, DIFFER = ">", "~", "!="
 TOO_FEW = "too few seeds (n_pairs < 2)"
 UNTESTABLE = "untestable (every paired difference is 0)"
 NOT_SIGNIFICANT = "effect not significant"
+OPPOSITE = "effect not significant, observed in the opposite direction"
+EQUIVALENT = "equivalent within the margin (TOST)"
+NOT_EQUIVALENT = "neither significantly different nor shown equivalent (TOST)"
+# The default margin of a claimed tie, in score points (accuracy / F1 / MCC x 100): the paper's four named ties in
+# Table 1 differ by 0.0-0.5 points in Avg and its per-cell seed std averages 0.39 points, so 1 point is twice the
+# largest gap it calls a tie and about 2.5 of its seed stds; a gap under 1 point is also below what changes the
+# choice of an objective in practice.
+TIE_MARGIN = 1.0
 NO_RUNS = "runs missing"
+ALL_COLLAPSED = "every run collapsed to one class: no comparison made"
 _SEVERITY = (CONTRADICTED, NOT_COVERED, INCONCLUSIVE, SUPPORTED)  # the order reasons are tallied in
 
 ATTENTION = ("att_mse", "att_mse+hid_seq", "att_kl", "att_kl+hid_seq", "att_kl+val_kl")
@@ -83,6 +109,7 @@ class Claim:
     statement: str  # the paper's words (or their gist)
     tested_as: str  # how the assertions read the statement
     assertions: tuple[Assertion, ...]
+    margin: float = TIE_MARGIN  # a claimed tie holds when the difference is shown within +-margin points
 
 
 def _greater(factor: str, fixed: str, winners, losers) -> tuple[Assertion, ...]:
@@ -116,8 +143,9 @@ CLAIMS = (
         "T1.attention_variants_tie", 1,
         "For Table 1, all the pairs of objectives are statistically significant (p < 0.05) except four: "
         "(Att-KL, Att-MSE), (Att-KL, Att-KL + Hid-Seq), (Att-KL, Att-MSE + Hid-Seq), (Att-MSE, Att-MSE + Hid-Seq).",
-        "at paper init 4,8,12, the four named pairs are not significantly different (~) and every other pair of "
-        "the nine objectives is, in either direction (!=; which side wins is T1.attention_best's question)",
+        f"at paper init 4,8,12, the four named pairs are equivalent within +-{TIE_MARGIN} points (~) and every "
+        "other pair of the nine objectives differs significantly, in either direction (!=; which side wins is "
+        "T1.attention_best's question)",
         _ties_else_differ(EVERY_KTH, TABLE_DESIGNS[1][0], _T1_TIES),
     ),
     Claim(
@@ -132,7 +160,7 @@ CLAIMS = (
         "T3.attention_robust_to_init", 3,
         "All three initialisation choices are significantly different for all the objectives, except the pair "
         "(1,8,12, 1,2,3) for Att-KL and Att-MSE, which indicates the robustness of attention transfer.",
-        "for att_kl and att_mse: paper init 1,8,12 ~ 1,2,3 (not significantly different)",
+        f"for att_kl and att_mse: paper init 1,8,12 ~ 1,2,3 (equivalent within +-{TIE_MARGIN} points)",
         tuple(Assertion("init", objective, SPREAD, BOTTOM, TIE) for objective in ("att_kl", "att_mse")),
     ),
     Claim(
@@ -167,6 +195,12 @@ class TableRuns:
     measured_init: dict[str, str]
     present: frozenset[tuple[str, str]]
     pvalues: pd.DataFrame
+    n_runs: int = 0
+    n_collapsed: int = 0  # runs that predict one class (kdbench.report.collapse)
+
+    @property
+    def all_collapsed(self) -> bool:
+        return self.n_runs > 0 and self.n_collapsed == self.n_runs
 
 
 def table_runs(frame: pd.DataFrame, table: int, alpha: float) -> list[TableRuns]:
@@ -183,7 +217,8 @@ def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
         measured.setdefault(paper_init, init)  # a paper init measured under two labels: the first, naturally
     part = part[[measured[p] == i for p, i in zip(part["paper_init"], part["init"])]]
     return TableRuns(tuple(group), bool(part["paper_table"].notna().any()), measured,
-                     frozenset(zip(part["objective"], part["paper_init"])), paired_tests(part, alpha))
+                     frozenset(zip(part["objective"], part["paper_init"])), paired_tests(part, alpha),
+                     len(part), int((part["collapse"] == COLLAPSED).sum()))
 
 
 # -------------------------------------------------------------------------------------------- the verdicts
@@ -200,8 +235,14 @@ class Evidence:
     mean_a: float = math.nan
     mean_b: float = math.nan
     p_holm: float = math.nan
-    seeds_needed: float = math.nan  # for an effect that is not significant: pairs that would detect it
+    seeds_needed: float = math.nan  # for an inconclusive comparison: pairs that would settle it
     missing: tuple[tuple[str, str], ...] = ()
+    p_equivalence: float = math.nan  # TOST p of a claimed tie
+    margin: float = math.nan  # a claimed tie's margin
+
+    @property
+    def diff(self) -> float:
+        return self.mean_a - self.mean_b
 
 
 @dataclass(frozen=True)
@@ -231,24 +272,28 @@ def combine(verdicts) -> str:
 
 
 def comparison_verdict(relation: str, n_pairs: int, mean_a: float, mean_b: float, p_holm: float,
-                       alpha: float) -> tuple[str, str]:
-    """(verdict, reason) of one asserted comparison from its pooled paired test."""
+                       alpha: float, p_equivalence: float = math.nan) -> tuple[str, str]:
+    """(verdict, reason) of one asserted comparison from its pooled paired test (and, for a claimed tie, the
+    TOST p-value of its equivalence test)."""
     if n_pairs < 2:
         return INCONCLUSIVE, TOO_FEW
     if math.isnan(p_holm):
         return INCONCLUSIVE, UNTESTABLE
     significant = p_holm < alpha
     if relation == TIE:
-        return (CONTRADICTED, "claimed tie is significant") if significant else (SUPPORTED, "not significant")
+        if significant:
+            return CONTRADICTED, "claimed tie is significant"
+        return (SUPPORTED, EQUIVALENT) if p_equivalence < alpha else (INCONCLUSIVE, NOT_EQUIVALENT)
     if not significant:
-        return INCONCLUSIVE, NOT_SIGNIFICANT
+        return INCONCLUSIVE, OPPOSITE if relation == GREATER and mean_a < mean_b else NOT_SIGNIFICANT
     if relation == DIFFER or mean_a > mean_b:
         return SUPPORTED, "significant" + (", as claimed" if relation == DIFFER else ", in the claimed direction")
     return CONTRADICTED, "significant in the opposite direction"
 
 
-def _pooled_test(runs: TableRuns, assertion: Assertion) -> tuple[int, float, float, float, float]:
-    """(n_pairs, mean a, mean b, p_holm, seeds_needed) of the task-ALL test between the assertion's run sets."""
+def _pooled_test(runs: TableRuns, assertion: Assertion) -> dict:
+    """The task-ALL test between the assertion's run sets, oriented a - b: n_pairs, mean_a, mean_b, se (of the
+    mean difference), p_holm, seeds_needed."""
     if assertion.factor == "objective":
         fixed, a, b = runs.measured_init[assertion.fixed], assertion.a, assertion.b
     else:
@@ -256,26 +301,45 @@ def _pooled_test(runs: TableRuns, assertion: Assertion) -> tuple[int, float, flo
     tests = runs.pvalues
     tests = tests[(tests["factor"] == assertion.factor) & (tests["fixed"] == fixed) & (tests["task"] == ALL)]
     forward = tests[(tests["a"] == a) & (tests["b"] == b)]
-    if len(forward):
-        row = forward.iloc[0]
-        return int(row["n_pairs"]), row["mean_a"], row["mean_b"], row["p_holm"], row["seeds_needed"]
-    row = tests[(tests["a"] == b) & (tests["b"] == a)].iloc[0]
-    return int(row["n_pairs"]), row["mean_b"], row["mean_a"], row["p_holm"], row["seeds_needed"]
+    row = forward.iloc[0] if len(forward) else tests[(tests["a"] == b) & (tests["b"] == a)].iloc[0]
+    flip = not len(forward)
+    return {"n_pairs": int(row["n_pairs"]), "mean_a": float(row["mean_b" if flip else "mean_a"]),
+            "mean_b": float(row["mean_a" if flip else "mean_b"]), "se": float(row["se"]),
+            "p_holm": float(row["p_holm"]), "seeds_needed": float(row["seeds_needed"])}
 
 
-def _evidence(runs: TableRuns | None, assertion: Assertion, alpha: float) -> Evidence:
+def _seeds_to_settle(test: dict, reason: str, margin: float, alpha: float) -> float:
+    """Pairs that would settle an inconclusive comparison: detect a not-significant effect in the claimed
+    direction, or show a tie inside the margin equivalent; NaN otherwise."""
+    if reason == NOT_SIGNIFICANT:
+        return test["seeds_needed"]
+    if reason == NOT_EQUIVALENT:
+        sd = test["se"] * math.sqrt(test["n_pairs"])
+        return equivalence_pairs(test["mean_a"] - test["mean_b"], sd, margin, alpha)
+    return math.nan
+
+
+def _evidence(runs: TableRuns | None, assertion: Assertion, margin: float, alpha: float) -> Evidence:
     present = runs.present if runs is not None else frozenset()
     missing = tuple(run for run in assertion.runs() if run not in present)
     if missing:
         return Evidence(assertion, NOT_COVERED, NO_RUNS, missing=missing)
-    n_pairs, mean_a, mean_b, p_holm, seeds = _pooled_test(runs, assertion)
-    verdict, reason = comparison_verdict(assertion.relation, n_pairs, mean_a, mean_b, p_holm, alpha)
-    seeds = float(seeds) if reason == NOT_SIGNIFICANT else math.nan
-    return Evidence(assertion, verdict, reason, n_pairs, float(mean_a), float(mean_b), float(p_holm), seeds)
+    if runs.all_collapsed:
+        return Evidence(assertion, INCONCLUSIVE, ALL_COLLAPSED)
+    test = _pooled_test(runs, assertion)
+    tie = assertion.relation == TIE
+    p_equivalence = math.nan
+    if tie:
+        p_equivalence = equivalence_p(test["mean_a"] - test["mean_b"], test["se"], test["n_pairs"], margin)
+    verdict, reason = comparison_verdict(assertion.relation, test["n_pairs"], test["mean_a"], test["mean_b"],
+                                         test["p_holm"], alpha, p_equivalence)
+    return Evidence(assertion, verdict, reason, test["n_pairs"], test["mean_a"], test["mean_b"], test["p_holm"],
+                    _seeds_to_settle(test, reason, margin, alpha), p_equivalence=p_equivalence,
+                    margin=margin if tie else math.nan)
 
 
 def _judge_group(claim: Claim, runs: TableRuns | None, alpha: float) -> GroupVerdict:
-    evidence = tuple(_evidence(runs, assertion, alpha) for assertion in claim.assertions)
+    evidence = tuple(_evidence(runs, assertion, claim.margin, alpha) for assertion in claim.assertions)
     return GroupVerdict(runs, combine(e.verdict for e in evidence), evidence)
 
 
@@ -324,7 +388,10 @@ def _header(alpha: float) -> list[str]:
         f"fixed level, task ALL) over the table's measured objectives and inits, so it can differ from "
         f"pvalues.csv, whose families hold every measured level. Significant: p (Holm) < alpha = {alpha}.",
         "- `a > b` is supported when significant with mean a > mean b, contradicted when significant the other "
-        "way. `a ~ b` (a claimed tie) is supported when not significant, contradicted when significant. "
+        "way. `a ~ b` (a claimed tie) is contradicted when significant, supported only when an equivalence test "
+        "(TOST: two one-sided paired t-tests at alpha against the claim's margin, +-1 point unless the claim "
+        "states another; `p (TOST)`) shows the pooled mean difference within the margin, else inconclusive: "
+        "not significant is not equivalent. "
         "`a != b` is supported when significant in either direction. Anything else is inconclusive: too few "
         "seeds (n < 2), untestable (every paired difference is 0), or effect not significant. Not covered: a run "
         "set it needs has no run (named below).",
@@ -336,11 +403,12 @@ def _header(alpha: float) -> list[str]:
         "## When not to trust a verdict",
         "",
         "- Few seeds: with 2-4 seeds per cell a test has little power; `inconclusive` mostly means the runs "
-        "cannot tell, not that the claim fails. Where an effect is not significant, `Why` gives the number of "
-        "pairs a paired t-test would need to detect the observed standardised effect (mean difference / std of "
-        "the differences) with 80% power at alpha, before any Holm adjustment: a rough guide, since the observed "
-        "effect of a few seeds is itself noisy. A supported tie means no significant difference was found, not "
-        "that the two are equal.",
+        "cannot tell, not that the claim fails. Where an effect in the claimed direction is not significant, "
+        "`Why` gives the number of pairs a paired t-test would need to detect the observed standardised effect "
+        "(mean difference / std of the differences) with 80% power at alpha, before any Holm adjustment; where "
+        "it is in the opposite direction, more seeds would not support the claim and `Why` says so. For a tie "
+        "not shown equivalent, `Why` gives the pairs TOST would need (normal approximation) when the observed "
+        "difference lies inside the margin. A rough guide: the observed effect of a few seeds is itself noisy.",
         "- Scaled replicas: a replica (smaller teacher, student, data or budget) shows whether the pattern holds "
         "at its scale, not whether the paper's numbers reproduce.",
         "- Several claims on the same runs: Holm corrects within one family only; nothing corrects across "
@@ -356,11 +424,22 @@ def _header(alpha: float) -> list[str]:
 
 
 def _summary(judgements: list[Judgement]) -> list[str]:
-    lines = [md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"]
-    for judgement in judgements:
+    """The covered claims' verdicts as a table, the claims no run covers in one line."""
+    covered = [j for j in judgements if j.verdict != NOT_COVERED]
+    lines = [md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"] if covered else []
+    for judgement in covered:
         claim = judgement.claim
         lines.append(md_row([claim.id, str(claim.table), judgement.verdict, md_escape(_why(judgement))]))
-    return lines + [""]
+    return lines + [""] + not_covered_line(judgements)
+
+
+def not_covered_line(judgements: list[Judgement]) -> list[str]:
+    """One line naming the claims these runs do not cover (their runs are listed in the claims' sections)."""
+    missing = [j.claim for j in judgements if j.verdict == NOT_COVERED]
+    if not missing:
+        return []
+    names = ", ".join(f"{claim.id} (Table {claim.table})" for claim in missing)
+    return [f"Not covered by these runs (a run set they compare has no run): {names}.", ""]
 
 
 def _why(judgement: Judgement) -> str:
@@ -390,20 +469,26 @@ def _group_lines(claim: Claim, group: GroupVerdict, digits: int) -> list[str]:
     kind = f"scaled replica (paper_analogue Table {claim.table})" if runs.replica else "the paper's design"
     order = TABLE_DESIGNS[claim.table][1]
     inits = "; ".join(f"{paper} ({runs.measured_init[paper]})" for paper in order if paper in runs.measured_init)
-    lines = [f"### {_group_name(runs)}: {group.verdict}", "", f"{kind}; paper init (measured): {inits}.", ""]
+    collapsed = f" {runs.n_collapsed} of its {runs.n_runs} runs collapsed to one class." if runs.n_collapsed else ""
+    lines = [f"### {_group_name(runs)}: {group.verdict}", "",
+             f"{kind}; paper init (measured): {inits}.{collapsed}", ""]
     return lines + _evidence_table(group.evidence, digits)
 
 
 def _evidence_table(evidence: tuple[Evidence, ...], digits: int) -> list[str]:
-    lines = [md_row(["Asserted", "Mean a", "Mean b", "n", "p (Holm)", "Verdict", "Why"]),
-             "|---|---:|---:|---:|---:|---|---|"]
+    lines = [md_row(["Asserted", "Mean a", "Mean b", "n", "p (Holm)", "p (TOST)", "Verdict", "Why"]),
+             "|---|---:|---:|---:|---:|---:|---|---|"]
     for e in evidence:
         means = ["" if math.isnan(m) else fmt(m, digits) for m in (e.mean_a, e.mean_b)]
         n = "" if e.verdict == NOT_COVERED else str(e.n_pairs)
         why = "no runs of " + ", ".join(f"{o} at {i}" for o, i in e.missing) if e.missing else e.reason
+        if not math.isnan(e.margin):
+            why += f" (margin +-{fmt(e.margin, digits)})"
         if not math.isnan(e.seeds_needed):
-            why += f"; {seeds_text(e.seeds_needed)} for 80% power at the observed effect"
-        cells = [md_escape(e.assertion.label()), *means, n, format_p(e.p_holm), e.verdict, md_escape(why)]
+            goal = "to show equivalence" if e.reason == NOT_EQUIVALENT else "at the observed effect"
+            why += f"; {seeds_text(e.seeds_needed)} for 80% power {goal}"
+        cells = [md_escape(e.assertion.label()), *means, n, format_p(e.p_holm), format_p(e.p_equivalence),
+                 e.verdict, md_escape(why)]
         lines.append(md_row(cells))
     return lines + [""]
 
@@ -429,16 +514,31 @@ class ClaimsText:
     header: list[str]
     summary: list[str]
     details: list[str]
+    findings: list[str] = dataclasses.field(default_factory=list)  # the findings that open the page
 
     def markdown(self) -> str:
-        return "\n".join(self.header + ["## Summary", ""] + self.summary + self.details).rstrip() + "\n"
+        lines = self.findings + self.header + ["## Summary", ""] + self.summary + self.details
+        return "\n".join(lines).rstrip() + "\n"
 
 
-def render_claims(judgements: list[Judgement], alpha: float, digits: int = 1) -> ClaimsText:
+def render_claims(judgements: list[Judgement], alpha: float, digits: int = 1,
+                  findings: list[str] | None = None) -> ClaimsText:
     details = [line for judgement in judgements for line in _claim_section(judgement, digits)]
-    return ClaimsText(_header(alpha), _summary(judgements), details)
+    return ClaimsText(_header(alpha), _summary(judgements), details, findings or [])
 
 
-def claims_text(frame: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> ClaimsText:
-    """``claims.md``: every claim of :data:`CLAIMS` judged from ``frame`` (the report's usable runs)."""
-    return render_claims(judge_claims(frame, alpha), alpha, digits)
+def claims_text(frame: pd.DataFrame, alpha: float = 0.05, digits: int = 1, pvalues: pd.DataFrame | None = None,
+                name: str = "") -> ClaimsText:
+    """``claims.md``: the findings of study ``name`` (from ``pvalues``, the report's paired tests), then every
+    claim of :data:`CLAIMS` judged from ``frame`` (the report's usable runs)."""
+    judgements = judge_claims(frame, alpha)
+    findings = [f"# Findings{': ' + md_escape(name) if name else ''}", ""]
+    if pvalues is not None:
+        findings += study_findings(frame, pvalues, alpha, digits)
+    findings += ["Claims of the paper: see the summary below; " + _verdict_tally(judgements), ""]
+    return render_claims(judgements, alpha, digits, findings)
+
+
+def _verdict_tally(judgements: list[Judgement]) -> str:
+    counts = Counter(j.verdict for j in judgements)
+    return ", ".join(f"{counts[v]} {v}" for v in _SEVERITY[::-1] if counts[v]) + "."

@@ -4,9 +4,11 @@ Usage::
 
     python -m kdbench.report RESULTS_DIR [--out DIR] [--digits N] [--alpha A] [--no-plots] [--paper]
 
-Every ``result.json`` under RESULTS_DIR (any depth) is read. Only ``status: completed`` records enter the
-tables and tests; failed/running records and malformed files are listed (with their path and the reason) on
-stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default ``RESULTS_DIR/report``):
+Every ``result.json`` under RESULTS_DIR (any depth) is read; RESULTS_DIR may also be a ``.jsonl`` file of
+records, one result.json per line (``runs.jsonl``, as committed reports keep them; the page links to its
+lines). Only ``status: completed`` records enter the tables and tests; failed/running records and malformed
+files are listed (with their path and the reason) on stdout, in ``excluded.csv`` and at the end of
+``tables.md``. Written to DIR (default ``RESULTS_DIR/report``, or ``report`` beside a ``.jsonl`` file):
 
 ``results.csv``
     one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
@@ -53,19 +55,21 @@ stdout, in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (def
     Holm-adjusted p of the pooled paired tests it rests on, the missing runs by name, how to read a verdict and
     when not to trust one.
 ``scores_<group>.png``
-    mean score per bar (std error bars over seeds), the compared factor as the colour (one colour per objective,
-    or per init, in every plot of a report; Paul Tol's colour-blind-safe "muted" scheme): one panel per task
-    with the objectives on x when the init varies within the group, else the tasks on x. Lines: the
-    fine-tuned teacher's mean score (from the records) and the dev set's majority-class score
-    (``kdbench.tasks.MAJORITY``). A star marks a bar significantly below the best bar of its group (per-task
-    paired test, Holm).
-``differences_<group>_<factor>_<fixed>.png``
-    matrix of the task-ALL mean paired differences row - column, significant cells (Holm) starred.
+    one panel per task: every seed's score (a cross: a collapsed run), the cell's mean and its 95% t interval, the
+    paper's value where a published cell stands for it, objectives grouped by family (vanilla, hidden, attention),
+    one colour per objective (or per init, when the init varies) fixed across every report
+    (``plots.OBJECTIVE_COLOURS`` / ``INIT_COLOURS``). Lines: the fine-tuned teacher's mean score (from the
+    records) and the dev set's majority-class score (``kdbench.tasks.MAJORITY``), written at the axis' edge when
+    off it. A star marks a cell significantly below the best of its group (per-task paired test, Holm).
+``differences_<group>.png``
+    the task-ALL mean paired differences row - column of every family of the group, one matrix each, on one
+    symmetric colour scale; significant cells (Holm) starred and framed.
 ``report.html``
-    the report as one self-contained page (styles and plots inline, no script, nothing fetched): the claims'
-    verdicts first, then per (setting, teacher, student) its design and code, the measured table with links from
-    every cell to its records' result.json (relative paths), the published numbers beside it (``--paper``), its
-    plots and significance tables, then the evidence per claim and the excluded runs. Opens from the file system.
+    the report as one self-contained page (styles and plots inline, no script, nothing fetched): the findings
+    first (its first heading), then the claims' verdicts, then per (setting, teacher, student) its design and code,
+    the measured table with links from every cell to its records (result.json or a line of runs.jsonl, relative
+    paths), its cost, the published numbers beside it (``--paper``), its captioned plots and significance
+    tables, then the evidence per claim and the excluded runs. Opens from the file system.
 ``excluded.csv``
     path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
     config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose resolved
@@ -122,6 +126,7 @@ from kdbench.report.page import PAGE_FILE, PageParts, render_page
 from kdbench.report.paper import PAPER_CITE, comparison, load_paper
 from kdbench.report.plots import write_plots
 from kdbench.report.stats import (
+    IN_MEMORY_COLS,
     best_of_grid,
     code_versions,
     drop_duplicates,
@@ -133,6 +138,7 @@ from kdbench.report.stats import (
 )
 from kdbench.report.tables import build_tables, render_latex, render_markdown, render_significance
 from kdbench.report.versus import render_versus, versus_sections
+from kdbench.report.walltime import walltime_lines
 from kdbench.storage import folder_problem
 
 PROG = "kdbench.report"
@@ -158,6 +164,16 @@ def _parser() -> argparse.ArgumentParser:
         help=f"show the published numbers ({PAPER_CITE}) beside the measured tables; write paper.csv",
     )
     return parser
+
+
+def study_name(source: Path) -> str:
+    """The study's name: its folder's, or for a ``runs.jsonl`` file the folder holding it."""
+    return source.resolve().parent.name if source.is_file() else source.resolve().name
+
+
+def source_root(source: Path) -> Path:
+    """What records' paths are relative to: the results folder, or the folder of a ``.jsonl`` file."""
+    return source.parent if source.is_file() else source
 
 
 def _fail(message: str):
@@ -219,26 +235,27 @@ def _write_report(
     tables = build_tables(summary)
     pvalues = paired_tests(frame, args.alpha)
     unmatched = unmatched_runs(frame)
-    _write_csv(frame.drop(columns="design"), out / "results.csv")
+    _write_csv(frame.drop(columns=IN_MEMORY_COLS), out / "results.csv")
     _write_csv(summary, out / "summary.csv")
     _write_csv(pvalues, out / "pvalues.csv")
     _write_csv(unmatched, out / "unmatched.csv")
     versus = None if paper is None else render_versus(frame, paper, args.digits)
+    walltimes = {table.key: walltime_lines(frame, table.key) for table in tables}
     cost = cost_table(frame)
     _write_csv(cost, out / "cost.csv")
     cost_lines = cost_markdown(cost, args.digits, [] if args.no_plots else plot_cost(cost, out))
     markdown = render_markdown(tables, args.digits, excluded, versus, code_versions(frame),
-                               cost_lines)
+                               walltimes, cost_lines)
     _write_text(out / "tables.md", markdown)
     if paper is not None:
         _write_csv(comparison(frame, paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))
     _write_text(out / "significance.md", render_significance(pvalues, args.alpha, args.digits))
-    claims = claims_text(frame, args.alpha, args.digits)
+    claims = claims_text(frame, args.alpha, args.digits, pvalues, study_name(args.results_dir))
     _write_text(out / "claims.md", claims.markdown())
     sections = [] if paper is None else versus_sections(frame, paper, args.digits)
-    page = PageParts(args.results_dir, out, frame, tables, pvalues, claims, sections, excluded, {}, args.alpha,
-                     args.digits)
+    page = PageParts(source_root(args.results_dir), out, frame, tables, pvalues, claims, sections, excluded, {},
+                     args.alpha, args.digits, study_name(args.results_dir), walltimes)
     return page, len(unmatched)
 
 
@@ -249,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.alpha < 1:
         _fail(f"--alpha must be between 0 and 1, got {args.alpha}")
     results_dir: Path = args.results_dir
-    out: Path = args.out if args.out is not None else results_dir / "report"
+    out: Path = args.out if args.out is not None else source_root(results_dir) / "report"
     loaded = _or_fail(lambda: load_records(results_dir, skip=out))
     paper = _or_fail(load_paper) if args.paper else None
     problem = folder_problem(out.absolute())
@@ -260,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     frame, excluded = _usable_runs(loaded, results_dir, out)
     page, n_unmatched = _write_report(frame, excluded, paper, args, out)
     if not args.no_plots:
-        page.plots = write_plots(page.tables, page.pvalues, frame, out, args.alpha)
+        page.plots = write_plots(page.tables, page.pvalues, frame, out, args.alpha, paper)
     _write_text(out / PAGE_FILE, render_page(page))
 
     pvalues = page.pvalues

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION, design
+from kdbench.report.collapse import collapse_status
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
 # The record's measured cost (`kdbench.cost`) as report columns: (column, the model, its field).
@@ -110,6 +111,11 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
         return None, exclusion(rel, "skipped", f"invalid JSON: {exc}")
     except (OSError, UnicodeDecodeError) as exc:
         return None, exclusion(rel, "skipped", f"unreadable: {exc}")
+    return parse_data(data, rel)
+
+
+def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
+    """One record's JSON value (``rel`` names where it is) -> (record, None) or (None, exclusion)."""
     if not isinstance(data, dict):
         return None, exclusion(rel, "skipped", "top level is not a JSON object")
     problem = _not_completed(data) or _malformed(data)
@@ -121,7 +127,10 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
     seed, score, metrics = _as_int(data["seed"]), _as_float(data["score"]), _flatten(data["metrics"])
     grid_text = ",".join(f"{k}={v}" for k, v in grid.items()) if grid else None
     record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
-    return record | _references(data) | _origin(data, record["init"], grid) | _cost(data), None
+    references = _references(data)
+    references["collapse"] = collapse_status(metrics, references["score_metric"])
+    return (record | references | _walltime(data) | _origin(data, record["init"], grid)
+            | _cost(data)), None
 
 
 def _cost(data: dict) -> dict:
@@ -131,6 +140,17 @@ def _cost(data: dict) -> dict:
               for column, model, field in COST_FIELDS}
     values |= {key: cost.get(key) for key in ("speedup_latency", "speedup_throughput")}
     return {key: _as_float(value) for key, value in values.items()}
+
+
+def _walltime(data: dict) -> dict:
+    """The run's wall times (the record's ``timing`` entries in seconds, ``*_s``), their sum ``wall_s``, and the
+    student's parameter count; None where the record has none."""
+    timing = data.get("timing") if isinstance(data.get("timing"), dict) else {}
+    seconds = {name: float(v) for name, v in timing.items()
+               if name.endswith("_s") and _as_float(v) is not None}
+    parameters = _as_int(data.get("student_parameters"))
+    return {"timing": seconds or None, "wall_s": sum(seconds.values()) if seconds else None,
+            "student_parameters": parameters}
 
 
 def _references(data: dict) -> dict:
@@ -200,8 +220,37 @@ def _relative(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
+RUNS_FILE = "runs.jsonl"  # records kept in a repository: one result.json per line
+
+
+def load_lines(path: Path) -> Loaded:
+    """The records of a ``.jsonl`` file, one result.json per line: each keeps the path of the run folder it came
+    from (its ``run_dir``; else ``<file name>#L<line>``) and links to its line (``link``, for the page)."""
+    records, excluded, n_lines = [], [], 0
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        n_lines += 1
+        link = f"{path.name}#L{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            excluded.append(exclusion(link, "skipped", f"invalid JSON: {exc}"))
+            continue
+        where = data.get("run_dir") if isinstance(data, dict) and isinstance(data.get("run_dir"), str) else link
+        record, excluded_row = parse_data(data, where)
+        records += [record | {"link": link}] if record is not None else []
+        excluded += [excluded_row] if excluded_row is not None else []
+    if n_lines == 0:
+        raise ReportError(f"{path} holds no record; pass a .jsonl file with one result.json per line")
+    return Loaded(records=records, excluded=excluded, n_files=n_lines)
+
+
 def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
-    """Parse every ``result.json`` under ``results_dir``; raises :class:`ReportError` on unusable input."""
+    """Parse every ``result.json`` under ``results_dir``, or every line of ``results_dir`` when it is a
+    ``.jsonl`` file; raises :class:`ReportError` on unusable input."""
+    if results_dir.is_file() and results_dir.suffix == ".jsonl":
+        return load_lines(results_dir)
     if not results_dir.exists():
         raise ReportError(
             f"results directory {results_dir} does not exist; pass the directory your runs wrote to"

@@ -1,9 +1,10 @@
 """``report.html``: the report as one self-contained page (styles and plots inline, no script, no network).
 
-The claims and their verdicts first; then per (setting, teacher, student) study its design and provenance, the
-measured table (each cell linking to the records behind it), the published numbers beside it, its plots and its
-significance tables; then the evidence of each claim and the excluded runs. The markdown parts are the same
-text as claims.md, tables.md and significance.md, rendered by markdown-it.
+The findings first (claims.md's opening), then the claims and their verdicts; then per (setting, teacher,
+student) study its design and provenance, the measured table (each cell linking to the records behind it), its
+cost, the published numbers beside it, its captioned plots and its significance tables; then the evidence of
+each claim and the excluded runs. The markdown parts are the same text as claims.md, tables.md and
+significance.md, rendered by markdown-it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -34,9 +35,22 @@ table.measured td:first-child, table.measured th:first-child { text-align: left;
 tr:nth-child(even) { background: #f7f7f7; }
 .seeds { display: block; font-size: 0.75em; color: #777; } .seeds a { color: #557; margin-right: 0.2em; }
 img { max-width: 100%; height: auto; margin: 0.5em 0; display: block; }
+figure { margin: 0.8em 0; } figcaption { font-size: 0.85em; color: #555; }
 nav a { margin-right: 1em; } .verdict-supported { color: #117733; } .verdict-contradicted { color: #AA3377; }
 """
 _MARKDOWN = MarkdownIt("commonmark").enable("table")
+CAPTIONS = {
+    "scores": "every seed's score (a cross: a run that predicts one class for at least 95% of the dev set), the "
+              "cell's mean (bar) and its 95% t interval (line at its right), the paper's value where a published "
+              "cell stands for it (diamond; a pointer with its value at the edge when off the axis), the "
+              "fine-tuned teacher (dashed) and the majority class (dotted), written at the edge when off the "
+              "axis; objectives grouped by family, one colour per objective (or "
+              "init) in every report; * a cell significantly below the best of its group (per-task paired t-test, "
+              "Holm).",
+    "differences": "mean paired difference row - column pooled over tasks (task ALL), one matrix per compared "
+                   "factor and held level, all on one symmetric colour scale; * and a frame: significant after "
+                   "Holm.",
+}
 
 
 @dataclass
@@ -54,6 +68,8 @@ class PageParts:
     plots: dict[tuple[str, str, str], list[Path]]  # by group
     alpha: float
     digits: int
+    name: str = ""  # the study's name
+    walltimes: dict[tuple, list[str]] = field(default_factory=dict)  # wall-time lines per table key
 
 
 def markdown(lines: list[str]) -> str:
@@ -62,8 +78,11 @@ def markdown(lines: list[str]) -> str:
 
 
 def inline_image(path: Path) -> str:
+    """The plot inline in a figure with its caption (what it shows, from its file name's kind)."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+    caption = CAPTIONS["scores" if path.stem.startswith("scores_") else "differences"]
+    return (f'<figure><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(path.name)}: {html.escape(caption)}</figcaption></figure>")
 
 
 def _verdict_colours(text: str) -> str:
@@ -75,8 +94,9 @@ def _verdict_colours(text: str) -> str:
 
 def record_links(part: pd.DataFrame, results_dir: Path, out: Path) -> str:
     """Links to the result.json of each seed of a cell, relative to the page."""
-    links = [f'<a href="{html.escape(Path(os.path.relpath(results_dir / path, out)).as_posix())}">{seed}</a>'
-             for seed, path in sorted(zip(part["seed"], part["path"], strict=True))]
+    targets = [link if isinstance(link, str) else path for path, link in zip(part["path"], part["link"], strict=True)]
+    links = [f'<a href="{html.escape(Path(os.path.relpath(results_dir / target, out)).as_posix())}">{seed}</a>'
+             for seed, target in sorted(zip(part["seed"], targets, strict=True))]
     return f'<span class="seeds">seeds {" ".join(links)}</span>' if links else ""
 
 
@@ -103,7 +123,8 @@ def study_section(parts: PageParts, table: Table, index: int) -> str:
     design = f"Stands for the paper's design: {'; '.join(notes)}. " if notes else ""
     out = [f'<section id="study-{index}"><h2>{html.escape(table.title)}</h2>',
            f'<p class="meta">{html.escape(design)}{len(runs)} runs; code {html.escape(code_versions(runs))}.</p>',
-           "<h3>Measured</h3>", measured_table(parts, table), f'<p class="meta">{html.escape(DESCRIPTION)}</p>']
+           "<h3>Measured</h3>", measured_table(parts, table), f'<p class="meta">{html.escape(DESCRIPTION)}</p>',
+           "<h3>Wall time</h3>", markdown(parts.walltimes.get(table.key, []))]
     out += [markdown(lines) for group, lines in parts.versus if group == table.key]
     plots = parts.plots.get(table.key, [])
     if plots:
@@ -124,11 +145,13 @@ def render_page(parts: PageParts) -> str:
     nav = " ".join(f'<a href="#study-{i}">{html.escape(t.title)}</a>' for i, t in enumerate(parts.tables, start=1))
     excluded = [f"- `{row['path']}` ({row['kind']}): {row['reason']}" for row in parts.excluded]
     body = [
-        "<h1>kdbench report</h1>",
-        f'<p class="meta">{len(parts.frame)} runs read from {html.escape(str(parts.results_dir))}; code '
+        f"<h1>kdbench report: {html.escape(parts.name)}</h1>",
+        f'<p class="meta">{len(parts.frame)} runs; code '
         f"{html.escape(code_versions(parts.frame))}. The same numbers are in tables.md, claims.md, significance.md "
         "and the csv files beside this page.</p>",
-        f'<nav><a href="#claims">Claims</a> {nav} <a href="#claims-detail">Evidence per claim</a></nav>',
+        f'<nav><a href="#findings">Findings</a> <a href="#claims">Claims</a> {nav} '
+        '<a href="#claims-detail">Evidence per claim</a></nav>',
+        '<section id="findings"><h2>Findings</h2>', markdown(parts.claims.findings[1:]), "</section>",
         '<section id="claims"><h2>The paper\'s claims, judged from these runs</h2>',
         _verdict_colours(markdown(parts.claims.summary)),
         '<p class="meta">How each verdict is reached, and when not to trust one: '
@@ -140,5 +163,5 @@ def render_page(parts: PageParts) -> str:
     if excluded:
         body += ['<section id="excluded"><h2>Excluded runs</h2>', markdown(excluded), "</section>"]
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>kdbench report: {html.escape(parts.results_dir.name)}</title><style>{STYLE}</style></head>"
+            f"<title>kdbench report: {html.escape(parts.name)}</title><style>{STYLE}</style></head>"
             "<body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -27,7 +27,8 @@ MEASURED_GROUP = ["measured_setting", "measured_teacher", "measured_student"]
 MEASURED_COLS = MEASURED_GROUP + ["measured_mean", "measured_std", "measured_n"]
 # paper.csv: every published cell in kdbench's names; the measured columns where runs stand for it (one row per
 # measured (setting, teacher, student) when several do).
-PAPER_COLS = SOURCE_COLS[:8] + ["measured_metric", "mean", "std", "n_runs", "avg_flag"] + MEASURED_COLS
+PAPER_COLS = (SOURCE_COLS[:8] + ["measured_metric", "mean", "std", "n_runs", "avg_flag"] + MEASURED_COLS
+              + ["measured_minus_paper"])
 ROW_KEY = ["table", "objective", "paper_init"]  # one printed row of a paper table
 
 # The paper's own designs, in kdbench's names: (setting, teacher, student) per table.
@@ -208,4 +209,5 @@ def comparison(frame: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
                                  on=["key", "paper_init", "task"]))
     merged = pd.concat(parts, ignore_index=True).sort_values("cell", kind="stable")
     merged["measured_n"] = merged["measured_n"].astype("Int64")
+    merged["measured_minus_paper"] = merged["measured_mean"] - merged["mean"]
     return merged[PAPER_COLS].reset_index(drop=True)

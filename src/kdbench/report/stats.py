@@ -15,23 +15,27 @@ import pandas as pd
 from scipy import stats
 
 from kdbench.record import KEY_FIELDS
+from kdbench.report.collapse import COLLAPSED, HEALTHY
 from kdbench.report.load import COST_COLS, exclusion
 from kdbench.tasks import TASKS
 
 GROUP_COLS = ["setting", "teacher", "student"]
 ROW_COLS = ["objective", "init"]
-SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n"]
+SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n", "collapsed"]
 FAMILY_COLS = GROUP_COLS + ["factor", "fixed", "task"]
-PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "effect", "t", "p",
-                             "p_holm", "seeds_needed"]
+PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "diff", "se", "ci_low", "ci_high", "effect", "t",
+                             "p", "p_holm", "seeds_needed"]
 POWER = 0.8  # the power at which `seeds_needed` detects a pair's observed difference
 MAX_SEEDS = 1000  # seeds_needed above this is reported as this bound
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
 # Per run beyond the key: the score's metric and the teacher's score on it, its file, its code version, the paper
-# design it stands for (table, init, the analogue's note), its measured cost, its design (config
-# less what does not change a measurement; in memory only, not in results.csv).
-ORIGIN_COLS = ["score_metric", "teacher_score", "path", "commit", "paper_table", "paper_init",
-               "paper_note", *COST_COLS, "design"]
+# design it stands for (table, init, the analogue's note), its wall times (their sum; per entry of
+# `timing` in memory only), the student's parameter count, its measured inference cost, its design
+# (config less what does not change a measurement; in memory only, not in results.csv).
+ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "wall_s", "student_parameters", "path",
+               "link", "commit", "paper_table", "paper_init", "paper_note", *COST_COLS, "design",
+               "timing"]
+IN_MEMORY_COLS = ["design", "timing"]  # dicts, not written to results.csv
 AVG = "Avg"
 ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
@@ -79,6 +83,8 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
     frame["score"] = frame["score"].astype(float)
     frame["paper_table"] = frame["paper_table"].astype("Int64")
     frame["teacher_score"] = frame["teacher_score"].astype(float)
+    frame["wall_s"] = frame["wall_s"].astype(float)
+    frame["student_parameters"] = frame["student_parameters"].astype("Int64")
     return sort_frame(frame)
 
 
@@ -208,14 +214,24 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
         .agg(mean="mean", std=lambda s: s.std(ddof=1) if len(s) > 1 else np.nan, n="count")
         .reset_index()
     )
+    per_task["collapsed"] = collapsed_counts(frame).reindex(
+        pd.MultiIndex.from_frame(per_task[GROUP_COLS + ROW_COLS + ["task"]])).to_numpy()
     averages = pd.DataFrame(_averages(per_task), columns=SUMMARY_COLS)
     summary = pd.concat([per_task, averages], ignore_index=True)
     summary["n"] = summary["n"].astype("Int64")
+    summary["collapsed"] = summary["collapsed"].astype("Int64")
     avg_last = (2, 0, "")  # after every task_sort_key
     return _sorted_by(
         summary[SUMMARY_COLS],
         lambda r: (*_group_key(r), *_row_key(r), avg_last if r["task"] == AVG else task_sort_key(r["task"])),
     )
+
+
+def collapsed_counts(frame: pd.DataFrame) -> pd.Series:
+    """Per (group, objective, init, task): how many runs collapsed to one class (NaN when none is known)."""
+    known = frame.assign(known=frame["collapse"].isin([COLLAPSED, HEALTHY]), hit=frame["collapse"] == COLLAPSED)
+    counts = known.groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False)[["known", "hit"]].sum()
+    return counts["hit"].where(counts["known"] > 0).astype(float)
 
 
 def _averages(per_task: pd.DataFrame) -> list[dict]:
@@ -317,17 +333,45 @@ def _key_order(key: tuple[str, int]) -> tuple:
 
 
 def paired_effect(x, y, confidence: float = 0.95) -> dict:
-    """The mean paired difference x - y, its two-sided t confidence interval and the standardised effect d_z
-    (mean difference / sample std of the differences); NaN for fewer than 2 pairs, d_z NaN when every
-    difference is 0 and infinite when they are equal and non-zero."""
+    """The mean paired difference x - y, its standard error (sample std of the differences / sqrt(n)), its
+    two-sided t confidence interval and the standardised effect d_z (mean difference / sample std of the
+    differences); NaN for fewer than 2 pairs, d_z NaN when every difference is 0 and infinite when they are
+    equal and non-zero."""
     d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
     if len(d) < 2:
-        return {"diff": float(np.mean(d)) if len(d) else math.nan, "ci_low": math.nan, "ci_high": math.nan,
-                "effect": math.nan}
+        return {"diff": float(np.mean(d)) if len(d) else math.nan, "se": math.nan, "ci_low": math.nan,
+                "ci_high": math.nan, "effect": math.nan}
     mean, sd = float(d.mean()), float(d.std(ddof=1))
-    half = float(stats.t.ppf((1 + confidence) / 2, len(d) - 1)) * sd / math.sqrt(len(d))
+    se = sd / math.sqrt(len(d))
+    half = float(stats.t.ppf((1 + confidence) / 2, len(d) - 1)) * se
     effect = mean / sd if sd > 0 else (math.nan if mean == 0 else math.copysign(math.inf, mean))
-    return {"diff": mean, "ci_low": mean - half, "ci_high": mean + half, "effect": effect}
+    return {"diff": mean, "se": se, "ci_low": mean - half, "ci_high": mean + half, "effect": effect}
+
+
+def equivalence_p(diff: float, se: float, n_pairs: int, margin: float) -> float:
+    """The p-value of two one-sided paired t-tests (TOST) that the true mean difference lies within
+    (-margin, +margin): the larger of the p-values of ``diff > -margin`` and ``diff < +margin``, each a t-test
+    with n - 1 degrees of freedom. Equal differences (``se`` 0) give 0 inside the margin and 1 outside; NaN for
+    fewer than 2 pairs."""
+    if n_pairs < 2 or math.isnan(se):
+        return math.nan
+    if se == 0:
+        return 0.0 if abs(diff) < margin else 1.0
+    above = stats.t.sf((diff + margin) / se, n_pairs - 1)
+    below = stats.t.cdf((diff - margin) / se, n_pairs - 1)
+    return float(max(above, below))
+
+
+def equivalence_pairs(diff: float, sd: float, margin: float, alpha: float, power: float = POWER,
+                      limit: int = MAX_SEEDS) -> float:
+    """About how many pairs TOST at ``alpha`` needs to show equivalence within ``margin`` with ``power`` when the
+    true difference is ``diff`` and the differences' std is ``sd``: the normal approximation
+    n = ((z_(1-alpha) + z_power) sd / (margin - |diff|))^2, at least 2, ``limit`` at most; NaN when |diff| is
+    not inside the margin (no number of pairs shows it equivalent)."""
+    if math.isnan(diff) or math.isnan(sd) or abs(diff) >= margin:
+        return math.nan
+    z = stats.norm.ppf(1 - alpha) + stats.norm.ppf(power)
+    return float(min(limit, max(2, math.ceil((z * sd / (margin - abs(diff))) ** 2))))
 
 
 def paired_power(effect: float, n: int, alpha: float) -> float:

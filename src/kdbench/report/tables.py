@@ -34,6 +34,7 @@ class Table:
     std: pd.DataFrame
     n: pd.DataFrame  # tasks only
     inits: list[str] = field(default_factory=list)
+    collapsed: pd.DataFrame | None = None  # tasks only: runs collapsed to one class (NaN: unknown)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -41,7 +42,22 @@ class Table:
 
     @property
     def columns(self) -> list[str]:
-        return self.tasks + [AVG]
+        """The tasks, and Avg when there are several (for one task it would repeat the task's column)."""
+        return self.tasks + ([AVG] if len(self.tasks) > 1 else [])
+
+    def collapsed_runs(self, row, column: str) -> int | None:
+        """How many runs of a cell collapsed to one class (None: unknown, or the Avg column)."""
+        if self.collapsed is None or column not in self.collapsed.columns:
+            return None
+        value = self.collapsed.at[row, column]
+        return None if pd.isna(value) else int(value)
+
+    def all_collapsed(self, row, column: str) -> bool:
+        """Every run of the cell collapsed (for Avg: of every task's cell)."""
+        if column == AVG:
+            return all(self.all_collapsed(row, task) for task in self.tasks)
+        k = self.collapsed_runs(row, column)
+        return bool(k) and k == int(self.n.at[row, column])
 
     @property
     def title(self) -> str:
@@ -96,12 +112,15 @@ def _table(key: tuple[str, str, str], group: pd.DataFrame) -> Table:
         std=pivot("std", tasks + [AVG]).astype(float),
         n=pivot("n", tasks),
         inits=inits,
+        collapsed=pivot("collapsed", tasks).astype(float),
     )
 
 
 def best_rows(table: Table, column: str, digits: int) -> set[tuple[str, str]]:
-    """Rows whose displayed mean equals the column maximum; empty when the column has < 2 values."""
+    """Rows whose displayed mean equals the column maximum, among the cells whose runs did not all collapse to
+    one class; empty when the column has < 2 such values."""
     col = table.mean[column].dropna()
+    col = col[[not table.all_collapsed(row, column) for row in col.index]]
     if len(col) < 2:
         return set()
     best = round(col.max(), digits)
@@ -134,9 +153,19 @@ def _footnote(table: Table) -> str:
 
 DESCRIPTION = (
     "Cells: mean ± sample std (ddof=1) over seeds; a single-seed cell shows the mean only. "
-    "Avg: mean over tasks of the per-task means, only for rows that have every task of the table. "
-    "Bold: best mean per column."
+    "Avg (tables of several tasks): mean over tasks of the per-task means, only for rows that have every task "
+    "of the table. Bold: best mean per column among the cells whose runs did not all collapse. "
+    "[collapsed] / [k collapsed]: every run / k runs of the cell predict one class for at least 95% of the dev "
+    "set (kdbench.report.collapse; judged from the score and the dev label counts for records without their "
+    "predicted-label counts)."
 )
+
+
+def _collapse_mark(table: Table, row, column: str) -> str:
+    k = table.collapsed_runs(row, column)
+    if not k:
+        return ""
+    return " [collapsed]" if table.all_collapsed(row, column) else f" [{k} collapsed]"
 
 
 def body_cells(table: Table, digits: int, escape, *, pm: str, bold: str):
@@ -155,24 +184,27 @@ def body_cells(table: Table, digits: int, escape, *, pm: str, bold: str):
                 text = bold.format(text)
             if mark is not None:
                 text += f" (n={mark})"
-            cells.append(text)
+            cells.append(text + _collapse_mark(table, row, column))
         yield cells
 
 
 def render_markdown(
     tables: list[Table], digits: int = 1, excluded: list[dict] | None = None, paper: list[str] | None = None,
-    versions: str | None = None, cost: list[str] | None = None,
+    versions: str | None = None, walltimes: dict[tuple, list[str]] | None = None,
+    cost: list[str] | None = None,
 ) -> str:
-    """All tables as GitHub markdown, then ``cost`` (the cost section, :mod:`kdbench.report.cost`),
-    ``paper`` (the published-vs-measured lines of ``--paper``, see :mod:`kdbench.report.versus`) and
-    the list of excluded runs; ``versions`` names the code the runs came from."""
+    """All tables as GitHub markdown, each followed by its wall times (``walltimes``, by its key,
+    :mod:`kdbench.report.walltime`); then ``cost`` (the measured inference cost,
+    :mod:`kdbench.report.cost`), ``paper`` (the published-vs-measured lines of ``--paper``, see
+    :mod:`kdbench.report.versus`) and the list of excluded runs; ``versions`` names the code the runs
+    came from."""
     out = ["# kdbench results", "", DESCRIPTION, ""] + ([f"Code: {md_escape(versions)}.", ""] if versions else [])
     for table in tables:
         out += [f"## {md_escape(table.title)}", ""]
         out += md_head(table.columns, table.show_init)
         out += [md_row(cells) for cells in body_cells(table, digits, md_escape, pm="±", bold="**{}**")]
         note = _footnote(table)
-        out += ["", f"_{note}._" if note else "", ""]
+        out += ["", f"_{note}._" if note else "", ""] + (walltimes or {}).get(table.key, [])
     out += (cost or []) + (paper or [])
     if excluded:
         out += ["## Excluded runs", ""]
@@ -289,11 +321,13 @@ def _verdict(row, alpha: float) -> str:
 
 
 def _pair_table(part: pd.DataFrame, alpha: float, digits: int) -> list[str]:
-    """One line per pair and task (ALL first): means, difference with CI, d_z, p, p (Holm), significance."""
+    """One line per pair and task (ALL first): means, difference with CI, d_z, p, p (Holm), significance. A
+    family of one task lists its tests once (task ALL pools that task alone, the same test)."""
+    tasks = [t for t in ordered_tasks(part["task"]) if t != ALL]
     out = [md_row(["Task", "a", "b", "n", "Mean a", "Mean b", "a - b [95% CI]", "d_z", "p", "p (Holm)",
                    "Significant", "Pairs for 80% power"]),
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    for task in [ALL] + [t for t in ordered_tasks(part["task"]) if t != ALL]:
+    for task in [ALL] + (tasks if len(tasks) > 1 else []):
         for row in part[part["task"] == task].itertuples(index=False):
             means = ["" if pd.isna(m) else fmt(m, digits) for m in (row.mean_a, row.mean_b)]
             ci = "" if pd.isna(row.ci_low) else f" [{_signed(row.ci_low, digits)}, {_signed(row.ci_high, digits)}]"

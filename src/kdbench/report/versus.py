@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from scipy import stats
 
 from kdbench.report.paper import (
     FIRST_6_TABLES,
@@ -22,6 +23,7 @@ from kdbench.report.text import fmt, md_escape, md_head, md_row
 from kdbench.tasks import TASKS
 
 FLAG = "†"
+DIFF_HEAD = "measured - paper (mean over the tasks shown)"
 MEASURED_NOTE = (
     "Measured: mean ± sample std (n runs) over the seeds of the runs that stand for the row, in the metric the "
     "paper reports (records' metrics are x100, like the paper's); Avg (measured) is the mean of the per-task means, "
@@ -44,7 +46,8 @@ def versus_sections(frame: pd.DataFrame, paper: pd.DataFrame, digits: int = 1) -
         for group, cells in groups:
             title = f"Table {table}: published vs measured" + (f" ({', '.join(group)})" if len(groups) > 1 else "")
             lines = [f"## {md_escape(title)}", "", _intro(table, group, frame, published), ""]
-            lines += _table(published, cells, digits) + [""] + _footnotes(table, published, cells) + [""]
+            lines += _table(published, cells, digits) + [""] + _rank_agreement(published, cells) + [""]
+            lines += _footnotes(table, published, cells) + [""]
             sections.append((tuple(group), lines))
     return sections
 
@@ -81,18 +84,47 @@ def _tasks(published: pd.DataFrame, measured: pd.DataFrame) -> list[str]:
 def _table(published: pd.DataFrame, measured: pd.DataFrame, digits: int) -> list[str]:
     """One row per published row (objective, paper init): per measured task and Avg, published then measured."""
     tasks = _tasks(published, measured)
-    columns = [f"{TASKS.get(t, t)} ({side})" for t in tasks + [AVG] for side in ("paper", "measured")]
-    out = md_head(columns, show_init=True)
     pub = published.set_index(["objective", "paper_init", "task"])
     got = measured.set_index(["objective", "paper_init", "task"])
+    measured_avg = (measured["task"] == AVG).any()  # else the column would stay empty: the paper's Avg alone
+    columns = [f"{TASKS.get(t, t)} ({side})" for t in tasks for side in ("paper", "measured")]
+    columns += [f"{AVG} (paper)"] + ([f"{AVG} (measured)"] if measured_avg else [])
+    out = md_head(columns + [DIFF_HEAD], show_init=True)
     for objective, init in dict.fromkeys(zip(published["objective"], published["paper_init"], strict=True)):
         cells = [md_escape(objective), md_escape(init)]
         for task in tasks + [AVG]:
-            cells += [_published(pub.loc[(objective, init, task)]),
-                      _measured(got.loc[(objective, init, task)] if (objective, init, task) in got.index else None,
-                                digits)]
+            cells.append(_published(pub.loc[(objective, init, task)]))
+            if task != AVG or measured_avg:
+                key = (objective, init, task)
+                cells.append(_measured(got.loc[key] if key in got.index else None, digits))
+        diffs = [got.at[key, "measured_mean"] - pub.at[key, "mean"] for key in
+                 ((objective, init, task) for task in tasks) if key in got.index]
+        cells.append(f"{sum(diffs) / len(diffs):+.{digits}f}" if diffs else "")
         out.append(md_row(cells))
     return out
+
+
+def rank_agreement(published: pd.DataFrame, measured: pd.DataFrame, task: str) -> tuple[float, float, int]:
+    """Kendall's tau-b (``scipy.stats.kendalltau``) between the published and the measured means of the rows
+    measured on ``task``, its two-sided p-value and the number of rows (NaN below 3 rows or without variation)."""
+    pub = published[(published["task"] == task) & ~published["quoted"]].set_index(["objective", "paper_init"])
+    got = measured[measured["task"] == task].set_index(["objective", "paper_init"])
+    rows = [key for key in got.index if key in pub.index]
+    if len(rows) < 3:
+        return math.nan, math.nan, len(rows)
+    result = stats.kendalltau([pub.at[key, "mean"] for key in rows], [got.at[key, "measured_mean"] for key in rows])
+    return float(result.statistic), float(result.pvalue), len(rows)
+
+
+def _rank_agreement(published: pd.DataFrame, measured: pd.DataFrame) -> list[str]:
+    """One line: per task, Kendall's tau between the published and measured means of the table's rows."""
+    parts = []
+    for task in _tasks(published, measured):
+        tau, p, n = rank_agreement(published, measured, task)
+        value = "n/a" if math.isnan(tau) else f"{tau:+.2f} (p {p:.2g})"
+        parts.append(f"{TASKS.get(task, task)} {value} over {n} rows")
+    return [f"_Rank agreement of measured and published means (Kendall's tau-b over the rows, per task: "
+            f"across tasks the ranks would mostly order the tasks): {md_escape('; '.join(parts))}._"]
 
 
 def _published(cell: pd.Series) -> str:

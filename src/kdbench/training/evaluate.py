@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from kdbench import distributed
-from kdbench.metrics import compute_metrics
+from kdbench.metrics import compute_metrics, label_counts
 from kdbench.training.steps import StepFn, autocast, model_inputs, to_device
 
 
@@ -25,11 +25,13 @@ def predict(model: torch.nn.Module, loader, device: torch.device, precision: str
 
 
 def evaluate(model, eval_loaders: dict[str, object], metric_names, device, precision) -> dict[str, float]:
-    """Metrics on every dev split; `eval_loaders` maps a metric-name suffix ("" or "matched") to a loader."""
+    """Metrics on every dev split, with the predicted and gold label counts per class (``label_counts``);
+    `eval_loaders` maps a metric-name suffix ("" or "matched") to a loader."""
     metrics: dict[str, float] = {}
     for suffix, loader in eval_loaders.items():
         predictions, labels = predict(model, loader, device, precision)
         metrics.update(compute_metrics(metric_names, predictions, labels, suffix))
+        metrics.update(label_counts(predictions, labels, suffix))
     return metrics
 
 

@@ -1,0 +1,46 @@
+"""The committed reports regenerate from their runs.jsonl alone, and no output names a path of the machine."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kdbench.report.cli import main
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+KEPT = {"README.md", "runs.jsonl"}  # written by hand or by experiments/runs_from_report.py, not by the report
+
+
+@pytest.mark.slow
+def test_mini_table1_regenerates_from_its_runs_jsonl(tmp_path: Path):
+    folder = RESULTS / "mini_table1"
+    out = tmp_path / "mini_table1"  # the same name (the page's title is the study's), the records beside the page
+    out.mkdir()
+    shutil.copy(folder / "runs.jsonl", out)
+    assert main([str(out / "runs.jsonl"), "--out", str(out), "--paper"]) == 0
+    committed = sorted(p.name for p in folder.iterdir() if p.name not in KEPT)
+    assert sorted(p.name for p in out.iterdir() if p.name not in KEPT) == committed
+    for name in committed:  # PNGs too: the plots are drawn without timestamps, byte-stable
+        assert (out / name).read_bytes() == (folder / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("name", ["mini_table1", "mini_table2", "mini_table3"])
+def test_no_committed_output_names_an_absolute_path(name: str):
+    for path in (RESULTS / name).iterdir():
+        if path.suffix in {".md", ".csv", ".html", ".tex", ".jsonl"}:
+            text = path.read_text(encoding="utf-8")
+            assert not re.search(r"(?<![\w.])/(work|tmp|home|root|Users)/", text), path
+
+
+def test_no_generated_output_names_an_absolute_path(tmp_path: Path):
+    from tests.unit.report_helpers import write_three_objectives
+
+    results = write_three_objectives(tmp_path / "results")
+    out = tmp_path / "out"
+    assert main([str(results), "--out", str(out)]) == 0
+    for path in out.iterdir():
+        if path.suffix != ".png":
+            assert str(tmp_path) not in path.read_text(encoding="utf-8"), path
