@@ -11,12 +11,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kdbench.report.load import COST_COLS
-from kdbench.report.plots import PALETTE, _save, safe_name
+from kdbench.report.plots import _save, colour_of, safe_name
 from kdbench.report.stats import natural_key
 from kdbench.report.text import md_escape, md_row
 from kdbench.tasks import TASKS
 
 POINT_COLS = ["task", "teacher", "student", "objective", "init"]
+MARKERS = ("o", "s", "^", "D", "v")  # one per student shape; the colour is the objective's
 ABOUT = ("Measured on the machine that ran each job (`kdbench.cost`): parameters, FLOPs per "
          "example at the task's median length, latency at batch 1, throughput at batch 32; "
          "speed-up = the "
@@ -68,10 +69,12 @@ def plot_cost(table: pd.DataFrame, out: Path) -> list[Path]:
     for task, part in table.groupby("task", sort=False):
         fig = Figure(figsize=(6, 4))
         ax = fig.add_subplot()
-        for i, (_, r) in enumerate(part.iterrows()):
+        shapes = {student: MARKERS[i % len(MARKERS)]
+                  for i, student in enumerate(dict.fromkeys(part["student"]))}
+        for _, r in part.iterrows():
             spread = 0 if pd.isna(r["std"]) else r["std"]
-            ax.errorbar(r["student_latency_ms"], r["mean"], yerr=spread, fmt="o", capsize=3,
-                        color=PALETTE[i % len(PALETTE)],
+            ax.errorbar(r["student_latency_ms"], r["mean"], yerr=spread, fmt=shapes[r["student"]],
+                        capsize=3, color=colour_of("objective", r["objective"]),
                         label=f"{r['student']} {r['objective']} ({r['init']})")
         for teacher, mine in part.groupby("teacher", sort=False):
             ax.scatter(mine["teacher_latency_ms"].mean(), mine["teacher_score"].mean(), marker="*",
