@@ -27,6 +27,20 @@ def test_mappings():
         resolve_pairs([8, 1, 12], None, 3, 12)
 
 
+@pytest.mark.parametrize("init", [[1, 2, 3], [1, 8, 12], [4, 8, 12], None])
+def test_fixed_mapping_reads_every_kth_teacher_layer_whatever_the_init(init):
+    assert resolve_pairs("fixed", init, 3, 12) == [(1, 4), (2, 8), (3, 12)]
+    six_layer_init = [1, 2, 3] if init else None
+    assert resolve_pairs("fixed", six_layer_init, 3, 6) == [(1, 2), (2, 4), (3, 6)]
+
+
+def test_fixed_mapping_composes_for_attention_objectives():
+    teacher, student = _pair()
+    for objective in ("att_kl", "att_mse"):
+        terms = terms_of(objective, teacher, student, init_layers=(1, 2), extra=["objective.mapping=fixed"])
+        assert [term.pairs for term in terms] == [[(1, 2), (2, 4)]]
+
+
 def _pair(student="tiny", heads=None):
     cfg = compose_config(["teacher=tiny", f"student={student}"])
     if heads:

@@ -2,7 +2,7 @@
 
 Config (data only, `conf/objective/*.yaml`):
     name: att_kl+val_kl
-    mapping: init                      # default for the terms: init | last | uniform | embeddings | [t1, t2, ...]
+    mapping: init                      # default for the terms: init | fixed | last | uniform | embeddings | [t1, ...]
     terms:
       - {loss: att_kl, feature: attention_scores, weight: 1.0}
       - {loss: val_kl, feature: values, weight: 1.0}
