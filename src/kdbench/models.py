@@ -105,15 +105,22 @@ def saved_config(folder: Path, what: str) -> PretrainedConfig:
     return load(AutoConfig, folder, saved_as=what)
 
 
-def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...]) -> None:
+PROJECTIONS_FILE = "projections.pt"
+
+
+def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...],
+                 projections: dict | None = None) -> None:
     """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so a copy cut
-    short is refused by name when it is loaded), written whole or not at all."""
+    short is refused by name when it is loaded), written whole or not at all. `projections`: the objective's
+    learnt W_e/W_h state (`Objective.projections.state_dict()`), kept for a later stage that carries them."""
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with storage.space_for(folder, storage.tensor_bytes(student.state_dict()), partial=tmp):
         student.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         write_json(tmp / CHAIN_FILE, {"chain": list(chain)})
+        if projections:
+            torch.save(projections, tmp / PROJECTIONS_FILE)
         if folder.exists():
             shutil.rmtree(folder)
         storage.publish(tmp, folder)

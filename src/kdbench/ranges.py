@@ -97,6 +97,7 @@ TRAINER = {
     "teacher_features_gib": NON_NEGATIVE,
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
     "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it"),
+    "stage1_schedule": choice("linear", "constant", meaning="constant: TinyBERT's intermediate stage"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
                      "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
                      "recompute_attention"), FLAG),
@@ -115,7 +116,7 @@ RANGES: dict[str, Rule] = {
     "teacher.has_mlm_head": FLAG, "teacher.finetune_lr": LEARNING_RATE, **under("teacher.shape", SHAPE),
     **under("student", SHAPE),
     "init.layers": entries(COUNT, text="a list of teacher layers, each a positive integer"),
-    "init.copy_embeddings": FLAG, "init.copy_head": FLAG,
+    "init.copy_embeddings": FLAG, "init.copy_head": FLAG, "init.carry_projections": FLAG,
     **under("objective.terms.*", TERM), **under("objective.terms_task_agnostic.*", TERM),
     **under("trainer", TRAINER),
     "corpus.seq_len": integer(3),  # [CLS], text, [SEP]

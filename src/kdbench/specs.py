@@ -45,6 +45,7 @@ class TrainerSpec:
     stage2_epochs: int = 0
     teacher_lr: float | None = None
     stage2_lr: float | None = None  # None: lr
+    stage1_schedule: str = "linear"  # linear (warm-up, then decay) or constant
     eval_batch_size: int = 128
     max_length: int = 128
     teacher_seed: int = 42
@@ -76,7 +77,7 @@ COMPUTATION_ONLY = ("progress_bar", "compile", "fused_losses", "recompute_losses
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    """One stage's AdamW with linear warm-up then linear decay, and its length."""
+    """One stage's AdamW with linear warm-up then linear decay (or a constant lr), and its length."""
 
     lr: float
     weight_decay: float
@@ -84,11 +85,12 @@ class OptimizerSpec:
     eps: float
     warmup_ratio: float
     max_grad_norm: float | None
+    schedule: str = "linear"  # linear: warm-up then linear decay to zero; constant: lr at every step
 
     @classmethod
-    def of(cls, trainer: TrainerSpec, lr: float) -> OptimizerSpec:
+    def of(cls, trainer: TrainerSpec, lr: float, schedule: str = "linear") -> OptimizerSpec:
         return cls(lr, trainer.weight_decay, trainer.adam_betas, trainer.adam_eps, trainer.warmup_ratio,
-                   trainer.max_grad_norm)
+                   trainer.max_grad_norm, schedule)
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,7 @@ class InitSpec:
     copy_embeddings: bool = True  # and the MLM head where both models have one (its decoder is tied to them)
     copy_head: bool = False  # the fine-tuned task head (pooler, classifier): the paper's code starts it fresh
     path: Path | None = None  # init=pretrained: a saved student whose weights the student starts from
+    carry_projections: bool = False  # init=pretrained: the objective's W_e/W_h start from the saved student's
 
     @property
     def label(self) -> str:

@@ -32,18 +32,40 @@ def test_distilbert_recipe_copies_every_other_teacher_layer(known_architectures)
 def test_tinybert_recipe_is_general_then_task_specific_distillation(known_architectures):  # noqa: F811
     general = preset("tinybert_recipe")
     assert (general.student.name, general.objective.name, general.setting.mapping) == ("4x312", "tinybert", None)
-    assert (general.trainer.batch_size, general.trainer.lr) == (256, 1e-4)
+    assert (general.trainer.batch_size, general.trainer.lr, general.trainer.warmup_ratio) == (256, 5e-5, 0.1)
     plan = make_plan(preset("tinybert_recipe", hydra=False))
     pairs = {(t.name, tuple(t.pairs)) for t in plan.terms}
     assert ("hid_mse", ((1, 3), (2, 6), (3, 9), (4, 12))) in pairs and ("emb_mse", ((0, 0),)) in pairs
     task = preset("tinybert_recipe_task")
     trainer = task.trainer
-    assert (trainer.stage1_epochs, trainer.lr, trainer.stage2_epochs, trainer.stage2_lr, trainer.batch_size) == (
-        10, 5e-5, 3, 3e-5, 32)
+    assert (trainer.stage1_epochs, trainer.lr, trainer.stage2_epochs, trainer.stage2_lr) == (10, 5e-5, 3, 3e-5)
     assert (task.init.name, task.augment.name, task.augment.n_per_example, task.augment.p_replace) == (
         "pretrained", "tinybert", 20, 0.4)
     assert task.augment.mlm_model == "bert-base-uncased"
     assert set(task.hydra.sweeper.params.task.split(",")) == {"cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli"}
+
+
+@pytest.mark.parametrize("name", ["tinybert_recipe", "tinybert_recipe_task"])
+def test_tinybert_optimiser_is_the_released_bert_adam(name):
+    trainer = preset(name).trainer
+    assert (trainer.weight_decay, list(trainer.adam_betas), trainer.max_grad_norm, trainer.warmup_ratio) == (
+        0.01, [0.9, 0.999], 1.0, 0.1)
+
+
+def test_tinybert_task_stage_is_as_released():
+    cfg = preset("tinybert_recipe_task")
+    assert (cfg.prediction_kd.temperature, cfg.prediction_kd.alpha) == (1.0, 1.0)  # soft CE on the teacher only
+    assert cfg.trainer.stage1_schedule == "constant" and cfg.init.carry_projections is True
+    assert preset("table1_objectives").trainer.stage1_schedule == "linear"  # the study's recipe is unchanged
+
+
+@pytest.mark.parametrize(("task", "epochs", "batch"), [
+    ("cola", 50, 32), ("mnli", 5, 256), ("qqp", 5, 256), ("qnli", 5, 256), ("sst2", 10, 32), ("rte", 10, 32),
+    ("stsb", 10, 32),
+])
+def test_tinybert_task_stage_epochs_and_batch_are_the_papers_per_task(task, epochs, batch):
+    trainer = preset("tinybert_recipe_task", f"task={task}").trainer
+    assert (trainer.stage1_epochs, trainer.batch_size, trainer.stage2_epochs) == (epochs, batch, 3)
 
 
 def test_minilm_ta_distils_an_assistant_of_the_teachers_depth_then_the_student():

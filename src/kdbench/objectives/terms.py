@@ -15,6 +15,7 @@ learnable parts (projections, CRD's heads) live here, on the student side, and a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -22,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from kdbench.errors import ConfigError, lookup
 from kdbench.layers import resolve_pairs
+from kdbench.models import PROJECTIONS_FILE
 from kdbench.objectives.features import FEATURES, LOGITS, token_level
 from kdbench.objectives.losses import LOSSES, LossEntry
 
@@ -231,6 +233,21 @@ def _score_map_factors(feature: str) -> tuple[str, str]:
     features, otherwise the one projection's self-relation x x^T."""
     raw = FEATURES[feature].raw
     return raw if len(raw) == 2 else raw * 2
+
+
+def carry_projections(objective: Objective, folder: Path) -> None:
+    """Start the objective's W_e/W_h from those a previous stage saved with its student in `folder` (TinyBERT's
+    task stage goes on with the general stage's projection); every projection of this objective must be there."""
+    path = folder / PROJECTIONS_FILE
+    if not path.is_file():
+        raise ConfigError(f"init.carry_projections=true but {folder} has no {PROJECTIONS_FILE}: give a student saved "
+                          "by a task-agnostic run of an objective with projections, or init.carry_projections=false")
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    wanted = objective.projections.state_dict()
+    if missing := sorted(set(wanted) - set(saved)):
+        raise ConfigError(f"{path} lacks the projection {missing[0]} this objective learns ({', '.join(sorted(saved))} "
+                          "saved): distil with the same objective, or init.carry_projections=false")
+    objective.projections.load_state_dict({key: saved[key] for key in wanted})
 
 
 def width_projection(student_width: int, teacher_width: int) -> nn.Linear:

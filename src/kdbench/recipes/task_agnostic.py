@@ -89,7 +89,8 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
               "eval_s": time.perf_counter() - start}
     student_dir = run_dir / "student"
     if world.is_main:
-        models.save_student(student, tokenizer, student_dir, plan.chain)
+        projections = {key: value.cpu() for key, value in objective.projections.state_dict().items()}
+        models.save_student(student, tokenizer, student_dir, plan.chain, projections)
         if not trainer.keep_checkpoints:
             checkpoints.clear()
     return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,
