@@ -83,7 +83,8 @@ COLUMN = Rule(lambda value: NON_NEGATIVE_COUNT.admits(value) or isinstance(value
 SHAPE = {"num_layers": COUNT, "hidden_size": COUNT, "num_heads": COUNT, "ffn_size": COUNT, "max_positions": COUNT}
 TERM = {"weight": NON_NEGATIVE, "params.temperature": POSITIVE, "params.alpha": PROBABILITY,
         "params.momentum": PROBABILITY, "params.feat_dim": COUNT, "params.num_negatives": COUNT,
-        "params.num_heads": COUNT}
+        "params.num_heads": COUNT, "projection": FLAG.or_null("the loss's own choice"),
+        "embedding_pair": FLAG}
 TRAINER = {
     "lr": LEARNING_RATE, "teacher_lr": LEARNING_RATE.or_null("the task's lr"),
     "stage2_lr": LEARNING_RATE.or_null("trainer.lr"), "batch_size": COUNT, "eval_batch_size": COUNT,

@@ -11,6 +11,7 @@ from transformers import BertConfig
 
 from kdbench import study
 from kdbench.models import build_student
+from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan, shape_spec
 from tests.config.test_agnostic_presets import known_architectures, preset  # noqa: F401 (a fixture)
 
@@ -18,15 +19,27 @@ from tests.config.test_agnostic_presets import known_architectures, preset  # no
 def test_distilbert_recipe_is_its_paper():
     cfg = preset("distilbert_recipe")
     assert (cfg.setting.name, cfg.teacher.name, cfg.student.name, cfg.init.name, cfg.objective.name) == (
-        "task_agnostic", "bert_base_uncased", "6x768", "every_kth", "distilbert")
+        "task_agnostic", "bert_base_uncased", "6x768", "layers", "distilbert")
     weights = {t.name: t.weight for t in cfg.objective.terms_task_agnostic}
     assert weights == {"mlm_kd": 5.0, "mlm": 2.0, "cos": 1.0}
     assert cfg.objective.terms_task_agnostic[0].params.temperature == 2.0
 
 
-def test_distilbert_recipe_copies_every_other_teacher_layer(known_architectures):  # noqa: F811
+def test_distilbert_recipe_copies_the_released_extractions_layers(known_architectures):  # noqa: F811
     plan = make_plan(preset("distilbert_recipe", hydra=False))
-    assert plan.init.layers == (2, 4, 6, 8, 10, 12)
+    assert plan.init.layers == (1, 3, 5, 8, 10, 12)  # extract_distilbert.py's 0-based 0,2,4,7,9,11
+    assert make_plan(preset("distilbert_recipe", "init=every_kth", hydra=False)).init.layers == (2, 4, 6, 8, 10, 12)
+
+
+def test_distilbert_recipe_cosine_compares_raw_hidden_states(known_architectures):  # noqa: F811
+    plan = make_plan(preset("distilbert_recipe", hydra=False))
+    cos = next(term for term in plan.terms if term.name == "cos")
+    assert not cos.projected and cos.pairs == [(6, 12)]
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
+    assert "cos" not in objective.projections and not list(objective.parameters())  # no trainable parameters
+    projected = make_plan(preset("distilbert_recipe", "objective.terms_task_agnostic.2.projection=null",
+                                 hydra=False))
+    assert Objective(projected.terms, projected.student_conf, projected.teacher_conf).projections["cos"]
 
 
 def test_tinybert_recipe_is_general_then_task_specific_distillation(known_architectures):  # noqa: F811

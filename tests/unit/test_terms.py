@@ -57,6 +57,24 @@ def terms_of(objective, teacher, student, init_layers=(2, 4), regression=False, 
                        teacher_has_mlm_head=False)
 
 
+@pytest.mark.parametrize("objective", ["hid_cls", "hid_seq"])
+def test_released_hidden_terms_add_the_embedding_pair_and_learn_no_projection(objective):
+    teacher, student = _pair()
+    default, = terms_of(objective, teacher, student)
+    assert default.pairs == [(1, 2), (2, 4)] and default.projected
+    released, = terms_of(objective, teacher, student, extra=["objective.terms.0.projection=false",
+                                                            "objective.terms.0.embedding_pair=true"])
+    assert released.pairs == [(0, 0), (1, 2), (2, 4)] and not released.projected
+    assert not list(Objective([released], student.config, teacher.config).parameters())
+
+
+def test_raw_hidden_comparison_needs_equal_widths():
+    teacher, student = _pair(student="3x384")
+    with pytest.raises(ConfigError, match="projection=false compares raw hidden states, which needs the student's "
+                                          "width 384 to equal the teacher's 32"):
+        terms_of("hid_seq", teacher, student, init_layers=(1, 2, 3), extra=["objective.terms.0.projection=false"])
+
+
 def test_head_mismatch_suggests_minilm_v2():
     teacher, student = _pair(heads=2)
     with pytest.raises(ConfigError, match="student has 2 heads and the teacher 4.*minilm_v2"):

@@ -36,6 +36,7 @@ class Term:
     weight: float
     pairs: list[tuple[int, int]]  # (student layer, teacher layer); [(LOGITS, LOGITS)] for the logits
     params: dict = field(default_factory=dict)  # the loss function's keyword arguments
+    projected: bool = False  # the student's features go through a learnable W_h first
 
 
 def build_terms(objective_name: str, term_specs: list[dict], default_mapping, init_layers: list[int] | None,
@@ -43,7 +44,9 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
                 teacher_has_mlm_head: bool) -> list[Term]:
     """Terms of an objective's term specs, validated against the architectures, the task and the setting.
 
-    `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping, params.
+    `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping, params,
+    projection (a learnable W_h before the loss: null takes the loss's own choice, false compares the raw
+    features and needs equal widths) and embedding_pair (true adds the embedding outputs' pair (0, 0)).
     `default_mapping`: the layer mapping of a term without its own `mapping` (see `kdbench.layers.resolve_pairs`).
     """
     depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
@@ -56,6 +59,9 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
         _check_feature(objective_name, index, loss, entry, feature, student_conf, teacher_conf)
         mapping = spec.get("mapping") or default_mapping
         pairs = [(LOGITS, LOGITS)] if feature == LOGITS else resolve_pairs(mapping, init_layers, *depths)
+        if spec.get("embedding_pair") and (0, 0) not in pairs:
+            pairs = [(0, 0), *pairs]
+        projected = _projected(objective_name, index, spec.get("projection"), entry, student_conf, teacher_conf)
         params = dict(spec.get("params") or {})
         if unknown := sorted(set(params) - entry.param_names):
             raise ConfigError(f"objective {objective_name}, term {index}: objective.terms.{index}.params.{unknown[0]} "
@@ -64,7 +70,7 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
             params.setdefault("num_heads", teacher_conf.num_attention_heads)
             _check_relation_heads(objective_name, index, params["num_heads"], student_conf, teacher_conf)
         weight = float(spec.get("weight", 1.0))
-        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params))
+        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params, projected))
     names = [t.name for t in terms]
     if len(set(names)) != len(names):
         raise ConfigError(f"objective {objective_name}: term names {names} repeat; give each term a `name`")
@@ -91,6 +97,22 @@ def _check_setting(objective: str, loss: str, entry: LossEntry, regression: bool
             "(teacher.has_mlm_head=false): choose a teacher with one (bert_base_uncased, roberta_base) or an "
             "objective on attention or hidden states"
         )
+
+
+def _projected(objective: str, index: int, projection: bool | None, entry: LossEntry, student_conf,
+               teacher_conf) -> bool:
+    """Whether the term learns a W_h: the loss's own choice unless the term's `projection` says otherwise."""
+    if projection is None or projection == entry.projected:
+        return entry.projected
+    if projection:
+        raise ConfigError(f"objective {objective}, term {index}: objective.terms.{index}.projection=true, but its "
+                          "loss compares features without a width projection: remove the key")
+    widths = (student_conf.hidden_size, teacher_conf.hidden_size)
+    if widths[0] != widths[1]:
+        raise ConfigError(f"objective {objective}, term {index}: projection=false compares raw hidden states, "
+                          f"which needs the student's width {widths[0]} to equal the teacher's {widths[1]}: "
+                          "give a student of the teacher's width, or projection=null")
+    return False
 
 
 def _check_relation_heads(objective: str, index: int, heads: int, student_conf, teacher_conf) -> None:
@@ -133,7 +155,7 @@ class Objective(nn.Module):
         self.loss_modules = nn.ModuleDict()
         for term in terms:
             entry = LOSSES[term.loss]
-            if entry.projected:
+            if term.projected:
                 self.projections[term.name] = width_projection(student_conf.hidden_size, teacher_conf.hidden_size)
             if entry.module:
                 widths = [len(term.pairs) * conf.hidden_size for conf in (student_conf, teacher_conf)]
