@@ -125,7 +125,8 @@ RANGES: dict[str, Rule] = {
     "data.train_limit": EXAMPLES, "data.eval_limit": EXAMPLES, "data.subset_seed": SEED,
     "augment.n_per_example": COUNT, "augment.p_replace": PROBABILITY, "augment.top_k": COUNT,
     "augment.batch_size": COUNT, "augment.seed": SEED, **under("augment.mlm_shape", SHAPE),
-    "augment.fields": choice("first", "all", meaning="first: a pair's first sentence only"),
+    "augment.fields": choice("separate", "first", "all", meaning="separate: each sentence of a pair on its own"),
+    "augment.mlm_with_original": FLAG, "augment.use_n_per_task": FLAG, "augment.n_per_task.*": COUNT,
 }
 
 

@@ -216,6 +216,16 @@ class AugmentSpec:
     n_per_example: int
     p_replace: float
     top_k: int
-    fields: str  # "first": a pair's first sentence only; "all": every text field
+    fields: str  # "separate": each sentence of a pair on its own; "first": the first only; "all": together
     batch_size: int  # masked sentences per MLM forward pass
     seed: int
+    mlm_with_original: bool = True  # the MLM reads the original sentence after the masked one (segment B)
+    n_per_task: dict | None = None  # {task: N}: the N of `use_n_per_task`
+    use_n_per_task: bool = False  # n_per_task's N for the task (the released per-task N) over n_per_example
+
+    def copies_for(self, task: str) -> int:
+        """N, the copies drawn per example of `task`: n_per_task's when use_n_per_task (n_per_example for a task
+        it does not name), else n_per_example."""
+        if self.use_n_per_task and self.n_per_task:
+            return self.n_per_task.get(task, self.n_per_example)
+        return self.n_per_example
