@@ -89,6 +89,24 @@ def test_minilm_ta_distils_an_assistant_of_the_teachers_depth_then_the_student()
         "distilled", "3x384", "att_kl+val_kl")
 
 
+@pytest.mark.parametrize("name", ["minilm_ta", "minilm_ta_student"])
+def test_minilm_presets_use_its_supplements_recipe(name):
+    cfg = preset(name)
+    trainer = cfg.trainer
+    assert (trainer.batch_size, trainer.lr, trainer.max_steps, trainer.warmup_ratio * trainer.max_steps) == (
+        256, 3e-4, 400000, 4000)
+    assert (list(trainer.adam_betas), trainer.weight_decay, cfg.corpus.seq_len) == ([0.9, 0.999], 0.01, 512)
+    assert cfg.objective.terms[1].params.scale_by == "teacher"
+
+
+@pytest.mark.parametrize("name", ["mini_minilm_ta", "mini_minilm_ta_student"])
+def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
+    cfg = preset(name)
+    assert (cfg.trainer.lr, list(cfg.trainer.adam_betas), cfg.trainer.weight_decay) == (3e-4, [0.9, 0.999], 0.01)
+    assert cfg.objective.terms[1].params.scale_by == "teacher"
+    assert preset("table2_agnostic", "objective=att_kl+val_kl").objective.terms[1].params.scale_by == "own"
+
+
 @pytest.mark.parametrize(("name", "next_preset", "key"), [
     ("minilm_ta", "minilm_ta_student", "teacher.name_or_path"),
     ("mini_minilm_ta", "mini_minilm_ta_student", "teacher.name_or_path"),

@@ -170,3 +170,12 @@ def test_recomputed_losses_give_the_same_losses_and_gradients(batch, objective_n
     assert recomputed_losses == plain_losses
     assert plain_grads.keys() == recomputed_grads.keys() and plain_grads
     assert all(torch.equal(plain_grads[n], recomputed_grads[n]) for n in plain_grads)
+
+
+def test_value_relations_scaled_by_the_teacher_run_unfused():
+    teacher, student = _pair()
+    own, by_teacher = (terms_of("att_kl+val_kl", teacher, student, extra=[f"objective.terms.1.params.scale_by={s}"])
+                       for s in ("own", "teacher"))
+    objective = Objective(own, student.config, teacher.config)
+    assert objective._runs_fused(own[1]) and not objective._runs_fused(by_teacher[1])
+    assert by_teacher[1].params == {"scale_by": "teacher"}

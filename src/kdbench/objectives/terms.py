@@ -212,7 +212,9 @@ class Objective(nn.Module):
         )
 
     def _runs_fused(self, term: Term) -> bool:
-        return self.fused and LOSSES[term.loss].fused is not None
+        """The fused forms scale each side by its own head size: a term scaled by the teacher's runs unfused."""
+        own_scale = term.params.get("scale_by", "own") == "own"
+        return self.fused and LOSSES[term.loss].fused is not None and own_scale
 
     def _fused_pair_loss(self, term: Term, student_records, teacher_records, s: int, t: int,
                          batch: dict) -> torch.Tensor:
