@@ -68,6 +68,7 @@ class TrainerSpec:
     eval_every: int = 0
     heldout_batches: int = 0
     student_dropout: float | None = None
+    mask_inputs: str = "objective"  # masked input for objectives reading MLM logits (objective) or every one (always)
 
 
 # Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run

@@ -11,7 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from kdbench import models
 from kdbench.errors import ConfigError, DataError
+from kdbench.objectives.terms import Objective
+from kdbench.plan import make_plan
+from kdbench.recipes.task_agnostic import input_masking
 from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
@@ -157,3 +161,21 @@ def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(corpus,
     assert (record["objective"], record["seed"], record["teacher"], record["init"]) == ("att_kl", 7, "tiny", "random")
     assert (record["setting"], record["stage"]) == ("task_agnostic", "finetune")
     assert record["distilled_from"] == str((tmp_path / "distill" / "result.json").resolve())
+
+
+@pytest.mark.parametrize(("objective", "mask_inputs", "masked"), [
+    ("att_kl", "objective", False), ("att_kl", "always", True), ("distilbert", "objective", True),
+])
+def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objective, mask_inputs, masked):
+    plan = make_plan(compose_config(agnostic_overrides(corpus, tmp_path, f"objective={objective}",
+                                                       f"trainer.mask_inputs={mask_inputs}")))
+    objective_module = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
+    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    masking = input_masking(objective_module, plan.trainer, tokenizer)
+    assert (masking is not None) == masked
+    if masked:
+        assert masking.mask_token_id == tokenizer.mask_token_id
+    if mask_inputs == "always":  # an objective without MLM logits runs on the masked batches
+        record = run(compose_config(agnostic_overrides(corpus, tmp_path / "run", f"objective={objective}",
+                                                       f"trainer.mask_inputs={mask_inputs}")))
+        assert record["status"] == "completed"

@@ -47,7 +47,7 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     student = models.student_for(plan, teacher, mlm=True)
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed,
                           recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(device)
-    masking = MaskingSpec.from_tokenizer(tokenizer) if objective.uses_logits else None
+    masking = input_masking(objective, trainer, tokenizer)
     train_loader = corpus_loader(corpus.train, batches.global_batch, plan, world, masking, plan.seed, shuffle=True)
     if len(train_loader) == 0:
         raise DataError(f"the corpus has {len(corpus.train)} training sequences, fewer than one global batch of "
@@ -97,6 +97,14 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
             "student_path": str(student_dir), "corpus": corpus.meta, "world_size": world.size,
             "batch": {"global": batches.global_batch, "per_device": batches.per_process,
                       "accumulation": batches.accumulation}}
+
+
+def input_masking(objective: Objective, trainer, tokenizer) -> MaskingSpec | None:
+    """The inputs' MLM masking: for objectives that read MLM logits, or for every objective with
+    trainer.mask_inputs=always (the study's released code masks the corpus once for all objectives)."""
+    if objective.uses_logits or trainer.mask_inputs == "always":
+        return MaskingSpec.from_tokenizer(tokenizer)
+    return None
 
 
 def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool):
