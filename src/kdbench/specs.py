@@ -49,6 +49,7 @@ class TrainerSpec:
     eval_batch_size: int = 128
     max_length: int = 128
     teacher_seed: int = 42
+    teacher_dropout: bool = False  # the teacher's dropout on while it teaches (no caches then)
     checkpoint_epochs: bool = True
     keep_checkpoints: bool = False
     cache_teacher_logits: bool = True

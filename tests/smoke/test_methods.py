@@ -133,3 +133,21 @@ def test_carried_projections_need_a_student_saved_with_them(general_student, tin
                                                    "objective=tinybert", "init.carry_projections=true")))
     with pytest.raises(ConfigError, match="init.carry_projections=true but .* has no projections.pt"):
         carry_projections(Objective(plan.terms, plan.student_conf, plan.teacher_conf), plan.init.path)
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_the_teacher_teaches_with_dropout_on_request(tiny_glue, tmp_path, monkeypatch, dropout):
+    from kdbench.recipes import task_specific
+
+    modes = []
+    real = task_specific.teacher_logits_now
+
+    def watched(teacher, *args):
+        modes.append(teacher.training)
+        return real(teacher, *args)
+
+    monkeypatch.setattr(task_specific, "teacher_logits_now", watched)
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, "objective=att_kl",
+                                               f"trainer.teacher_dropout={str(dropout).lower()}")))
+    assert record["status"] == "completed"
+    assert modes == ([True] if dropout else [])  # without dropout stage 2 reads the cached logits

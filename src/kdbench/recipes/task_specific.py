@@ -55,6 +55,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False)
                     for suffix, ds in eval_sets.items()}
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
+    if trainer.teacher_dropout:
+        teacher.model.train()  # dropout on while it teaches, still without gradients (the study's fairseq code)
 
     student = models.student_for(plan, teacher.model)
     train_set, augmented = distillation_set(plan, originals, train_set, tokenizer)
@@ -67,8 +69,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
 
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student):
         features = partial(teacher_feature_table, teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
-        with stage1(plan, student, teacher.model, train_set["labels"],
-                    features if trainer.cache_teacher_features else None) as (step, modules):
+        cached = trainer.cache_teacher_features and not trainer.teacher_dropout
+        with stage1(plan, student, teacher.model, train_set["labels"], features if cached else None) as (step, modules):
             optimizer = OptimizerSpec.of(trainer, trainer.lr, trainer.stage1_schedule)
             stage = loop.Stage("stage1", modules, train_loader, step, optimizer, plan.device,
                                epochs=trainer.stage1_epochs)
@@ -76,7 +78,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
 
     if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, student):
-        if trainer.cache_teacher_logits:
+        if trainer.cache_teacher_logits and not trainer.teacher_dropout:
             table = teacher_logits_table(teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
             table = table.to(plan.device)
             targets = lambda batch: table[batch["example"]]  # noqa: E731
