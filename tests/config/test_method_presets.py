@@ -22,6 +22,7 @@ def test_distilbert_recipe_is_its_paper():
         "task_agnostic", "bert_base_uncased", "6x768", "layers", "distilbert")
     weights = {t.name: t.weight for t in cfg.objective.terms_task_agnostic}
     assert weights == {"mlm_kd": 5.0, "mlm": 2.0, "cos": 1.0}
+    assert cfg.objective.terms_task_agnostic[0].positions == "attended"  # restrict_ce_to_mask=False
     assert cfg.objective.terms_task_agnostic[0].params.temperature == 2.0
 
 

@@ -179,3 +179,27 @@ def test_value_relations_scaled_by_the_teacher_run_unfused():
     objective = Objective(own, student.config, teacher.config)
     assert objective._runs_fused(own[1]) and not objective._runs_fused(by_teacher[1])
     assert by_teacher[1].params == {"scale_by": "teacher"}
+
+
+def test_soft_targets_at_every_attended_token_and_mlm_at_the_masked():
+    teacher, student = _pair()
+    terms = build_terms("distilbert", [
+        {"name": "mlm_kd", "loss": "mlm_kd", "feature": "logits", "weight": 5.0, "params": {"temperature": 2.0},
+         "positions": "attended"},
+        {"name": "mlm", "loss": "mlm", "feature": "logits", "weight": 2.0}], "last", None, student.config,
+        teacher.config, regression=False, agnostic=True, teacher_has_mlm_head=True)
+    objective = Objective(terms, student.config, teacher.config)
+    assert objective.logit_positions == "attended"
+    attention = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    masked = torch.tensor([[False, True, False, False], [True, False, False, False]])
+    torch.manual_seed(0)
+    s, t = torch.randn(5, 7), torch.randn(5, 7)  # the 5 attended tokens, row-major: (0,0) (0,1) (0,2) (1,0) (1,1)
+    labels = torch.tensor([3, 6])
+    batch = {"attention_mask": attention, "mlm_positions": masked, "labels": labels}
+    losses = objective({LOGITS: s}, {LOGITS: t}, batch)
+    soft = -(torch.softmax(t / 2, -1) * torch.log_softmax(s / 2, -1)).sum(-1).mean() * 4
+    hard = torch.nn.functional.cross_entropy(s[[1, 3]], labels)  # (0,1) and (1,0) are the masked tokens
+    assert torch.allclose(losses["mlm_kd"], 5 * soft) and torch.allclose(losses["mlm"], 2 * hard)
+    with pytest.raises(ConfigError, match="positions=attended reads MLM soft targets"):
+        build_terms("x", [{"loss": "mlm", "feature": "logits", "positions": "attended"}], "last", None,
+                    student.config, teacher.config, regression=False, agnostic=True, teacher_has_mlm_head=True)

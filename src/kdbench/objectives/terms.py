@@ -37,6 +37,7 @@ class Term:
     pairs: list[tuple[int, int]]  # (student layer, teacher layer); [(LOGITS, LOGITS)] for the logits
     params: dict = field(default_factory=dict)  # the loss function's keyword arguments
     projected: bool = False  # the student's features go through a learnable W_h first
+    positions: str = "masked"  # MLM logits at the masked positions, or at every attended token (soft targets)
 
 
 def build_terms(objective_name: str, term_specs: list[dict], default_mapping, init_layers: list[int] | None,
@@ -46,7 +47,8 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
 
     `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping, params,
     projection (a learnable W_h before the loss: null takes the loss's own choice, false compares the raw
-    features and needs equal widths) and embedding_pair (true adds the embedding outputs' pair (0, 0)).
+    features and needs equal widths), embedding_pair (true adds the embedding outputs' pair (0, 0)) and
+    positions (an MLM soft-target term's tokens: masked, or every attended token as DistilBERT's code).
     `default_mapping`: the layer mapping of a term without its own `mapping` (see `kdbench.layers.resolve_pairs`).
     """
     depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
@@ -70,7 +72,8 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
             params.setdefault("num_heads", teacher_conf.num_attention_heads)
             _check_relation_heads(objective_name, index, params["num_heads"], student_conf, teacher_conf)
         weight = float(spec.get("weight", 1.0))
-        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params, projected))
+        positions = _positions(objective_name, index, spec.get("positions") or "masked", entry)
+        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params, projected, positions))
     names = [t.name for t in terms]
     if len(set(names)) != len(names):
         raise ConfigError(f"objective {objective_name}: term names {names} repeat; give each term a `name`")
@@ -97,6 +100,14 @@ def _check_setting(objective: str, loss: str, entry: LossEntry, regression: bool
             "(teacher.has_mlm_head=false): choose a teacher with one (bert_base_uncased, roberta_base) or an "
             "objective on attention or hidden states"
         )
+
+
+def _positions(objective: str, index: int, positions: str, entry: LossEntry) -> str:
+    """Where the term reads MLM logits: every attended token only for a soft-target term (no labels there)."""
+    if positions == "attended" and (not entry.mlm or entry.takes_labels):
+        raise ConfigError(f"objective {objective}, term {index}: positions=attended reads MLM soft targets at every "
+                          "token, which only a soft-target MLM loss (mlm_kd) can use: remove the key")
+    return positions
 
 
 def _projected(objective: str, index: int, projection: bool | None, entry: LossEntry, student_conf,
@@ -164,6 +175,11 @@ class Objective(nn.Module):
     @property
     def uses_logits(self) -> bool:
         return any(term.feature == LOGITS for term in self.terms)
+
+    @property
+    def logit_positions(self) -> str:
+        """Where the MLM logits are read: every attended token when a term wants them there, else the masked."""
+        return "attended" if any(term.positions == "attended" for term in self.terms) else "masked"
 
     def needs(self, side: str) -> dict[int, set[str]]:
         """Raw features to record per layer for the student (`side="student"`) or the teacher."""
@@ -234,7 +250,11 @@ class Objective(nn.Module):
             kwargs["mask"] = batch["attention_mask"]
         if entry.takes_labels:
             kwargs["labels"] = batch["labels"]
-        return entry.fn(*self._pair_features(term, student_records, teacher_records, s, t), **kwargs)
+        features = self._pair_features(term, student_records, teacher_records, s, t)
+        if term.feature == LOGITS and term.positions != self.logit_positions:  # the masked among the attended
+            keep = batch["mlm_positions"][batch["attention_mask"].bool()]
+            features = tuple(feature[keep] for feature in features)
+        return entry.fn(*features, **kwargs)
 
     def _pair_features(self, term: Term, student_records, teacher_records, s: int,
                        t: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -118,15 +118,17 @@ def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed
 @contextmanager
 def recorder(model, objective: Objective, side: str, last_layer: int):
     """The side's feature recorder, stopping after its last needed layer, and how its logits are read: the MLM
-    head at the masked positions only ([M, V]: the full [B, L, V] is never materialised)."""
+    head at the masked positions only ([M, V]: the full [B, L, V] is never materialised), or at every attended
+    token when a term reads soft targets there (`Objective.logit_positions`)."""
     needs = objective.needs(side)
     logits = None
     if objective.uses_logits:
         needs.setdefault(last_layer, set()).add("hidden")
         head = models.mlm_head(model)
+        where = "attention_mask" if objective.logit_positions == "attended" else "mlm_positions"
 
         def logits(records, output, batch):
-            return head(records[last_layer]["hidden"][batch["mlm_positions"]])
+            return head(records[last_layer]["hidden"][batch[where].bool()])
     with FeatureRecorder(model, needs, stop_after=max(needs)) as features:
         yield features, logits
 
