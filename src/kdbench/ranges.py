@@ -100,6 +100,7 @@ TRAINER = {
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
     "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it"),
     "stage1_schedule": choice("linear", "constant", meaning="constant: TinyBERT's intermediate stage"),
+    "mlm_smoothing": POSITIVE.or_null("uniform masking"),
     "mask_inputs": choice("objective", "always", meaning="always: every objective sees masked input"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
                      "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",

@@ -69,6 +69,7 @@ class TrainerSpec:
     eval_every: int = 0
     heldout_batches: int = 0
     student_dropout: float | None = None
+    mlm_smoothing: float | None = None  # masked positions by token frequency ** -mlm_smoothing; None: uniform
     mask_inputs: str = "objective"  # masked input for objectives reading MLM logits (objective) or every one (always)
 
 

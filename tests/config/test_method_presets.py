@@ -23,6 +23,7 @@ def test_distilbert_recipe_is_its_paper():
     weights = {t.name: t.weight for t in cfg.objective.terms_task_agnostic}
     assert weights == {"mlm_kd": 5.0, "mlm": 2.0, "cos": 1.0}
     assert cfg.objective.terms_task_agnostic[0].positions == "attended"  # restrict_ce_to_mask=False
+    assert cfg.trainer.mlm_smoothing == 0.7 and preset("table2_agnostic").trainer.mlm_smoothing is None
     assert cfg.objective.terms_task_agnostic[0].params.temperature == 2.0
 
 

@@ -171,7 +171,7 @@ def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objectiv
                                                        f"trainer.mask_inputs={mask_inputs}")))
     objective_module = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
     tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
-    masking = input_masking(objective_module, plan.trainer, tokenizer)
+    masking = input_masking(objective_module, plan.trainer, tokenizer, None)
     assert (masking is not None) == masked
     if masked:
         assert masking.mask_token_id == tokenizer.mask_token_id
@@ -179,3 +179,9 @@ def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objectiv
         record = run(compose_config(agnostic_overrides(corpus, tmp_path / "run", f"objective={objective}",
                                                        f"trainer.mask_inputs={mask_inputs}")))
         assert record["status"] == "completed"
+
+
+def test_frequency_smoothed_masking_runs_on_the_corpus(corpus, tmp_path):
+    record = run(compose_config(agnostic_overrides(corpus, tmp_path, "objective=distilbert",
+                                                   "trainer.mlm_smoothing=0.7")))
+    assert record["status"] == "completed" and record["config"]["trainer"]["mlm_smoothing"] == 0.7

@@ -20,7 +20,7 @@ import torch
 from kdbench import distributed, models
 from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.corpus import build_packed_corpus
-from kdbench.data.masking import MaskingSpec
+from kdbench.data.masking import MaskingSpec, smoothed_token_weights
 from kdbench.data.sources import corpus_files
 from kdbench.errors import ConfigError, DataError
 from kdbench.objectives.features import FeatureRecorder
@@ -47,7 +47,7 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     student = models.student_for(plan, teacher, mlm=True)
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed,
                           recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(device)
-    masking = input_masking(objective, trainer, tokenizer)
+    masking = input_masking(objective, trainer, tokenizer, corpus.train.array)
     train_loader = corpus_loader(corpus.train, batches.global_batch, plan, world, masking, plan.seed, shuffle=True)
     if len(train_loader) == 0:
         raise DataError(f"the corpus has {len(corpus.train)} training sequences, fewer than one global batch of "
@@ -99,12 +99,16 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
                       "accumulation": batches.accumulation}}
 
 
-def input_masking(objective: Objective, trainer, tokenizer) -> MaskingSpec | None:
+def input_masking(objective: Objective, trainer, tokenizer, train_rows) -> MaskingSpec | None:
     """The inputs' MLM masking: for objectives that read MLM logits, or for every objective with
-    trainer.mask_inputs=always (the study's released code masks the corpus once for all objectives)."""
-    if objective.uses_logits or trainer.mask_inputs == "always":
-        return MaskingSpec.from_tokenizer(tokenizer)
-    return None
+    trainer.mask_inputs=always (the study's released code masks the corpus once for all objectives); positions
+    drawn uniformly, or by token frequency smoothed by trainer.mlm_smoothing over `train_rows` (DistilBERT's)."""
+    if not (objective.uses_logits or trainer.mask_inputs == "always"):
+        return None
+    weights = None
+    if trainer.mlm_smoothing is not None:
+        weights = smoothed_token_weights(train_rows, len(tokenizer), trainer.mlm_smoothing)
+    return MaskingSpec.from_tokenizer(tokenizer, weights)
 
 
 def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool):
