@@ -84,8 +84,11 @@ SHAPE = {"num_layers": COUNT, "hidden_size": COUNT, "num_heads": COUNT, "ffn_siz
 TERM = {"weight": NON_NEGATIVE, "params.temperature": POSITIVE, "params.alpha": PROBABILITY,
         "params.momentum": PROBABILITY, "params.feat_dim": COUNT, "params.num_negatives": COUNT,
         "params.num_heads": COUNT, "projection": FLAG.or_null("the loss's own choice"),
-        "embedding_pair": FLAG, "positions": choice("masked", "attended", meaning="attended: every real token"),
-        "params.scale_by": choice("own", "teacher", meaning="teacher: both value relations by the teacher's head size")}
+        "embedding_pair": FLAG,
+        "params.form": choice("infonce", "nce", meaning="nce: CRD as released"),
+        "positions": choice("masked", "attended", meaning="attended: every real token"),
+        "params.scale_by": choice("own", "teacher",
+                                  meaning="teacher: both value relations by the teacher's head size")}
 TRAINER = {
     "lr": LEARNING_RATE, "teacher_lr": LEARNING_RATE.or_null("the task's lr"),
     "stage2_lr": LEARNING_RATE.or_null("trainer.lr"), "batch_size": COUNT, "eval_batch_size": COUNT,
