@@ -185,3 +185,26 @@ def test_frequency_smoothed_masking_runs_on_the_corpus(corpus, tmp_path):
     record = run(compose_config(agnostic_overrides(corpus, tmp_path, "objective=distilbert",
                                                    "trainer.mlm_smoothing=0.7")))
     assert record["status"] == "completed" and record["config"]["trainer"]["mlm_smoothing"] == 0.7
+
+
+def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(corpus, tiny_glue, tmp_path, monkeypatch):
+    from kdbench.recipes import finetune
+
+    scores = []
+    real = finetune.evaluate
+
+    def watched(*args):
+        metrics = real(*args)
+        scores.append(metrics["accuracy"])
+        return metrics
+
+    monkeypatch.setattr(finetune, "evaluate", watched)
+    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "distill", "objective=att_kl")))
+    record = run(compose_config([
+        "setting=finetune", "trainer=finetune_released", f"setting.student_path={distilled['student_path']}",
+        "task=rte", f"data.glue_dir={tiny_glue}", "trainer.stage2_epochs=2", "trainer.batch_size=16",
+        "trainer.eval_every=1", "trainer.progress_bar=false", f"paths.run_dir={tmp_path / 'ft'}"]))
+    trainer = record["config"]["trainer"]
+    assert (trainer["weight_decay"], trainer["warmup_ratio"]) == (0.0, 0.0)
+    assert len(scores) >= 2 and record["metrics"]["accuracy"] == max(scores)
+    assert record["best_step"] == 1 + scores.index(max(scores))  # the first step reaching the best score
