@@ -73,8 +73,8 @@ def resolve_pairs(mapping, init_layers: list[int] | None, student_layers: int, t
 
     `mapping`: init (the layers the student was initialised from; uniform for random init), uniform
     (TinyBERT's g(m) = k*m), fixed (the study's released code: every k-th teacher layer whatever the
-    init, 4,8,12 for 12 -> 3 and 2,4,6 for 6 -> 3; the same pairs as uniform), last, embeddings, or a
-    list of teacher layers, one per student layer.
+    init, 4,8,12 for 12 -> 3 and 2,4,6 for 6 -> 3; the same pairs as uniform), last, embeddings,
+    or a list of teacher layers, one per student layer.
     """
     if isinstance(mapping, (list, tuple)):
         layers = list(mapping)

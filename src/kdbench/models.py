@@ -111,8 +111,9 @@ PROJECTIONS_FILE = "projections.pt"
 def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...],
                  projections: dict | None = None) -> None:
     """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so a copy cut
-    short is refused by name when it is loaded), written whole or not at all. `projections`: the objective's
-    learnt W_e/W_h state (`Objective.projections.state_dict()`), kept for a later stage that carries them."""
+    short is refused by name when it is loaded), written whole or not at all. `projections`: the
+    objective's learnt W_e/W_h (`Objective.projections.state_dict()`), kept for a later stage that
+    carries them."""
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with storage.space_for(folder, storage.tensor_bytes(student.state_dict()), partial=tmp):

@@ -88,7 +88,7 @@ TERM = {"weight": NON_NEGATIVE, "params.temperature": POSITIVE, "params.alpha": 
         "params.form": choice("infonce", "nce", meaning="nce: CRD as released"),
         "positions": choice("masked", "attended", meaning="attended: every real token"),
         "params.scale_by": choice("own", "teacher",
-                                  meaning="teacher: both value relations by the teacher's head size")}
+                                  meaning="teacher: both relations by the teacher's head size")}
 TRAINER = {
     "lr": LEARNING_RATE, "teacher_lr": LEARNING_RATE.or_null("the task's lr"),
     "stage2_lr": LEARNING_RATE.or_null("trainer.lr"), "batch_size": COUNT, "eval_batch_size": COUNT,
@@ -102,9 +102,9 @@ TRAINER = {
     "teacher_features_gib": NON_NEGATIVE,
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
     "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it"),
-    "stage1_schedule": choice("linear", "constant", meaning="constant: TinyBERT's intermediate stage"),
+    "stage1_schedule": choice("linear", "constant", meaning="constant: TinyBERT's stage 1"),
     "mlm_smoothing": POSITIVE.or_null("uniform masking"),
-    "mask_inputs": choice("objective", "always", meaning="always: every objective sees masked input"),
+    "mask_inputs": choice("objective", "always", meaning="always: every objective's input"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
                      "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
                      "recompute_attention", "teacher_dropout"), FLAG),
@@ -131,8 +131,9 @@ RANGES: dict[str, Rule] = {
     "data.train_limit": EXAMPLES, "data.eval_limit": EXAMPLES, "data.subset_seed": SEED,
     "augment.n_per_example": COUNT, "augment.p_replace": PROBABILITY, "augment.top_k": COUNT,
     "augment.batch_size": COUNT, "augment.seed": SEED, **under("augment.mlm_shape", SHAPE),
-    "augment.fields": choice("separate", "first", "all", meaning="separate: each sentence of a pair on its own"),
-    "augment.mlm_with_original": FLAG, "augment.use_n_per_task": FLAG, "augment.n_per_task.*": COUNT,
+    "augment.fields": choice("separate", "first", "all", meaning="separate: one at a time"),
+    "augment.mlm_with_original": FLAG, "augment.use_n_per_task": FLAG,
+    "augment.n_per_task.*": COUNT,
 }
 
 

@@ -69,8 +69,8 @@ class TrainerSpec:
     eval_every: int = 0
     heldout_batches: int = 0
     student_dropout: float | None = None
-    mlm_smoothing: float | None = None  # masked positions by token frequency ** -mlm_smoothing; None: uniform
-    mask_inputs: str = "objective"  # masked input for objectives reading MLM logits (objective) or every one (always)
+    mlm_smoothing: float | None = None  # masking by token frequency ** -smoothing; None: uniform
+    mask_inputs: str = "objective"  # masked input for objectives reading MLM logits, or always
 
 
 # Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run
@@ -80,7 +80,7 @@ COMPUTATION_ONLY = ("progress_bar", "compile", "fused_losses", "recompute_losses
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    """One stage's AdamW with linear warm-up then linear decay (or a constant lr), and its length."""
+    """One stage's AdamW with linear warm-up then linear decay (or constant), and its length."""
 
     lr: float
     weight_decay: float
@@ -88,7 +88,7 @@ class OptimizerSpec:
     eps: float
     warmup_ratio: float
     max_grad_norm: float | None
-    schedule: str = "linear"  # linear: warm-up then linear decay to zero; constant: lr at every step
+    schedule: str = "linear"  # linear: warm-up then linear decay to zero; constant: lr throughout
 
     @classmethod
     def of(cls, trainer: TrainerSpec, lr: float, schedule: str = "linear") -> OptimizerSpec:
@@ -163,7 +163,7 @@ class InitSpec:
     copy_embeddings: bool = True  # and the MLM head where both models have one (its decoder is tied to them)
     copy_head: bool = False  # the fine-tuned task head (pooler, classifier): the paper's code starts it fresh
     path: Path | None = None  # init=pretrained: a saved student whose weights the student starts from
-    carry_projections: bool = False  # init=pretrained: the objective's W_e/W_h start from the saved student's
+    carry_projections: bool = False  # init=pretrained: W_e/W_h start from the saved student's
 
     @property
     def label(self) -> str:
@@ -219,16 +219,16 @@ class AugmentSpec:
     n_per_example: int
     p_replace: float
     top_k: int
-    fields: str  # "separate": each sentence of a pair on its own; "first": the first only; "all": together
+    fields: str  # "separate": a pair's sentences one at a time; "first": the first; "all": together
     batch_size: int  # masked sentences per MLM forward pass
     seed: int
-    mlm_with_original: bool = True  # the MLM reads the original sentence after the masked one (segment B)
+    mlm_with_original: bool = True  # the MLM reads the original after the masked one (segment B)
     n_per_task: dict | None = None  # {task: N}: the N of `use_n_per_task`
-    use_n_per_task: bool = False  # n_per_task's N for the task (the released per-task N) over n_per_example
+    use_n_per_task: bool = False  # n_per_task's N (the released per-task N) over n_per_example
 
     def copies_for(self, task: str) -> int:
-        """N, the copies drawn per example of `task`: n_per_task's when use_n_per_task (n_per_example for a task
-        it does not name), else n_per_example."""
+        """N, the copies drawn per example of `task`: n_per_task's when use_n_per_task
+        (n_per_example for a task it does not name), else n_per_example."""
         if self.use_n_per_task and self.n_per_task:
             return self.n_per_task.get(task, self.n_per_example)
         return self.n_per_example

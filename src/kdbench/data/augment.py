@@ -2,14 +2,16 @@
 
 Every word of a training sentence is a candidate for replacement unless it is a stop word or not alphabetic.
 Its candidates come from the original sentence: a word that is one word piece gets the `top_k` most likely
-predictions of a masked language model at its position, masked (many such masked sentences per forward pass;
-as released, the original sentence follows the masked one as segment B unless `mlm_with_original` is false);
-a word of several pieces gets its `top_k` nearest words by cosine similarity in GloVe vectors. Each of the
-`n_per_example` copies replaces every word with candidates, with probability `p_replace`, by one of them drawn
-at random; copies equal to the original or to an earlier copy are dropped. A pair's sentences are augmented
-each on its own (`fields=separate`, as released: the first sentence's copies, then the second's, the other
-sentence left as it is), together (`all`) or only the first (`first`). The originals come first, labels are
-copied, and `origin` names each example's original (its `idx`), so subsetting by original and augmenting commute.
+predictions of a masked language model at its position, masked (many such masked sentences per
+forward pass; as released, the original sentence follows the masked one as segment B unless
+`mlm_with_original` is false); a word of several pieces gets its `top_k` nearest words by cosine
+similarity in GloVe vectors. Each of the `n_per_example` copies replaces every word with candidates,
+with probability `p_replace`, by one of them drawn at random; copies equal to the original or to an
+earlier copy are dropped. A pair's sentences are augmented each on its own (`fields=separate`, as
+released: the first sentence's copies, then the second's, the other sentence left as it is),
+together (`all`) or only the first (`first`). The originals come first, labels are copied, and
+`origin` names each example's original (its `idx`), so subsetting by original and augmenting
+commute.
 
 A copy's randomness is a function of (seed, origin) only: the same original gets the same copies in any subset.
 """
@@ -38,7 +40,8 @@ log = logging.getLogger("kdbench")
 
 AUGMENT_CACHE_VERSION = 1
 # English function words, kept as they are: the alphabetic words of TinyBERT's released list
-# (data_augmentation.py's StopWordsList, NLTK's list less what, which, who, whom, when, where, why and how).
+# (data_augmentation.py's StopWordsList: NLTK's list less what, which, who, whom, when, where, why,
+# how).
 STOP_WORDS = frozenset("""
 i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers herself
 it its itself they them their theirs themselves this that these those am is are was were be
@@ -84,7 +87,8 @@ def match_case(candidate: str, word: str) -> str:
 class MaskedLMCandidates:
     """The `top_k` whole-word predictions of a masked LM for single-piece words, batched over masked sentences."""
 
-    def __init__(self, model, tokenizer, top_k: int, batch_size: int, progress: bool, with_original: bool = False):
+    def __init__(self, model, tokenizer, top_k: int, batch_size: int, progress: bool,
+                 with_original: bool = False):
         self.model, self.tokenizer, self.top_k, self.batch_size = model.eval(), tokenizer, top_k, batch_size
         self.progress, self.with_original = progress, with_original
         vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
@@ -116,8 +120,9 @@ class MaskedLMCandidates:
         return out
 
     def masked(self, ids: list[int], positions: dict, span: tuple[int, int]):
-        """(the ids with the word at `span` masked, its position, its id, the segment ids), or None when truncation
-        dropped it. `with_original`: the original ids after the masked ones, as segment B ([CLS] A' [SEP] A [SEP])."""
+        """(the ids with the word at `span` masked, its position, its id, the segment ids), or None
+        when truncation dropped it. `with_original`: the original ids follow the masked ones as
+        segment B ([CLS] A' [SEP] A [SEP])."""
         position = positions.get(tuple(span))
         if position is None:
             return None
@@ -139,12 +144,14 @@ class MaskedLMCandidates:
         positions = torch.tensor([position for _, position, _, _ in rows])
         device = next(self.model.parameters()).device
         # The encoder on every position, the vocabulary head only at the masked one: [B, H] -> [B, V].
-        hidden = self.model.base_model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                                       token_type_ids=segments.to(device)).last_hidden_state
+        inputs = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": segments}
+        encoded = self.model.base_model(**{k: v.to(device) for k, v in inputs.items()})
+        hidden = encoded.last_hidden_state
         masked = hidden[torch.arange(len(rows), device=device), positions.to(device)]
         scores = models.mlm_head(self.model)(masked).float().cpu()
         scores[:, ~self.allowed] = float("-inf")
-        scores[torch.arange(len(rows)), torch.tensor([original for _, _, original, _ in rows])] = float("-inf")
+        originals = torch.tensor([original for _, _, original, _ in rows])
+        scores[torch.arange(len(rows)), originals] = float("-inf")
         top = scores.topk(min(self.top_k, int(self.allowed.sum()) - 1), dim=-1)
         return [tuple(self.vocab[i] for i, s in zip(ids.tolist(), vals.tolist(), strict=True) if s > float("-inf"))
                 for ids, vals in zip(top.indices, top.values, strict=True)]
@@ -228,8 +235,10 @@ def replaced(text: str, words: list[Word], rng: random.Random, p_replace: float)
     return "".join(pieces) + text[cursor:]
 
 
-def copies(fields: list[str], words: list[list[Word]], origin: int | str, spec: AugmentSpec) -> list[list[str]]:
-    """The distinct augmented copies of one example's `fields`, none equal to the original; `origin` seeds them."""
+def copies(fields: list[str], words: list[list[Word]], origin: int | str,
+           spec: AugmentSpec) -> list[list[str]]:
+    """The distinct augmented copies of one example's `fields`, none equal to the original;
+    `origin` seeds them."""
     rng = random.Random(f"{spec.seed}/{origin}")
     seen, out = {tuple(fields)}, []
     for _ in range(spec.n_per_example):
@@ -241,7 +250,7 @@ def copies(fields: list[str], words: list[list[Word]], origin: int | str, spec: 
 
 
 def field_groups(text_fields: list[str], fields: str) -> list[list[str]]:
-    """The text fields each copy changes together: every field on its own (separate), all, or the first."""
+    """The text fields each copy changes together: each on its own (separate), all, or the first."""
     if fields == "separate" and len(text_fields) > 1:
         return [[field] for field in text_fields]
     return [list(text_fields if fields == "all" else text_fields[:1])]
@@ -260,7 +269,8 @@ def augment(train: datasets.Dataset, task: TaskSpec, spec: AugmentSpec, candidat
             fields = [originals[field][row] for field in group]
             for copy in copies(fields, [found[field][row] for field in group], key, spec):
                 for field in task.text_fields:
-                    columns[field].append(copy[group.index(field)] if field in group else originals[field][row])
+                    kept = originals[field][row]
+                    columns[field].append(copy[group.index(field)] if field in group else kept)
                 columns["label"].append(originals["label"][row])
                 columns["idx"].append(origin)
                 columns["origin"].append(origin)
@@ -310,11 +320,13 @@ def build(train, task: TaskSpec, spec: AugmentSpec, path: Path, key: dict, devic
     model, tokenizer = masked_lm(spec)
     vectors = VectorNeighbours(spec.word_vectors, spec.top_k) if spec.word_vectors is not None else None
     if vectors is None:
-        log.warning("augment: no GloVe file (augment.word_vectors=null): words of several word pieces stay as "
-                    "they are; give augment.word_vectors a GloVe text file to replace them too")
+        log.warning("augment: no GloVe file (augment.word_vectors=null): words of several word "
+                    "pieces stay as they are; give augment.word_vectors a GloVe text file to "
+                    "replace them too")
     mlm = MaskedLMCandidates(model.to(device), tokenizer, spec.top_k, spec.batch_size, progress,
                              spec.mlm_with_original)
-    log.info("augmenting %d %s examples (%d copies each)", len(train), task.name, spec.copies_for(task.name))
+    log.info("augmenting %d %s examples (%d copies each)", len(train), task.name,
+             spec.copies_for(task.name))
     augmented = augment(train, task, spec, Candidates(mlm, vectors))
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -26,12 +26,14 @@ The positive is the *current* embedding of the same example on the other side; n
 other side's memory bank. Everything is computed in float32. After a training-mode forward the banks are
 updated at ``idx``: ``bank[idx] = normalize(m * bank[idx] + (1 - m) * z.detach())`` with momentum m.
 
-``form="nce"`` is CRD as the study's code releases it (Tian et al.'s binary NCE, ``crd/criterion.py`` and
-``crd/memory.py``): banks start uniform in ``[-1/sqrt(F/3), 1/sqrt(F/3)]``; the positive is the bank row of the
-example itself; per direction ``p_ij = exp(z_i . bank[c_ij] / tau) / Z`` over ``c_i = [idx_i, n_i1..n_iK]``, with
-the constant ``Z = mean(exp(...)) * N`` of the first batch kept from then on; with ``q = K / N``::
+``form="nce"`` is CRD as the study's code releases it (Tian et al.'s binary NCE,
+``crd/criterion.py`` and ``crd/memory.py``): banks start uniform in ``[-1/sqrt(F/3), 1/sqrt(F/3)]``;
+the positive is the bank row of the example itself; per direction, over the rows
+``c_i = [idx_i, n_i1..n_iK]`` of the other side's bank,
+``p_ij = exp(z_i . bank[c_ij] / tau) / Z`` with the first batch's ``Z = mean(exp(...)) * N`` kept
+from then on; with ``q = K / N`` and ``eps = 1e-7``::
 
-    L_dir = -(1/B) sum_i [ log(p_i0 / (p_i0 + q + eps)) + sum_j log(q / (p_ij + q + eps)) ]     (eps = 1e-7)
+    L_dir = -(1/B) sum_i [ log(p_i0 / (p_i0 + q + eps)) + sum_j log(q / (p_ij + q + eps)) ]
     L = (L_student_anchor + L_teacher_anchor) / 2
 """
 
@@ -126,7 +128,8 @@ class ContrastiveDistillation(nn.Module):
                 f"crd: feat_dim ({feat_dim}) and num_negatives ({num_negatives}) must be >= 1"
             )
         if form not in ("infonce", "nce"):
-            raise ContrastiveSetupError(f"crd: form must be infonce or nce (CRD as released), got {form!r}")
+            raise ContrastiveSetupError(
+                f"crd: form must be infonce or nce (CRD as released), got {form!r}")
         if temperature <= 0 or not 0.0 <= momentum <= 1.0:
             raise ContrastiveSetupError(
                 f"crd: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got {momentum})"
@@ -144,7 +147,7 @@ class ContrastiveDistillation(nn.Module):
         num_examples = len(order)
         for name in ("memory_student", "memory_teacher"):
             self.register_buffer(name, _initial_bank(num_examples, feat_dim, form, init))
-        if form == "nce":  # Z of the student-anchored and the teacher-anchored scores; < 0: not yet set
+        if form == "nce":  # Z of the student- and the teacher-anchored scores; < 0: not yet set
             self.register_buffer("normalisers", torch.full((2,), -1.0))
         # Derived from `labels`: rebuilt at construction, so not saved.
         self.register_buffer("classes", classes, persistent=False)
@@ -192,12 +195,15 @@ class ContrastiveDistillation(nn.Module):
             bank.index_copy_(0, idx, _unit(mixed).to(bank.dtype))
 
     def _binary_nce(self, z_s: Tensor, z_t: Tensor, contrast: Tensor) -> Tensor:
-        """CRD as released: each anchor's scores against the other side's bank rows `contrast` [B, 1 + K]
-        (the example itself first), divided by the first batch's constant Z, binary NCE, directions averaged."""
+        """CRD as released: each anchor's scores against the other side's bank rows `contrast`
+        [B, 1 + K] (the example itself first), divided by the first batch's constant Z; binary NCE,
+        the two directions averaged."""
         num_examples = len(self.memory_student)
         losses = []
-        for side, (anchor, bank) in enumerate(((z_s, self.memory_teacher), (z_t, self.memory_student))):
-            scores = torch.exp(torch.einsum("bkf,bf->bk", bank[contrast].float(), anchor) / self.temperature)
+        sides = ((z_s, self.memory_teacher), (z_t, self.memory_student))
+        for side, (anchor, bank) in enumerate(sides):
+            products = torch.einsum("bkf,bf->bk", bank[contrast].float(), anchor)
+            scores = torch.exp(products / self.temperature)
             if self.normalisers[side] < 0:
                 self.normalisers[side] = scores.detach().mean() * num_examples
             losses.append(_nce_loss(scores / self.normalisers[side], num_examples))
@@ -221,11 +227,13 @@ class ContrastiveDistillation(nn.Module):
             z_s = self._embed(self.student_head, student_repr)
             z_t = self._embed(self.teacher_head, teacher_repr)
             if self.form == "nce":
-                loss = self._binary_nce(z_s, z_t, torch.cat([idx.to(negatives.device)[:, None], negatives], 1))
+                contrast = torch.cat([idx.to(negatives.device)[:, None], negatives], 1)
+                loss = self._binary_nce(z_s, z_t, contrast)
             else:
-                loss = _info_nce(z_s, z_t, self.memory_teacher[negatives].float(), self.temperature) + _info_nce(
-                    z_t, z_s, self.memory_student[negatives].float(), self.temperature
-                )
+                sides = (self.memory_teacher, self.memory_student)
+                banks = [bank[negatives].float() for bank in sides]
+                loss = (_info_nce(z_s, z_t, banks[0], self.temperature)
+                        + _info_nce(z_t, z_s, banks[1], self.temperature))
         if self.training:
             self.update_memory(idx, z_s, z_t)
         return loss
@@ -240,7 +248,7 @@ def _initial_bank(rows: int, feat_dim: int, form: str, generator: torch.Generato
 
 
 def _nce_loss(scores: Tensor, num_examples: int, eps: float = 1e-7) -> Tensor:
-    """CRD's binary NCE on [B, 1 + K] normalised scores (column 0 the positive), noise 1/N per negative."""
+    """CRD's binary NCE on [B, 1 + K] normalised scores (column 0 the positive), noise 1/N each."""
     noise = scores.shape[1] - 1
     noise_mass = noise / num_examples
     positive = scores[:, 0].clamp_min(eps)

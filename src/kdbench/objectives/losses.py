@@ -119,7 +119,7 @@ def _check_scores(student_scores: Tensor, teacher_scores: Tensor, what: str) -> 
 
 
 def _relation_scores(x: Tensor, valid: Tensor, head_size: int | None = None) -> Tensor:
-    """``X X^T / sqrt(d)`` for float32 ``x`` of shape ``[B, H, L, d]`` (``d = head_size`` when given).
+    """``X X^T / sqrt(d)`` for float32 ``x`` of shape ``[B, H, L, d]`` (or ``d = head_size``).
 
     Padded tokens (``valid`` is bool ``[B, L]``) are zeroed first so that
     arbitrary padded values cannot overflow the product.

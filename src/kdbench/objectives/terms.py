@@ -2,7 +2,7 @@
 
 Config (data only, `conf/objective/*.yaml`):
     name: att_kl+val_kl
-    mapping: init                      # default for the terms: init | fixed | last | uniform | embeddings | [t1, ...]
+    mapping: init      # the terms' default: init | fixed | last | uniform | embeddings | [t1, ...]
     terms:
       - {loss: att_kl, feature: attention_scores, weight: 1.0}
       - {loss: val_kl, feature: values, weight: 1.0}
@@ -37,7 +37,7 @@ class Term:
     pairs: list[tuple[int, int]]  # (student layer, teacher layer); [(LOGITS, LOGITS)] for the logits
     params: dict = field(default_factory=dict)  # the loss function's keyword arguments
     projected: bool = False  # the student's features go through a learnable W_h first
-    positions: str = "masked"  # MLM logits at the masked positions, or at every attended token (soft targets)
+    positions: str = "masked"  # MLM logits at the masked positions or every attended token
 
 
 def build_terms(objective_name: str, term_specs: list[dict], default_mapping, init_layers: list[int] | None,
@@ -45,10 +45,11 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
                 teacher_has_mlm_head: bool) -> list[Term]:
     """Terms of an objective's term specs, validated against the architectures, the task and the setting.
 
-    `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping, params,
-    projection (a learnable W_h before the loss: null takes the loss's own choice, false compares the raw
-    features and needs equal widths), embedding_pair (true adds the embedding outputs' pair (0, 0)) and
-    positions (an MLM soft-target term's tokens: masked, or every attended token as DistilBERT's code).
+    `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping,
+    params, projection (a learnable W_h before the loss: null takes the loss's own choice, false
+    compares the raw features and needs equal widths), embedding_pair (true adds the embedding
+    outputs' pair (0, 0)) and positions (an MLM soft-target term's tokens: masked, or every attended
+    token as DistilBERT's code).
     `default_mapping`: the layer mapping of a term without its own `mapping` (see `kdbench.layers.resolve_pairs`).
     """
     depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
@@ -63,7 +64,8 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
         pairs = [(LOGITS, LOGITS)] if feature == LOGITS else resolve_pairs(mapping, init_layers, *depths)
         if spec.get("embedding_pair") and (0, 0) not in pairs:
             pairs = [(0, 0), *pairs]
-        projected = _projected(objective_name, index, spec.get("projection"), entry, student_conf, teacher_conf)
+        projected = _projected(objective_name, index, spec.get("projection"), entry, student_conf,
+                               teacher_conf)
         params = dict(spec.get("params") or {})
         if unknown := sorted(set(params) - entry.param_names):
             raise ConfigError(f"objective {objective_name}, term {index}: objective.terms.{index}.params.{unknown[0]} "
@@ -73,7 +75,8 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
             _check_relation_heads(objective_name, index, params["num_heads"], student_conf, teacher_conf)
         weight = float(spec.get("weight", 1.0))
         positions = _positions(objective_name, index, spec.get("positions") or "masked", entry)
-        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params, projected, positions))
+        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params, projected,
+                          positions))
     names = [t.name for t in terms]
     if len(set(names)) != len(names):
         raise ConfigError(f"objective {objective_name}: term names {names} repeat; give each term a `name`")
@@ -103,26 +106,28 @@ def _check_setting(objective: str, loss: str, entry: LossEntry, regression: bool
 
 
 def _positions(objective: str, index: int, positions: str, entry: LossEntry) -> str:
-    """Where the term reads MLM logits: every attended token only for a soft-target term (no labels there)."""
+    """Where the term reads MLM logits: every attended token only for a soft-target term."""
     if positions == "attended" and (not entry.mlm or entry.takes_labels):
-        raise ConfigError(f"objective {objective}, term {index}: positions=attended reads MLM soft targets at every "
-                          "token, which only a soft-target MLM loss (mlm_kd) can use: remove the key")
+        raise ConfigError(f"objective {objective}, term {index}: positions=attended reads MLM soft "
+                          "targets at every token, which only a soft-target MLM loss (mlm_kd) can "
+                          "use: remove the key")
     return positions
 
 
 def _projected(objective: str, index: int, projection: bool | None, entry: LossEntry, student_conf,
                teacher_conf) -> bool:
-    """Whether the term learns a W_h: the loss's own choice unless the term's `projection` says otherwise."""
+    """Whether the term learns a W_h: the loss's own choice unless the term's `projection` says."""
     if projection is None or projection == entry.projected:
         return entry.projected
     if projection:
-        raise ConfigError(f"objective {objective}, term {index}: objective.terms.{index}.projection=true, but its "
-                          "loss compares features without a width projection: remove the key")
+        raise ConfigError(f"objective {objective}, term {index}: projection=true, but its loss "
+                          "compares features without a width projection: remove the key")
     widths = (student_conf.hidden_size, teacher_conf.hidden_size)
     if widths[0] != widths[1]:
-        raise ConfigError(f"objective {objective}, term {index}: projection=false compares raw hidden states, "
-                          f"which needs the student's width {widths[0]} to equal the teacher's {widths[1]}: "
-                          "give a student of the teacher's width, or projection=null")
+        raise ConfigError(f"objective {objective}, term {index}: projection=false compares raw "
+                          f"hidden states, which needs the student's width {widths[0]} to equal "
+                          f"the teacher's {widths[1]}: give a student of the teacher's width, or "
+                          "projection=null")
     return False
 
 
@@ -178,7 +183,7 @@ class Objective(nn.Module):
 
     @property
     def logit_positions(self) -> str:
-        """Where the MLM logits are read: every attended token when a term wants them there, else the masked."""
+        """Where the MLM logits are read: every attended token when a term wants it, else masked."""
         return "attended" if any(term.positions == "attended" for term in self.terms) else "masked"
 
     def needs(self, side: str) -> dict[int, set[str]]:
@@ -228,7 +233,7 @@ class Objective(nn.Module):
         )
 
     def _runs_fused(self, term: Term) -> bool:
-        """The fused forms scale each side by its own head size: a term scaled by the teacher's runs unfused."""
+        """The fused forms scale each side by its own head size; a term scaled otherwise is not."""
         own_scale = term.params.get("scale_by", "own") == "own"
         return self.fused and LOSSES[term.loss].fused is not None and own_scale
 
@@ -251,7 +256,7 @@ class Objective(nn.Module):
         if entry.takes_labels:
             kwargs["labels"] = batch["labels"]
         features = self._pair_features(term, student_records, teacher_records, s, t)
-        if term.feature == LOGITS and term.positions != self.logit_positions:  # the masked among the attended
+        if term.feature == LOGITS and term.positions != self.logit_positions:  # the masked ones
             keep = batch["mlm_positions"][batch["attention_mask"].bool()]
             features = tuple(feature[keep] for feature in features)
         return entry.fn(*features, **kwargs)
@@ -280,17 +285,20 @@ def _score_map_factors(feature: str) -> tuple[str, str]:
 
 
 def carry_projections(objective: Objective, folder: Path) -> None:
-    """Start the objective's W_e/W_h from those a previous stage saved with its student in `folder` (TinyBERT's
-    task stage goes on with the general stage's projection); every projection of this objective must be there."""
+    """Start the objective's W_e/W_h from those a previous stage saved with its student in `folder`
+    (TinyBERT's task stage goes on with the general stage's projection); every projection of this
+    objective must be there."""
     path = folder / PROJECTIONS_FILE
     if not path.is_file():
-        raise ConfigError(f"init.carry_projections=true but {folder} has no {PROJECTIONS_FILE}: give a student saved "
-                          "by a task-agnostic run of an objective with projections, or init.carry_projections=false")
+        raise ConfigError(f"init.carry_projections=true but {folder} has no {PROJECTIONS_FILE}: "
+                          "give a student saved by a task-agnostic run of an objective with "
+                          "projections, or init.carry_projections=false")
     saved = torch.load(path, map_location="cpu", weights_only=True)
     wanted = objective.projections.state_dict()
     if missing := sorted(set(wanted) - set(saved)):
-        raise ConfigError(f"{path} lacks the projection {missing[0]} this objective learns ({', '.join(sorted(saved))} "
-                          "saved): distil with the same objective, or init.carry_projections=false")
+        raise ConfigError(f"{path} lacks the projection {missing[0]} this objective learns "
+                          f"({', '.join(sorted(saved))} saved): distil with the same objective, or "
+                          "init.carry_projections=false")
     objective.projections.load_state_dict({key: saved[key] for key in wanted})
 
 

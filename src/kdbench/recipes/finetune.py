@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
@@ -39,8 +40,9 @@ def distillation_record(student_path: Path) -> dict:
 
 
 class BestDevStep(Hook):
-    """The dev metrics at the end, and every `every` steps when `every` > 0, keeping those of the best first
-    metric (the study's released driver reports the best of evaluations every 50 steps)."""
+    """The dev metrics at the end, and every `every` steps when `every` > 0, keeping those of the
+    best first metric (the study's released driver reports the best of evaluations every 50
+    steps)."""
 
     def __init__(self, score: Callable[[], dict], model, every: int):
         self.score, self.model, self.every = score, model, every
@@ -79,13 +81,13 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
                     for suffix, ds in eval_sets.items()}
     stage = loop.Stage("finetune", [model], train_loader, supervised_step(model, plan.device, plan.precision),
                        OptimizerSpec.of(trainer, trainer.lr), plan.device, epochs=trainer.stage2_epochs)
-    best = BestDevStep(lambda: evaluate(model, eval_loaders, plan.task.metrics, plan.device, plan.precision),
-                       model, trainer.eval_every)
+    score = partial(evaluate, model, eval_loaders, plan.task.metrics, plan.device, plan.precision)
+    best = BestDevStep(score, model, trainer.eval_every)
     stats = loop.train(stage, [*standard_hooks(trainer, log, None), best])
     return {
         "metrics": best.metrics, "teacher_metrics": {}, "best_step": best.step,
-        "timing": {"finetune_s": stats["seconds"] - best.seconds, "finetune_examples_per_s": stats["examples_per_s"],
-                   "eval_s": best.seconds},
+        "timing": {"finetune_s": stats["seconds"] - best.seconds, "eval_s": best.seconds,
+                   "finetune_examples_per_s": stats["examples_per_s"]},
         "grid": {"lr": trainer.lr, "batch_size": trainer.batch_size},
         "student_path": str(plan.student_path),
         **distillation_record(plan.student_path),

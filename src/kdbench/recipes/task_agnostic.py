@@ -89,7 +89,7 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
               "eval_s": time.perf_counter() - start}
     student_dir = run_dir / "student"
     if world.is_main:
-        projections = {key: value.cpu() for key, value in objective.projections.state_dict().items()}
+        projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
         models.save_student(student, tokenizer, student_dir, plan.chain, projections)
         if not trainer.keep_checkpoints:
             checkpoints.clear()
@@ -101,8 +101,9 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
 
 def input_masking(objective: Objective, trainer, tokenizer, train_rows) -> MaskingSpec | None:
     """The inputs' MLM masking: for objectives that read MLM logits, or for every objective with
-    trainer.mask_inputs=always (the study's released code masks the corpus once for all objectives); positions
-    drawn uniformly, or by token frequency smoothed by trainer.mlm_smoothing over `train_rows` (DistilBERT's)."""
+    trainer.mask_inputs=always (the study's released code masks the corpus for all objectives);
+    positions drawn uniformly, or by token frequency smoothed by trainer.mlm_smoothing over
+    `train_rows` (DistilBERT's)."""
     if not (objective.uses_logits or trainer.mask_inputs == "always"):
         return None
     weights = None
@@ -122,8 +123,8 @@ def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed
 @contextmanager
 def recorder(model, objective: Objective, side: str, last_layer: int):
     """The side's feature recorder, stopping after its last needed layer, and how its logits are read: the MLM
-    head at the masked positions only ([M, V]: the full [B, L, V] is never materialised), or at every attended
-    token when a term reads soft targets there (`Objective.logit_positions`)."""
+    head at the masked positions only ([M, V]: the full [B, L, V] is never materialised), or at
+    every attended token when a term reads soft targets there (`Objective.logit_positions`)."""
     needs = objective.needs(side)
     logits = None
     if objective.uses_logits:

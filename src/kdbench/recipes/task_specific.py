@@ -56,7 +56,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
                     for suffix, ds in eval_sets.items()}
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
     if trainer.teacher_dropout:
-        teacher.model.train()  # dropout on while it teaches, still without gradients (the study's fairseq code)
+        teacher.model.train()  # dropout on while it teaches, still without gradients
 
     student = models.student_for(plan, teacher.model)
     train_set, augmented = distillation_set(plan, originals, train_set, tokenizer)
@@ -70,7 +70,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student):
         features = partial(teacher_feature_table, teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
         cached = trainer.cache_teacher_features and not trainer.teacher_dropout
-        with stage1(plan, student, teacher.model, train_set["labels"], features if cached else None) as (step, modules):
+        table = features if cached else None
+        with stage1(plan, student, teacher.model, train_set["labels"], table) as (step, modules):
             optimizer = OptimizerSpec.of(trainer, trainer.lr, trainer.stage1_schedule)
             stage = loop.Stage("stage1", modules, train_loader, step, optimizer, plan.device,
                                epochs=trainer.stage1_epochs)
