@@ -166,9 +166,10 @@ def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(corpus,
 @pytest.mark.parametrize(("objective", "mask_inputs", "masked"), [
     ("att_kl", "objective", False), ("att_kl", "always", True), ("distilbert", "objective", True),
 ])
-def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objective, mask_inputs, masked):
-    plan = make_plan(compose_config(agnostic_overrides(corpus, tmp_path, f"objective={objective}",
-                                                       f"trainer.mask_inputs={mask_inputs}")))
+def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objective, mask_inputs,
+                                                      masked):
+    overrides = [f"objective={objective}", f"trainer.mask_inputs={mask_inputs}"]
+    plan = make_plan(compose_config(agnostic_overrides(corpus, tmp_path, *overrides)))
     objective_module = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
     tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
     masking = input_masking(objective_module, plan.trainer, tokenizer, None)
@@ -176,8 +177,7 @@ def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objectiv
     if masked:
         assert masking.mask_token_id == tokenizer.mask_token_id
     if mask_inputs == "always":  # an objective without MLM logits runs on the masked batches
-        record = run(compose_config(agnostic_overrides(corpus, tmp_path / "run", f"objective={objective}",
-                                                       f"trainer.mask_inputs={mask_inputs}")))
+        record = run(compose_config(agnostic_overrides(corpus, tmp_path / "run", *overrides)))
         assert record["status"] == "completed"
 
 
@@ -187,7 +187,8 @@ def test_frequency_smoothed_masking_runs_on_the_corpus(corpus, tmp_path):
     assert record["status"] == "completed" and record["config"]["trainer"]["mlm_smoothing"] == 0.7
 
 
-def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(corpus, tiny_glue, tmp_path, monkeypatch):
+def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(corpus, tiny_glue, tmp_path,
+                                                                        monkeypatch):
     from kdbench.recipes import finetune
 
     scores = []
@@ -199,12 +200,13 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(corpus, t
         return metrics
 
     monkeypatch.setattr(finetune, "evaluate", watched)
-    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "distill", "objective=att_kl")))
+    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
     record = run(compose_config([
-        "setting=finetune", "trainer=finetune_released", f"setting.student_path={distilled['student_path']}",
-        "task=rte", f"data.glue_dir={tiny_glue}", "trainer.stage2_epochs=2", "trainer.batch_size=16",
-        "trainer.eval_every=1", "trainer.progress_bar=false", f"paths.run_dir={tmp_path / 'ft'}"]))
+        "setting=finetune", "trainer=finetune_released", "task=rte", f"data.glue_dir={tiny_glue}",
+        f"setting.student_path={distilled['student_path']}", "trainer.stage2_epochs=2",
+        "trainer.batch_size=16", "trainer.eval_every=1", "trainer.progress_bar=false",
+        f"paths.run_dir={tmp_path / 'ft'}"]))
     trainer = record["config"]["trainer"]
     assert (trainer["weight_decay"], trainer["warmup_ratio"]) == (0.0, 0.0)
     assert len(scores) >= 2 and record["metrics"]["accuracy"] == max(scores)
-    assert record["best_step"] == 1 + scores.index(max(scores))  # the first step reaching the best score
+    assert record["best_step"] == 1 + scores.index(max(scores))  # the first step with the best

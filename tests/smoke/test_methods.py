@@ -105,21 +105,26 @@ def test_the_augment_command_builds_the_set_alone_and_says_where(tiny_glue, tmp_
                                                "nlp.stanford.edu/projects/glove), or null to keep multi-piece words")
 
 
-def test_carried_projections_start_the_task_stage_from_the_general_stage(general_student, tiny_glue, tmp_path):
+def carrying(student) -> list[str]:
+    return ["init=pretrained", f"init.path={student}", "objective=tinybert",
+            "init.carry_projections=true"]
+
+
+def test_carried_projections_start_the_task_stage_from_the_general_stage(general_student, tiny_glue,
+                                                                         tmp_path):
     student, _ = general_student
     saved = torch.load(student / PROJECTIONS_FILE, weights_only=True)
-    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, "init=pretrained", f"init.path={student}",
-                                                   "objective=tinybert", "init.carry_projections=true")))
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, *carrying(student))))
     assert plan.init.carry_projections
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
     fresh = {k: v.clone() for k, v in objective.projections.state_dict().items()}
     carry_projections(objective, plan.init.path)
     carried = objective.projections.state_dict()
-    assert set(carried) == set(saved) == {f"{term}.{p}" for term in ("emb_mse", "hid_mse") for p in ("weight", "bias")}
+    names = {f"{term}.{p}" for term in ("emb_mse", "hid_mse") for p in ("weight", "bias")}
+    assert set(carried) == set(saved) == names
     assert all(torch.equal(carried[k], saved[k]) for k in saved)
     assert not all(torch.equal(carried[k], fresh[k]) for k in saved)  # the general stage moved them
-    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "run", "init=pretrained", f"init.path={student}",
-                                               "objective=tinybert", "init.carry_projections=true")))
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *carrying(student))))
     assert record["status"] == "completed"
 
 
@@ -129,10 +134,10 @@ def test_carried_projections_need_a_student_saved_with_them(general_student, tin
     shutil.copytree(student, bare)
     (bare / PROJECTIONS_FILE).unlink()
     (bare / MANIFEST).unlink()  # a save_pretrained folder of another origin
-    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, "init=pretrained", f"init.path={bare}",
-                                                   "objective=tinybert", "init.carry_projections=true")))
-    with pytest.raises(ConfigError, match="init.carry_projections=true but .* has no projections.pt"):
-        carry_projections(Objective(plan.terms, plan.student_conf, plan.teacher_conf), plan.init.path)
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, *carrying(bare))))
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
+    with pytest.raises(ConfigError, match="carry_projections=true but .* has no projections.pt"):
+        carry_projections(objective, plan.init.path)
 
 
 @pytest.mark.parametrize("dropout", [False, True])

@@ -74,9 +74,10 @@ def test_spec_from_tokenizer_masks_like_explicit_ids(tokenizer):
 
 
 def test_smoothed_token_weights_are_counts_to_the_minus_smoothing():
-    rows = np.array([[5, 5, 5, 5], [5, 6, 6, 7]])  # counts: 5 -> 5, 6 -> 2, 7 -> 1, the rest 0 (taken as 1)
+    rows = np.array([[5, 5, 5, 5], [5, 6, 6, 7]])  # counts 5 -> 5, 6 -> 2, 7 -> 1, else 0 (as 1)
     weights = smoothed_token_weights(rows, 9, 0.7, chunk=1)
-    assert torch.allclose(weights, torch.tensor([1, 1, 1, 1, 1, 5 ** -0.7, 2 ** -0.7, 1, 1], dtype=torch.float))
+    expected = torch.tensor([1, 1, 1, 1, 1, 5 ** -0.7, 2 ** -0.7, 1, 1], dtype=torch.float)
+    assert torch.allclose(weights, expected)
 
 
 def test_frequency_smoothed_masking_draws_rare_tokens_more_often():
@@ -89,7 +90,7 @@ def test_frequency_smoothed_masking_draws_rare_tokens_more_often():
     _, labels = mask_tokens(ids, spec, generator=torch.Generator().manual_seed(0))
     chosen = labels != -100
     assert (chosen.sum(-1) == 3).all()  # ceil(0.15 * 20) per row
-    share = (labels[chosen] == rare).float().mean().item()  # expected about 5 * 3 / (15 + 5 * 3) = 0.5
+    share = (labels[chosen] == rare).float().mean().item()  # about 5 * 3 / (15 + 5 * 3) = 0.5
     assert 0.45 < share < 0.55
     uniform = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(0))[1]
     assert abs((uniform[uniform != -100] == rare).float().mean().item() - 0.25) < 0.05
