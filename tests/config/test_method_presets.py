@@ -67,7 +67,8 @@ def test_tinybert_recipe_is_general_then_task_specific_distillation(known_archit
     assert set(task.hydra.sweeper.params.task.split(",")) == {"cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli"}
 
 
-@pytest.mark.parametrize("name", ["tinybert_recipe", "tinybert_recipe_task"])
+@pytest.mark.parametrize("name", ["tinybert_recipe", "tinybert_recipe_task", "mini_tinybert",
+                                  "mini_tinybert_task"])
 def test_tinybert_optimiser_is_the_released_bert_adam(name):
     trainer = preset(name).trainer
     optimiser = (trainer.weight_decay, list(trainer.adam_betas), trainer.max_grad_norm,
@@ -75,8 +76,9 @@ def test_tinybert_optimiser_is_the_released_bert_adam(name):
     assert optimiser == (0.01, [0.9, 0.999], 1.0, 0.1)
 
 
-def test_tinybert_task_stage_is_as_released():
-    cfg = preset("tinybert_recipe_task")
+@pytest.mark.parametrize("name", ["tinybert_recipe_task", "mini_tinybert_task"])
+def test_tinybert_task_stage_is_as_released(name):
+    cfg = preset(name)
     kd = cfg.prediction_kd
     assert (kd.temperature, kd.alpha) == (1.0, 1.0)  # soft CE on the teacher's logits only
     assert cfg.trainer.stage1_schedule == "constant" and cfg.init.carry_projections is True
