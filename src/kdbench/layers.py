@@ -72,7 +72,9 @@ def resolve_pairs(mapping, init_layers: list[int] | None, student_layers: int, t
     """(student layer, teacher layer) pairs of a layer mapping, validated.
 
     `mapping`: init (the layers the student was initialised from; uniform for random init), uniform
-    (TinyBERT's g(m) = k*m), last, embeddings, or a list of teacher layers, one per student layer.
+    (TinyBERT's g(m) = k*m), fixed (the study's released code: every k-th teacher layer whatever the
+    init, 4,8,12 for 12 -> 3 and 2,4,6 for 6 -> 3; the same pairs as uniform), last, embeddings,
+    or a list of teacher layers, one per student layer.
     """
     if isinstance(mapping, (list, tuple)):
         layers = list(mapping)
@@ -80,12 +82,13 @@ def resolve_pairs(mapping, init_layers: list[int] | None, student_layers: int, t
         return list(zip(range(1, student_layers + 1), layers))
     if mapping == "init" and init_layers is not None:
         return list(zip(range(1, student_layers + 1), init_layers))
-    if mapping in ("init", "uniform"):
+    if mapping in ("init", "uniform", "fixed"):
         return list(zip(range(1, student_layers + 1), every_kth(teacher_layers, student_layers)))
     if mapping == "last":
         return [(student_layers, teacher_layers)]
     if mapping == "embeddings":
         return [(0, 0)]
     raise ConfigError(
-        f"unknown layer mapping {mapping!r}; valid: init, last, uniform, embeddings, or a list of teacher layers"
+        f"unknown layer mapping {mapping!r}; valid: init, fixed, last, uniform, embeddings, "
+        "or a list of teacher layers"
     )

@@ -105,11 +105,17 @@ def saved_config(folder: Path, what: str) -> PretrainedConfig:
     return load(AutoConfig, folder, saved_as=what)
 
 
+PROJECTIONS_FILE = "projections.pt"
+
+
 def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple[str, ...], *,
-                 labels: tuple[str, ...] = (), card: str | None = None) -> None:
+                 labels: tuple[str, ...] = (), card: str | None = None,
+                 projections: dict | None = None) -> None:
     """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so a copy cut
     short is refused by name when it is loaded), written whole or not at all. `labels` name its
-    classes (its id2label, which `pipeline` predicts); `card` is its model card (README.md)."""
+    classes (its id2label, which `pipeline` predicts); `card` is its model card (README.md);
+    `projections`: the objective's learnt W_e/W_h (`Objective.projections.state_dict()`), kept for a
+    later stage that carries them."""
     if labels:
         student.config.id2label = dict(enumerate(labels))
         student.config.label2id = {name: i for i, name in enumerate(labels)}
@@ -121,6 +127,8 @@ def save_student(student: PreTrainedModel, tokenizer, folder: Path, chain: tuple
         write_json(tmp / CHAIN_FILE, {"chain": list(chain)})
         if card is not None:
             (tmp / "README.md").write_text(card)
+        if projections:
+            torch.save(projections, tmp / PROJECTIONS_FILE)
         if folder.exists():
             shutil.rmtree(folder)
         storage.publish(tmp, folder)

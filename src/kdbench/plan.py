@@ -209,7 +209,8 @@ def teacher_spec(teacher: DictConfig) -> TeacherSpec:
 def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
     checked(init, "init")
     if init.name == "pretrained":
-        return InitSpec("pretrained", None, path=pretrained_student(init.path, student))
+        return InitSpec("pretrained", None, path=pretrained_student(init.path, student),
+                        carry_projections=init.get("carry_projections", False))
     name = auto_init(teacher_conf, student) if init.name == "auto" else init.name
     layers = resolve_init_layers(name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers)
     if layers is not None:

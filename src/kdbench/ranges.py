@@ -85,7 +85,12 @@ COLUMN = Rule(lambda value: NON_NEGATIVE_COUNT.admits(value) or isinstance(value
 SHAPE = {"num_layers": COUNT, "hidden_size": COUNT, "num_heads": COUNT, "ffn_size": COUNT, "max_positions": COUNT}
 TERM = {"weight": NON_NEGATIVE, "params.temperature": POSITIVE, "params.alpha": PROBABILITY,
         "params.momentum": PROBABILITY, "params.feat_dim": COUNT, "params.num_negatives": COUNT,
-        "params.num_heads": COUNT}
+        "params.num_heads": COUNT, "projection": FLAG.or_null("the loss's own choice"),
+        "embedding_pair": FLAG,
+        "params.form": choice("infonce", "nce", meaning="nce: CRD as released"),
+        "positions": choice("masked", "attended", meaning="attended: every real token"),
+        "params.scale_by": choice("own", "teacher",
+                                  meaning="teacher: both relations by the teacher's head size")}
 TRAINER = {
     "lr": LEARNING_RATE, "teacher_lr": LEARNING_RATE.or_null("the task's lr"),
     "stage2_lr": LEARNING_RATE.or_null("trainer.lr"), "batch_size": COUNT, "eval_batch_size": COUNT,
@@ -99,9 +104,12 @@ TRAINER = {
     "teacher_features_gib": NON_NEGATIVE,
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
     "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it"),
+    "stage1_schedule": choice("linear", "constant", meaning="constant: TinyBERT's stage 1"),
+    "mlm_smoothing": POSITIVE.or_null("uniform masking"),
+    "mask_inputs": choice("objective", "always", meaning="always: every objective's input"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
                      "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
-                     "recompute_attention"), FLAG),
+                     "recompute_attention", "teacher_dropout"), FLAG),
 }
 EXAMPLES = integer(1, text="a positive number of examples").or_null("all of them")
 
@@ -125,7 +133,7 @@ RANGES: dict[str, Rule] = {
     "teacher.has_mlm_head": FLAG, "teacher.finetune_lr": LEARNING_RATE, **under("teacher.shape", SHAPE),
     **under("student", SHAPE),
     "init.layers": entries(COUNT, text="a list of teacher layers, each a positive integer"),
-    "init.copy_embeddings": FLAG, "init.copy_head": FLAG,
+    "init.copy_embeddings": FLAG, "init.copy_head": FLAG, "init.carry_projections": FLAG,
     **under("objective.terms.*", TERM), **under("objective.terms_task_agnostic.*", TERM),
     **under("trainer", TRAINER),
     "corpus.seq_len": integer(3),  # [CLS], text, [SEP]
@@ -133,7 +141,9 @@ RANGES: dict[str, Rule] = {
     "data.train_limit": EXAMPLES, "data.eval_limit": EXAMPLES, "data.subset_seed": SEED,
     "augment.n_per_example": COUNT, "augment.p_replace": PROBABILITY, "augment.top_k": COUNT,
     "augment.batch_size": COUNT, "augment.seed": SEED, **under("augment.mlm_shape", SHAPE),
-    "augment.fields": choice("first", "all", meaning="first: a pair's first sentence only"),
+    "augment.fields": choice("separate", "first", "all", meaning="separate: one at a time"),
+    "augment.mlm_with_original": FLAG, "augment.use_n_per_task": FLAG,
+    "augment.n_per_task.*": COUNT,
 }
 
 

@@ -45,9 +45,11 @@ class TrainerSpec:
     stage2_epochs: int = 0
     teacher_lr: float | None = None
     stage2_lr: float | None = None  # None: lr
+    stage1_schedule: str = "linear"  # linear (warm-up, then decay) or constant
     eval_batch_size: int = 128
     max_length: int = 128
     teacher_seed: int = 42
+    teacher_dropout: bool = False  # the teacher's dropout on while it teaches (no caches then)
     checkpoint_epochs: bool = True
     keep_checkpoints: bool = False
     cache_teacher_logits: bool = True
@@ -67,6 +69,8 @@ class TrainerSpec:
     eval_every: int = 0
     heldout_batches: int = 0
     student_dropout: float | None = None
+    mlm_smoothing: float | None = None  # masking by token frequency ** -smoothing; None: uniform
+    mask_inputs: str = "objective"  # masked input for objectives reading MLM logits, or always
 
 
 # Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run
@@ -76,7 +80,7 @@ COMPUTATION_ONLY = ("progress_bar", "compile", "fused_losses", "recompute_losses
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    """One stage's AdamW with linear warm-up then linear decay, and its length."""
+    """One stage's AdamW with linear warm-up then linear decay (or constant), and its length."""
 
     lr: float
     weight_decay: float
@@ -84,11 +88,12 @@ class OptimizerSpec:
     eps: float
     warmup_ratio: float
     max_grad_norm: float | None
+    schedule: str = "linear"  # linear: warm-up then linear decay to zero; constant: lr throughout
 
     @classmethod
-    def of(cls, trainer: TrainerSpec, lr: float) -> OptimizerSpec:
+    def of(cls, trainer: TrainerSpec, lr: float, schedule: str = "linear") -> OptimizerSpec:
         return cls(lr, trainer.weight_decay, trainer.adam_betas, trainer.adam_eps, trainer.warmup_ratio,
-                   trainer.max_grad_norm)
+                   trainer.max_grad_norm, schedule)
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,7 @@ class InitSpec:
     copy_embeddings: bool = True  # and the MLM head where both models have one (its decoder is tied to them)
     copy_head: bool = False  # the fine-tuned task head (pooler, classifier): the paper's code starts it fresh
     path: Path | None = None  # init=pretrained: a saved student whose weights the student starts from
+    carry_projections: bool = False  # init=pretrained: W_e/W_h start from the saved student's
 
     @property
     def label(self) -> str:
@@ -230,6 +236,16 @@ class AugmentSpec:
     n_per_example: int
     p_replace: float
     top_k: int
-    fields: str  # "first": a pair's first sentence only; "all": every text field
+    fields: str  # "separate": a pair's sentences one at a time; "first": the first; "all": together
     batch_size: int  # masked sentences per MLM forward pass
     seed: int
+    mlm_with_original: bool = True  # the MLM reads the original after the masked one (segment B)
+    n_per_task: dict | None = None  # {task: N}: the N of `use_n_per_task`
+    use_n_per_task: bool = False  # n_per_task's N (the released per-task N) over n_per_example
+
+    def copies_for(self, task: str) -> int:
+        """N, the copies drawn per example of `task`: n_per_task's when use_n_per_task
+        (n_per_example for a task it does not name), else n_per_example."""
+        if self.use_n_per_task and self.n_per_task:
+            return self.n_per_task.get(task, self.n_per_example)
+        return self.n_per_example

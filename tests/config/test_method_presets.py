@@ -11,6 +11,7 @@ from transformers import BertConfig
 
 from kdbench import study
 from kdbench.models import build_student
+from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan, shape_spec
 from tests.config.test_agnostic_presets import known_architectures, preset  # noqa: F401 (a fixture)
 
@@ -18,32 +19,79 @@ from tests.config.test_agnostic_presets import known_architectures, preset  # no
 def test_distilbert_recipe_is_its_paper():
     cfg = preset("distilbert_recipe")
     assert (cfg.setting.name, cfg.teacher.name, cfg.student.name, cfg.init.name, cfg.objective.name) == (
-        "task_agnostic", "bert_base_uncased", "6x768", "every_kth", "distilbert")
+        "task_agnostic", "bert_base_uncased", "6x768", "layers", "distilbert")
     weights = {t.name: t.weight for t in cfg.objective.terms_task_agnostic}
     assert weights == {"mlm_kd": 5.0, "mlm": 2.0, "cos": 1.0}
+    assert cfg.objective.terms_task_agnostic[0].positions == "attended"  # restrict_ce_to_mask=False
+    assert cfg.trainer.mlm_smoothing == 0.7
+    assert preset("table2_agnostic").trainer.mlm_smoothing is None
     assert cfg.objective.terms_task_agnostic[0].params.temperature == 2.0
 
 
-def test_distilbert_recipe_copies_every_other_teacher_layer(known_architectures):  # noqa: F811
+def test_distilbert_recipe_copies_the_released_extractions_layers(
+        known_architectures):  # noqa: F811
     plan = make_plan(preset("distilbert_recipe", hydra=False))
-    assert plan.init.layers == (2, 4, 6, 8, 10, 12)
+    assert plan.init.layers == (1, 3, 5, 8, 10, 12)  # extract_distilbert.py's 0-based 0,2,4,7,9,11
+    paper = make_plan(preset("distilbert_recipe", "init=every_kth", hydra=False))
+    assert paper.init.layers == (2, 4, 6, 8, 10, 12)
+
+
+def test_distilbert_recipe_cosine_compares_raw_hidden_states(known_architectures):  # noqa: F811
+    plan = make_plan(preset("distilbert_recipe", hydra=False))
+    cos = next(term for term in plan.terms if term.name == "cos")
+    assert not cos.projected and cos.pairs == [(6, 12)]
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
+    assert "cos" not in objective.projections
+    assert not list(objective.parameters())  # no trainable parameters
+    learnt = "objective.terms_task_agnostic.2.projection=null"
+    projected = make_plan(preset("distilbert_recipe", learnt, hydra=False))
+    objective = Objective(projected.terms, projected.student_conf, projected.teacher_conf)
+    assert objective.projections["cos"]
 
 
 def test_tinybert_recipe_is_general_then_task_specific_distillation(known_architectures):  # noqa: F811
     general = preset("tinybert_recipe")
     assert (general.student.name, general.objective.name, general.setting.mapping) == ("4x312", "tinybert", None)
-    assert (general.trainer.batch_size, general.trainer.lr) == (256, 1e-4)
+    trainer = general.trainer
+    assert (trainer.batch_size, trainer.lr, trainer.warmup_ratio) == (256, 5e-5, 0.1)
     plan = make_plan(preset("tinybert_recipe", hydra=False))
     pairs = {(t.name, tuple(t.pairs)) for t in plan.terms}
     assert ("hid_mse", ((1, 3), (2, 6), (3, 9), (4, 12))) in pairs and ("emb_mse", ((0, 0),)) in pairs
     task = preset("tinybert_recipe_task")
     trainer = task.trainer
-    assert (trainer.stage1_epochs, trainer.lr, trainer.stage2_epochs, trainer.stage2_lr, trainer.batch_size) == (
-        10, 5e-5, 3, 3e-5, 32)
+    stages = (trainer.stage1_epochs, trainer.lr, trainer.stage2_epochs, trainer.stage2_lr)
+    assert stages == (10, 5e-5, 3, 3e-5)
     assert (task.init.name, task.augment.name, task.augment.n_per_example, task.augment.p_replace) == (
         "pretrained", "tinybert", 20, 0.4)
     assert task.augment.mlm_model == "bert-base-uncased"
     assert set(task.hydra.sweeper.params.task.split(",")) == {"cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli"}
+
+
+@pytest.mark.parametrize("name", ["tinybert_recipe", "tinybert_recipe_task", "mini_tinybert",
+                                  "mini_tinybert_task"])
+def test_tinybert_optimiser_is_the_released_bert_adam(name):
+    trainer = preset(name).trainer
+    optimiser = (trainer.weight_decay, list(trainer.adam_betas), trainer.max_grad_norm,
+                 trainer.warmup_ratio)
+    assert optimiser == (0.01, [0.9, 0.999], 1.0, 0.1)
+
+
+@pytest.mark.parametrize("name", ["tinybert_recipe_task", "mini_tinybert_task"])
+def test_tinybert_task_stage_is_as_released(name):
+    cfg = preset(name)
+    kd = cfg.prediction_kd
+    assert (kd.temperature, kd.alpha) == (1.0, 1.0)  # soft CE on the teacher's logits only
+    assert cfg.trainer.stage1_schedule == "constant" and cfg.init.carry_projections is True
+    assert preset("table1_objectives").trainer.stage1_schedule == "linear"  # the study's
+
+
+@pytest.mark.parametrize(("task", "epochs", "batch"), [
+    ("cola", 50, 32), ("mnli", 5, 256), ("qqp", 5, 256), ("qnli", 5, 256), ("sst2", 10, 32),
+    ("rte", 10, 32), ("stsb", 10, 32),
+])
+def test_tinybert_task_stage_epochs_and_batch_are_the_papers_per_task(task, epochs, batch):
+    trainer = preset("tinybert_recipe_task", f"task={task}").trainer
+    assert (trainer.stage1_epochs, trainer.batch_size, trainer.stage2_epochs) == (epochs, batch, 3)
 
 
 def test_minilm_ta_distils_an_assistant_of_the_teachers_depth_then_the_student():
@@ -52,6 +100,29 @@ def test_minilm_ta_distils_an_assistant_of_the_teachers_depth_then_the_student()
         "bert_base_uncased", "12x384", "att_kl+val_kl")
     assert (second.teacher.name, second.student.name, second.objective.name) == (
         "distilled", "3x384", "att_kl+val_kl")
+
+
+@pytest.mark.parametrize("name", ["minilm_ta", "minilm_ta_student"])
+def test_minilm_presets_use_its_supplements_recipe(name):
+    cfg = preset(name)
+    trainer = cfg.trainer
+    warmup_steps = trainer.warmup_ratio * trainer.max_steps
+    recipe = (trainer.batch_size, trainer.lr, trainer.max_steps, warmup_steps)
+    assert recipe == (256, 3e-4, 400000, 4000)
+    adam = (list(trainer.adam_betas), trainer.weight_decay, cfg.corpus.seq_len)
+    assert adam == ([0.9, 0.999], 0.01, 512)
+    assert cfg.objective.terms[1].params.scale_by == "teacher"
+
+
+@pytest.mark.parametrize("name", ["mini_minilm_ta", "mini_minilm_ta_student"])
+def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
+    cfg = preset(name)
+    trainer = cfg.trainer
+    recipe = (trainer.lr, list(trainer.adam_betas), trainer.weight_decay)
+    assert recipe == (3e-4, [0.9, 0.999], 0.01)
+    assert cfg.objective.terms[1].params.scale_by == "teacher"
+    study = preset("table2_agnostic", "objective=att_kl+val_kl")
+    assert study.objective.terms[1].params.scale_by == "own"
 
 
 @pytest.mark.parametrize(("name", "next_preset", "key"), [

@@ -11,7 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from kdbench import models
 from kdbench.errors import ConfigError, DataError
+from kdbench.objectives.terms import Objective
+from kdbench.plan import make_plan
+from kdbench.recipes.task_agnostic import input_masking
 from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
@@ -157,3 +161,52 @@ def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(corpus,
     assert (record["objective"], record["seed"], record["teacher"], record["init"]) == ("att_kl", 7, "tiny", "random")
     assert (record["setting"], record["stage"]) == ("task_agnostic", "finetune")
     assert record["distilled_from"] == str((tmp_path / "distill" / "result.json").resolve())
+
+
+@pytest.mark.parametrize(("objective", "mask_inputs", "masked"), [
+    ("att_kl", "objective", False), ("att_kl", "always", True), ("distilbert", "objective", True),
+])
+def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objective, mask_inputs,
+                                                      masked):
+    overrides = [f"objective={objective}", f"trainer.mask_inputs={mask_inputs}"]
+    plan = make_plan(compose_config(agnostic_overrides(corpus, tmp_path, *overrides)))
+    objective_module = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
+    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    masking = input_masking(objective_module, plan.trainer, tokenizer, None)
+    assert (masking is not None) == masked
+    if masked:
+        assert masking.mask_token_id == tokenizer.mask_token_id
+    if mask_inputs == "always":  # an objective without MLM logits runs on the masked batches
+        record = run(compose_config(agnostic_overrides(corpus, tmp_path / "run", *overrides)))
+        assert record["status"] == "completed"
+
+
+def test_frequency_smoothed_masking_runs_on_the_corpus(corpus, tmp_path):
+    record = run(compose_config(agnostic_overrides(corpus, tmp_path, "objective=distilbert",
+                                                   "trainer.mlm_smoothing=0.7")))
+    assert record["status"] == "completed" and record["config"]["trainer"]["mlm_smoothing"] == 0.7
+
+
+def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(corpus, tiny_glue, tmp_path,
+                                                                        monkeypatch):
+    from kdbench.recipes import finetune
+
+    scores = []
+    real = finetune.evaluate
+
+    def watched(*args):
+        metrics = real(*args)
+        scores.append(metrics["accuracy"])
+        return metrics
+
+    monkeypatch.setattr(finetune, "evaluate", watched)
+    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
+    record = run(compose_config([
+        "setting=finetune", "trainer=finetune_released", "task=rte", f"data.glue_dir={tiny_glue}",
+        f"setting.student_path={distilled['student_path']}", "trainer.stage2_epochs=2",
+        "trainer.batch_size=16", "trainer.eval_every=1", "trainer.progress_bar=false",
+        f"paths.run_dir={tmp_path / 'ft'}"]))
+    trainer = record["config"]["trainer"]
+    assert (trainer["weight_decay"], trainer["warmup_ratio"]) == (0.0, 0.0)
+    assert len(scores) >= 2 and record["metrics"]["accuracy"] == max(scores)
+    assert record["best_step"] == 1 + scores.index(max(scores))  # the first step with the best

@@ -5,16 +5,19 @@ records naming the chain."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
 from kdbench.errors import ConfigError
-from kdbench.models import load
+from kdbench.models import PROJECTIONS_FILE, load
+from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.plan import make_plan
 from kdbench.record import CHAIN_FILE
 from kdbench.run import run
+from kdbench.storage import MANIFEST
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
 
@@ -100,3 +103,56 @@ def test_the_augment_command_builds_the_set_alone_and_says_where(tiny_glue, tmp_
     assert capsys.readouterr().err.strip() == ("kdbench: error: augment.word_vectors=/no/glove.txt does not exist: "
                                                "give a GloVe text file (e.g. glove.42B.300d.txt from "
                                                "nlp.stanford.edu/projects/glove), or null to keep multi-piece words")
+
+
+def carrying(student) -> list[str]:
+    return ["init=pretrained", f"init.path={student}", "objective=tinybert",
+            "init.carry_projections=true"]
+
+
+def test_carried_projections_start_the_task_stage_from_the_general_stage(general_student, tiny_glue,
+                                                                         tmp_path):
+    student, _ = general_student
+    saved = torch.load(student / PROJECTIONS_FILE, weights_only=True)
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, *carrying(student))))
+    assert plan.init.carry_projections
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
+    fresh = {k: v.clone() for k, v in objective.projections.state_dict().items()}
+    carry_projections(objective, plan.init.path)
+    carried = objective.projections.state_dict()
+    names = {f"{term}.{p}" for term in ("emb_mse", "hid_mse") for p in ("weight", "bias")}
+    assert set(carried) == set(saved) == names
+    assert all(torch.equal(carried[k], saved[k]) for k in saved)
+    assert not all(torch.equal(carried[k], fresh[k]) for k in saved)  # the general stage moved them
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *carrying(student))))
+    assert record["status"] == "completed"
+
+
+def test_carried_projections_need_a_student_saved_with_them(general_student, tiny_glue, tmp_path):
+    student, _ = general_student
+    bare = tmp_path / "bare"
+    shutil.copytree(student, bare)
+    (bare / PROJECTIONS_FILE).unlink()
+    (bare / MANIFEST).unlink()  # a save_pretrained folder of another origin
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, *carrying(bare))))
+    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
+    with pytest.raises(ConfigError, match="carry_projections=true but .* has no projections.pt"):
+        carry_projections(objective, plan.init.path)
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_the_teacher_teaches_with_dropout_on_request(tiny_glue, tmp_path, monkeypatch, dropout):
+    from kdbench.recipes import task_specific
+
+    modes = []
+    real = task_specific.teacher_logits_now
+
+    def watched(teacher, *args):
+        modes.append(teacher.training)
+        return real(teacher, *args)
+
+    monkeypatch.setattr(task_specific, "teacher_logits_now", watched)
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, "objective=att_kl",
+                                               f"trainer.teacher_dropout={str(dropout).lower()}")))
+    assert record["status"] == "completed"
+    assert modes == ([True] if dropout else [])  # without dropout stage 2 reads the cached logits

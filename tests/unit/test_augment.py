@@ -17,6 +17,7 @@ from kdbench.data.augment import (
     Candidates,
     MaskedLMCandidates,
     VectorNeighbours,
+    Word,
     augment,
     augmented_train_set,
     words_of,
@@ -159,13 +160,80 @@ def test_pairs_augment_the_first_sentence_unless_all(mlm, tokenizer, glove):
     assert all(s != "a great movie" for s in every["sentence2"][1:])
 
 
-def test_the_augmented_set_is_built_once_and_cached_by_its_settings(mlm, tokenizer, tmp_path, monkeypatch):
+class OneCandidate:
+    """Each word of a text replaced by its upper-case form: copies known by hand."""
+
+    def for_texts(self, texts):
+        return [[Word(s, e, (w.upper(),)) for w, (s, e) in zip(t.split(), word_spans(t))]
+                for t in texts]
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    spans, start = [], 0
+    for word in text.split():
+        start = text.index(word, start)
+        spans.append((start, start + len(word)))
+        start += len(word)
+    return spans
+
+
+def test_pairs_augment_each_sentence_on_its_own_as_released():
+    pairs = datasets.Dataset.from_dict({"sentence1": ["good film", "bad plot"],
+                                        "sentence2": ["a movie", "dull"],
+                                        "label": [1, 0], "idx": [0, 1]})
+    separate = spec(p_replace=1.0, fields="separate")
+    out = augment(pairs, RTE, separate, OneCandidate())
+    rows = list(zip(out["sentence1"], out["sentence2"], out["origin"], strict=True))
+    assert rows == [("good film", "a movie", 0), ("bad plot", "dull", 1),  # the originals first
+                    ("GOOD FILM", "a movie", 0), ("good film", "A MOVIE", 0),  # first's, second's
+                    ("BAD PLOT", "dull", 1), ("bad plot", "DULL", 1)]
+    assert out["label"] == [1, 0, 1, 1, 0, 0]
+    single = augment(sst2(["good film"]), SST2, separate, OneCandidate())
+    assert single["sentence"] == ["good film", "GOOD FILM"]  # one sentence: the same as first
+
+
+def test_released_n_per_task_is_an_option():
+    preset = augment_spec(compose_config(["augment=tinybert"]).augment, "task_specific")
+    assert preset.copies_for("mnli") == 20 and preset.fields == "separate"
+    assert preset.mlm_with_original
+    overrides = ["augment=tinybert", "augment.use_n_per_task=true"]
+    released = augment_spec(compose_config(overrides).augment, "task_specific")
+    tasks = ("mnli", "qqp", "sst2", "qnli", "cola", "rte", "mrpc", "stsb")
+    assert [released.copies_for(t) for t in tasks] == [10, 10, 20, 20, 30, 30, 30, 30]
+    three = spec(p_replace=0.5, n_per_example=50, use_n_per_task=True, n_per_task={"sst2": 3})
+    out = augment(sst2(["a b c d e f g h"]), SST2, three, OneCandidate())
+    assert len(out) <= 1 + 3 and len(out) > 1
+
+
+def test_the_mlm_reads_the_original_sentence_as_segment_b_as_released(mlm, tokenizer):
+    text = "the film was good"
+    candidates = MaskedLMCandidates(mlm, tokenizer, 2, 4, progress=False, with_original=True)
+    found = candidates([(text, 4, 8)])[0]
+    ids = tokenizer(text)["input_ids"]
+    position = ids.index(tokenizer.convert_tokens_to_ids("film"))
+    masked = list(ids)
+    masked[position] = tokenizer.mask_token_id
+    pair = masked + ids[1:]  # [CLS] the [MASK] was good [SEP] the film was good [SEP]
+    segments = [0] * len(masked) + [1] * (len(ids) - 1)
+    with torch.no_grad():
+        logits = mlm(input_ids=torch.tensor([pair]), token_type_ids=torch.tensor([segments])).logits
+    scores = logits[0, position]
+    allowed = [i for i, t in enumerate(tokenizer.convert_ids_to_tokens(range(len(tokenizer))))
+               if t.isalpha() and t != "film" and i not in tokenizer.all_special_ids]
+    best = sorted(allowed, key=lambda i: -scores[i].item())[:2]
+    assert found == tuple(tokenizer.convert_ids_to_tokens(best))
+
+
+def test_the_augmented_set_is_built_once_and_cached_by_its_settings(mlm, tokenizer, tmp_path,
+                                                                     monkeypatch, caplog):
     built = []
     monkeypatch.setattr(augment_module, "masked_lm", lambda s: (built.append(s) or mlm, tokenizer))
     train = sst2(SENTENCES)
     first, path = augmented_train_set(train, SST2, spec(), tmp_path, "here", torch.device("cpu"), progress=False)
     again, same = augmented_train_set(train, SST2, spec(), tmp_path, "here", torch.device("cpu"), progress=False)
     assert same == path and again["sentence"] == first["sentence"] and len(built) == 1
+    said = [r.message for r in caplog.records if "no GloVe file" in r.message]
+    assert len(said) == 1 and "words of several word pieces stay as they are" in said[0]
     other, elsewhere = augmented_train_set(train, SST2, spec(p_replace=0.5), tmp_path, "here", torch.device("cpu"))
     assert elsewhere != path and len(built) == 2
     assert not list(tmp_path.glob("augmented/*.tmp"))
@@ -193,4 +261,7 @@ def test_bad_settings_are_one_line(tmp_path):
 
 
 def test_stop_words_are_lowercase_function_words():
-    assert {"the", "a", "is", "and", "not"} <= STOP_WORDS and "film" not in STOP_WORDS
+    assert {"the", "a", "is", "and", "not", "nor", "shouldn", "wouldn"} <= STOP_WORDS
+    assert "film" not in STOP_WORDS
+    # the released list has none of these, although NLTK's has
+    assert not {"how", "what", "when", "where", "which", "who", "whom", "why"} & STOP_WORDS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -195,3 +197,42 @@ def test_crd_sampler_state_travels_with_the_state_dict():
     b = ContrastiveDistillation(4, 4, labels, feat_dim=4, num_negatives=3, seed=5)
     b.load_state_dict(a.state_dict())
     assert torch.equal(a.sample_negatives(labels[:4]), b.sample_negatives(labels[:4]))
+
+
+def test_crd_as_released_is_binary_nce_with_the_first_batchs_constant_z():
+    module = ContrastiveDistillation(2, 2, torch.tensor([0, 0, 1, 1]), feat_dim=2, num_negatives=2,
+                                     temperature=0.5, momentum=0.5, form="nce")
+    bound = 1 / (2 / 3) ** 0.5
+    assert module.memory_student.abs().max() <= bound
+    assert module.normalisers.tolist() == [-1.0, -1.0]
+    with torch.no_grad():
+        for head in (module.student_head, module.teacher_head):
+            head.weight.copy_(torch.eye(2))
+            head.bias.zero_()
+        module.memory_student.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [-1.0, 0.0]]))
+        module.memory_teacher.copy_(torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.8, 0.6], [0.0, -1.0]]))
+    banks = (module.memory_student.clone(), module.memory_teacher.clone())
+    module.sample_negatives = lambda labels: torch.tensor([[2, 3], [0, 1]])
+    student = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    teacher = torch.tensor([[0.0, 2.0], [-1.0, 0.0]])
+    idx = torch.tensor([0, 2])
+    loss = module(student, teacher, idx, torch.tensor([0, 1]))
+
+    z = {"s": [[0.6, 0.8], [1.0, 0.0]], "t": [[0.0, 1.0], [-1.0, 0.0]]}
+    contrast = [[0, 2, 3], [2, 0, 1]]
+    expected = 0.0
+    for anchor, bank in (("s", banks[1]), ("t", banks[0])):  # against the other side's bank
+        scores = [[math.exp(sum(a * b for a, b in zip(z[anchor][i], bank[c].tolist())) / 0.5)
+                   for c in contrast[i]] for i in range(2)]
+        normaliser = sum(map(sum, scores)) / 6 * 4  # the first batch's mean times N
+        q = 2 / 4
+        total = 0.0
+        for row in scores:
+            p = [s / normaliser for s in row]
+            total += math.log(p[0] / (p[0] + q + 1e-7))
+            total += sum(math.log(q / (pj + q + 1e-7)) for pj in p[1:])
+        expected += -total / 2 / 2  # batch mean, then the two directions averaged
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    z_first = module.normalisers.clone()
+    module(student, teacher, idx, torch.tensor([0, 1]))
+    assert torch.equal(module.normalisers, z_first)  # constant after the first batch

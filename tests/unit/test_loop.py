@@ -173,3 +173,20 @@ def test_a_sampler_must_say_how_to_resume():
 
     with pytest.raises(TypeError, match="set_epoch"):
         Unpositionable()
+
+
+@pytest.mark.parametrize(("schedule", "warmup", "expected"), [
+    ("linear", 0.5, [0.0, 1 / 3, 2 / 3, 1.0, 2 / 3, 1 / 3]),  # 3 warm-up steps of 6, then decay
+    ("constant", 0.5, [1.0] * 6),  # TinyBERT's intermediate stage: the warm-up ratio is not used
+])
+def test_stage_schedules(schedule, warmup, expected):
+    stage = toy_stage()
+    stage.optimizer = OptimizerSpec(lr=1.0, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
+                                    warmup_ratio=warmup, max_grad_norm=None, schedule=schedule)
+    progress = loop.start(stage, None)
+    rates = []
+    for _ in range(6):
+        rates.append(progress.optimizer.param_groups[0]["lr"])
+        progress.optimizer.step()
+        progress.scheduler.step()
+    assert rates == pytest.approx(expected)

@@ -602,3 +602,19 @@ def test_att_kl_padding_invariance_property(lengths, extra, heads, fill, seed):
     assert close(loss, sum(pieces) / sum(lengths))
     loss.backward()
     assert torch.isfinite(s.grad).all()
+
+
+def test_val_kl_scaled_by_the_teachers_head_size_as_minilm_eq8():
+    torch.manual_seed(0)
+    student, teacher = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 16)  # head sizes 4 and 16
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    by_teacher = Fn.val_kl(student, teacher, mask, scale_by="teacher")
+    s_rel, t_rel = student @ student.transpose(-1, -2), teacher @ teacher.transpose(-1, -2)
+    expected = Fn.att_kl(s_rel / 4.0, t_rel / 4.0, mask)
+    assert torch.allclose(by_teacher, expected)  # sqrt(16) = 4 on both sides
+    own = Fn.att_kl(s_rel / 2.0, t_rel / 4.0, mask)
+    assert torch.allclose(Fn.val_kl(student, teacher, mask), own)
+    assert not torch.allclose(by_teacher, own)
+    same = torch.randn(2, 3, 5, 16)
+    by_teacher = Fn.val_kl(same, teacher, mask, scale_by="teacher")
+    assert torch.allclose(by_teacher, Fn.val_kl(same, teacher, mask))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import string
 
+import numpy as np
 import pytest
 import torch
 from transformers import BertTokenizerFast
 
-from kdbench.data.masking import MaskingSpec, mask_tokens
+from kdbench.data.masking import MaskingSpec, mask_tokens, smoothed_token_weights
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 VOCAB = 30522
@@ -70,3 +71,26 @@ def test_spec_from_tokenizer_masks_like_explicit_ids(tokenizer):
                            generator=torch.Generator().manual_seed(0))
     assert torch.equal(via_tok[0], explicit[0]) and torch.equal(via_tok[1], explicit[1])
     assert (via_tok[1][:, 0] == -100).all()
+
+
+def test_smoothed_token_weights_are_counts_to_the_minus_smoothing():
+    rows = np.array([[5, 5, 5, 5], [5, 6, 6, 7]])  # counts 5 -> 5, 6 -> 2, 7 -> 1, else 0 (as 1)
+    weights = smoothed_token_weights(rows, 9, 0.7, chunk=1)
+    expected = torch.tensor([1, 1, 1, 1, 1, 5 ** -0.7, 2 ** -0.7, 1, 1], dtype=torch.float)
+    assert torch.allclose(weights, expected)
+
+
+def test_frequency_smoothed_masking_draws_rare_tokens_more_often():
+    common, rare = 10, 11
+    ids = torch.full((400, 20), common)
+    ids[:, 1::4] = rare  # a quarter of the tokens
+    weights = torch.ones(VOCAB)
+    weights[common], weights[rare] = 1.0, 3.0
+    spec = MaskingSpec(VOCAB, MASK, (PAD, UNK, CLS, SEP, MASK), weights)
+    _, labels = mask_tokens(ids, spec, generator=torch.Generator().manual_seed(0))
+    chosen = labels != -100
+    assert (chosen.sum(-1) == 3).all()  # ceil(0.15 * 20) per row
+    share = (labels[chosen] == rare).float().mean().item()  # about 5 * 3 / (15 + 5 * 3) = 0.5
+    assert 0.45 < share < 0.55
+    uniform = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(0))[1]
+    assert abs((uniform[uniform != -100] == rare).float().mean().item() - 0.25) < 0.05

@@ -27,6 +27,21 @@ def test_mappings():
         resolve_pairs([8, 1, 12], None, 3, 12)
 
 
+@pytest.mark.parametrize("init", [[1, 2, 3], [1, 8, 12], [4, 8, 12], None])
+def test_fixed_mapping_reads_every_kth_teacher_layer_whatever_the_init(init):
+    assert resolve_pairs("fixed", init, 3, 12) == [(1, 4), (2, 8), (3, 12)]
+    six_layer_init = [1, 2, 3] if init else None
+    assert resolve_pairs("fixed", six_layer_init, 3, 6) == [(1, 2), (2, 4), (3, 6)]
+
+
+def test_fixed_mapping_composes_for_attention_objectives():
+    teacher, student = _pair()
+    for objective in ("att_kl", "att_mse"):
+        terms = terms_of(objective, teacher, student, init_layers=(1, 2),
+                         extra=["objective.mapping=fixed"])
+        assert [term.pairs for term in terms] == [[(1, 2), (2, 4)]]
+
+
 def _pair(student="tiny", heads=None):
     cfg = compose_config(["teacher=tiny", f"student={student}"])
     if heads:
@@ -41,6 +56,25 @@ def terms_of(objective, teacher, student, init_layers=(2, 4), regression=False, 
     return build_terms(cfg.objective.name, specs, cfg.objective.mapping, list(init_layers) if init_layers else None,
                        student.config, teacher.config, regression=regression, agnostic=False,
                        teacher_has_mlm_head=False)
+
+
+@pytest.mark.parametrize("objective", ["hid_cls", "hid_seq"])
+def test_released_hidden_terms_add_the_embedding_pair_and_learn_no_projection(objective):
+    teacher, student = _pair()
+    default, = terms_of(objective, teacher, student)
+    assert default.pairs == [(1, 2), (2, 4)] and default.projected
+    released, = terms_of(objective, teacher, student, extra=[
+        "objective.terms.0.projection=false", "objective.terms.0.embedding_pair=true"])
+    assert released.pairs == [(0, 0), (1, 2), (2, 4)] and not released.projected
+    assert not list(Objective([released], student.config, teacher.config).parameters())
+
+
+def test_raw_hidden_comparison_needs_equal_widths():
+    teacher, student = _pair(student="3x384")
+    message = "projection=false compares raw hidden states, which needs the student's width 384"
+    with pytest.raises(ConfigError, match=message + " to equal the teacher's 32"):
+        terms_of("hid_seq", teacher, student, init_layers=(1, 2, 3),
+                 extra=["objective.terms.0.projection=false"])
 
 
 def test_head_mismatch_suggests_minilm_v2():
@@ -138,3 +172,38 @@ def test_recomputed_losses_give_the_same_losses_and_gradients(batch, objective_n
     assert recomputed_losses == plain_losses
     assert plain_grads.keys() == recomputed_grads.keys() and plain_grads
     assert all(torch.equal(plain_grads[n], recomputed_grads[n]) for n in plain_grads)
+
+
+def test_value_relations_scaled_by_the_teacher_run_unfused():
+    teacher, student = _pair()
+    own, by_teacher = (terms_of("att_kl+val_kl", teacher, student,
+                                extra=[f"objective.terms.1.params.scale_by={s}"])
+                       for s in ("own", "teacher"))
+    objective = Objective(own, student.config, teacher.config)
+    assert objective._runs_fused(own[1]) and not objective._runs_fused(by_teacher[1])
+    assert by_teacher[1].params == {"scale_by": "teacher"}
+
+
+def test_soft_targets_at_every_attended_token_and_mlm_at_the_masked():
+    teacher, student = _pair()
+    setting = dict(regression=False, agnostic=True, teacher_has_mlm_head=True)
+    terms = build_terms("distilbert", [
+        {"name": "mlm_kd", "loss": "mlm_kd", "feature": "logits", "weight": 5.0,
+         "params": {"temperature": 2.0}, "positions": "attended"},
+        {"name": "mlm", "loss": "mlm", "feature": "logits", "weight": 2.0}], "last", None,
+        student.config, teacher.config, **setting)
+    objective = Objective(terms, student.config, teacher.config)
+    assert objective.logit_positions == "attended"
+    attention = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    masked = torch.tensor([[False, True, False, False], [True, False, False, False]])
+    torch.manual_seed(0)
+    s, t = torch.randn(5, 7), torch.randn(5, 7)  # attended: (0,0) (0,1) (0,2) (1,0) (1,1)
+    labels = torch.tensor([3, 6])
+    batch = {"attention_mask": attention, "mlm_positions": masked, "labels": labels}
+    losses = objective({LOGITS: s}, {LOGITS: t}, batch)
+    soft = -(torch.softmax(t / 2, -1) * torch.log_softmax(s / 2, -1)).sum(-1).mean() * 4
+    hard = torch.nn.functional.cross_entropy(s[[1, 3]], labels)  # (0,1) and (1,0) are masked
+    assert torch.allclose(losses["mlm_kd"], 5 * soft) and torch.allclose(losses["mlm"], 2 * hard)
+    with pytest.raises(ConfigError, match="positions=attended reads MLM soft targets"):
+        build_terms("x", [{"loss": "mlm", "feature": "logits", "positions": "attended"}], "last",
+                    None, student.config, teacher.config, **setting)

@@ -2,11 +2,16 @@
 
 Every word of a training sentence is a candidate for replacement unless it is a stop word or not alphabetic.
 Its candidates come from the original sentence: a word that is one word piece gets the `top_k` most likely
-predictions of a masked language model at its position, masked (many such masked sentences per forward pass);
-a word of several pieces gets its `top_k` nearest words by cosine similarity in GloVe vectors. Each of the
-`n_per_example` copies replaces every word with candidates, with probability `p_replace`, by one of them drawn
-at random; copies equal to the original or to an earlier copy are dropped. The originals come first, labels are
-copied, and `origin` names each example's original (its `idx`), so subsetting by original and augmenting commute.
+predictions of a masked language model at its position, masked (many such masked sentences per
+forward pass; as released, the original sentence follows the masked one as segment B unless
+`mlm_with_original` is false); a word of several pieces gets its `top_k` nearest words by cosine
+similarity in GloVe vectors. Each of the `n_per_example` copies replaces every word with candidates,
+with probability `p_replace`, by one of them drawn at random; copies equal to the original or to an
+earlier copy are dropped. A pair's sentences are augmented each on its own (`fields=separate`, as
+released: the first sentence's copies, then the second's, the other sentence left as it is),
+together (`all`) or only the first (`first`). The originals come first, labels are copied, and
+`origin` names each example's original (its `idx`), so subsetting by original and augmenting
+commute.
 
 A copy's randomness is a function of (seed, origin) only: the same original gets the same copies in any subset.
 """
@@ -18,7 +23,7 @@ import json
 import logging
 import random
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import datasets
@@ -34,13 +39,15 @@ from kdbench.specs import AugmentSpec, TaskSpec
 log = logging.getLogger("kdbench")
 
 AUGMENT_CACHE_VERSION = 1
-# English function words, kept as they are (the NLTK list's words, as TinyBERT's released code keeps them).
+# English function words, kept as they are: the alphabetic words of TinyBERT's released list
+# (data_augmentation.py's StopWordsList: NLTK's list less what, which, who, whom, when, where, why,
+# how).
 STOP_WORDS = frozenset("""
 i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers herself
-it its itself they them their theirs themselves what which who whom this that these those am is are was were be
+it its itself they them their theirs themselves this that these those am is are was were be
 been being have has had having do does did doing a an the and but if or because as until while of at by for with
 about against between into through during before after above below to from up down in out on off over under
-again further then once here there when where why how all any both each few more most other some such no nor not
+again further then once here there all any both each few more most other some such no nor not
 only own same so than too very s t can will just don should now d ll m o re ve y ain aren couldn didn doesn hadn
 hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn
 """.split())
@@ -80,9 +87,10 @@ def match_case(candidate: str, word: str) -> str:
 class MaskedLMCandidates:
     """The `top_k` whole-word predictions of a masked LM for single-piece words, batched over masked sentences."""
 
-    def __init__(self, model, tokenizer, top_k: int, batch_size: int, progress: bool):
+    def __init__(self, model, tokenizer, top_k: int, batch_size: int, progress: bool,
+                 with_original: bool = False):
         self.model, self.tokenizer, self.top_k, self.batch_size = model.eval(), tokenizer, top_k, batch_size
-        self.progress = progress
+        self.progress, self.with_original = progress, with_original
         vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         special = set(tokenizer.all_special_ids)
         # Candidates are whole alphabetic words: no word pieces (##x), punctuation or special tokens.
@@ -112,28 +120,38 @@ class MaskedLMCandidates:
         return out
 
     def masked(self, ids: list[int], positions: dict, span: tuple[int, int]):
-        """(the ids with the word at `span` masked, its position, its id), or None when truncation dropped it."""
+        """(the ids with the word at `span` masked, its position, its id, the segment ids), or None
+        when truncation dropped it. `with_original`: the original ids follow the masked ones as
+        segment B ([CLS] A' [SEP] A [SEP])."""
         position = positions.get(tuple(span))
         if position is None:
             return None
         masked = list(ids)
         masked[position] = self.tokenizer.mask_token_id
-        return masked, position, ids[position]
+        segments = [0] * len(masked)
+        if self.with_original:
+            limit = self.model.config.max_position_embeddings
+            masked, segments = (masked + ids[1:])[:limit], (segments + [1] * (len(ids) - 1))[:limit]
+        return masked, position, ids[position], segments
 
     @torch.inference_mode()
     def predict(self, rows) -> list[tuple[str, ...]]:
-        width = max(len(ids) for ids, _, _ in rows)
+        width = max(len(ids) for ids, _, _, _ in rows)
         pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _, _ in rows])
-        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _, _ in rows])
-        positions = torch.tensor([position for _, position, _ in rows])
+        input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _, _, _ in rows])
+        mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _, _, _ in rows])
+        segments = torch.tensor([types + [0] * (width - len(types)) for _, _, _, types in rows])
+        positions = torch.tensor([position for _, position, _, _ in rows])
         device = next(self.model.parameters()).device
         # The encoder on every position, the vocabulary head only at the masked one: [B, H] -> [B, V].
-        hidden = self.model.base_model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        inputs = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": segments}
+        encoded = self.model.base_model(**{k: v.to(device) for k, v in inputs.items()})
+        hidden = encoded.last_hidden_state
         masked = hidden[torch.arange(len(rows), device=device), positions.to(device)]
         scores = models.mlm_head(self.model)(masked).float().cpu()
         scores[:, ~self.allowed] = float("-inf")
-        scores[torch.arange(len(rows)), torch.tensor([original for _, _, original in rows])] = float("-inf")
+        originals = torch.tensor([original for _, _, original, _ in rows])
+        scores[torch.arange(len(rows)), originals] = float("-inf")
         top = scores.topk(min(self.top_k, int(self.allowed.sum()) - 1), dim=-1)
         return [tuple(self.vocab[i] for i, s in zip(ids.tolist(), vals.tolist(), strict=True) if s > float("-inf"))
                 for ids, vals in zip(top.indices, top.values, strict=True)]
@@ -217,8 +235,10 @@ def replaced(text: str, words: list[Word], rng: random.Random, p_replace: float)
     return "".join(pieces) + text[cursor:]
 
 
-def copies(fields: list[str], words: list[list[Word]], origin: int, spec: AugmentSpec) -> list[list[str]]:
-    """The distinct augmented copies of one example (its text fields), none equal to the original."""
+def copies(fields: list[str], words: list[list[Word]], origin: int | str,
+           spec: AugmentSpec) -> list[list[str]]:
+    """The distinct augmented copies of one example's `fields`, none equal to the original;
+    `origin` seeds them."""
     rng = random.Random(f"{spec.seed}/{origin}")
     seen, out = {tuple(fields)}, []
     for _ in range(spec.n_per_example):
@@ -229,20 +249,31 @@ def copies(fields: list[str], words: list[list[Word]], origin: int, spec: Augmen
     return out
 
 
+def field_groups(text_fields: list[str], fields: str) -> list[list[str]]:
+    """The text fields each copy changes together: each on its own (separate), all, or the first."""
+    if fields == "separate" and len(text_fields) > 1:
+        return [[field] for field in text_fields]
+    return [list(text_fields if fields == "all" else text_fields[:1])]
+
+
 def augment(train: datasets.Dataset, task: TaskSpec, spec: AugmentSpec, candidates: Candidates) -> datasets.Dataset:
     """The originals, then their copies: the task's text fields, `label`, `idx` and `origin`."""
-    augmented = list(task.text_fields if spec.fields == "all" else task.text_fields[:1])
+    groups = field_groups(list(task.text_fields), spec.fields)
+    spec = replace(spec, n_per_example=spec.copies_for(task.name))
     originals = {name: list(train[name]) for name in (*task.text_fields, "label", "idx")}
-    found = {field: candidates.for_texts(originals[field]) for field in augmented}
+    found = {field: candidates.for_texts(originals[field]) for group in groups for field in group}
     columns = {name: list(values) for name, values in originals.items()} | {"origin": list(originals["idx"])}
     for row, origin in enumerate(originals["idx"]):
-        fields = [originals[field][row] for field in augmented]
-        for copy in copies(fields, [found[field][row] for field in augmented], origin, spec):
-            for field in task.text_fields:
-                columns[field].append(copy[augmented.index(field)] if field in augmented else originals[field][row])
-            columns["label"].append(originals["label"][row])
-            columns["idx"].append(origin)
-            columns["origin"].append(origin)
+        for group in groups:
+            key = origin if len(groups) == 1 else f"{origin}/{group[0]}"
+            fields = [originals[field][row] for field in group]
+            for copy in copies(fields, [found[field][row] for field in group], key, spec):
+                for field in task.text_fields:
+                    kept = originals[field][row]
+                    columns[field].append(copy[group.index(field)] if field in group else kept)
+                columns["label"].append(originals["label"][row])
+                columns["idx"].append(origin)
+                columns["origin"].append(origin)
     features = train.features.copy()
     features["origin"] = datasets.Value("int32")
     return datasets.Dataset.from_dict(columns, features=features)
@@ -288,8 +319,14 @@ def augmented_train_set(train: datasets.Dataset, task: TaskSpec, spec: AugmentSp
 def build(train, task: TaskSpec, spec: AugmentSpec, path: Path, key: dict, device, progress: bool) -> None:
     model, tokenizer = masked_lm(spec)
     vectors = VectorNeighbours(spec.word_vectors, spec.top_k) if spec.word_vectors is not None else None
-    mlm = MaskedLMCandidates(model.to(device), tokenizer, spec.top_k, spec.batch_size, progress)
-    log.info("augmenting %d %s examples (%d copies each)", len(train), task.name, spec.n_per_example)
+    if vectors is None:
+        log.warning("augment: no GloVe file (augment.word_vectors=null): words of several word "
+                    "pieces stay as they are; give augment.word_vectors a GloVe text file to "
+                    "replace them too")
+    mlm = MaskedLMCandidates(model.to(device), tokenizer, spec.top_k, spec.batch_size, progress,
+                             spec.mlm_with_original)
+    log.info("augmenting %d %s examples (%d copies each)", len(train), task.name,
+             spec.copies_for(task.name))
     augmented = augment(train, task, spec, Candidates(mlm, vectors))
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -6,8 +6,10 @@ returns the masked ids with their MLM labels (`IGNORE_INDEX` where no prediction
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from kdbench.errors import ConfigError
@@ -23,15 +25,45 @@ class MaskingSpec:
     vocab_size: int
     mask_token_id: int
     special_ids: tuple[int, ...]
+    # [V] float: positions drawn with these weights (DistilBERT's frequency smoothing);
+    # None: uniformly
+    token_weights: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer) -> MaskingSpec:
+    def from_tokenizer(cls, tokenizer, token_weights: torch.Tensor | None = None) -> MaskingSpec:
         if tokenizer.mask_token_id is None:
             raise ConfigError(f"tokenizer {tokenizer.name_or_path} has no mask token: MLM masking needs one")
         specials = set(tokenizer.all_special_ids)
         if tokenizer.pad_token_id is not None:
             specials.add(tokenizer.pad_token_id)
-        return cls(len(tokenizer), int(tokenizer.mask_token_id), tuple(sorted(specials)))
+        specials = tuple(sorted(specials))
+        return cls(len(tokenizer), int(tokenizer.mask_token_id), specials, token_weights)
+
+
+def smoothed_token_weights(rows: np.ndarray, vocab_size: int, smoothing: float,
+                           chunk: int = 65536) -> torch.Tensor:
+    """DistilBERT's masking weights: max(count, 1) ** -smoothing of every token id in `rows`
+    ([N, L] ids, read in chunks of rows): rarer tokens are masked more often (0.7 as released)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for start in range(0, len(rows), chunk):
+        ids = np.asarray(rows[start:start + chunk]).ravel()
+        counts += np.bincount(ids, minlength=vocab_size)[:vocab_size]
+    return torch.from_numpy(np.maximum(counts, 1).astype(np.float64) ** -smoothing).float()
+
+
+def weighted_choice(ids: torch.Tensor, maskable: torch.Tensor, weights: torch.Tensor,
+                    mlm_probability: float, generator: torch.Generator | None) -> torch.Tensor:
+    """[B, L] bool: per row, ceil(mlm_probability * maskable tokens) positions drawn without
+    replacement, each with probability proportional to its token's weight (DistilBERT's masking)."""
+    chosen = torch.zeros_like(maskable)
+    row_weights = weights.to(ids.device)[ids] * maskable
+    for row in range(ids.shape[0]):
+        count = math.ceil(mlm_probability * int(maskable[row].sum()))
+        if count:
+            picked = torch.multinomial(row_weights[row].cpu(), count, replacement=False,
+                                       generator=generator)
+            chosen[row, picked.to(ids.device)] = True
+    return chosen
 
 
 def mask_tokens(
@@ -45,8 +77,10 @@ def mask_tokens(
     """BERT's dynamic MLM masking; returns `(masked_input_ids, labels)` and leaves `input_ids` unchanged.
 
     Each position that is not one of `spec.special_ids` (and, when `attention_mask` is given, is attended) is
-    chosen independently with probability `mlm_probability`; a chosen position becomes [MASK] with probability
-    0.8, a token drawn uniformly from the whole vocabulary with probability 0.1, and stays as is otherwise.
+    chosen independently with probability `mlm_probability` (with `spec.token_weights`:
+    ceil(mlm_probability x maskable tokens) per row, drawn by `weighted_choice`); a chosen position
+    becomes [MASK] with probability 0.8, a token drawn uniformly from the whole vocabulary with
+    probability 0.1, and stays as is otherwise.
     `labels` holds the original id at chosen positions and `IGNORE_INDEX` elsewhere. Randomness comes from
     `generator` (the default torch RNG when None), drawn on the generator's device; every call draws a fresh mask.
     """
@@ -58,7 +92,13 @@ def mask_tokens(
     maskable = ~torch.isin(ids, torch.tensor(spec.special_ids, dtype=torch.long, device=ids.device))
     if attention_mask is not None:
         maskable &= torch.as_tensor(attention_mask, device=ids.device).bool()
-    chosen = (torch.rand(shape, generator=generator, device=device) < mlm_probability).to(ids.device) & maskable
+    if spec.token_weights is None:
+        draws = torch.rand(shape, generator=generator, device=device)
+        chosen = (draws < mlm_probability).to(ids.device) & maskable
+    else:
+        rows = (ids.reshape(-1, shape[-1]), maskable.reshape(-1, shape[-1]))
+        chosen = weighted_choice(*rows, spec.token_weights, mlm_probability, generator)
+        chosen = chosen.reshape(shape)
     action = torch.rand(shape, generator=generator, device=device).to(ids.device)
     random_ids = torch.randint(spec.vocab_size, shape, generator=generator, device=device).to(ids.device)
     masked = ids.clone()

@@ -25,6 +25,16 @@ example i's, and temperature tau::
 The positive is the *current* embedding of the same example on the other side; negatives are read from the
 other side's memory bank. Everything is computed in float32. After a training-mode forward the banks are
 updated at ``idx``: ``bank[idx] = normalize(m * bank[idx] + (1 - m) * z.detach())`` with momentum m.
+
+``form="nce"`` is CRD as the study's code releases it (Tian et al.'s binary NCE,
+``crd/criterion.py`` and ``crd/memory.py``): banks start uniform in ``[-1/sqrt(F/3), 1/sqrt(F/3)]``;
+the positive is the bank row of the example itself; per direction, over the rows
+``c_i = [idx_i, n_i1..n_iK]`` of the other side's bank,
+``p_ij = exp(z_i . bank[c_ij] / tau) / Z`` with the first batch's ``Z = mean(exp(...)) * N`` kept
+from then on; with ``q = K / N`` and ``eps = 1e-7``::
+
+    L_dir = -(1/B) sum_i [ log(p_i0 / (p_i0 + q + eps)) + sum_j log(q / (p_ij + q + eps)) ]
+    L = (L_student_anchor + L_teacher_anchor) / 2
 """
 
 from __future__ import annotations
@@ -109,6 +119,7 @@ class ContrastiveDistillation(nn.Module):
         num_negatives: int = 100,
         temperature: float = 0.07,
         momentum: float = 0.5,
+        form: str = "infonce",
         seed: int = 0,
     ):
         super().__init__()
@@ -116,6 +127,9 @@ class ContrastiveDistillation(nn.Module):
             raise ContrastiveSetupError(
                 f"crd: feat_dim ({feat_dim}) and num_negatives ({num_negatives}) must be >= 1"
             )
+        if form not in ("infonce", "nce"):
+            raise ContrastiveSetupError(
+                f"crd: form must be infonce or nce (CRD as released), got {form!r}")
         if temperature <= 0 or not 0.0 <= momentum <= 1.0:
             raise ContrastiveSetupError(
                 f"crd: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got {momentum})"
@@ -124,14 +138,17 @@ class ContrastiveDistillation(nn.Module):
         self.num_negatives = num_negatives
         self.temperature = temperature
         self.momentum = momentum
+        self.form = form
         self.seed = seed
         self.student_head = nn.Linear(student_width, feat_dim)
         self.teacher_head = nn.Linear(teacher_width, feat_dim)
 
         init = torch.Generator().manual_seed(seed)
         num_examples = len(order)
-        self.register_buffer("memory_student", _unit(torch.randn(num_examples, feat_dim, generator=init)))
-        self.register_buffer("memory_teacher", _unit(torch.randn(num_examples, feat_dim, generator=init)))
+        for name in ("memory_student", "memory_teacher"):
+            self.register_buffer(name, _initial_bank(num_examples, feat_dim, form, init))
+        if form == "nce":  # Z of the student- and the teacher-anchored scores; < 0: not yet set
+            self.register_buffer("normalisers", torch.full((2,), -1.0))
         # Derived from `labels`: rebuilt at construction, so not saved.
         self.register_buffer("classes", classes, persistent=False)
         self.register_buffer("class_order", order, persistent=False)
@@ -177,6 +194,21 @@ class ContrastiveDistillation(nn.Module):
             mixed = self.momentum * bank[idx].float() + (1.0 - self.momentum) * z.detach().float()
             bank.index_copy_(0, idx, _unit(mixed).to(bank.dtype))
 
+    def _binary_nce(self, z_s: Tensor, z_t: Tensor, contrast: Tensor) -> Tensor:
+        """CRD as released: each anchor's scores against the other side's bank rows `contrast`
+        [B, 1 + K] (the example itself first), divided by the first batch's constant Z; binary NCE,
+        the two directions averaged."""
+        num_examples = len(self.memory_student)
+        losses = []
+        sides = ((z_s, self.memory_teacher), (z_t, self.memory_student))
+        for side, (anchor, bank) in enumerate(sides):
+            products = torch.einsum("bkf,bf->bk", bank[contrast].float(), anchor)
+            scores = torch.exp(products / self.temperature)
+            if self.normalisers[side] < 0:
+                self.normalisers[side] = scores.detach().mean() * num_examples
+            losses.append(_nce_loss(scores / self.normalisers[side], num_examples))
+        return (losses[0] + losses[1]) / 2
+
     def _embed(self, head: nn.Linear, x: Tensor) -> Tensor:
         return _unit(F.linear(x.float(), head.weight.float(), None if head.bias is None else head.bias.float()))
 
@@ -194,12 +226,35 @@ class ContrastiveDistillation(nn.Module):
         with torch.autocast(device_type=student_repr.device.type, enabled=False):
             z_s = self._embed(self.student_head, student_repr)
             z_t = self._embed(self.teacher_head, teacher_repr)
-            loss = _info_nce(z_s, z_t, self.memory_teacher[negatives].float(), self.temperature) + _info_nce(
-                z_t, z_s, self.memory_student[negatives].float(), self.temperature
-            )
+            if self.form == "nce":
+                contrast = torch.cat([idx.to(negatives.device)[:, None], negatives], 1)
+                loss = self._binary_nce(z_s, z_t, contrast)
+            else:
+                sides = (self.memory_teacher, self.memory_student)
+                banks = [bank[negatives].float() for bank in sides]
+                loss = (_info_nce(z_s, z_t, banks[0], self.temperature)
+                        + _info_nce(z_t, z_s, banks[1], self.temperature))
         if self.training:
             self.update_memory(idx, z_s, z_t)
         return loss
+
+
+def _initial_bank(rows: int, feat_dim: int, form: str, generator: torch.Generator) -> Tensor:
+    """Unit rows (infonce), or CRD's uniform rows in [-1/sqrt(F/3), 1/sqrt(F/3)] (nce)."""
+    if form == "nce":
+        bound = 1.0 / (feat_dim / 3) ** 0.5
+        return torch.rand(rows, feat_dim, generator=generator) * (2 * bound) - bound
+    return _unit(torch.randn(rows, feat_dim, generator=generator))
+
+
+def _nce_loss(scores: Tensor, num_examples: int, eps: float = 1e-7) -> Tensor:
+    """CRD's binary NCE on [B, 1 + K] normalised scores (column 0 the positive), noise 1/N each."""
+    noise = scores.shape[1] - 1
+    noise_mass = noise / num_examples
+    positive = scores[:, 0].clamp_min(eps)
+    log_positive = torch.log(positive / (positive + noise_mass + eps))
+    log_negative = torch.log(noise_mass / (scores[:, 1:] + noise_mass + eps))
+    return -(log_positive.sum() + log_negative.sum()) / scores.shape[0]
 
 
 def crd(student_width: int, teacher_width: int, train_labels: Tensor, seed: int = 0, **params) -> ContrastiveDistillation:

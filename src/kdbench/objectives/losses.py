@@ -118,14 +118,14 @@ def _check_scores(student_scores: Tensor, teacher_scores: Tensor, what: str) -> 
         )
 
 
-def _relation_scores(x: Tensor, valid: Tensor) -> Tensor:
-    """``X X^T / sqrt(d)`` for float32 ``x`` of shape ``[B, H, L, d]``.
+def _relation_scores(x: Tensor, valid: Tensor, head_size: int | None = None) -> Tensor:
+    """``X X^T / sqrt(d)`` for float32 ``x`` of shape ``[B, H, L, d]`` (or ``d = head_size``).
 
     Padded tokens (``valid`` is bool ``[B, L]``) are zeroed first so that
     arbitrary padded values cannot overflow the product.
     """
     x = x.masked_fill(~valid[:, None, :, None], 0.0)
-    return torch.matmul(x, x.transpose(-1, -2)) / math.sqrt(x.shape[-1])
+    return torch.matmul(x, x.transpose(-1, -2)) / math.sqrt(head_size or x.shape[-1])
 
 
 # --------------------------------------------------------------------------- #
@@ -258,17 +258,23 @@ def att_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None =
     return _masked_row_kl(_f32(student_scores), _f32(teacher_scores).detach(), m)
 
 
-def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None = None) -> Tensor:
+def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None = None, *,
+           scale_by: str = "own") -> Tensor:
     """Value-relation KL (MiniLM).
 
     Shapes: ``student_values``: ``[B, H, L, d_s]``, ``teacher_values``:
     ``[B, H, L, d_t]`` (head sizes may differ, head counts may not);
     ``mask``: ``[B, L]`` or ``None``.
 
-    The value relation ``V V^T / sqrt(d)`` (each side with its own ``d``) is
-    used as pre-softmax scores and reduced exactly like :func:`att_kl`:
-    mean KL over heads and valid query rows, i.e. ``sum / (H * sum_b n_b)``.
+    The value relation ``V V^T / sqrt(d)`` is used as pre-softmax scores and
+    reduced exactly like :func:`att_kl`: mean KL over heads and valid query
+    rows, i.e. ``sum / (H * sum_b n_b)``. ``scale_by``: ``"own"`` divides
+    each side by its own head size, ``"teacher"`` both by the teacher's
+    ``d_t`` (MiniLM's Eq. 8 writes one ``d_k``; the two differ only when the
+    head sizes do, as across an assistant chain).
     """
+    if scale_by not in ("own", "teacher"):
+        raise ValueError(f"val_kl: scale_by must be 'own' or 'teacher', got {scale_by!r}")
     _check_ndim(student_values, (4,), "val_kl", "[B, H, L, d]")
     _check_ndim(teacher_values, (4,), "val_kl", "[B, H, L, d]")
     if student_values.shape[1] != teacher_values.shape[1]:
@@ -284,7 +290,8 @@ def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None =
         )
     batch, _, length, _ = student_values.shape
     valid = padding_mask(mask, batch, length, student_values.device) > 0
-    s_rel = _relation_scores(_f32(student_values), valid)
+    head_size = teacher_values.shape[-1] if scale_by == "teacher" else None
+    s_rel = _relation_scores(_f32(student_values), valid, head_size)
     t_rel = _relation_scores(_f32(teacher_values).detach(), valid)
     return att_kl(s_rel, t_rel, mask)
 

@@ -2,7 +2,7 @@
 
 Config (data only, `conf/objective/*.yaml`):
     name: att_kl+val_kl
-    mapping: init                      # default for the terms: init | last | uniform | embeddings | [t1, t2, ...]
+    mapping: init      # the terms' default: init | fixed | last | uniform | embeddings | [t1, ...]
     terms:
       - {loss: att_kl, feature: attention_scores, weight: 1.0}
       - {loss: val_kl, feature: values, weight: 1.0}
@@ -15,6 +15,7 @@ learnable parts (projections, CRD's heads) live here, on the student side, and a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -22,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from kdbench.errors import ConfigError, lookup
 from kdbench.layers import resolve_pairs
+from kdbench.models import PROJECTIONS_FILE
 from kdbench.objectives.features import FEATURES, LOGITS, token_level
 from kdbench.objectives.losses import LOSSES, LossEntry
 
@@ -34,6 +36,8 @@ class Term:
     weight: float
     pairs: list[tuple[int, int]]  # (student layer, teacher layer); [(LOGITS, LOGITS)] for the logits
     params: dict = field(default_factory=dict)  # the loss function's keyword arguments
+    projected: bool = False  # the student's features go through a learnable W_h first
+    positions: str = "masked"  # MLM logits at the masked positions or every attended token
 
 
 def build_terms(objective_name: str, term_specs: list[dict], default_mapping, init_layers: list[int] | None,
@@ -41,7 +45,11 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
                 teacher_has_mlm_head: bool) -> list[Term]:
     """Terms of an objective's term specs, validated against the architectures, the task and the setting.
 
-    `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping, params.
+    `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping,
+    params, projection (a learnable W_h before the loss: null takes the loss's own choice, false
+    compares the raw features and needs equal widths), embedding_pair (true adds the embedding
+    outputs' pair (0, 0)) and positions (an MLM soft-target term's tokens: masked, or every attended
+    token as DistilBERT's code).
     `default_mapping`: the layer mapping of a term without its own `mapping` (see `kdbench.layers.resolve_pairs`).
     """
     depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
@@ -54,6 +62,10 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
         _check_feature(objective_name, index, loss, entry, feature, student_conf, teacher_conf)
         mapping = spec.get("mapping") or default_mapping
         pairs = [(LOGITS, LOGITS)] if feature == LOGITS else resolve_pairs(mapping, init_layers, *depths)
+        if spec.get("embedding_pair") and (0, 0) not in pairs:
+            pairs = [(0, 0), *pairs]
+        projected = _projected(objective_name, index, spec.get("projection"), entry, student_conf,
+                               teacher_conf)
         params = dict(spec.get("params") or {})
         if unknown := sorted(set(params) - entry.param_names):
             raise ConfigError(f"objective {objective_name}, term {index}: objective.terms.{index}.params.{unknown[0]} "
@@ -62,7 +74,9 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
             params.setdefault("num_heads", teacher_conf.num_attention_heads)
             _check_relation_heads(objective_name, index, params["num_heads"], student_conf, teacher_conf)
         weight = float(spec.get("weight", 1.0))
-        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params))
+        positions = _positions(objective_name, index, spec.get("positions") or "masked", entry)
+        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params, projected,
+                          positions))
     names = [t.name for t in terms]
     if len(set(names)) != len(names):
         raise ConfigError(f"objective {objective_name}: term names {names} repeat; give each term a `name`")
@@ -89,6 +103,32 @@ def _check_setting(objective: str, loss: str, entry: LossEntry, regression: bool
             "(teacher.has_mlm_head=false): choose a teacher with one (bert_base_uncased, roberta_base) or an "
             "objective on attention or hidden states"
         )
+
+
+def _positions(objective: str, index: int, positions: str, entry: LossEntry) -> str:
+    """Where the term reads MLM logits: every attended token only for a soft-target term."""
+    if positions == "attended" and (not entry.mlm or entry.takes_labels):
+        raise ConfigError(f"objective {objective}, term {index}: positions=attended reads MLM soft "
+                          "targets at every token, which only a soft-target MLM loss (mlm_kd) can "
+                          "use: remove the key")
+    return positions
+
+
+def _projected(objective: str, index: int, projection: bool | None, entry: LossEntry, student_conf,
+               teacher_conf) -> bool:
+    """Whether the term learns a W_h: the loss's own choice unless the term's `projection` says."""
+    if projection is None or projection == entry.projected:
+        return entry.projected
+    if projection:
+        raise ConfigError(f"objective {objective}, term {index}: projection=true, but its loss "
+                          "compares features without a width projection: remove the key")
+    widths = (student_conf.hidden_size, teacher_conf.hidden_size)
+    if widths[0] != widths[1]:
+        raise ConfigError(f"objective {objective}, term {index}: projection=false compares raw "
+                          f"hidden states, which needs the student's width {widths[0]} to equal "
+                          f"the teacher's {widths[1]}: give a student of the teacher's width, or "
+                          "projection=null")
+    return False
 
 
 def _check_relation_heads(objective: str, index: int, heads: int, student_conf, teacher_conf) -> None:
@@ -131,7 +171,7 @@ class Objective(nn.Module):
         self.loss_modules = nn.ModuleDict()
         for term in terms:
             entry = LOSSES[term.loss]
-            if entry.projected:
+            if term.projected:
                 self.projections[term.name] = width_projection(student_conf.hidden_size, teacher_conf.hidden_size)
             if entry.module:
                 widths = [len(term.pairs) * conf.hidden_size for conf in (student_conf, teacher_conf)]
@@ -140,6 +180,11 @@ class Objective(nn.Module):
     @property
     def uses_logits(self) -> bool:
         return any(term.feature == LOGITS for term in self.terms)
+
+    @property
+    def logit_positions(self) -> str:
+        """Where the MLM logits are read: every attended token when a term wants it, else masked."""
+        return "attended" if any(term.positions == "attended" for term in self.terms) else "masked"
 
     def needs(self, side: str) -> dict[int, set[str]]:
         """Raw features to record per layer for the student (`side="student"`) or the teacher."""
@@ -188,7 +233,9 @@ class Objective(nn.Module):
         )
 
     def _runs_fused(self, term: Term) -> bool:
-        return self.fused and LOSSES[term.loss].fused is not None
+        """The fused forms scale each side by its own head size; a term scaled otherwise is not."""
+        own_scale = term.params.get("scale_by", "own") == "own"
+        return self.fused and LOSSES[term.loss].fused is not None and own_scale
 
     def _fused_pair_loss(self, term: Term, student_records, teacher_records, s: int, t: int,
                          batch: dict) -> torch.Tensor:
@@ -208,7 +255,11 @@ class Objective(nn.Module):
             kwargs["mask"] = batch["attention_mask"]
         if entry.takes_labels:
             kwargs["labels"] = batch["labels"]
-        return entry.fn(*self._pair_features(term, student_records, teacher_records, s, t), **kwargs)
+        features = self._pair_features(term, student_records, teacher_records, s, t)
+        if term.feature == LOGITS and term.positions != self.logit_positions:  # the masked ones
+            keep = batch["mlm_positions"][batch["attention_mask"].bool()]
+            features = tuple(feature[keep] for feature in features)
+        return entry.fn(*features, **kwargs)
 
     def _pair_features(self, term: Term, student_records, teacher_records, s: int,
                        t: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -231,6 +282,24 @@ def _score_map_factors(feature: str) -> tuple[str, str]:
     features, otherwise the one projection's self-relation x x^T."""
     raw = FEATURES[feature].raw
     return raw if len(raw) == 2 else raw * 2
+
+
+def carry_projections(objective: Objective, folder: Path) -> None:
+    """Start the objective's W_e/W_h from those a previous stage saved with its student in `folder`
+    (TinyBERT's task stage goes on with the general stage's projection); every projection of this
+    objective must be there."""
+    path = folder / PROJECTIONS_FILE
+    if not path.is_file():
+        raise ConfigError(f"init.carry_projections=true but {folder} has no {PROJECTIONS_FILE}: "
+                          "give a student saved by a task-agnostic run of an objective with "
+                          "projections, or init.carry_projections=false")
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    wanted = objective.projections.state_dict()
+    if missing := sorted(set(wanted) - set(saved)):
+        raise ConfigError(f"{path} lacks the projection {missing[0]} this objective learns "
+                          f"({', '.join(sorted(saved))} saved): distil with the same objective, or "
+                          "init.carry_projections=false")
+    objective.projections.load_state_dict({key: saved[key] for key in wanted})
 
 
 def width_projection(student_width: int, teacher_width: int) -> nn.Linear:

@@ -20,7 +20,7 @@ import torch
 from kdbench import distributed, models
 from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.corpus import build_packed_corpus
-from kdbench.data.masking import MaskingSpec
+from kdbench.data.masking import MaskingSpec, smoothed_token_weights
 from kdbench.data.sources import corpus_files
 from kdbench.errors import ConfigError, DataError
 from kdbench.objectives.features import FeatureRecorder
@@ -47,7 +47,7 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     student = models.student_for(plan, teacher, mlm=True)
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed,
                           recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(device)
-    masking = MaskingSpec.from_tokenizer(tokenizer) if objective.uses_logits else None
+    masking = input_masking(objective, trainer, tokenizer, corpus.train.array)
     train_loader = corpus_loader(corpus.train, batches.global_batch, plan, world, masking, plan.seed, shuffle=True)
     if len(train_loader) == 0:
         raise DataError(f"the corpus has {len(corpus.train)} training sequences, fewer than one global batch of "
@@ -89,13 +89,28 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
               "eval_s": time.perf_counter() - start}
     student_dir = run_dir / "student"
     if world.is_main:
-        models.save_student(student, tokenizer, student_dir, plan.chain)
+        projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
+        models.save_student(student, tokenizer, student_dir, plan.chain,
+                            projections=projections)
         if not trainer.keep_checkpoints:
             checkpoints.clear()
     return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,
             "student_path": str(student_dir), "corpus": corpus.meta, "world_size": world.size,
             "batch": {"global": batches.global_batch, "per_device": batches.per_process,
                       "accumulation": batches.accumulation}}
+
+
+def input_masking(objective: Objective, trainer, tokenizer, train_rows) -> MaskingSpec | None:
+    """The inputs' MLM masking: for objectives that read MLM logits, or for every objective with
+    trainer.mask_inputs=always (the study's released code masks the corpus for all objectives);
+    positions drawn uniformly, or by token frequency smoothed by trainer.mlm_smoothing over
+    `train_rows` (DistilBERT's)."""
+    if not (objective.uses_logits or trainer.mask_inputs == "always"):
+        return None
+    weights = None
+    if trainer.mlm_smoothing is not None:
+        weights = smoothed_token_weights(train_rows, len(tokenizer), trainer.mlm_smoothing)
+    return MaskingSpec.from_tokenizer(tokenizer, weights)
 
 
 def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool):
@@ -109,15 +124,17 @@ def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed
 @contextmanager
 def recorder(model, objective: Objective, side: str, last_layer: int):
     """The side's feature recorder, stopping after its last needed layer, and how its logits are read: the MLM
-    head at the masked positions only ([M, V]: the full [B, L, V] is never materialised)."""
+    head at the masked positions only ([M, V]: the full [B, L, V] is never materialised), or at
+    every attended token when a term reads soft targets there (`Objective.logit_positions`)."""
     needs = objective.needs(side)
     logits = None
     if objective.uses_logits:
         needs.setdefault(last_layer, set()).add("hidden")
         head = models.mlm_head(model)
+        where = "attention_mask" if objective.logit_positions == "attended" else "mlm_positions"
 
         def logits(records, output, batch):
-            return head(records[last_layer]["hidden"][batch["mlm_positions"]])
+            return head(records[last_layer]["hidden"][batch[where].bool()])
     with FeatureRecorder(model, needs, stop_after=max(needs)) as features:
         yield features, logits
 

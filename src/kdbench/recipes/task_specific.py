@@ -23,7 +23,7 @@ from kdbench.data.augment import augmented_train_set
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import dev_sets, encode_train, train_subset
 from kdbench.objectives.features import FeatureRecorder
-from kdbench.objectives.terms import Objective
+from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.specs import OptimizerSpec
@@ -72,6 +72,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False)
                     for suffix, ds in eval_sets.items()}
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
+    if trainer.teacher_dropout:
+        teacher.model.train()  # dropout on while it teaches, still without gradients
 
     student = models.student_for(plan, teacher.model)
     train_set, augmented = distillation_set(plan, originals, train_set, tokenizer)
@@ -85,17 +87,19 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student):
         features = timed(partial(teacher_feature_table, teacher, train_set, tokenizer, plan,
                                  augmented and augmented["entry"]), timing, "features_table_s")
+        cached = trainer.cache_teacher_features and not trainer.teacher_dropout
         with stage1(plan, student, teacher.model, train_set["labels"],
-                    features if trainer.cache_teacher_features else None) as (step, modules):
-            stage = loop.Stage("stage1", modules, train_loader, step, OptimizerSpec.of(trainer, trainer.lr), plan.device,
+                    features if cached else None) as (step, modules):
+            optimizer = OptimizerSpec.of(trainer, trainer.lr, trainer.stage1_schedule)
+            stage = loop.Stage("stage1", modules, train_loader, step, optimizer, plan.device,
                                epochs=trainer.stage1_epochs)
             stats = loop.train(stage, hooks, resume_from("stage1", latest))
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
 
     if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, student):
-        if trainer.cache_teacher_logits:
-            table = timed(teacher_logits_table, timing, "logits_table_s")(teacher, train_set, tokenizer, plan,
-                                                                          augmented and augmented["entry"])
+        if trainer.cache_teacher_logits and not trainer.teacher_dropout:
+            table = timed(teacher_logits_table, timing, "logits_table_s")(
+                teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
             table = table.to(plan.device)
             targets = lambda batch: table[batch["example"]]  # noqa: E731
         else:
@@ -145,7 +149,10 @@ def stage1(plan: Plan, student, teacher, train_labels, feature_table: FeatureTab
     """
     trainer = plan.trainer
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, plan.seed,
-                          recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(plan.device)
+                          recompute=trainer.recompute_losses, fused=trainer.fused_losses)
+    if plan.init.carry_projections:
+        carry_projections(objective, plan.init.path)
+    objective = objective.to(plan.device)
     logits = output_logits if objective.uses_logits else None
     needs, stop_after = objective.needs("teacher"), objective.last_layer("teacher")
     table = feature_table(needs, stop_after, logits) if feature_table is not None else None

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import get_linear_schedule_with_warmup
+from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from kdbench.data.batches import ResumableSampler
 from kdbench.errors import KdbenchError
@@ -93,7 +93,8 @@ def parameter_groups(modules: Iterable[torch.nn.Module], weight_decay: float) ->
 
 
 def start(stage: Stage, resume: dict | None) -> Progress:
-    """AdamW with linear warm-up then linear decay to zero, restored from `resume` (a saved state) if given."""
+    """AdamW with the spec's schedule (warm-up then linear decay, or constant), restored from
+    `resume` (a saved state) if given."""
     spec = stage.optimizer
     groups = parameter_groups(stage.modules, spec.weight_decay)
     # The fused kernel does AdamW's arithmetic in one pass over each tensor: on a CPU about 7x faster than the
@@ -101,7 +102,9 @@ def start(stage: Stage, resume: dict | None) -> Progress:
     fused = all(p.device.type in ("cpu", "cuda") for group in groups for p in group["params"])
     optimizer = torch.optim.AdamW(groups, lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps, fused=fused)
     total = stage.total_steps
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(spec.warmup_ratio * total), total)
+    warmup = math.ceil(spec.warmup_ratio * total)
+    scheduler = (get_constant_schedule(optimizer) if spec.schedule == "constant"
+                 else get_linear_schedule_with_warmup(optimizer, warmup, total))
     progress = Progress(stage, optimizer, scheduler)
     if resume is not None:
         progress.restore(resume)
