@@ -96,10 +96,12 @@ TRAINER = {
     "heldout_batches": NON_NEGATIVE_COUNT, "student_dropout": FRACTION.or_null("the model family's"),
     "teacher_features_gib": NON_NEGATIVE,
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
-    "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it"),
+    "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it natively"),
+    "num_workers": Rule(lambda value: value == "auto" or NON_NEGATIVE_COUNT.admits(value),
+                        "auto or a number of DataLoader worker processes (0: the main process loads)"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
                      "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
-                     "recompute_attention"), FLAG),
+                     "recompute_attention", "tf32"), FLAG),
 }
 EXAMPLES = integer(1, text="a positive number of examples").or_null("all of them")
 
