@@ -112,3 +112,15 @@ def test_a_whole_forward_freezes_nothing_and_the_probe_draws_from_no_rng_stream(
     assert freeze_unreached_by_step(student, step, batch, torch.device("cpu")) == []
     assert torch.equal(torch.get_rng_state(), before)
     assert all(param.requires_grad for param in student.parameters())
+
+
+def test_ddp_keeps_gradients_in_its_buckets_and_searches_for_no_unused_parameter(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        wrapped = distributed.wrap(torch.nn.Linear(3, 2), World(0, 2, 0), torch.device("cpu"))
+        assert wrapped.gradient_as_bucket_view and not wrapped.find_unused_parameters
+        assert not wrapped.static_graph
+    finally:
+        dist.destroy_process_group()
