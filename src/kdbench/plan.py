@@ -71,7 +71,7 @@ class Plan:
     device: torch.device
     precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device)
     tf32: bool  # fp32 matmuls in TF32 (trainer.tf32 where the device and the precision use it)
-    loading: LoadingSpec  # DataLoader workers and pinned memory (trainer.num_workers resolved for the device)
+    loading: LoadingSpec  # DataLoader workers, pinned memory (trainer.num_workers for the device)
     cache_dir: Path
     save_student: bool
     student_path: Path | None  # setting=finetune: the distilled student to fine-tune
@@ -285,12 +285,12 @@ def resolve_device(requested: str) -> torch.device:
     return device
 
 
-AUTO_WORKERS = 4  # trainer.num_workers=auto on a GPU: at most this many, one CPU core left to the main process
+AUTO_WORKERS = 4  # trainer.num_workers=auto on a GPU: at most this many, a core left to the main
 
 
 def loading_spec(num_workers: int | str, device: torch.device) -> LoadingSpec:
-    """`trainer.num_workers` for the device: auto is min(4, CPU cores - 1) workers on a GPU, 0 on the CPU (where
-    workers would take the cores the step computes on); memory is pinned for a GPU."""
+    """`trainer.num_workers` for the device: auto is min(4, CPU cores - 1) workers on a GPU, 0 on
+    the CPU (where workers would take the cores the step computes on); pinned memory on a GPU."""
     if num_workers == "auto":
         num_workers = max(0, min(AUTO_WORKERS, cpu_cores() - 1)) if device.type == "cuda" else 0
     return LoadingSpec(num_workers, pin_memory=device.type == "cuda")

@@ -98,7 +98,7 @@ TRAINER = {
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
     "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it natively"),
     "num_workers": Rule(lambda value: value == "auto" or NON_NEGATIVE_COUNT.admits(value),
-                        "auto or a number of DataLoader worker processes (0: the main process loads)"),
+                        "auto or a number of DataLoader worker processes (0: none)"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
                      "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
                      "recompute_attention", "tf32"), FLAG),

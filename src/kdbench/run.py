@@ -98,8 +98,8 @@ def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict
     """Run the plan's recipe under the stop signals, keeping result.json current: running, then completed,
     failed or interrupted."""
     result_path, write = run_dir / RESULT_FILE, writer(main_process)
-    record |= {"provenance": provenance(plan.device, distributed.current().size), "precision": plan.precision,
-               "tf32": plan.tf32}  # as resolved for the device
+    record |= {"provenance": provenance(plan.device, distributed.current().size),
+               "precision": plan.precision, "tf32": plan.tf32}  # as resolved for the device
     apply_matmul_precision(plan.device, plan.tf32)
     write(result_path, record | {"config": plan.config})
     logger = make_logger(plan.logger, plan.config, run_dir) if main_process else None

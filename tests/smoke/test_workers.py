@@ -1,4 +1,4 @@
-"""DataLoader workers change nothing a run computes: the same student with trainer.num_workers 0 and 2."""
+"""DataLoader workers change nothing a run computes: the same student with 0 and 2 workers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Devices, data parallelism and resume: each process's GPU whether it sees its node's GPUs or only its own, one
-device's CUDA RNG stream in a checkpoint, the parameters a loss never reaches frozen before DDP wraps a model."""
+"""Devices, data parallelism and resume: each process's GPU whether it sees its node's GPUs or only
+its own, one device's CUDA RNG stream in a checkpoint, the parameters a loss never reaches frozen
+before DDP wraps a model."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from kdbench.training.reach import freeze_unreached, freeze_unreached_by_step
 CUDA = torch.device("cuda")
 
 
-@pytest.mark.parametrize(("visible", "local_rank", "index"), [(8, 3, 3), (2, 1, 1), (1, 3, 0), (1, 0, 0)])
+@pytest.mark.parametrize(("visible", "local_rank", "index"),
+                         [(8, 3, 3), (2, 1, 1), (1, 3, 0), (1, 0, 0)])
 def test_each_process_drives_its_own_gpu(monkeypatch, visible, local_rank, index):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
-    assert distributed.device_for(World(local_rank, 4, local_rank), CUDA) == torch.device("cuda", index)
+    chosen = distributed.device_for(World(local_rank, 4, local_rank), CUDA)
+    assert chosen == torch.device("cuda", index)
 
 
 def test_more_processes_than_visible_gpus_are_refused(monkeypatch):
@@ -36,7 +39,7 @@ def test_a_single_process_or_the_cpu_keeps_its_device(monkeypatch):
 
 @pytest.fixture
 def cuda_rng(monkeypatch):
-    """Stand-in CUDA RNG functions recording the device each is called for (a per-device state table)."""
+    """Stand-in CUDA RNG functions recording the device each is called for (a state per device)."""
     states, calls = {}, []
 
     def get(device="cuda"):
@@ -93,10 +96,11 @@ def test_what_a_forward_stopped_at_layer_one_never_reaches_is_frozen():
         loss = recorder.records[1]["hidden"].sum() + recorder.records[1]["query"].sum()
     frozen = freeze_unreached(student, loss)
     assert frozen and all(name.startswith(("bert.encoder.layer.1.", "cls.")) for name in frozen)
-    assert any(name.startswith("cls.") for name in frozen)  # the MLM head (its decoder is the tied embeddings)
+    assert any(name.startswith("cls.") for name in frozen)  # the MLM head (less the tied decoder)
     trainable = {name for name, param in student.named_parameters() if param.requires_grad}
     assert not trainable & set(frozen)
-    assert "bert.embeddings.word_embeddings.weight" in trainable and "bert.encoder.layer.0.output.dense.weight" in trainable
+    assert {"bert.embeddings.word_embeddings.weight",
+            "bert.encoder.layer.0.output.dense.weight"} <= trainable
 
 
 def test_a_whole_forward_freezes_nothing_and_the_probe_draws_from_no_rng_stream():
@@ -117,7 +121,8 @@ def test_a_whole_forward_freezes_nothing_and_the_probe_draws_from_no_rng_stream(
 def test_ddp_keeps_gradients_in_its_buckets_and_searches_for_no_unused_parameter(tmp_path):
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         wrapped = distributed.wrap(torch.nn.Linear(3, 2), World(0, 2, 0), torch.device("cpu"))
         assert wrapped.gradient_as_bucket_view and not wrapped.find_unused_parameters

@@ -1,5 +1,6 @@
-"""trainer.precision=auto and trainer.tf32 resolved for a device: bf16 only where the GPU has it natively, TF32
-only for fp32 matmuls on a GPU that has it, plain fp32 on the CPU (GPUs stood in for by their compute capability)."""
+"""trainer.precision=auto and trainer.tf32 resolved for a device: bf16 only where the GPU has it
+natively, TF32 only for fp32 matmuls on a GPU that has it, plain fp32 on the CPU (GPUs stood in for
+by their compute capability)."""
 
 from __future__ import annotations
 
@@ -26,19 +27,21 @@ def gpu(monkeypatch):
     return like
 
 
-@pytest.mark.parametrize(("name", "precision"), [("H100", "bf16"), ("A100", "bf16"), ("T4", "fp32"), ("V100", "fp32")])
+@pytest.mark.parametrize(("name", "precision"),
+                         [("H100", "bf16"), ("A100", "bf16"), ("T4", "fp32"), ("V100", "fp32")])
 def test_auto_precision_is_bf16_only_on_a_gpu_with_native_bf16(gpu, name, precision):
     gpu(name)
     assert resolve_precision("auto", CUDA) == precision
     assert resolve_precision("fp32", CUDA) == "fp32" and resolve_precision("bf16", CUDA) == "bf16"
 
 
-@pytest.mark.parametrize(("name", "tf32"), [("H100", True), ("A100", True), ("T4", False), ("V100", False)])
+@pytest.mark.parametrize(("name", "tf32"),
+                         [("H100", True), ("A100", True), ("T4", False), ("V100", False)])
 def test_tf32_is_used_by_fp32_runs_on_a_gpu_that_has_it(gpu, name, tf32):
     gpu(name)
     assert resolve_tf32(True, CUDA, "fp32") is tf32
     assert resolve_tf32(False, CUDA, "fp32") is False
-    assert resolve_tf32(True, CUDA, "bf16") is False  # a bf16 run's float32 computations (the losses) stay fp32
+    assert resolve_tf32(True, CUDA, "bf16") is False  # a bf16 run's losses stay in full fp32
 
 
 def test_the_cpu_computes_in_fp32_without_asking_cuda(monkeypatch):
@@ -51,8 +54,10 @@ def test_the_cpu_computes_in_fp32_without_asking_cuda(monkeypatch):
     assert resolve_precision("auto", cpu) == "fp32" and resolve_tf32(True, cpu, "fp32") is False
 
 
-@pytest.mark.parametrize(("name", "precision", "tf32"), [("A100", "bf16", False), ("V100", "fp32", False)])
-def test_the_plan_resolves_the_default_precision_for_its_gpu(gpu, tiny_glue, tmp_path, name, precision, tf32):
+@pytest.mark.parametrize(("name", "precision", "tf32"),
+                         [("A100", "bf16", False), ("V100", "fp32", False)])
+def test_the_plan_resolves_the_default_precision_for_its_gpu(gpu, tiny_glue, tmp_path, name,
+                                                             precision, tf32):
     gpu(name)
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, "trainer.device=cuda"))
     assert cfg.trainer.precision == "auto" and cfg.trainer.tf32 is True
@@ -82,7 +87,8 @@ def test_matmul_precision_is_set_for_a_gpu_run_only():
         apply_matmul_precision(CUDA, True)
         assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32
         apply_matmul_precision(CUDA, False)
-        assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cudnn.allow_tf32
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert not torch.backends.cudnn.allow_tf32
     finally:
         torch.set_float32_matmul_precision(before[0])
         torch.backends.cudnn.allow_tf32 = before[1]

@@ -79,8 +79,8 @@ IN_PROCESS = LoadingSpec()  # no workers, no pinned memory
 
 def make_loader(encoded, tokenizer, batch_size: int, *, shuffle: bool, seed: int = 0,
                 group_by_length: bool = False, loading: LoadingSpec = IN_PROCESS) -> DataLoader:
-    """Batches padded to their own longest example (dynamic padding), from a seeded, resumable sampler, loaded
-    as `loading` says (the same batches with any number of workers)."""
+    """Batches padded to their own longest example (dynamic padding), from a seeded, resumable
+    sampler, loaded as `loading` says (the same batches with any number of workers)."""
     sampler = SeededBatches(encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length)
     # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a resumed
     # run would diverge from an uninterrupted one.

@@ -65,11 +65,11 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         recorder(teacher, objective, "teacher", plan.teacher_conf.num_hidden_layers) as (teacher_recorder, teacher_logits),
     ):
         teacher_records = teacher_records_now(teacher_recorder, teacher_logits, device, plan.precision)
-        # Only objectives that read the MLM logits (vanilla_kd, distilbert) run the student's whole model; the others
-        # stop at their last layer: what they leave without a gradient (the MLM head) is frozen.
+        # Only objectives that read the MLM logits (vanilla_kd, distilbert) run the student's whole
+        # model; the others stop at their last layer: what they leave without a gradient is frozen.
         student_side = StudentSide(student_recorder, objective, student_logits)
-        freeze_unreached_by_step(student_side, distillation_step(student_side, teacher_records, device, plan.precision),
-                                 first_batch(train_loader), device)
+        probe = distillation_step(student_side, teacher_records, device, plan.precision)
+        freeze_unreached_by_step(student_side, probe, first_batch(train_loader), device)
         student_side = distributed.wrap(student_side, world, device)
         step = distillation_step(student_side, teacher_records, device, plan.precision)
 
@@ -103,16 +103,17 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
 
 
 def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool):
-    """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with `masking`,
-    in the loader's workers (the same batches with any number of them)."""
+    """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with
+    `masking`, in the loader's workers (the same batches with any number of them)."""
     sampler = ShardedBatches(len(sequences), global_batch, plan.batches.per_process, world, seed, shuffle=shuffle)
     return torch.utils.data.DataLoader(KeyedCorpus(sequences), batch_sampler=sampler,
                                        collate_fn=CorpusCollator(masking, seed),
-                                       generator=torch.Generator().manual_seed(seed), **plan.loading.options())
+                                       generator=torch.Generator().manual_seed(seed),
+                                       **plan.loading.options())
 
 
 def first_batch(loader) -> dict:
-    """The loader's first batch, collated in this process (no worker started, the sampler not moved)."""
+    """The loader's first batch, collated in this process (no worker started, no sampler moved)."""
     keys = next(iter(loader.batch_sampler))
     return loader.collate_fn([loader.dataset[key] for key in keys])
 

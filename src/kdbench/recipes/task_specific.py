@@ -51,8 +51,10 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     train_set = encode_train(originals, plan.task, tokenizer, trainer.max_length)
     eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
     teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=trainer.teacher_seed,
-                                 group_by_length=trainer.teacher_group_by_length, loading=plan.loading)
-    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False, loading=plan.loading)
+                                 group_by_length=trainer.teacher_group_by_length,
+                                 loading=plan.loading)
+    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
+                                        loading=plan.loading)
                     for suffix, ds in eval_sets.items()}
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
 

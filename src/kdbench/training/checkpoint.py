@@ -62,7 +62,7 @@ class Checkpoints:
 
 
 def rng_state(device: torch.device) -> dict:
-    """The torch RNG streams a process draws from: the CPU's and, on a GPU, its own device's (one per process)."""
+    """The torch RNG streams a process draws from: the CPU's and, on a GPU, its own device's."""
     state = {"torch": torch.get_rng_state()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
@@ -70,8 +70,8 @@ def rng_state(device: torch.device) -> dict:
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
-    """Restore `rng_state`'s streams; the saved GPU stream goes to this process's device (data-parallel processes
-    draw the same stream: one seed, the same shapes)."""
+    """Restore `rng_state`'s streams; the saved GPU stream goes to this process's device
+    (data-parallel processes draw the same stream: one seed, the same shapes)."""
     torch.set_rng_state(state["torch"])
     if "cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
