@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from kdbench.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class World:
@@ -72,28 +74,40 @@ def init(device: torch.device) -> World:
     world = current()
     if world.distributed and not dist.is_initialized():
         if device.type == "cuda":
-            torch.cuda.set_device(world.local_rank)
+            torch.cuda.set_device(device)
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return world
 
 
 def device_for(world: World, device: torch.device) -> torch.device:
-    """Each process drives its own GPU (cuda:LOCAL_RANK); CPU processes share the CPU."""
-    if device.type == "cuda" and world.distributed:
-        return torch.device("cuda", world.local_rank)
-    return device
+    """Each process drives its own GPU: cuda:LOCAL_RANK where it sees every GPU of its node,
+    cuda:0 where the cluster binds one GPU to each task (its CUDA_VISIBLE_DEVICES names that one
+    alone); CPU processes share the CPU."""
+    if device.type != "cuda" or not world.distributed:
+        return device
+    visible = torch.cuda.device_count()
+    if visible == 1:
+        return torch.device("cuda", 0)
+    if world.local_rank >= visible:
+        raise ConfigError(f"the process of LOCAL_RANK={world.local_rank} sees {visible} GPUs: "
+                          f"start at most {visible} processes per node, or bind one GPU to each "
+                          "(CUDA_VISIBLE_DEVICES)")
+    return torch.device("cuda", world.local_rank)
 
 
-def wrap(module: torch.nn.Module, world: World, device: torch.device, *, unused_parameters: bool) -> torch.nn.Module:
+def wrap(module: torch.nn.Module, world: World, device: torch.device) -> torch.nn.Module:
     """A DistributedDataParallel replica in a multi-process run; the module itself otherwise.
 
-    `unused_parameters`: some parameters get no gradient in a step (the student stops before its prediction
-    head), so DDP must look for them, which costs a traversal of the autograd graph every step.
+    Every trainable parameter of `module` must get a gradient in every step: freeze those the loss
+    never reaches first (`kdbench.training.reach.freeze_unreached`), so DDP need not search the
+    autograd graph at every step (find_unused_parameters). Gradients live in DDP's all-reduce
+    buckets (no copy in and out of them).
     """
     if not world.distributed:
         return module
     ids = [device.index] if device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids, find_unused_parameters=unused_parameters)
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids,
+                                                     gradient_as_bucket_view=True)
 
 
 def mean_over_ranks(values: dict[str, float], world: World, device: torch.device) -> dict[str, float]:

@@ -23,6 +23,7 @@ from kdbench import distributed, models, storage
 from kdbench.errors import ConfigError, DataError
 from kdbench.layers import check_width, resolve_init_layers
 from kdbench.objectives.terms import Term, build_terms
+from kdbench.precision import resolve_precision, resolve_tf32
 from kdbench.ranges import check_ranges, shown
 from kdbench.record import chain_of
 from kdbench.specs import (
@@ -33,6 +34,7 @@ from kdbench.specs import (
     DataSpec,
     InitSpec,
     KDSpec,
+    LoadingSpec,
     LoggerSpec,
     ShapeSpec,
     TaskSpec,
@@ -68,6 +70,8 @@ class Plan:
     student_conf: PretrainedConfig
     device: torch.device
     precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device)
+    tf32: bool  # fp32 matmuls in TF32 (trainer.tf32 where the device and the precision use it)
+    loading: LoadingSpec  # DataLoader workers, pinned memory (trainer.num_workers for the device)
     cache_dir: Path
     save_student: bool
     measure_cost: bool  # both models' size, FLOPs and speed, measured after the run
@@ -334,12 +338,20 @@ def resolve_device(requested: str) -> torch.device:
     return device
 
 
-def resolve_precision(requested: str, device: torch.device) -> str:
-    if requested == "auto":
-        return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-    if requested == "bf16" and device.type == "cpu" and not torch.backends.mkldnn.is_available():
-        raise ConfigError("trainer.precision=bf16 needs a GPU or a CPU with bf16 support: use trainer.precision=fp32")
-    return requested
+AUTO_WORKERS = 4  # trainer.num_workers=auto on a GPU: at most this many, a core left to the main
+
+
+def loading_spec(num_workers: int | str, device: torch.device) -> LoadingSpec:
+    """`trainer.num_workers` for the device: auto is min(4, CPU cores - 1) workers on a GPU, 0 on
+    the CPU (where workers would take the cores the step computes on); pinned memory on a GPU."""
+    if num_workers == "auto":
+        num_workers = max(0, min(AUTO_WORKERS, cpu_cores() - 1)) if device.type == "cuda" else 0
+    return LoadingSpec(num_workers, pin_memory=device.type == "cuda")
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (a cluster's binding of the task included)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def config_fingerprint(resolved: dict) -> str:
@@ -416,6 +428,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     task = matching_labels(task, teacher)
     trainer = trainer_spec(cfg)
     device = distributed.device_for(distributed.current(), resolve_device(trainer.device))  # this process's
+    precision = resolve_precision(trainer.precision, device)
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
     if corpus is None:
         check_data_files(task, data)
@@ -424,7 +437,8 @@ def make_plan(cfg: DictConfig) -> Plan:
                   objective=cfg.objective.name, trainer=trainer,
                   kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"), corpus=corpus,
                   augment=augment_spec(cfg.augment, cfg.setting.name), logger=logger_spec(cfg), device=device,
-                  precision=resolve_precision(trainer.precision, device),
+                  precision=precision, tf32=resolve_tf32(trainer.tf32, device, precision),
+                  loading=loading_spec(trainer.num_workers, device),
                   cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir",
                                             " (or $KDBENCH_CACHE)"),
                   save_student=cfg.save_student,

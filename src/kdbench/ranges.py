@@ -103,13 +103,15 @@ TRAINER = {
     "heldout_batches": NON_NEGATIVE_COUNT, "student_dropout": FRACTION.or_null("the model family's"),
     "teacher_features_gib": NON_NEGATIVE,
     "device": Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N"),
-    "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it"),
+    "precision": choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it natively"),
+    "num_workers": Rule(lambda value: value == "auto" or NON_NEGATIVE_COUNT.admits(value),
+                        "auto or a number of DataLoader worker processes (0: none)"),
     "stage1_schedule": choice("linear", "constant", meaning="constant: TinyBERT's stage 1"),
     "mlm_smoothing": POSITIVE.or_null("uniform masking"),
     "mask_inputs": choice("objective", "always", meaning="always: every objective's input"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
-                     "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses", "recompute_losses",
-                     "recompute_attention", "teacher_dropout"), FLAG),
+                     "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses",
+                     "recompute_losses", "recompute_attention", "teacher_dropout", "tf32"), FLAG),
 }
 EXAMPLES = integer(1, text="a positive number of examples").or_null("all of them")
 

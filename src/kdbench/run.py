@@ -21,6 +21,7 @@ from kdbench.errors import KdbenchError
 from kdbench.loggers import make_logger
 from kdbench.metrics import scores_only
 from kdbench.plan import Plan, make_plan, writable_folder
+from kdbench.precision import apply_matmul_precision
 from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
@@ -98,7 +99,9 @@ def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict
     """Run the plan's recipe under the stop signals, keeping result.json current: running, then completed,
     failed or interrupted."""
     result_path, write = run_dir / RESULT_FILE, writer(main_process)
-    record |= {"provenance": provenance(plan.device, distributed.current().size)}
+    record |= {"provenance": provenance(plan.device, distributed.current().size),
+               "precision": plan.precision, "tf32": plan.tf32}  # as resolved for the device
+    apply_matmul_precision(plan.device, plan.tf32)
     write(result_path, record | {"config": plan.config})
     logger = make_logger(plan.logger, plan.config, run_dir) if main_process else None
     log = StepLog(run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else [])

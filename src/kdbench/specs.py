@@ -58,11 +58,13 @@ class TrainerSpec:
     group_by_length: bool = True
     teacher_group_by_length: bool = True
     progress_bar: bool = True
+    tf32: bool = True
     # how, not what: a run resumes across a change of these (`COMPUTATION_ONLY`)
     compile: bool = False
     fused_losses: bool = True
     recompute_losses: bool = False
     recompute_attention: bool = False
+    num_workers: int | str = "auto"  # DataLoader workers, or auto (`kdbench.plan.loading_spec`)
     # the task-agnostic setting: by steps, on global batches split into device micro-batches
     max_steps: int | None = None
     device_batch_size: int | None = None
@@ -75,7 +77,23 @@ class TrainerSpec:
 
 # Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run
 # re-run with recomputation on).
-COMPUTATION_ONLY = ("progress_bar", "compile", "fused_losses", "recompute_losses", "recompute_attention")
+COMPUTATION_ONLY = ("progress_bar", "compile", "fused_losses", "recompute_losses",
+                    "recompute_attention", "num_workers")
+
+
+@dataclass(frozen=True)
+class LoadingSpec:
+    """How a run's DataLoaders load (`trainer.num_workers` resolved for the device): worker
+    processes collate and mask (kept between epochs), and batches come in pinned memory for a GPU's
+    asynchronous copies."""
+
+    workers: int = 0
+    pin_memory: bool = False
+
+    def options(self) -> dict:
+        """The DataLoader arguments."""
+        return {"num_workers": self.workers, "pin_memory": self.pin_memory,
+                "persistent_workers": self.workers > 0}
 
 
 @dataclass(frozen=True)

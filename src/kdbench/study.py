@@ -36,7 +36,8 @@ from kdbench.record import RESULT_FILE, read_json
 FINETUNE_SUFFIX = "_finetune"  # the fine-tuning grid of a task-agnostic preset NAME is the preset NAME_finetune
 # Override keys (and their sub-keys) about where and how a job runs: the same for distilling and fine-tuning.
 SHARED = ("hydra/launcher", "hydra.launcher", "data.glue_dir", "paths.cache_dir", "trainer.device",
-          "trainer.precision", "trainer.progress_bar", "logger", "kdbench.debug")
+          "trainer.precision", "trainer.tf32", "trainer.num_workers", "trainer.progress_bar",
+          "logger", "kdbench.debug")
 SWEEP_DIR_KEY = "hydra.sweep.dir"
 # How the next preset of a chain takes a saved student: the override that names its folder.
 STUDENT_AS = {"teacher": "teacher.name_or_path", "init": "init.path", "finetune": "setting.student_path"}

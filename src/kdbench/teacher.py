@@ -49,8 +49,8 @@ def teacher_key(plan) -> dict:
         "recipe": {
             k: getattr(trainer, k)
             for k in ("teacher_epochs", "teacher_lr", "batch_size", "warmup_ratio", "weight_decay",
-                      "adam_betas", "adam_eps", "max_grad_norm", "max_length", "teacher_seed", "precision")
-        },
+                      "adam_betas", "adam_eps", "max_grad_norm", "max_length", "teacher_seed")
+        } | {"precision": plan.precision},  # as resolved for the device: `auto` names no precision
     }
     if trainer.teacher_group_by_length:  # only then: the entries of teachers trained on plain batches keep their keys
         key["recipe"]["group_by_length"] = True
@@ -78,6 +78,14 @@ def freeze(model: PreTrainedModel) -> PreTrainedModel:
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def in_run_precision(frozen: PreTrainedModel, precision: str) -> PreTrainedModel:
+    """A frozen model's weights cast to bf16 once in a bf16 run (autocast would re-cast them at
+    every forward: it keeps the casts of weights that require grad only); as they are in an fp32
+    run. Cast after the student has copied its layers and after anything saved from the model: those
+    keep fp32 weights."""
+    return frozen.to(torch.bfloat16) if precision == "bf16" else frozen
 
 
 class FineTuned(NamedTuple):
@@ -140,6 +148,8 @@ def derived_key(teacher: FineTuned, train_set, tokenizer, plan, augmented: str |
     key = {"teacher": teacher.identity, "task": plan.task.name, "train_limit": plan.data.train_limit,
            "subset_seed": plan.data.subset_seed, "max_length": plan.trainer.max_length,
            "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision, "n": len(train_set)}
+    if plan.precision == "bf16":  # only then: by the teacher in bf16 weights (`in_run_precision`)
+        key["teacher_weights"] = "bf16"
     if augmented is not None:  # only then: the entries of the task's own subsets keep their keys
         key["augmented"] = augmented
     return key | content_key(plan)
@@ -170,7 +180,8 @@ def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan, augment
     """
 
     def build():
-        loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
+        loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False,
+                             loading=plan.loading)
         return logits_table(teacher.model, loader, len(train_set), plan.num_labels, plan.device, plan.precision)
 
     return cached_tensors(plan.cache_dir / "teacher_logits", plan.task.name,

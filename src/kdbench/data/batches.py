@@ -16,6 +16,7 @@ from transformers import DataCollatorWithPadding
 
 from kdbench.data.masking import IGNORE_INDEX, MaskingSpec, mask_tokens
 from kdbench.distributed import World
+from kdbench.specs import LoadingSpec
 
 
 class ResumableSampler(torch.utils.data.Sampler, abc.ABC):
@@ -73,14 +74,18 @@ class SeededBatches(ResumableSampler):
         return -(-len(self.lengths) // self.batch_size)
 
 
+IN_PROCESS = LoadingSpec()  # no workers, no pinned memory
+
+
 def make_loader(encoded, tokenizer, batch_size: int, *, shuffle: bool, seed: int = 0,
-                group_by_length: bool = False) -> DataLoader:
-    """Batches padded to their own longest example (dynamic padding), from a seeded, resumable sampler."""
+                group_by_length: bool = False, loading: LoadingSpec = IN_PROCESS) -> DataLoader:
+    """Batches padded to their own longest example (dynamic padding), from a seeded, resumable
+    sampler, loaded as `loading` says (the same batches with any number of workers)."""
     sampler = SeededBatches(encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length)
     # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a resumed
     # run would diverge from an uninterrupted one.
     return DataLoader(encoded, batch_sampler=sampler, collate_fn=DataCollatorWithPadding(tokenizer),
-                      generator=torch.Generator().manual_seed(seed))
+                      generator=torch.Generator().manual_seed(seed), **loading.options())
 
 
 class ShardedBatches(ResumableSampler):

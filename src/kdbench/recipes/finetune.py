@@ -76,8 +76,9 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     tokenizer = models.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
     train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
-                               group_by_length=trainer.group_by_length)
-    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False)
+                               group_by_length=trainer.group_by_length, loading=plan.loading)
+    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
+                                        loading=plan.loading)
                     for suffix, ds in eval_sets.items()}
     stage = loop.Stage("finetune", [model], train_loader, supervised_step(model, plan.device, plan.precision),
                        OptimizerSpec.of(trainer, trainer.lr), plan.device, epochs=trainer.stage2_epochs)

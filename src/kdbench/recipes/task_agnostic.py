@@ -28,11 +28,12 @@ from kdbench.objectives.terms import Objective
 from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.specs import OptimizerSpec
-from kdbench.teacher import freeze
+from kdbench.teacher import freeze, in_run_precision
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints, resumable_state
 from kdbench.training.evaluate import heldout_losses
 from kdbench.training.hooks import standard_hooks
+from kdbench.training.reach import freeze_unreached_by_step
 from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
 
 
@@ -45,6 +46,7 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
                                  heldout_fraction=plan.corpus.heldout_fraction, max_docs=plan.corpus.max_docs)
     teacher = freeze(models.pretrained_teacher(plan.teacher, 2, trainer.teacher_seed, mlm=True)).to(device)
     student = models.student_for(plan, teacher, mlm=True)
+    in_run_precision(teacher, plan.precision)
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed,
                           recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(device)
     masking = input_masking(objective, trainer, tokenizer, corpus.train.array)
@@ -62,11 +64,13 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         recorder(student, objective, "student", plan.student_conf.num_hidden_layers) as (student_recorder, student_logits),
         recorder(teacher, objective, "teacher", plan.teacher_conf.num_hidden_layers) as (teacher_recorder, teacher_logits),
     ):
-        # Only objectives that read the MLM logits (vanilla_kd, distilbert) run the student's whole model; the others
-        # stop at their last layer and leave its MLM head without a gradient.
-        student_side = distributed.wrap(StudentSide(student_recorder, objective, student_logits), world, device,
-                                        unused_parameters=objective.last_layer("student") is not None)
         teacher_records = teacher_records_now(teacher_recorder, teacher_logits, device, plan.precision)
+        # Only objectives that read the MLM logits (vanilla_kd, distilbert) run the student's whole
+        # model; the others stop at their last layer: what they leave without a gradient is frozen.
+        student_side = StudentSide(student_recorder, objective, student_logits)
+        probe = distillation_step(student_side, teacher_records, device, plan.precision)
+        freeze_unreached_by_step(student_side, probe, first_batch(train_loader), device)
+        student_side = distributed.wrap(student_side, world, device)
         step = distillation_step(student_side, teacher_records, device, plan.precision)
 
         def evaluate_heldout(at_step: int) -> dict:
@@ -114,11 +118,19 @@ def input_masking(objective: Objective, trainer, tokenizer, train_rows) -> Maski
 
 
 def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool):
-    """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with `masking`."""
+    """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with
+    `masking`, in the loader's workers (the same batches with any number of them)."""
     sampler = ShardedBatches(len(sequences), global_batch, plan.batches.per_process, world, seed, shuffle=shuffle)
     return torch.utils.data.DataLoader(KeyedCorpus(sequences), batch_sampler=sampler,
                                        collate_fn=CorpusCollator(masking, seed),
-                                       generator=torch.Generator().manual_seed(seed))
+                                       generator=torch.Generator().manual_seed(seed),
+                                       **plan.loading.options())
+
+
+def first_batch(loader) -> dict:
+    """The loader's first batch, collated in this process (no worker started, no sampler moved)."""
+    keys = next(iter(loader.batch_sampler))
+    return loader.collate_fn([loader.dataset[key] for key in keys])
 
 
 @contextmanager

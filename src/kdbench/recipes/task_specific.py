@@ -27,7 +27,7 @@ from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.specs import OptimizerSpec
-from kdbench.teacher import finetuned_teacher, teacher_logits_table
+from kdbench.teacher import finetuned_teacher, in_run_precision, teacher_logits_table
 from kdbench.teacher_features import FeatureTableFn, teacher_feature_table
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints, resumable_state
@@ -68,17 +68,20 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     train_set = encode_train(originals, plan.task, tokenizer, trainer.max_length)
     eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
     teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=trainer.teacher_seed,
-                                 group_by_length=trainer.teacher_group_by_length)
-    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False)
+                                 group_by_length=trainer.teacher_group_by_length,
+                                 loading=plan.loading)
+    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
+                                        loading=plan.loading)
                     for suffix, ds in eval_sets.items()}
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
     if trainer.teacher_dropout:
         teacher.model.train()  # dropout on while it teaches, still without gradients
 
     student = models.student_for(plan, teacher.model)
+    in_run_precision(teacher.model, plan.precision)
     train_set, augmented = distillation_set(plan, originals, train_set, tokenizer)
     train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
-                               group_by_length=trainer.group_by_length)
+                               group_by_length=trainer.group_by_length, loading=plan.loading)
     timing = {"teacher_finetune_s": teacher.seconds, "stage1_s": 0.0, "stage2_s": 0.0}
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     latest = resumable_state(checkpoints, plan.fingerprint)

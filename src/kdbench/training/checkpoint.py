@@ -61,17 +61,20 @@ class Checkpoints:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def rng_state() -> dict:
+def rng_state(device: torch.device) -> dict:
+    """The torch RNG streams a process draws from: the CPU's and, on a GPU, its own device's."""
     state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict, device: torch.device) -> None:
+    """Restore `rng_state`'s streams; the saved GPU stream goes to this process's device
+    (data-parallel processes draw the same stream: one seed, the same shapes)."""
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def resumable_state(checkpoints: Checkpoints, fingerprint: str) -> dict | None:

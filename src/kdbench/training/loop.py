@@ -70,14 +70,14 @@ class Progress:
         """Everything needed to continue exactly from here (a checkpoint's content)."""
         return {"stage": self.stage.name, "done": done, "step": self.step, "epoch": self.epoch, "batch": self.batch,
                 "modules": [m.state_dict() for m in self.stage.modules], "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rng": rng_state()}
+                "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.stage.device)}
 
     def restore(self, state: dict) -> None:
         for module, saved in zip(self.stage.modules, state["modules"], strict=True):
             module.load_state_dict(saved)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
+        set_rng_state(state["rng"], self.stage.device)
         self.step, self.epoch, self.batch = state["step"], state["epoch"], state["batch"]
 
 
