@@ -117,7 +117,8 @@ def recorder(model, objective: Objective, side: str, last_layer: int):
         head = models.mlm_head(model)
 
         def logits(records, output, batch):
-            return head(records[last_layer]["hidden"][batch["mlm_positions"]])
+            hidden = records[last_layer]["hidden"].flatten(0, 1)
+            return head(hidden.index_select(0, batch["mlm_positions"]))
     with FeatureRecorder(model, needs, stop_after=max(needs)) as features:
         yield features, logits
 
