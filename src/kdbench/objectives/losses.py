@@ -30,7 +30,7 @@ import inspect
 import math
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
@@ -407,10 +407,16 @@ class LossEntry:
     classification_only: bool = False  # contrasts examples by their task labels
     mlm: bool = False  # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
 
-    @cached_property
-    def takes_labels(self) -> bool:
-        """Called with the batch's labels (the task's labels, or the MLM's original token ids)."""
-        return "labels" in inspect.signature(self.fn).parameters
+    # Read at every step, so plain attributes (a step compiled by torch.compile traces them):
+    # called with the batch's labels (the task's labels, or the MLM's original token ids)
+    takes_labels: bool = field(init=False)
+    # takes `num_heads` (relation heads; a term's default is the teacher's head count)
+    takes_num_heads: bool = field(init=False)
+
+    def __post_init__(self):
+        parameters = inspect.signature(self.fn).parameters
+        object.__setattr__(self, "takes_labels", "labels" in parameters)
+        object.__setattr__(self, "takes_num_heads", "num_heads" in parameters)
 
     @cached_property
     def param_names(self) -> frozenset[str]:
@@ -421,11 +427,6 @@ class LossEntry:
             keywords = inspect.signature(builds).parameters.values()
             return frozenset(p.name for p in keywords if p.kind is p.KEYWORD_ONLY) - {"seed"}
         return frozenset(list(inspect.signature(self.fn).parameters)[2:]) - {"mask", "labels"}
-
-    @cached_property
-    def takes_num_heads(self) -> bool:
-        """Takes `num_heads` (relation heads; a term's default is the teacher's head count)."""
-        return "num_heads" in inspect.signature(self.fn).parameters
 
 
 LOSSES: dict[str, LossEntry] = {
