@@ -120,10 +120,15 @@ def mean_over_ranks(values: dict[str, float], world: World, device: torch.device
     return {n: float(v) / world.size for n, v in zip(names, tensor.tolist())}
 
 
+def is_distributed() -> bool:
+    """Whether this process is one of a data-parallel run's (its process group is up)."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def any_rank(flag: bool, device: torch.device) -> bool:
     """Whether `flag` is set on any process (every process must call this at the same point); `flag` alone
     outside a data-parallel run."""
-    if not (dist.is_available() and dist.is_initialized()):
+    if not is_distributed():
         return flag
     value = torch.tensor([int(flag)], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)

@@ -318,6 +318,28 @@ def prepare_for_training(model: PreTrainedModel, recompute_attention: bool) -> P
     return model
 
 
+# attention implementations whose mask is SDPA's boolean one (`sdpa_mask`)
+SDPA_IMPLEMENTATIONS = ("sdpa", RECOMPUTED_SDPA)
+
+
+def attention_mask(model: PreTrainedModel, mask: torch.Tensor,
+                   padded: bool | None) -> torch.Tensor | None:
+    """The attention mask to give `model` for a [B, L] padding `mask` (non-zero = a real token).
+
+    Transformers' mask builder reads a [B, L] mask's values to decide whether it can drop it (a
+    host-device synchronisation in every forward). Where the host knows (`padded`, from the
+    collator), a batch without padding gets no mask (SDPA may then choose its flash kernel); every
+    other batch gets SDPA's own form, built on the device from `mask` and passed as is: [B, 1, 1, L]
+    booleans, True where a key is attended, for every query. An attention implementation with
+    another form of mask (eager) is given `mask` and builds its own.
+    """
+    if padded is False:
+        return None
+    if model.config._attn_implementation not in SDPA_IMPLEMENTATIONS:
+        return mask
+    return (mask != 0)[:, None, None, :]
+
+
 def embeddings(model: PreTrainedModel) -> torch.nn.Module:
     return model.base_model.embeddings
 

@@ -6,6 +6,12 @@ attention). They are computed in one pass, stored per example without padding (e
 layer as one [T, D] table over the T real tokens of the training set), cached on disk next to the teacher's
 logits, and gathered into padded batches at each step. An entry larger than `trainer.teacher_features_gib`
 is not built: the teacher then runs at every step, as without the cache.
+
+A step gathers on the training device without a host synchronisation: the table lives there when
+it fits (on the CPU that is the same memory; on a GPU within half its free memory), and a batch's
+rows are computed there from its padding mask and example numbers. A table too large for the GPU
+stays in pinned host memory: there the rows are read on the host (a synchronisation) and the
+gathered batch is copied from pinned memory without waiting.
 """
 
 from __future__ import annotations
@@ -40,6 +46,24 @@ def real_token_rows(offsets: Tensor, batch: dict) -> tuple[Tensor, Tensor, Tenso
     return mask, examples, token_rows(offsets, examples, mask.sum(1))
 
 
+def _moved(gathered: Tensor, device: torch.device) -> Tensor:
+    """Rows gathered from the table, on `device`: as they are when the table is there, else copied
+    from pinned memory without waiting."""
+    if gathered.device == device:
+        return gathered
+    return gathered.pin_memory().to(device, non_blocking=True)
+
+
+def batch_rows(offsets: Tensor, mask: Tensor, examples: Tensor) -> Tensor:
+    """The table rows of a batch's [B, L] positions, on its arguments' device, without reading them.
+
+    A real token's row is its example's offset plus the real tokens before it; a padded position
+    repeats a row of its example (or the next example's first when it has none), which the caller
+    masks.
+    """
+    return offsets.index_select(0, examples)[:, None] + (mask.long().cumsum(1) - 1).clamp(min=0)
+
+
 @dataclass
 class FeatureTable:
     """The teacher's raw features per layer (`features[layer][name]`: [T, D], the real tokens of every example
@@ -53,18 +77,26 @@ class FeatureTable:
     def records(self, batch: dict) -> dict:
         """The batch's teacher records on the batch's device: [B, L, D] per raw feature, a teacher forward's values
         at the real tokens and zero at padding (which every loss masks); the logits [B, C]."""
-        mask, examples, rows = real_token_rows(self.offsets, batch)
-        device = batch["attention_mask"].device
+        mask = batch["attention_mask"] != 0
+        device, at = mask.device, self.offsets.device
+        rows = batch_rows(self.offsets, mask.to(at), batch["example"].to(at)).flatten()
         records: dict = {}
         for layer, raw in self.features.items():
             records[layer] = {}
             for name, table in raw.items():
-                padded = table.new_zeros(*mask.shape, table.shape[1])
-                padded[mask] = table[rows]
-                records[layer][name] = padded.to(device, non_blocking=True)
+                padded = _moved(table.index_select(0, rows.clamp(max=len(table) - 1)), device)
+                records[layer][name] = padded.view(*mask.shape, -1).masked_fill(~mask[..., None], 0)
         if self.logits is not None:
-            records[LOGITS] = self.logits[examples].to(device, non_blocking=True)
+            records[LOGITS] = _moved(self.logits.index_select(0, batch["example"].to(at)), device)
         return records
+
+    def placed(self, device: torch.device, size: int) -> FeatureTable:
+        """This table where a step gathers from it: on `device` when its `size` bytes fit there
+        (on a GPU: within half its free memory), otherwise in pinned host memory."""
+        on_gpu = device.type == "cuda" and size <= torch.cuda.mem_get_info(device)[0] // 2
+        fits = device.type == "cpu" or on_gpu
+        place = (lambda t: t.to(device)) if fits else (lambda t: t.pin_memory())  # noqa: E731
+        return FeatureTable.of({key: place(tensor) for key, tensor in self.state().items()})
 
     def state(self) -> dict[str, Tensor]:
         state = {"offsets": self.offsets} | ({"logits": self.logits} if self.logits is not None else {})
@@ -139,4 +171,4 @@ def teacher_feature_table(teacher: FineTuned, train_set, tokenizer, plan, augmen
     build = lambda: compute_table(teacher.model, train_set, tokenizer, plan, needs, stop_after, logits).state()  # noqa: E731
     state = cached_tensors(plan.cache_dir / "teacher_features", plan.task.name, key, build, size,
                            "the teacher-features cache entry")
-    return FeatureTable.of(state)
+    return FeatureTable.of(state).placed(plan.device, size)

@@ -127,6 +127,27 @@ def test_a_non_finite_loss_names_the_term_and_step():
         loop.train(stage)
 
 
+def test_a_non_finite_step_is_skipped_on_the_device_and_named_at_the_next_read():
+    stage, calls, weights = toy_stage(epochs=1), {"n": 0}, []
+    real_step = stage.step
+
+    def step(batch):
+        calls["n"] += 1
+        losses = real_step(batch)
+        return {k: v * float("nan") for k, v in losses.items()} if calls["n"] == 2 else losses
+
+    class Weights(Hook):
+        def on_step(self, progress):
+            weights.append(stage.modules[0].weight.detach().clone())
+
+    stage.step, initial = step, stage.modules[0].weight.detach().clone()
+    with pytest.raises(loop.NonFiniteLoss, match="'mse' became nan at toy step 1 "):
+        loop.train(stage, [Weights()])  # no hook reads the values: the end's verdict names the step
+    assert len(weights) == 3 and not torch.equal(weights[0], initial)  # the first step trained
+    # the skipped steps keep the last good state
+    assert torch.equal(weights[1], weights[0]) and torch.equal(weights[2], weights[0])
+
+
 def test_standard_hooks_are_log_evaluate_checkpoint_stop_progress(tmp_path):
     from kdbench.specs import TrainerSpec
 

@@ -94,3 +94,22 @@ def test_frequency_smoothed_masking_draws_rare_tokens_more_often():
     assert 0.45 < share < 0.55
     uniform = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(0))[1]
     assert abs((uniform[uniform != -100] == rare).float().mean().item() - 0.25) < 0.05
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_corpus_collator_gives_flat_mlm_positions_and_says_whether_the_batch_is_padded(padded):
+    from kdbench.data.batches import PADDED, CorpusCollator, KeyedCorpus
+
+    ids, attention = random_batch()
+    attention = attention if padded else torch.ones_like(attention)
+    sequences = [{"input_ids": i, "attention_mask": a}
+                 for i, a in zip(ids[:8], attention[:8], strict=True)]
+    corpus = KeyedCorpus(sequences)
+    batch = CorpusCollator(SPEC, seed=3)([corpus[(0, index)] for index in range(8)])
+    chosen = torch.zeros(8 * 128, dtype=torch.bool)
+    chosen[batch["mlm_positions"]] = True
+    assert batch[PADDED] is padded and batch["mlm_positions"].dtype == torch.long
+    assert torch.equal(batch["mlm_positions"], chosen.nonzero().squeeze(1))  # flat, row-major
+    assert torch.equal(batch["labels"], ids[:8].flatten()[batch["mlm_positions"]])  # original ids
+    unchosen = ~chosen.view(8, 128)
+    assert torch.equal(batch["input_ids"][unchosen], ids[:8][unchosen])  # only those change

@@ -18,6 +18,25 @@ from kdbench.data.masking import IGNORE_INDEX, MaskingSpec, mask_tokens
 from kdbench.distributed import World
 from kdbench.specs import LoadingSpec
 
+# A batch's host-side flag: whether any of its tokens is padding. The collator computes it on the
+# host, where the mask is, so that no step reads the mask on the device
+# (see `kdbench.models.attention_mask`).
+PADDED = "padded"
+
+
+def has_padding(attention_mask: torch.Tensor) -> bool:
+    """Whether a host-side [B, L] mask has a padded position."""
+    return not bool(attention_mask.all())
+
+
+class PaddingCollator(DataCollatorWithPadding):
+    """Pads to the batch's longest example (dynamic padding); says whether the batch has padding
+    (`PADDED`)."""
+
+    def __call__(self, features):
+        batch = dict(super().__call__(features))
+        return batch | {PADDED: has_padding(batch["attention_mask"])}
+
 
 class ResumableSampler(torch.utils.data.Sampler, abc.ABC):
     """A batch sampler the loop can position: what `kdbench.training.loop.train` calls on a loader's sampler."""
@@ -84,7 +103,7 @@ def make_loader(encoded, tokenizer, batch_size: int, *, shuffle: bool, seed: int
     sampler = SeededBatches(encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length)
     # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a resumed
     # run would diverge from an uninterrupted one.
-    return DataLoader(encoded, batch_sampler=sampler, collate_fn=DataCollatorWithPadding(tokenizer),
+    return DataLoader(encoded, batch_sampler=sampler, collate_fn=PaddingCollator(tokenizer),
                       generator=torch.Generator().manual_seed(seed), **loading.options())
 
 
@@ -140,8 +159,11 @@ class KeyedCorpus(torch.utils.data.Dataset):
 class CorpusCollator:
     """Stacks packed sequences; with `masking`, masks each one with its own (seed, epoch, example) RNG.
 
-    A masked batch holds `mlm_positions` [B, L] (the masked positions) and `labels` [M] (their original ids, in
-    the order of those positions): the MLM logits are computed there only.
+    A masked batch holds `mlm_positions` [M] (the masked positions as flat indices into the batch's
+    B * L tokens, in row-major order) and `labels` [M] (their original ids, in that order): the MLM
+    logits are computed there only, gathered by index (a boolean index's size would be read from the
+    device). For soft targets at every attended token it also holds `attended_positions` [A] (the
+    attended tokens' flat indices) and `masked_in_attended` [M] (where each masked one sits among them).
     """
 
     def __init__(self, masking: MaskingSpec | None, seed: int, mlm_probability: float = 0.15):
@@ -149,6 +171,7 @@ class CorpusCollator:
 
     def __call__(self, examples):
         batch = {k: torch.stack([e[k] for e in examples]) for k in ("input_ids", "attention_mask")}
+        batch[PADDED] = has_padding(batch["attention_mask"])
         if self.masking is None:
             return batch
         masked, labels = [], []
@@ -159,6 +182,11 @@ class CorpusCollator:
                                    generator=generator, attention_mask=example["attention_mask"][None])
             masked.append(ids[0])
             labels.append(lab[0])
-        labels = torch.stack(labels)
-        positions = labels != IGNORE_INDEX
-        return batch | {"input_ids": torch.stack(masked), "mlm_positions": positions, "labels": labels[positions]}
+        labels = torch.stack(labels).flatten()
+        positions = torch.nonzero(labels != IGNORE_INDEX).squeeze(1)
+        attended = batch["attention_mask"].flatten()
+        rank = torch.cumsum(attended, 0) - 1  # each attended token's place among them
+        return batch | {"input_ids": torch.stack(masked), "mlm_positions": positions,
+                        "labels": labels[positions],
+                        "attended_positions": torch.nonzero(attended).squeeze(1),
+                        "masked_in_attended": rank[positions]}

@@ -11,6 +11,7 @@ features (`RAW_FEATURES`); the features a loss reads (`FEATURES`) are derived fr
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,28 @@ def padding_mask(mask: Tensor | None, batch: int, length: int, device: torch.dev
     if mask.shape != (batch, length):
         raise ValueError(f"mask: expected shape {(batch, length)} ([B, L]), got {tuple(mask.shape)}")
     return (mask.to(device) != 0).to(torch.float32)
+
+
+def _first_tensor(args) -> Tensor | None:
+    for arg in args:
+        found = _first_tensor(arg) if isinstance(arg, (tuple, list)) else arg
+        if isinstance(found, Tensor):
+            return found
+    return None
+
+
+def outside_autocast(loss: Callable) -> Callable:
+    """`loss` computed with autocast off on its inputs' device: the loss casts its inputs to float32, and every
+    matmul and reduction in it then runs in float32 whatever autocast region calls it."""
+
+    @functools.wraps(loss)
+    def computed(*args, **kwargs):
+        tensor = _first_tensor(args)
+        device_type = tensor.device.type if tensor is not None else "cpu"
+        with torch.autocast(device_type, enabled=False):
+            return loss(*args, **kwargs)
+
+    return computed
 
 
 def attention_scores(raw: Mapping[str, Tensor], num_heads: int) -> Tensor:

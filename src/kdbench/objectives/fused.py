@@ -21,7 +21,7 @@ import math
 import torch
 from torch import Tensor
 
-from kdbench.objectives.features import MASKED_SCORE, padding_mask, split_heads
+from kdbench.objectives.features import MASKED_SCORE, outside_autocast, padding_mask, split_heads
 
 # Heads per chunk are chosen so that one [B, h, L, L] float32 map is about this size: every head at once on
 # GLUE-length batches, a few heads at a time at length 512 (a chunk holds about four maps at once).
@@ -69,6 +69,9 @@ KINDS = {
 
 
 class _ScoreMapLoss(torch.autograd.Function):
+    """The loss of the maps A B^T; B is None for a self-relation (B = A: the tensor is taken once, and its gradient
+    sums both roles in float32 before one cast to its dtype)."""
+
     @staticmethod
     def forward(ctx, student_a, student_b, teacher_a, teacher_b, mask, heads: int, kind: str, with_grad: bool):
         rows, count = KINDS[kind]
@@ -77,6 +80,9 @@ class _ScoreMapLoss(torch.autograd.Function):
         valid = m > 0
         pair = valid[:, None, :, None] & valid[:, None, None, :]
         denom = (heads * count(m.sum(dim=1))).clamp_min(1.0)
+        self_relation = student_b is None
+        student_b = student_a if self_relation else student_b
+        teacher_b = teacher_a if teacher_b is None else teacher_b
         # every chunk of heads writes its columns: the whole gradient is written, nothing needs zeroing
         grad_a = torch.empty(student_a.shape, dtype=torch.float32, device=student_a.device) if with_grad else None
         grad_b = torch.empty(student_b.shape, dtype=torch.float32, device=student_b.device) if with_grad else None
@@ -84,7 +90,8 @@ class _ScoreMapLoss(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=student_a.device)
         for start in range(0, heads, step):
             stop = min(heads, start + step)
-            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, valid) for x in (student_a, student_b, teacher_a, teacher_b))
+            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, valid)
+                              for x in (student_a, student_b, teacher_a, teacher_b))
             student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
             value, grad = rows((sa @ sb.transpose(-1, -2)).mul_(student_scale),
                                (ta @ tb.transpose(-1, -2)).mul_(teacher_scale), pair)
@@ -96,22 +103,25 @@ class _ScoreMapLoss(torch.autograd.Function):
             # dA = G B and dB = G^T A, back in the projections' [B, L, h*d] layout
             grad_a[..., start * d: stop * d] = _merge_heads(grad @ sb)
             grad_b[..., start * d: stop * d] = _merge_heads(grad.transpose(-1, -2) @ sa)
-        if with_grad:
+        if with_grad and self_relation:
+            ctx.save_for_backward(grad_a.add_(grad_b).to(student_a.dtype))
+        elif with_grad:
             ctx.save_for_backward(grad_a.to(student_a.dtype), grad_b.to(student_b.dtype))
         return total / denom
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_a, grad_b = ctx.saved_tensors
-        return grad_output * grad_a, grad_output * grad_b, None, None, None, None, None, None
+        grads = [grad_output * grad for grad in ctx.saved_tensors]
+        return grads[0], grads[1] if len(grads) == 2 else None, None, None, None, None, None, None
 
 
+@outside_autocast
 def score_map_loss(kind: str, student: tuple[Tensor, Tensor], teacher: tuple[Tensor, Tensor], heads: int,
                    mask: Tensor | None = None) -> Tensor:
     """The loss between per-head maps A B^T / sqrt(d) of the student and of the teacher, float32 scalar.
 
     `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be the same tensor,
-    a self-relation, whose gradient autograd then sums over both roles); `mask`: [B, L] or None.
+    a self-relation, passed to autograd once, its gradient summing both roles); `mask`: [B, L] or None.
     kind "kl": `losses.att_kl` on the maps (sum / (heads * sum_b n_b)); "mse": `losses.att_mse`.
     Padded tokens are zeroed before the product, as `losses`' relations do. Gradients reach the student only.
     """
@@ -125,7 +135,9 @@ def score_map_loss(kind: str, student: tuple[Tensor, Tensor], teacher: tuple[Ten
         raise ValueError(f"score_map_loss: student and teacher [B, L] differ: {tuple(student[0].shape[:2])} vs "
                          f"{tuple(teacher[0].shape[:2])}")
     with_grad = torch.is_grad_enabled() and (student[0].requires_grad or student[1].requires_grad)
-    return _ScoreMapLoss.apply(*student, teacher[0].detach(), teacher[1].detach(), mask, heads, kind, with_grad)
+    student_b = None if student[1] is student[0] else student[1]
+    teacher_b = None if teacher[1] is teacher[0] else teacher[1].detach()
+    return _ScoreMapLoss.apply(student[0], student_b, teacher[0].detach(), teacher_b, mask, heads, kind, with_grad)
 
 
 def att_kl(student: tuple[Tensor, Tensor], teacher: tuple[Tensor, Tensor], num_heads: int,

@@ -12,8 +12,10 @@ Conventions shared by all functions:
   position is real.
 * Attention scores are the pre-softmax ``Q K^T / sqrt(d_head)`` *without* any
   additive attention mask: the functions apply the mask themselves.
-* Inputs are cast to float32 before any arithmetic, so bf16/fp16 inputs give
-  finite values and gradients and all reductions run in float32.
+* Every function runs with autocast off (``outside_autocast``) and casts its
+  inputs to float32 before any arithmetic, so under a bf16 autocast region
+  too every matmul and reduction runs in float32, and bf16/fp16 inputs give
+  finite values and gradients.
 * Padded positions never reach the arithmetic: they are replaced (with
   ``masked_fill`` / ``torch.where``) before use, so arbitrary values there,
   even ``inf`` or ``nan``, change neither the loss nor the student gradients.
@@ -28,7 +30,7 @@ import inspect
 import math
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
@@ -37,7 +39,7 @@ from torch import Tensor
 
 from kdbench.objectives import fused
 from kdbench.objectives.contrastive import crd
-from kdbench.objectives.features import LOGITS, MASKED_SCORE, padding_mask, split_heads
+from kdbench.objectives.features import LOGITS, MASKED_SCORE, outside_autocast, padding_mask, split_heads
 
 __all__ = [
     "kd",
@@ -131,6 +133,7 @@ def _relation_scores(x: Tensor, valid: Tensor, head_size: int | None = None) -> 
 # --------------------------------------------------------------------------- #
 # logits
 # --------------------------------------------------------------------------- #
+@outside_autocast
 def kd(
     student_logits: Tensor,
     teacher_logits: Tensor,
@@ -184,6 +187,7 @@ def kd(
     return alpha * soft + (1.0 - alpha) * hard
 
 
+@outside_autocast
 def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float = 1.0) -> Tensor:
     """Soft cross-entropy to the teacher's distribution (DistilBERT's MLM distillation).
 
@@ -202,6 +206,7 @@ def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float
     return -(target * log_student).sum(-1).mean() * temperature**2
 
 
+@outside_autocast
 def mlm(student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None) -> Tensor:
     """Masked-language-model cross-entropy: ``[M, V]`` logits at the masked positions, ``[M]`` original ids.
 
@@ -218,6 +223,7 @@ def mlm(student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Te
 # --------------------------------------------------------------------------- #
 # attention / relations
 # --------------------------------------------------------------------------- #
+@outside_autocast
 def att_mse(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """TinyBERT attention MSE.
 
@@ -239,6 +245,7 @@ def att_mse(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None 
     return (s - t).pow(2).sum() / denom
 
 
+@outside_autocast
 def att_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """Attention-distribution KL (MiniLM).
 
@@ -258,6 +265,7 @@ def att_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None =
     return _masked_row_kl(_f32(student_scores), _f32(teacher_scores).detach(), m)
 
 
+@outside_autocast
 def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None = None, *,
            scale_by: str = "own") -> Tensor:
     """Value-relation KL (MiniLM).
@@ -296,6 +304,7 @@ def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None =
     return att_kl(s_rel, t_rel, mask)
 
 
+@outside_autocast
 def relation_kl(student_x: Tensor, teacher_x: Tensor, num_heads: int, mask: Tensor | None = None) -> Tensor:
     """Self-attention relation KL (MiniLMv2).
 
@@ -335,6 +344,7 @@ def _check_hidden(student: Tensor, teacher: Tensor, mask: Tensor | None, what: s
         raise ValueError(f"{what}: a mask is only supported for [B, L, D] inputs, got [B, D] inputs")
 
 
+@outside_autocast
 def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None = None) -> Tensor:
     """Hidden-state MSE (TinyBERT).
 
@@ -359,6 +369,7 @@ def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None 
     return (s - t).pow(2).sum() / denom
 
 
+@outside_autocast
 def cosine(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None = None) -> Tensor:
     """Cosine embedding loss (DistilBERT).
 
@@ -403,10 +414,16 @@ class LossEntry:
     classification_only: bool = False  # contrasts examples by their task labels
     mlm: bool = False  # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
 
-    @cached_property
-    def takes_labels(self) -> bool:
-        """Called with the batch's labels (the task's labels, or the MLM's original token ids)."""
-        return "labels" in inspect.signature(self.fn).parameters
+    # Read at every step, so plain attributes (a step compiled by torch.compile traces them):
+    # called with the batch's labels (the task's labels, or the MLM's original token ids)
+    takes_labels: bool = field(init=False)
+    # takes `num_heads` (relation heads; a term's default is the teacher's head count)
+    takes_num_heads: bool = field(init=False)
+
+    def __post_init__(self):
+        parameters = inspect.signature(self.fn).parameters
+        object.__setattr__(self, "takes_labels", "labels" in parameters)
+        object.__setattr__(self, "takes_num_heads", "num_heads" in parameters)
 
     @cached_property
     def param_names(self) -> frozenset[str]:
@@ -417,11 +434,6 @@ class LossEntry:
             keywords = inspect.signature(builds).parameters.values()
             return frozenset(p.name for p in keywords if p.kind is p.KEYWORD_ONLY) - {"seed"}
         return frozenset(list(inspect.signature(self.fn).parameters)[2:]) - {"mask", "labels"}
-
-    @cached_property
-    def takes_num_heads(self) -> bool:
-        """Takes `num_heads` (relation heads; a term's default is the teacher's head count)."""
-        return "num_heads" in inspect.signature(self.fn).parameters
 
 
 LOSSES: dict[str, LossEntry] = {

@@ -257,8 +257,8 @@ class Objective(nn.Module):
             kwargs["labels"] = batch["labels"]
         features = self._pair_features(term, student_records, teacher_records, s, t)
         if term.feature == LOGITS and term.positions != self.logit_positions:  # the masked ones
-            keep = batch["mlm_positions"][batch["attention_mask"].bool()]
-            features = tuple(feature[keep] for feature in features)
+            keep = batch["masked_in_attended"]
+            features = tuple(feature.index_select(0, keep) for feature in features)
         return entry.fn(*features, **kwargs)
 
     def _pair_features(self, term: Term, student_records, teacher_records, s: int,

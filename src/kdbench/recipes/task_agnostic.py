@@ -143,10 +143,12 @@ def recorder(model, objective: Objective, side: str, last_layer: int):
     if objective.uses_logits:
         needs.setdefault(last_layer, set()).add("hidden")
         head = models.mlm_head(model)
-        where = "attention_mask" if objective.logit_positions == "attended" else "mlm_positions"
+        attended = objective.logit_positions == "attended"
+        where = "attended_positions" if attended else "mlm_positions"
 
         def logits(records, output, batch):
-            return head(records[last_layer]["hidden"][batch[where].bool()])
+            hidden = records[last_layer]["hidden"].flatten(0, 1)
+            return head(hidden.index_select(0, batch[where]))
     with FeatureRecorder(model, needs, stop_after=max(needs)) as features:
         yield features, logits
 

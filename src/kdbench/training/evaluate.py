@@ -18,7 +18,7 @@ def predict(model: torch.nn.Module, loader, device: torch.device, precision: str
     for batch in loader:
         batch = to_device(batch, device)
         with autocast(device, precision):
-            logits = model(**model_inputs(batch)).logits
+            logits = model(**model_inputs(batch, model)).logits
         outputs.append(logits.float().cpu())
         labels.append(batch["labels"].cpu())
     return torch.cat(outputs).numpy(), torch.cat(labels).numpy()
@@ -42,7 +42,7 @@ def logits_table(model, loader, num_examples: int, num_labels: int, device, prec
         for batch in loader:
             batch = to_device(batch, device)
             with autocast(device, precision):
-                logits = model(**model_inputs(batch)).logits
+                logits = model(**model_inputs(batch, model)).logits
             table[batch["example"].cpu()] = logits.float().cpu()
     return table
 

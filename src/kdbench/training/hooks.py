@@ -74,15 +74,22 @@ class Checkpoint(Hook):
 
 
 class StopOnSignal(Hook):
-    """After a stop signal (SIGTERM, SIGUSR1, a scheduler's pre-emption), checkpoints and raises `Interrupted`."""
+    """After a stop signal (SIGTERM, SIGUSR1, a scheduler's pre-emption), checkpoints and raises
+    `Interrupted`.
 
-    def __init__(self, checkpoints: Checkpoints | None):
-        self.checkpoints = checkpoints
+    Every process of a data-parallel run stops at the same step (a signal reaches them at different
+    times: one that went on would wait for the others in its next all-reduce), so there the
+    processes agree on the flag every `every` steps only, each agreement being a synchronisation.
+    A single process reads its own flag every step.
+    """
+
+    def __init__(self, checkpoints: Checkpoints | None, every: int = 1):
+        self.checkpoints, self.every = checkpoints, every
 
     def on_step(self, progress) -> None:
-        # Every process of a data-parallel run stops at the same step (a signal reaches them at different times):
-        # one that went on would wait for the others in its next all-reduce.
-        if distributed.any_rank(stop_requested(), progress.stage.device) and not progress.finished:
+        if progress.finished or (distributed.is_distributed() and progress.step % self.every):
+            return
+        if distributed.any_rank(stop_requested(), progress.stage.device):
             if self.checkpoints is not None:
                 self.checkpoints.save(progress.state())
             raise Interrupted(f"stopped by a signal at {progress.stage.name} step {progress.step}; the state is "
@@ -90,8 +97,10 @@ class StopOnSignal(Hook):
 
 
 class ProgressBar(Hook):
-    def __init__(self, enabled: bool):
-        self.enabled, self.bar = enabled, None
+    """A bar of the stage's steps, showing the loss read every `every` steps and at the last."""
+
+    def __init__(self, enabled: bool, every: int = 1):
+        self.enabled, self.every, self.bar = enabled, every, None
 
     def on_start(self, progress) -> None:
         self.bar = tqdm(total=progress.stage.total_steps, initial=progress.step, desc=progress.stage.name,
@@ -99,7 +108,8 @@ class ProgressBar(Hook):
 
     def on_step(self, progress) -> None:
         self.bar.update()
-        self.bar.set_postfix(loss=f"{progress.values['total']:.4f}")
+        if self.enabled and (progress.step % self.every == 0 or progress.finished):
+            self.bar.set_postfix(loss=f"{progress.values['total']:.4f}")
 
     def on_end(self, progress) -> None:
         self.bar.close()
@@ -113,4 +123,5 @@ def standard_hooks(trainer: TrainerSpec, log: StepLog, checkpoints: Checkpoints 
         hooks.append(EveryStep(after_step))
     if checkpoints is not None:
         hooks.append(Checkpoint(checkpoints, trainer.checkpoint_every, trainer.checkpoint_epochs))
-    return [*hooks, StopOnSignal(checkpoints), ProgressBar(trainer.progress_bar)]
+    return [*hooks, StopOnSignal(checkpoints, trainer.log_every),
+            ProgressBar(trainer.progress_bar, trainer.log_every)]

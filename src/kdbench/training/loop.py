@@ -3,6 +3,9 @@
 The loop does the arithmetic of a step (micro-batches, gradient accumulation, the finite-loss check, clipping,
 the optimizer and schedule); everything else that happens around a step (logging, evaluation, checkpoints, stop
 signals, progress) is a hook (`kdbench.training.hooks`), called in the order given.
+
+A step makes no host synchronisation: its loss terms stay on the device, and the host reads them
+(and the finite check's verdict) only when a hook asks for `Progress.values` or `Progress.state()`.
 """
 
 from __future__ import annotations
@@ -49,25 +52,95 @@ class Stage:
         return self.max_steps if self.max_steps is not None else self.epochs * (len(self.loader) // self.accumulation)
 
 
+class FiniteGuard:
+    """The finite-loss check, on the device: no host synchronisation until its verdict is read.
+
+    Every step's loss terms are checked on the device. From the first step with a non-finite term
+    on, `skip` is 1; it is the fused AdamW's `found_inf`, so the optimizer leaves the parameters and
+    its own state untouched: the trained state stays that of the last good step. The first bad
+    step's terms are kept on the device; `read` (one synchronisation, for the verdict and the values
+    asked for) raises `NonFiniteLoss` naming that step and term. `Progress` reads the verdict before
+    it gives any state to save, so no saved state comes after a bad step.
+    """
+
+    def __init__(self, device: torch.device):
+        self.skip = torch.zeros((), dtype=torch.float32, device=device)
+        self.names: list[str] = []
+        self.first: torch.Tensor | None = None  # [the bad step's place in `unread`, its terms...]
+        # the steps checked since the last read: how many (on the device), and their (step, epoch)
+        self.taken = torch.zeros((), dtype=torch.float32, device=device)
+        self.unread: list[tuple[int, int]] = []
+
+    def check(self, values: dict[str, torch.Tensor], step: int, epoch: int) -> None:
+        terms = torch.stack([value.float() for value in values.values()])
+        if self.first is None:
+            self.names, self.first = list(values), terms.new_zeros(len(values) + 1)
+        bad = ~torch.isfinite(terms).all()
+        first_bad = bad & (self.skip == 0)
+        self.first.copy_(torch.where(first_bad, torch.cat([self.taken[None], terms]), self.first))
+        self.skip.copy_(torch.maximum(self.skip, bad.float()))
+        self.taken.add_(1)
+        self.unread.append((step, epoch))
+
+    def read(self, values: dict[str, torch.Tensor], stage: str) -> dict[str, float]:
+        """`values` on the host, after the verdict on every step since the last read."""
+        if self.first is None:
+            return {name: float(value) for name, value in values.items()}
+        asked = [value.float()[None] for value in values.values()]
+        skip, place, *rest = torch.cat([self.skip[None], self.first, *asked]).tolist()
+        first, current = rest[:len(self.names)], rest[len(self.names):]
+        if skip:
+            step, epoch = self.unread[int(place)]
+            name, value = next((n, v) for n, v in zip(self.names, first, strict=True)
+                               if not math.isfinite(v))
+            raise NonFiniteLoss(f"loss term {name!r} became {value} at {stage} step {step} "
+                                f"(epoch {epoch}): lower the learning rate or use "
+                                "trainer.precision=fp32")
+        self.taken.zero_()
+        self.unread.clear()
+        return dict(zip(values, current, strict=True))
+
+
 @dataclass
 class Progress:
-    """Where the loop is, what the hooks read: the step just taken, its position in the data, its losses."""
+    """Where the loop is, what the hooks read: the step just taken, its position in the data, its
+    losses (`losses` on the device; `values` reads them on the host, once per step)."""
 
     stage: Stage
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
+    guard: FiniteGuard
     step: int = 0
     epoch: int = 0
     batch: int = 0  # micro-batches of this epoch consumed
-    values: dict[str, float] = field(default_factory=dict)
+    losses: dict[str, torch.Tensor] = field(default_factory=dict)
     examples: int = 0
+    _read: dict[str, float] | None = None
 
     @property
     def finished(self) -> bool:
         return self.step >= self.stage.total_steps
 
+    @property
+    def values(self) -> dict[str, float]:
+        """The step's mean loss terms on the host (a synchronisation, once per step); raises
+        `NonFiniteLoss` when a step since the last read was not finite."""
+        if self._read is None:
+            self._read = self.guard.read(self.losses, self.stage.name)
+        return self._read
+
+    def verify(self) -> None:
+        """Raises `NonFiniteLoss` when a step since the last read was not finite (a
+        synchronisation)."""
+        self.guard.read({}, self.stage.name)
+
+    def took_step(self, losses: dict[str, torch.Tensor]) -> None:
+        self.losses, self._read = losses, None
+
     def state(self, done: bool = False) -> dict:
-        """Everything needed to continue exactly from here (a checkpoint's content)."""
+        """Everything needed to continue exactly from here (a checkpoint's content); raises
+        `NonFiniteLoss` when a step since the last read was not finite."""
+        self.verify()
         return {"stage": self.stage.name, "done": done, "step": self.step, "epoch": self.epoch, "batch": self.batch,
                 "modules": [m.state_dict() for m in self.stage.modules], "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.stage.device)}
@@ -101,11 +174,14 @@ def start(stage: Stage, resume: dict | None) -> Progress:
     # per-tensor loop for a 3-layer student, whose 30k-row embedding dominates the parameters (benchmarks/).
     fused = all(p.device.type in ("cpu", "cuda") for group in groups for p in group["params"])
     optimizer = torch.optim.AdamW(groups, lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps, fused=fused)
+    guard = FiniteGuard(stage.device)
+    if fused:
+        optimizer.found_inf = guard.skip  # the fused kernel skips the update where it is 1
     total = stage.total_steps
     warmup = math.ceil(spec.warmup_ratio * total)
     scheduler = (get_constant_schedule(optimizer) if spec.schedule == "constant"
                  else get_linear_schedule_with_warmup(optimizer, warmup, total))
-    progress = Progress(stage, optimizer, scheduler)
+    progress = Progress(stage, optimizer, scheduler, guard)
     if resume is not None:
         progress.restore(resume)
     return progress
@@ -122,8 +198,8 @@ def train(stage: Stage, hooks: Sequence = (), resume: dict | None = None) -> dic
         hook.on_start(progress)
     while not progress.finished:
         sampler.set_epoch(progress.epoch, progress.batch)
-        for values in optimizer_steps(progress):
-            progress.values = values
+        for losses in optimizer_steps(progress):
+            progress.took_step(losses)
             for hook in hooks:
                 hook.on_step(progress)
             if progress.finished:
@@ -132,6 +208,7 @@ def train(stage: Stage, hooks: Sequence = (), resume: dict | None = None) -> dic
         progress.epoch, progress.batch = progress.epoch + 1, 0
         for hook in hooks:
             hook.on_epoch_end(progress)
+    progress.verify()  # the last steps' verdict, before the end's hooks save the state
     for hook in hooks:
         hook.on_end(progress)
     seconds = time.perf_counter() - began
@@ -139,20 +216,26 @@ def train(stage: Stage, hooks: Sequence = (), resume: dict | None = None) -> dic
 
 
 def optimizer_steps(progress: Progress):
-    """Take the optimizer steps of one pass over the loader; yields each step's mean loss terms."""
+    """Take the optimizer steps of one pass over the loader; yields each step's mean loss terms, on
+    the device."""
     stage = progress.stage
     params = [p for group in progress.optimizer.param_groups for p in group["params"]]
-    micro: list[dict[str, float]] = []
+    summed: dict[str, torch.Tensor] = {}
+    micro = 0
     for batch in stage.loader:
         batch = to_device(batch, stage.device)
-        micro.append(micro_step(stage, batch, last=len(micro) + 1 == stage.accumulation))
+        micro += 1
+        losses = micro_step(stage, batch, last=micro == stage.accumulation)
+        summed = {name: summed[name] + loss for name, loss in losses.items()} if summed else losses
         progress.batch += 1
         progress.examples += batch["input_ids"].shape[0]
-        if len(micro) < stage.accumulation:
+        if micro < stage.accumulation:
             continue
-        values = {name: sum(m[name] for m in micro) / stage.accumulation for name in micro[0]}
-        micro = []
-        check_finite(values, progress)
+        values = {name: total / stage.accumulation for name, total in summed.items()}
+        summed, micro = {}, 0
+        progress.guard.check(values, progress.step, progress.epoch)
+        if not progress.optimizer.defaults["fused"]:
+            progress.verify()  # only the fused optimizer can skip a bad step on the device
         if stage.optimizer.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, stage.optimizer.max_grad_norm)
         progress.optimizer.step()
@@ -162,21 +245,13 @@ def optimizer_steps(progress: Progress):
         yield values
 
 
-def micro_step(stage: Stage, batch: dict, last: bool) -> dict[str, float]:
-    """Forward and backward of one micro-batch, weighted 1/accumulation; gradients are all-reduced on the last."""
+def micro_step(stage: Stage, batch: dict, last: bool) -> dict[str, torch.Tensor]:
+    """Forward and backward of one micro-batch, weighted 1/accumulation; gradients are all-reduced
+    on the last. Returns the loss terms, detached, on the device."""
     with contextlib.ExitStack() as stack:
         if not last:
             for module in stage.sync_modules:
                 stack.enter_context(module.no_sync())
         losses = stage.step(batch)
         (losses["total"] / stage.accumulation).backward()
-    return {name: loss.item() for name, loss in losses.items()}
-
-
-def check_finite(values: dict[str, float], progress: Progress) -> None:
-    for name, value in values.items():
-        if not math.isfinite(value):
-            raise NonFiniteLoss(
-                f"loss term {name!r} became {value} at {progress.stage.name} step {progress.step} "
-                f"(epoch {progress.epoch}): lower the learning rate or use trainer.precision=fp32"
-            )
+    return {name: loss.detach() for name, loss in losses.items()}

@@ -1,7 +1,7 @@
 """Step functions: a batch in, the named loss terms out (float32 scalars, their sum under "total").
 
 The training loop calls one of these per micro-batch and knows nothing of models or objectives. A distillation
-step takes the frozen teacher's records (a forward under inference mode, or the features cache), then runs the
+step takes the frozen teacher's records (a forward without gradients, or the features cache), then runs the
 student side, which reads its features by hooks.
 """
 
@@ -12,6 +12,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from kdbench.data.batches import PADDED
+from kdbench.models import attention_mask
 from kdbench.objectives.features import LOGITS, FeatureRecorder
 from kdbench.objectives.losses import kd
 from kdbench.specs import KDSpec
@@ -23,24 +25,26 @@ StepFn = Callable[[dict], dict[str, torch.Tensor]]
 LogitsFn = Callable[[dict, object, dict], torch.Tensor | None]
 
 
-def model_inputs(batch: dict) -> dict:
-    return {k: batch[k] for k in MODEL_INPUTS if k in batch}
+def model_inputs(batch: dict, model: nn.Module) -> dict:
+    """The batch's inputs to `model`, its attention mask in the form that needs no synchronisation
+    (`kdbench.models.attention_mask`)."""
+    inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+    if "attention_mask" in inputs:
+        mask = inputs["attention_mask"]
+        inputs["attention_mask"] = attention_mask(model, mask, batch.get(PADDED))
+    return inputs
 
 
 def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    """The batch's tensors on `device` (copied without waiting where the memory allows); its host
+    values (`PADDED`) as they are."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
 
 
 def autocast(device: torch.device, precision: str):
     """bf16 autocast when asked (losses are computed in float32 by the loss functions themselves)."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def detached(tree):
-    """Copies of inference-mode tensors that autograd may save (inference tensors cannot be saved for backward)."""
-    if isinstance(tree, dict):
-        return {k: detached(v) for k, v in tree.items()}
-    return tree.clone()
 
 
 def output_logits(records: dict, output, batch: dict) -> torch.Tensor | None:
@@ -50,7 +54,7 @@ def output_logits(records: dict, output, batch: dict) -> torch.Tensor | None:
 
 def read_records(recorder: FeatureRecorder, batch: dict, logits: LogitsFn | None) -> dict:
     """One forward: the recorder's features by layer, plus the logits under LOGITS when there are any."""
-    output = recorder.forward(**model_inputs(batch))
+    output = recorder.forward(**model_inputs(batch, recorder.model))
     records = dict(recorder.records)
     value = logits(records, output, batch) if logits is not None else None
     if value is not None:
@@ -76,12 +80,13 @@ class StudentSide(nn.Module):
 
 def teacher_records_now(teacher: FeatureRecorder, logits: LogitsFn | None, device: torch.device,
                         precision: str) -> Callable[[dict], dict]:
-    """The teacher's records of a batch, computed now: a forward of the frozen teacher under inference mode."""
+    """The teacher's records of a batch, computed now: a forward of the frozen teacher without
+    gradients. Not under inference mode: its tensors could not be saved for backward, and a step
+    compiled by torch.compile cannot hold an inference-mode region."""
 
     def records(batch):
-        with torch.inference_mode(), autocast(device, precision):
-            computed = read_records(teacher, batch, logits)
-        return detached(computed)  # copied outside inference mode: autograd may save them
+        with torch.no_grad(), autocast(device, precision):
+            return read_records(teacher, batch, logits)
 
     return records
 
@@ -104,7 +109,7 @@ def teacher_logits_now(teacher: nn.Module, device: torch.device, precision: str)
 
     def logits(batch):
         with torch.inference_mode(), autocast(device, precision):
-            out = teacher(**model_inputs(batch)).logits.float()
+            out = teacher(**model_inputs(batch, teacher)).logits.float()
         return out.clone()  # a normal tensor: autograd may save it
 
     return logits
@@ -120,7 +125,7 @@ def prediction_kd_step(student: nn.Module, teacher_logits: Callable[[dict], torc
     def step(batch):
         targets = teacher_logits(batch)
         with autocast(device, precision):
-            student_logits = student(**model_inputs(batch)).logits
+            student_logits = student(**model_inputs(batch, student)).logits
         loss = kd(student_logits, targets, batch["labels"], temperature=kd_spec.temperature, alpha=kd_spec.alpha)
         return {"kd": loss, "total": loss}
 
@@ -132,7 +137,7 @@ def supervised_step(model: nn.Module, device: torch.device, precision: str) -> S
 
     def step(batch):
         with autocast(device, precision):
-            out = model(**model_inputs(batch), labels=batch["labels"])
+            out = model(**model_inputs(batch, model), labels=batch["labels"])
         return {"total": out.loss.float()}
 
     return step
