@@ -113,3 +113,6 @@ def test_the_corpus_collator_gives_flat_mlm_positions_and_says_whether_the_batch
     assert torch.equal(batch["labels"], ids[:8].flatten()[batch["mlm_positions"]])  # original ids
     unchosen = ~chosen.view(8, 128)
     assert torch.equal(batch["input_ids"][unchosen], ids[:8][unchosen])  # only those change
+    attended = batch["attention_mask"].flatten().nonzero().squeeze(1)
+    assert torch.equal(batch["attended_positions"], attended)
+    assert torch.equal(batch["attended_positions"][batch["masked_in_attended"]], batch["mlm_positions"])
