@@ -140,6 +140,7 @@ def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.dev
     with synthetic.distillation(objective, shapes, device, precision, warmup + steps) as stage:
         batch = to_device(next(iter(stage.loader)), device)
         per_example, kernels = flops_per_example(stage.step, batch, stage.modules)
+        analytic = analytic_flops(stage, batch, shapes)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         timer = Timer(device, warmup)
@@ -151,10 +152,18 @@ def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.dev
               "accumulation": shapes.accumulation, "device": device_name(device), "precision": precision,
               "steps": steps, "seconds": timer.seconds, "examples_per_s": examples / timer.seconds,
               "tokens_per_s": examples * shapes.length / timer.seconds, "flops_per_example": per_example,
-              "attention_kernels": kernels, **peak_memory_gib(device)}
+              "analytic_flops_per_example": analytic, "attention_kernels": kernels, **peak_memory_gib(device)}
     if device.type == "cuda":
         result["syncs_per_step"] = len(syncs) / (warmup + steps)
     return result | utilisation(result, device, precision)
+
+
+def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> float:
+    """The analytic count per example of the stage's step (`kdbench.flops.step_flops`) on this batch."""
+    student, objective = stage.modules
+    masked = float(batch["mlm_positions"].sum()) / shapes.micro_batch if "mlm_positions" in batch else 0.0
+    return flops.step_flops(objective, student.config, synthetic.teacher_config(shapes), shapes.length,
+                            agnostic=True, masked=masked).total
 
 
 def utilisation(result: dict, device: torch.device, precision: str) -> dict:
