@@ -14,7 +14,7 @@ import torch
 import yaml
 from transformers import BertConfig, BertForMaskedLM
 
-from kdbench import models
+from kdbench import distributed, models
 from kdbench.cli import config_dir
 from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.masking import MaskingSpec
@@ -30,6 +30,7 @@ BERT_VOCAB = 30522
 SPECIAL_IDS = (0, 100, 101, 102, 103)  # BERT's [PAD], [UNK], [CLS], [SEP], [MASK]
 MASK_ID = 103
 # The paper's Table 5 recipe (conf/trainer/agnostic.yaml): AdamW, lr 5e-4, betas (0.9, 0.99), eps 1e-6.
+SINGLE = World()  # one process
 AGNOSTIC_OPTIMIZER = OptimizerSpec(5e-4, 0.01, (0.9, 0.99), 1e-6, 0.06, None)
 
 
@@ -52,12 +53,13 @@ def teacher_config(shapes: Shapes) -> BertConfig:
                       max_position_embeddings=max(512, shapes.length), attn_implementation="sdpa")
 
 
-def objective_terms(name: str, student_conf, teacher_conf) -> list:
-    """The objective's task-agnostic terms, last layer to last layer, from its packaged YAML."""
+def objective_terms(name: str, student_conf, teacher_conf, *, agnostic: bool = True) -> list:
+    """The objective's terms from its packaged YAML: task-agnostic ones last layer to last layer, or its
+    task-specific (stage-1) ones by its own mapping (uniform for a random student)."""
     spec = yaml.safe_load((config_dir() / "objective" / f"{name}.yaml").read_text())
-    terms = spec.get("terms_task_agnostic") or spec["terms"]
-    return build_terms(name, terms, "last", None, student_conf, teacher_conf, regression=False, agnostic=True,
-                       teacher_has_mlm_head=True)
+    terms = (spec.get("terms_task_agnostic") or spec["terms"]) if agnostic else spec["terms"]
+    return build_terms(name, terms, "last" if agnostic else spec["mapping"], None, student_conf, teacher_conf,
+                       regression=False, agnostic=agnostic, teacher_has_mlm_head=agnostic)
 
 
 def random_sequences(count: int, shapes: Shapes, seed: int = 0) -> list[dict]:
@@ -69,21 +71,26 @@ def random_sequences(count: int, shapes: Shapes, seed: int = 0) -> list[dict]:
     return [{"input_ids": row, "attention_mask": mask} for row in ids]
 
 
-def loader(shapes: Shapes, masking: MaskingSpec | None, steps: int, seed: int = 0) -> torch.utils.data.DataLoader:
-    """Micro-batches of `steps` global batches of random sequences, collated and masked by the recipe's collator."""
-    global_batch = shapes.micro_batch * shapes.accumulation
-    sampler = ShardedBatches(global_batch * steps, global_batch, shapes.micro_batch, World(), seed)
+def loader(shapes: Shapes, masking: MaskingSpec | None, steps: int, seed: int = 0,
+           world: World = SINGLE) -> torch.utils.data.DataLoader:
+    """This process's micro-batches of `steps` global batches of random sequences, collated and masked by the
+    recipe's collator (a global batch is `micro_batch * accumulation * world.size` sequences)."""
+    global_batch = shapes.micro_batch * shapes.accumulation * world.size
+    sampler = ShardedBatches(global_batch * steps, global_batch, shapes.micro_batch, world, seed)
     return torch.utils.data.DataLoader(KeyedCorpus(random_sequences(global_batch * steps, shapes, seed)),
-                                       batch_sampler=sampler, collate_fn=CorpusCollator(masking, seed))
+                                       batch_sampler=sampler, collate_fn=CorpusCollator(masking, seed),
+                                       generator=torch.Generator().manual_seed(seed))  # not the global RNG
 
 
 @contextmanager
 def distillation(objective_name: str, shapes: Shapes, device: torch.device, precision: str, steps: int,
-                 seed: int = 0):
-    """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic distillation."""
+                 seed: int = 0, *, world: World = SINGLE, dropout: float | None = None):
+    """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic distillation (this
+    process's part of it in a data-parallel `world`, whose process group is already initialised)."""
     torch.manual_seed(seed)
     teacher = freeze(BertForMaskedLM(teacher_config(shapes))).to(device)
-    student = models.build_student(teacher.config, shapes.student, 2, seed + 1, mlm=True).to(device)
+    student = models.build_student(teacher.config, shapes.student, 2, seed + 1, mlm=True, dropout=dropout)
+    student = student.to(device)
     terms = objective_terms(objective_name, student.config, teacher.config)
     objective = Objective(terms, student.config, teacher.config, None, seed).to(device)
     masking = MaskingSpec(shapes.vocab, MASK_ID, SPECIAL_IDS) if objective.uses_logits else None
@@ -92,8 +99,10 @@ def distillation(objective_name: str, shapes: Shapes, device: torch.device, prec
         recorder(student, objective, "student", layers[0]) as (student_recorder, student_logits),
         recorder(teacher, objective, "teacher", layers[1]) as (teacher_recorder, teacher_logits),
     ):
-        student_side = StudentSide(student_recorder, objective, student_logits)
+        student_side = distributed.wrap(StudentSide(student_recorder, objective, student_logits), world, device,
+                                        unused_parameters=objective.last_layer("student") is not None)
         targets = teacher_records_now(teacher_recorder, teacher_logits, device, precision)
         step = distillation_step(student_side, targets, device, precision)
-        yield loop.Stage("distill", [student, objective], loader(shapes, masking, steps, seed), step,
-                         AGNOSTIC_OPTIMIZER, device, max_steps=steps, accumulation=shapes.accumulation)
+        yield loop.Stage("distill", [student, objective], loader(shapes, masking, steps, seed, world), step,
+                         AGNOSTIC_OPTIMIZER, device, max_steps=steps, accumulation=shapes.accumulation,
+                         sync_modules=[student_side] if world.distributed else [])
