@@ -15,7 +15,8 @@ Modes (one JSON line per objective):
 
 Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over one real
 micro-step, forward and backward), MFU against the device's dense peak (the datasheet table of `kdbench.flops`
-for a known GPU, else a measured matmul peak, the CPU's included), peak memory, and on CUDA the synchronisations
+for a known GPU, else a measured matmul peak; on the CPU both per CPU-second, so that other processes sharing the
+cores lower neither), peak memory, and on CUDA the synchronisations
 seen (`torch.cuda.set_sync_debug_mode("warn")`) and the attention kernel chosen.
 """
 
@@ -61,6 +62,9 @@ def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
         if (peak := flops.datasheet_peak(name, kind)) is not None:
             return peak, f"datasheet {name} {kind}"
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    if device.type == "cpu":  # per CPU-second: the cores may be shared
+        return (flops.measured_matmul_peak(device, dtype, seconds=3.0, clock=time.process_time),
+                f"measured cpu {dtype} matmul per CPU-second")
     return flops.measured_matmul_peak(device, dtype), f"measured {device.type} {dtype} matmul"
 
 
@@ -107,6 +111,7 @@ class Timer(Hook):
 
     def __init__(self, device: torch.device, warmup: int, clock=time.perf_counter):
         self.device, self.warmup, self.clock, self.start, self.seconds = device, warmup, clock, None, 0.0
+        self.cpu_start, self.cpu_seconds = None, 0.0  # the process's CPU time over the same steps
 
     def _now(self) -> float:
         if self.device.type == "cuda":
@@ -118,14 +123,14 @@ class Timer(Hook):
 
     def on_start(self, progress) -> None:
         if self.warmup == 0:
-            self.start = self._now()
+            self.start, self.cpu_start = self._now(), time.process_time()
 
     def on_step(self, progress) -> None:
         if progress.step == self.warmup:
-            self.start = self._now()
+            self.start, self.cpu_start = self._now(), time.process_time()
 
     def on_end(self, progress) -> None:
-        self.seconds = self._now() - self.start
+        self.seconds, self.cpu_seconds = self._now() - self.start, time.process_time() - self.cpu_start
 
 
 def peak_memory_gib(device: torch.device) -> dict:
@@ -150,7 +155,8 @@ def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.dev
     result = {"mode": "agnostic", "objective": objective, "teacher": shapes.teacher.name,
               "student": shapes.student.name, "length": shapes.length, "micro_batch": shapes.micro_batch,
               "accumulation": shapes.accumulation, "device": device_name(device), "precision": precision,
-              "steps": steps, "seconds": timer.seconds, "examples_per_s": examples / timer.seconds,
+              "steps": steps, "seconds": timer.seconds, "cpu_seconds": timer.cpu_seconds,
+              "examples_per_s": examples / timer.seconds,
               "tokens_per_s": examples * shapes.length / timer.seconds, "flops_per_example": per_example,
               "analytic_flops_per_example": analytic, "attention_kernels": kernels, **peak_memory_gib(device)}
     if device.type == "cuda":
@@ -167,8 +173,11 @@ def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> 
 
 
 def utilisation(result: dict, device: torch.device, precision: str) -> dict:
+    """Achieved FLOP/s and MFU; on the CPU per CPU-second (the examples over the steps' CPU time), as its peak."""
     peak, source = peak_flops(device, precision)
-    achieved = result["flops_per_example"] * result["examples_per_s"]
+    rate = result["examples_per_s"] * result["seconds"] / result["cpu_seconds"] if device.type == "cpu" else (
+        result["examples_per_s"])
+    achieved = result["flops_per_example"] * rate
     return {"achieved_tflops": achieved / 1e12, "peak_tflops": peak / 1e12, "peak_source": source,
             "mfu": achieved / peak}
 
@@ -260,7 +269,7 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
             if i == warmup:
                 if cuda:
                     torch.cuda.synchronize()
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
             batch = to_device(next(batches), plan.device)
             losses = step(batch)
             optimizer.zero_grad(set_to_none=True)
@@ -271,10 +280,11 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
                 tokens += int(batch["attention_mask"].sum())
         if cuda:
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     result = {"mode": "stage1", "objective": plan.objective, "teacher": plan.teacher.name,
               "student": plan.student.name, "task": plan.task.name, "device": device_name(plan.device),
               "precision": plan.precision, "batch_size": plan.trainer.batch_size, "steps": steps, "seconds": seconds,
+              "cpu_seconds": cpu_seconds,
               "examples_per_s": examples / seconds, "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps,
               "flops_per_example": per_example, "attention_kernels": kernels, **peak_memory_gib(plan.device)}
     return result | utilisation(result, plan.device, plan.precision)
