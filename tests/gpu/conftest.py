@@ -15,7 +15,7 @@ HERE = Path(__file__).parent
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
-        if HERE in Path(item.fspath).parents:
+        if HERE in item.path.parents:
             item.add_marker(pytest.mark.gpu)
             if not torch.cuda.is_available():
                 item.add_marker(skip)
