@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_ARGS := task=sst2 teacher=minilm_l6 student=3x384 init=layers 'init.layers=[2,4,6]' objective=att_kl \
 	data.train_limit=2000 trainer.teacher_epochs=1 trainer.stage1_epochs=1 trainer.stage2_epochs=1
 
-.PHONY: help install test test-fast demo lint bench-env bench
+.PHONY: help install test test-fast demo lint bench-env bench gpu-check
 
 help:  ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,3 +42,16 @@ bench-env:  ## .venv-bench: kdbench + the peers it is benchmarked against (TextB
 
 bench:  ## the side-by-side benchmarks (kdbench vs a plain HF loop vs TextBrewer) -> benchmarks/RESULTS.md
 	.venv-bench/bin/python benchmarks/run.py $(ARGS)
+
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_OBJECTIVES := vanilla_kd,hid_cls,hid_seq,att_mse,att_mse+hid_seq,att_kl,att_kl+hid_seq,att_kl+val_kl
+
+gpu-check:  ## on a CUDA machine: tests/gpu and the bench -> benchmarks/RESULTS_GPU.md (torch, transformers, pytest; no Hydra)
+	mkdir -p benchmarks/gpu
+	-PYTHONPATH=src $(GPU_PYTHON) -m pytest tests/gpu -m gpu -q -p no:cacheprovider --junitxml=benchmarks/gpu/tests.xml
+	PYTHONPATH=src $(GPU_PYTHON) -m kdbench.bench --mode agnostic --objectives $(GPU_OBJECTIVES) --steps 5 \
+		--warmup 2 > benchmarks/gpu/agnostic.jsonl
+	PYTHONPATH=src $(GPU_PYTHON) -m kdbench.bench --mode host --objectives att_kl,vanilla_kd --steps 5 \
+		> benchmarks/gpu/host.jsonl
+	PYTHONPATH=src $(GPU_PYTHON) benchmarks/gpu_results.py benchmarks/gpu > benchmarks/RESULTS_GPU.md; \
+		status=$$?; cat benchmarks/RESULTS_GPU.md; exit $$status

@@ -7,8 +7,6 @@ import random
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from kdbench.cli import config_dir
 
@@ -80,6 +78,9 @@ def agnostic_overrides(corpus: Path, run_dir: Path, *extra: str) -> list[str]:
 
 
 def compose_config(overrides: list[str] | None = None):
+    from hydra import compose, initialize_config_dir  # here: the GPU tier runs where Hydra is not installed
+    from hydra.core.global_hydra import GlobalHydra
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
         return compose("config", overrides=overrides or [])

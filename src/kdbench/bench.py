@@ -1,32 +1,244 @@
-"""Throughput of one distillation stage: `python -m kdbench.bench [OVERRIDES ...] [--objectives a,b] [--steps N]`.
+"""Throughput, FLOPs and MFU of kdbench's steps: `python -m kdbench.bench [--mode MODE] [OVERRIDES ...] [options]`.
 
-Builds the configured teacher and student once per objective (the teacher as loaded: throughput does not
-depend on its weights), runs a few warm-up steps of stage 1, then times `--steps` optimizer steps, and prints
-one JSON line per objective (examples/s, tokens/s, seconds per step, peak memory on CUDA). The overrides are
-the usual Hydra ones, e.g. `teacher=minilm_l6 student=3x384 task=sst2 'init.layers=[2,4,6]' init=layers`.
+Modes (one JSON line per objective):
+
+- `stage1` (default): the configured task-specific teacher and student (Hydra overrides, e.g. `teacher=minilm_l6
+  student=3x384 task=sst2`), a few warm-up steps of stage 1, then `--steps` timed optimizer steps;
+- `agnostic`: the task-agnostic recipe through the real loop (`kdbench.training.loop.train`) on random token
+  sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher with random weights, a 6x768
+  student, sequences of 128, micro-batches of 64, 16 per optimizer step (`--micro-batch`, `--accumulation`,
+  `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor datasets;
+- `host`: the same loop with tiny widths (the paper's depths and sequence length): its time per micro-step is
+  the host's (Python, dispatch, hooks, collation), what a GPU would wait for; with the time of collating one
+  paper micro-batch, and the target it is held to (half the GPU time of a paper micro-batch at 40 % MFU on an
+  H100 SXM, from the analytic FLOP count).
+
+Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over one real
+micro-step, forward and backward), MFU against the device's dense peak (the datasheet table of `kdbench.flops`
+for a known GPU, else a measured matmul peak; on the CPU both per CPU-second, so that other processes sharing the
+cores lower neither), peak memory, and on CUDA the synchronisations
+seen (`torch.cuda.set_sync_debug_mode("warn")`) and the attention kernel chosen.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import resource
 import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
-from kdbench import models
-from kdbench.cli import compose
-from kdbench.data.batches import make_loader
-from kdbench.data.glue import task_datasets
-from kdbench.plan import make_plan
-from kdbench.recipes.task_specific import stage1
-from kdbench.teacher import freeze
+from kdbench import flops, models, synthetic
+from kdbench.objectives.terms import Objective
+from kdbench.specs import ShapeSpec
+from kdbench.training import loop
+from kdbench.training.hooks import Hook
 from kdbench.training.steps import to_device
+
+MODES = ("stage1", "agnostic", "host")
+TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # host mode: the compute is negligible
+TARGET_MFU, TARGET_DEVICE = 0.4, "H100 SXM"  # the host target: half a paper micro-batch's GPU time at this MFU
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """`auto`: bf16 where the GPU runs it natively, fp32 elsewhere."""
+    if requested != "auto":
+        return requested
+    native = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    return "bf16" if native else "fp32"
+
+
+@functools.cache
+def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
+    """The dense peak FLOP/s for the precision used, and where it comes from (datasheet or measured once)."""
+    if device.type == "cuda":
+        kind = precision if precision == "bf16" else ("tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
+        name = torch.cuda.get_device_name(device)
+        if (peak := flops.datasheet_peak(name, kind)) is not None:
+            return peak, f"datasheet {name} {kind}"
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    if device.type == "cpu":  # per CPU-second: the cores may be shared
+        return (flops.measured_matmul_peak(device, dtype, seconds=3.0, clock=time.process_time),
+                f"measured cpu {dtype} matmul per CPU-second")
+    return flops.measured_matmul_peak(device, dtype), f"measured {device.type} {dtype} matmul"
+
+
+def attention_kernels(run) -> list[str]:
+    """The scaled-dot-product attention kernels `run()` dispatches to (aten op names)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        run()
+    names = {event.name for event in profiler.events()}
+    return sorted(n.removeprefix("aten::") for n in names
+                  if "scaled_dot_product" in n or "flash_attention" in n or "efficient_attention" in n)
+
+
+def flops_per_example(step, batch: dict, modules) -> tuple[float, list[str]]:
+    """FLOPs per example of one micro-step (forward and backward) and the attention kernels it used."""
+    def run():
+        step(batch)["total"].backward()
+
+    counted = flops.counted_flops(run) / batch["input_ids"].shape[0]
+    kernels = attention_kernels(run)
+    for module in modules:
+        module.zero_grad(set_to_none=True)
+    return counted, kernels
+
+
+@contextmanager
+def synchronisations(device: torch.device):
+    """Counts the host-device synchronisations CUDA's sync debug mode reports (a list, filled on exit)."""
+    seen: list[str] = []
+    if device.type != "cuda":
+        yield seen
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield seen
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    seen.extend(str(w.message) for w in caught if "synchroniz" in str(w.message))
+
+
+class Timer(Hook):
+    """Times the optimizer steps after `warmup` of them (the device synchronised at both ends)."""
+
+    def __init__(self, device: torch.device, warmup: int, clock=time.perf_counter):
+        self.device, self.warmup, self.clock, self.start, self.seconds = device, warmup, clock, None, 0.0
+        self.cpu_start, self.cpu_seconds = None, 0.0  # the process's CPU time over the same steps
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("default")  # the timer's own synchronisation is not the step's
+            torch.cuda.synchronize(self.device)
+            torch.cuda.set_sync_debug_mode(mode)
+        return self.clock()
+
+    def on_start(self, progress) -> None:
+        if self.warmup == 0:
+            self.start, self.cpu_start = self._now(), time.process_time()
+
+    def on_step(self, progress) -> None:
+        if progress.step == self.warmup:
+            self.start, self.cpu_start = self._now(), time.process_time()
+
+    def on_end(self, progress) -> None:
+        self.seconds, self.cpu_seconds = self._now() - self.start, time.process_time() - self.cpu_start
+
+
+def peak_memory_gib(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30}
+    return {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+
+
+def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.device, precision: str, steps: int,
+                     warmup: int) -> dict:
+    """The task-agnostic distillation through `loop.train`: `warmup` steps, then `steps` timed ones."""
+    with synthetic.distillation(objective, shapes, device, precision, warmup + steps) as stage:
+        batch = to_device(next(iter(stage.loader)), device)
+        per_example, kernels = flops_per_example(stage.step, batch, stage.modules)
+        analytic = analytic_flops(stage, batch, shapes)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        timer = Timer(device, warmup)
+        with synchronisations(device) as syncs:
+            loop.train(stage, [timer])
+    examples = steps * shapes.micro_batch * shapes.accumulation
+    result = {"mode": "agnostic", "objective": objective, "teacher": shapes.teacher.name,
+              "student": shapes.student.name, "length": shapes.length, "micro_batch": shapes.micro_batch,
+              "accumulation": shapes.accumulation, "device": device_name(device), "precision": precision,
+              "steps": steps, "seconds": timer.seconds, "cpu_seconds": timer.cpu_seconds,
+              "examples_per_s": examples / timer.seconds,
+              "tokens_per_s": examples * shapes.length / timer.seconds, "flops_per_example": per_example,
+              "analytic_flops_per_example": analytic, "attention_kernels": kernels, **peak_memory_gib(device)}
+    if device.type == "cuda":
+        result["syncs_per_step"] = len(syncs) / (warmup + steps)
+    return result | utilisation(result, device, precision)
+
+
+def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> float:
+    """The analytic count per example of the stage's step (`kdbench.flops.step_flops`) on this batch."""
+    student, objective = stage.modules
+    masked = float(batch["mlm_positions"].sum()) / shapes.micro_batch if "mlm_positions" in batch else 0.0
+    return flops.step_flops(objective, student.config, synthetic.teacher_config(shapes), shapes.length,
+                            agnostic=True, masked=masked).total
+
+
+def utilisation(result: dict, device: torch.device, precision: str) -> dict:
+    """Achieved FLOP/s and MFU; on the CPU per CPU-second (the examples over the steps' CPU time), as its peak."""
+    peak, source = peak_flops(device, precision)
+    rate = result["examples_per_s"] * result["seconds"] / result["cpu_seconds"] if device.type == "cpu" else (
+        result["examples_per_s"])
+    achieved = result["flops_per_example"] * rate
+    return {"achieved_tflops": achieved / 1e12, "peak_tflops": peak / 1e12, "peak_source": source,
+            "mfu": achieved / peak}
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def host_target_ms(objective: str) -> dict:
+    """Half the GPU time of one paper micro-batch at TARGET_MFU on TARGET_DEVICE, from the analytic count."""
+    paper = synthetic.Shapes()
+    teacher = synthetic.teacher_config(paper)
+    student = models.student_config(teacher, paper.student, 2)
+    model = Objective(synthetic.objective_terms(objective, student, teacher), student, teacher)
+    masked = 0.15 * paper.length if model.uses_logits else 0.0
+    per_example = flops.step_flops(model, student, teacher, paper.length, agnostic=True, masked=masked).total
+    gpu_s = paper.micro_batch * per_example / (TARGET_MFU * flops.PEAK_TFLOPS[TARGET_DEVICE]["bf16"] * 1e12)
+    return {"paper_flops_per_example": per_example, "paper_micro_batch_gpu_ms": 1e3 * gpu_s,
+            "target_host_ms": 500 * gpu_s}
+
+
+def measure_host(objective: str, shapes: synthetic.Shapes, device: torch.device, steps: int, warmup: int) -> dict:
+    """Host time per micro-step with tiny widths, the paper's depths and accumulation, 2 sequences of 16 tokens
+    (the host's work does not grow with them), and the time of collating one micro-batch of `shapes`.
+
+    On the CPU the time is the process's CPU time with one intra-op thread: a host that feeds a GPU runs no
+    kernels of size, and CPU time is not inflated by other processes waiting for the same cores."""
+    tiny = replace(shapes, teacher=replace(shapes.teacher, name="tiny teacher", **TINY_WIDTH),
+                   student=replace(shapes.student, name="tiny student", **TINY_WIDTH), micro_batch=2, length=16)
+    cpu = device.type == "cpu"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1 if cpu else threads)
+    try:
+        with synthetic.distillation(objective, tiny, device, "fp32", warmup + steps) as stage:
+            timer = Timer(device, warmup, time.process_time if cpu else time.perf_counter)
+            loop.train(stage, [timer])
+            collate = stage.loader.collate_fn
+        sequences = [{**s, "epoch": 0, "example": i} for i, s in enumerate(synthetic.random_sequences(
+            shapes.micro_batch, shapes))]
+        start = time.process_time()
+        collate(sequences)
+        collate_ms = 1e3 * (time.process_time() - start)
+    finally:
+        torch.set_num_threads(threads)
+    step_ms = 1e3 * timer.seconds / (steps * tiny.accumulation)
+    return {"mode": "host", "objective": objective, "device": device_name(device), "clock": timer.clock.__name__,
+            "layers": [tiny.teacher.num_layers, tiny.student.num_layers], "width": TINY_WIDTH["hidden_size"],
+            "micro_steps": steps * tiny.accumulation, "micro_step_ms": step_ms,
+            f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate_ms, "host_ms": step_ms + collate_ms,
+            **host_target_ms(objective)}
 
 
 def stage1_setup(overrides: list[str]):
     """The plan, its training loader, and the teacher and student as stage 1 gets them (the teacher as loaded:
-    throughput does not depend on its weights)."""
+    throughput does not depend on its weights). Hydra and datasets are imported here only."""
+    from kdbench.cli import compose
+    from kdbench.data.batches import make_loader
+    from kdbench.data.glue import task_datasets
+    from kdbench.plan import make_plan
+    from kdbench.teacher import freeze
+
     plan = make_plan(compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"]))
     tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
     train_set, _ = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
@@ -43,18 +255,21 @@ def cycle(loader):
 
 
 def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
+    from kdbench.recipes.task_specific import stage1
+
     plan, train_set, loader, teacher, student = stage1_setup(overrides)
     cuda = plan.device.type == "cuda"
     with stage1(plan, student, teacher, train_set["labels"]) as (step, modules):
-        optimizer = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=plan.trainer.lr)
         batches, examples, tokens = cycle(loader), 0, 0
+        per_example, kernels = flops_per_example(step, to_device(next(batches), plan.device), modules)
+        optimizer = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=plan.trainer.lr)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         for i in range(warmup + steps):
             if i == warmup:
                 if cuda:
                     torch.cuda.synchronize()
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
             batch = to_device(next(batches), plan.device)
             losses = step(batch)
             optimizer.zero_grad(set_to_none=True)
@@ -65,25 +280,60 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
                 tokens += int(batch["attention_mask"].sum())
         if cuda:
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-    result = {"objective": plan.objective, "teacher": plan.teacher.name, "student": plan.student.name,
-              "task": plan.task.name, "device": str(plan.device), "precision": plan.precision,
-              "batch_size": plan.trainer.batch_size, "steps": steps, "seconds": seconds,
-              "examples_per_s": examples / seconds, "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps}
-    if cuda:
-        result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    return result
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    result = {"mode": "stage1", "objective": plan.objective, "teacher": plan.teacher.name,
+              "student": plan.student.name, "task": plan.task.name, "device": device_name(plan.device),
+              "precision": plan.precision, "batch_size": plan.trainer.batch_size, "steps": steps, "seconds": seconds,
+              "cpu_seconds": cpu_seconds,
+              "examples_per_s": examples / seconds, "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps,
+              "flops_per_example": per_example, "attention_kernels": kernels, **peak_memory_gib(plan.device)}
+    return result | utilisation(result, plan.device, plan.precision)
+
+
+def shapes_of(args) -> synthetic.Shapes:
+    def shape(text: str) -> ShapeSpec:
+        layers, width = (int(n) for n in text.split("x"))
+        return ShapeSpec(text, layers, width, max(1, width // 64), 4 * width)
+
+    return synthetic.Shapes(shape(args.teacher), shape(args.student), length=args.length,
+                            micro_batch=args.micro_batch, accumulation=args.accumulation)
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kdbench.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("overrides", nargs="*", help="stage1 mode: Hydra overrides (teacher=..., student=...)")
+    parser.add_argument("--mode", choices=MODES, default="stage1")
+    parser.add_argument("--objectives", default="att_kl", help="comma-separated objective options")
+    parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed optimizer steps first")
+    paper = synthetic.Shapes()
+    parser.add_argument("--teacher", default="12x768", help="agnostic/host: LAYERSxWIDTH (64-wide heads)")
+    parser.add_argument("--student", default="6x768", help="agnostic/host: LAYERSxWIDTH")
+    parser.add_argument("--length", type=int, default=paper.length)
+    parser.add_argument("--micro-batch", type=int, default=paper.micro_batch)
+    parser.add_argument("--accumulation", type=int, default=paper.accumulation)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    return parser
+
+
+def measure(args, objective: str) -> dict:
+    if args.mode == "stage1":
+        return measure_stage1([*args.overrides, f"objective={objective}"], args.steps, args.warmup)
+    device = torch.device(args.device)
+    if args.mode == "host":
+        return measure_host(objective, shapes_of(args), device, args.steps, args.warmup)
+    precision = resolve_precision(args.precision, device)
+    return measure_agnostic(objective, shapes_of(args), device, precision, args.steps, args.warmup)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="kdbench.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides (teacher=..., student=..., task=...)")
-    parser.add_argument("--objectives", default="att_kl", help="comma-separated objective options")
-    parser.add_argument("--steps", type=int, default=20)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
+    if args.mode != "stage1" and args.overrides:
+        parser().error(f"--mode {args.mode} takes no Hydra overrides (got {args.overrides[0]}): use its options")
     torch.manual_seed(0)
     for objective in args.objectives.split(","):
-        print(json.dumps(measure_stage1([*args.overrides, f"objective={objective}"], args.steps)), flush=True)
+        print(json.dumps(measure(args, objective)), flush=True)
 
 
 if __name__ == "__main__":

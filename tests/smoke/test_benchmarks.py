@@ -87,3 +87,22 @@ def test_the_whole_study_benchmark_runs_every_job_of_the_tuned_loop():
     jobs = {(job["objective"], job["seed"]): job["accuracy"] for job in result["jobs"]}
     assert set(jobs) == {(o, s) for o in ("vanilla_kd", "att_kl+val_kl") for s in (1, 2)}
     assert all(0 <= accuracy <= 100 for accuracy in jobs.values())
+
+
+def test_the_gpu_results_page_reports_the_tests_and_the_bench(tmp_path, capsys):
+    """`make gpu-check`'s formatter on a JUnit report and the bench's lines of a tiny run."""
+    from kdbench.bench import main as bench
+
+    (tmp_path / "tests.xml").write_text(
+        '<testsuites><testsuite><testcase name="test_a"/><testcase name="test_b"><failure message="x"/></testcase>'
+        '<testcase name="test_c"><skipped/></testcase></testsuite></testsuites>')
+    for mode, name in (("agnostic", "agnostic.jsonl"), ("host", "host.jsonl")):
+        bench(["--mode", mode, "--teacher", "2x64", "--student", "1x64", "--length", "16", "--micro-batch", "2",
+               "--accumulation", "1", "--steps", "1", "--warmup", "0"])
+        (tmp_path / name).write_text(capsys.readouterr().out)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_results.py"), str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr  # a GPU test failed
+    assert "1 passed, 1 failed, 1 skipped." in proc.stdout and "- failed: `test_b`" in proc.stdout
+    assert "| att_kl | fp32 |" in proc.stdout and "measured cpu" in proc.stdout
+    assert proc.stdout.count("| att_kl |") == 2  # the bench's row and the host row

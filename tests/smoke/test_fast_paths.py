@@ -1,13 +1,16 @@
 """The fast paths compute what the straightforward ones do: cached teacher logits, length-grouped batches, compiled
-blocks, recomputed attention, the attention-map losses with their gradient formed in the forward pass."""
+blocks, recomputed attention, the attention-map losses with their gradient formed in the forward pass, forwards
+stopped at the last needed projection."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from kdbench import models
 from kdbench.data.batches import SeededBatches
+from kdbench.objectives.features import FeatureRecorder
 from kdbench.plan import make_plan
 from kdbench.teacher import teacher_logits_table
 from kdbench.training.steps import prediction_kd_step, teacher_logits_now
@@ -114,3 +117,34 @@ def test_fused_losses_give_the_reference_losses_and_gradients_in_a_step(tiny_glu
         for n in grads:
             torch.testing.assert_close(f_grads[n], grads[n], rtol=1e-4, atol=1e-5 * scale)
         assert f_saved < saved
+
+
+def _stopping_after_the_block(model, needs, stop_after=None):
+    """A recorder that runs the last layer's whole block: that layer's output is recorded too."""
+    needs = {layer: set(wanted) for layer, wanted in needs.items()}
+    if stop_after is not None:
+        needs.setdefault(stop_after, set()).add("hidden")
+    return FeatureRecorder(model, needs, stop_after)
+
+
+@pytest.mark.parametrize("objective", ["att_kl", "att_mse", "val_kl", "att_kl+val_kl"])
+def test_stopping_at_the_last_projection_gives_the_same_step_with_fewer_flops(tiny_glue, tmp_path, monkeypatch,
+                                                                               objective):
+    """Objectives reading only q/k/v: neither model runs the last mapped block's attention or feed-forward."""
+    plan, _, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path, f"objective={objective}")
+    batches = list(loader)[:2]
+    runs, flops = {}, {}
+    for variant in ("block", "projection"):
+        if variant == "block":
+            monkeypatch.setattr("kdbench.recipes.task_specific.FeatureRecorder", _stopping_after_the_block)
+        else:
+            monkeypatch.undo()
+        student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()
+        with FlopCounterMode(display=False) as counter:
+            runs[variant] = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches)
+        flops[variant] = counter.get_total_flops()
+    for (losses, grads, *_), (p_losses, p_grads, *_) in zip(runs["block"], runs["projection"], strict=True):
+        assert losses.keys() == p_losses.keys() and grads.keys() == p_grads.keys()
+        assert all(torch.equal(losses[k], p_losses[k]) for k in losses)
+        assert all(torch.equal(grads[n], p_grads[n]) for n in grads)
+    assert flops["projection"] < flops["block"]

@@ -39,10 +39,29 @@ def test_forward_stops_after_the_last_needed_layer():
     ran = []
     for index, block in enumerate(model.encoder.layer):
         block.register_forward_hook(lambda m, i, o, index=index: ran.append(index))
-    with FeatureRecorder(model, {1: {"hidden"}, 2: {"value"}}, stop_after=2) as recorder:
+    with FeatureRecorder(model, {1: {"hidden"}, 2: {"value", "hidden"}}, stop_after=2) as recorder:
         out = recorder.forward(input_ids=torch.randint(3, 99, (1, 5)))
     assert out is None and ran == [0, 1]
     assert set(recorder.records) == {1, 2} and recorder.records[2]["value"].shape == (1, 5, 32)
+
+
+@pytest.mark.parametrize("wanted", [{"query", "key"}, {"value"}, {"query", "key", "value"}])
+def test_forward_stops_after_the_last_needed_projection(wanted):
+    """A last layer read at its projections only: its attention and feed-forward never run."""
+    model = _model("bert", "sdpa")
+    ran = []
+    for name in ("attention.output", "intermediate", "output"):
+        part = model.encoder.layer[1].get_submodule(name)
+        part.register_forward_hook(lambda m, i, o, name=name: ran.append(name))
+    ids = torch.randint(3, 99, (2, 5))
+    with FeatureRecorder(model, {1: {"hidden"}, 2: wanted}, stop_after=2) as recorder:
+        out = recorder.forward(input_ids=ids)
+        stopped = recorder.records
+    with FeatureRecorder(model, {1: {"hidden"}, 2: wanted}) as recorder:
+        recorder.forward(input_ids=ids)
+        full = recorder.records
+    assert out is None and ran == ["attention.output", "intermediate", "output"]  # from the full forward only
+    assert stopped[2].keys() == wanted and all(torch.equal(stopped[2][k], full[2][k]) for k in wanted)
 
 
 def test_hooks_are_removed_on_exit():

@@ -3,7 +3,8 @@
 The models keep their fast attention (SDPA): attention scores are not taken from `output_attentions`, they
 are recomputed inside the loss from the query/key projections captured here, and only at mapped layers.
 A forward can also stop right after the last layer a stage needs (the teacher in stage 1 never runs its
-upper layers or its classifier).
+upper layers or its classifier), and, where that layer is read at its query/key/value projections only, right
+after those projections.
 
 Layer numbers are 1-based transformer blocks; layer 0 is the embedding output. A layer's records hold its raw
 features (`RAW_FEATURES`); the features a loss reads (`FEATURES`) are derived from them.
@@ -125,8 +126,10 @@ def _first(output):
 class FeatureRecorder:
     """Hooks recording raw features at chosen layers, optionally stopping the forward after `stop_after`.
 
-    `needs` maps a layer number (0 = embeddings) to the raw features wanted there. Use as a context manager
-    (hooks are removed on exit); `forward(**batch)` returns the model output, or None when stopped early.
+    `needs` maps a layer number (0 = embeddings) to the raw features wanted there. When `stop_after` needs only
+    projections, the forward stops as soon as they are recorded: that block's attention and feed-forward never
+    run. Use as a context manager (hooks are removed on exit); `forward(**batch)` returns the model output, or
+    None when stopped early.
     """
 
     def __init__(self, model: nn.Module, needs: Mapping[int, set[str]], stop_after: int | None = None):
@@ -134,6 +137,9 @@ class FeatureRecorder:
         self.records: dict[int, dict[str, torch.Tensor]] = {}
         self._handles = []
         blocks = encoder_layers(model)
+        # A last layer read at its projections only stops once they have run (no attention, no feed-forward).
+        last = set(needs.get(stop_after, ())) if stop_after is not None else set()
+        stop_projections = set() if "hidden" in last else last & set(PROJECTION_NAMES)
         for layer, wanted in needs.items():
             unknown = set(wanted) - set(RAW_FEATURES)
             if unknown:
@@ -145,18 +151,24 @@ class FeatureRecorder:
             block = blocks[layer - 1]
             for name in wanted & set(PROJECTION_NAMES):
                 module = _find_projection(block, name)
-                self._handles.append(module.register_forward_hook(self._keeper(layer, name)))
+                stop = stop_projections if layer == stop_after else set()
+                self._handles.append(module.register_forward_hook(self._keeper(layer, name, stop)))
         hidden_layers = {layer for layer, wanted in needs.items() if "hidden" in wanted}
-        if stop_after is not None:
+        if stop_after is not None and not stop_projections:
             hidden_layers.add(stop_after)
         for layer in sorted(hidden_layers):
             module = embeddings(model) if layer == 0 else blocks[layer - 1]
             keep = "hidden" in needs.get(layer, ())
             self._handles.append(module.register_forward_hook(self._block_hook(layer, keep, layer == stop_after)))
 
-    def _keeper(self, layer: int, name: str):
+    def _keeper(self, layer: int, name: str, stop_once: set[str]):
+        """Records the projection; ends the forward once every projection in `stop_once` is recorded."""
+
         def hook(module, inputs, output):
-            self.records.setdefault(layer, {})[name] = _first(output)
+            recorded = self.records.setdefault(layer, {})
+            recorded[name] = _first(output)
+            if stop_once and stop_once <= recorded.keys():
+                raise _StopForward
 
         return hook
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,7 +26,6 @@ from kdbench.data.sources import corpus_files
 from kdbench.errors import ConfigError, DataError
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
-from kdbench.plan import Plan
 from kdbench.record import StepLog
 from kdbench.specs import OptimizerSpec
 from kdbench.teacher import freeze, in_run_precision
@@ -35,6 +35,9 @@ from kdbench.training.evaluate import heldout_losses
 from kdbench.training.hooks import standard_hooks
 from kdbench.training.reach import freeze_unreached_by_step
 from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
+
+if TYPE_CHECKING:  # the plan's module needs omegaconf, which the synthetic runs (kdbench.synthetic) go without
+    from kdbench.plan import Plan
 
 
 def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:

@@ -1,0 +1,108 @@
+"""A task-agnostic distillation built without a config: a random BERT-shaped teacher, a random student, random
+token sequences, through the recipe's own parts (recorders, step, collator, loop).
+
+The bench and the GPU checks use it: they run where Hydra, omegaconf and datasets may not be installed, so
+nothing here imports them. The objective is read from its packaged YAML (`conf/objective/NAME.yaml`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import yaml
+from transformers import BertConfig, BertForMaskedLM
+
+from kdbench import distributed, models
+from kdbench.cli import config_dir
+from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
+from kdbench.data.masking import MaskingSpec
+from kdbench.distributed import World
+from kdbench.objectives.terms import Objective, build_terms
+from kdbench.recipes.task_agnostic import recorder
+from kdbench.specs import OptimizerSpec, ShapeSpec
+from kdbench.teacher import freeze
+from kdbench.training import loop
+from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
+
+BERT_VOCAB = 30522
+SPECIAL_IDS = (0, 100, 101, 102, 103)  # BERT's [PAD], [UNK], [CLS], [SEP], [MASK]
+MASK_ID = 103
+# The paper's Table 5 recipe (conf/trainer/agnostic.yaml): AdamW, lr 5e-4, betas (0.9, 0.99), eps 1e-6.
+SINGLE = World()  # one process
+AGNOSTIC_OPTIMIZER = OptimizerSpec(5e-4, 0.01, (0.9, 0.99), 1e-6, 0.06, None)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The models and batches of a synthetic distillation; the defaults are the paper's Table 2 run."""
+
+    teacher: ShapeSpec = ShapeSpec("12x768", 12, 768, 12, 3072)
+    student: ShapeSpec = ShapeSpec("6x768", 6, 768, 12, 3072)
+    vocab: int = BERT_VOCAB
+    length: int = 128
+    micro_batch: int = 64
+    accumulation: int = 16  # 1024 sequences per optimizer step on one device
+
+
+def teacher_config(shapes: Shapes) -> BertConfig:
+    shape = shapes.teacher
+    return BertConfig(vocab_size=shapes.vocab, hidden_size=shape.hidden_size, num_hidden_layers=shape.num_layers,
+                      num_attention_heads=shape.num_heads, intermediate_size=shape.ffn_size,
+                      max_position_embeddings=max(512, shapes.length), attn_implementation="sdpa")
+
+
+def objective_terms(name: str, student_conf, teacher_conf, *, agnostic: bool = True) -> list:
+    """The objective's terms from its packaged YAML: task-agnostic ones last layer to last layer, or its
+    task-specific (stage-1) ones by its own mapping (uniform for a random student)."""
+    spec = yaml.safe_load((config_dir() / "objective" / f"{name}.yaml").read_text())
+    terms = (spec.get("terms_task_agnostic") or spec["terms"]) if agnostic else spec["terms"]
+    return build_terms(name, terms, "last" if agnostic else spec["mapping"], None, student_conf, teacher_conf,
+                       regression=False, agnostic=agnostic, teacher_has_mlm_head=agnostic)
+
+
+def random_sequences(count: int, shapes: Shapes, seed: int = 0) -> list[dict]:
+    """Packed, unpadded sequences of random ordinary tokens, [CLS] first and [SEP] last, as the corpus holds."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(999, shapes.vocab, (count, shapes.length), generator=generator)
+    ids[:, 0], ids[:, -1] = 101, 102
+    mask = torch.ones(shapes.length, dtype=torch.long)
+    return [{"input_ids": row, "attention_mask": mask} for row in ids]
+
+
+def loader(shapes: Shapes, masking: MaskingSpec | None, steps: int, seed: int = 0,
+           world: World = SINGLE) -> torch.utils.data.DataLoader:
+    """This process's micro-batches of `steps` global batches of random sequences, collated and masked by the
+    recipe's collator (a global batch is `micro_batch * accumulation * world.size` sequences)."""
+    global_batch = shapes.micro_batch * shapes.accumulation * world.size
+    sampler = ShardedBatches(global_batch * steps, global_batch, shapes.micro_batch, world, seed)
+    return torch.utils.data.DataLoader(KeyedCorpus(random_sequences(global_batch * steps, shapes, seed)),
+                                       batch_sampler=sampler, collate_fn=CorpusCollator(masking, seed),
+                                       generator=torch.Generator().manual_seed(seed))  # not the global RNG
+
+
+@contextmanager
+def distillation(objective_name: str, shapes: Shapes, device: torch.device, precision: str, steps: int,
+                 seed: int = 0, *, world: World = SINGLE, dropout: float | None = None):
+    """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic distillation (this
+    process's part of it in a data-parallel `world`, whose process group is already initialised)."""
+    torch.manual_seed(seed)
+    teacher = freeze(BertForMaskedLM(teacher_config(shapes))).to(device)
+    student = models.build_student(teacher.config, shapes.student, 2, seed + 1, mlm=True, dropout=dropout)
+    student = student.to(device)
+    terms = objective_terms(objective_name, student.config, teacher.config)
+    objective = Objective(terms, student.config, teacher.config, None, seed).to(device)
+    masking = MaskingSpec(shapes.vocab, MASK_ID, SPECIAL_IDS) if objective.uses_logits else None
+    layers = (shapes.student.num_layers, shapes.teacher.num_layers)
+    with (
+        recorder(student, objective, "student", layers[0]) as (student_recorder, student_logits),
+        recorder(teacher, objective, "teacher", layers[1]) as (teacher_recorder, teacher_logits),
+    ):
+        student_side = distributed.wrap(StudentSide(student_recorder, objective, student_logits), world, device,
+                                        unused_parameters=objective.last_layer("student") is not None)
+        targets = teacher_records_now(teacher_recorder, teacher_logits, device, precision)
+        step = distillation_step(student_side, targets, device, precision)
+        yield loop.Stage("distill", [student, objective], loader(shapes, masking, steps, seed, world), step,
+                         AGNOSTIC_OPTIMIZER, device, max_steps=steps, accumulation=shapes.accumulation,
+                         sync_modules=[student_side] if world.distributed else [])
