@@ -20,10 +20,11 @@ from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.objectives.terms import Objective, build_terms
-from kdbench.recipes.task_agnostic import recorder
+from kdbench.recipes.task_agnostic import first_batch, recorder
 from kdbench.specs import OptimizerSpec, ShapeSpec
 from kdbench.teacher import freeze
 from kdbench.training import loop
+from kdbench.training.reach import freeze_unreached_by_step
 from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
 
 BERT_VOCAB = 30522
@@ -99,10 +100,13 @@ def distillation(objective_name: str, shapes: Shapes, device: torch.device, prec
         recorder(student, objective, "student", layers[0]) as (student_recorder, student_logits),
         recorder(teacher, objective, "teacher", layers[1]) as (teacher_recorder, teacher_logits),
     ):
-        student_side = distributed.wrap(StudentSide(student_recorder, objective, student_logits), world, device,
-                                        unused_parameters=objective.last_layer("student") is not None)
         targets = teacher_records_now(teacher_recorder, teacher_logits, device, precision)
+        student_side = StudentSide(student_recorder, objective, student_logits)
+        batches = loader(shapes, masking, steps, seed, world)
+        probe = distillation_step(student_side, targets, device, precision)
+        freeze_unreached_by_step(student_side, probe, first_batch(batches), device)
+        student_side = distributed.wrap(student_side, world, device)
         step = distillation_step(student_side, targets, device, precision)
-        yield loop.Stage("distill", [student, objective], loader(shapes, masking, steps, seed, world), step,
+        yield loop.Stage("distill", [student, objective], batches, step,
                          AGNOSTIC_OPTIMIZER, device, max_steps=steps, accumulation=shapes.accumulation,
                          sync_modules=[student_side] if world.distributed else [])
