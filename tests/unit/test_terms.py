@@ -195,11 +195,12 @@ def test_soft_targets_at_every_attended_token_and_mlm_at_the_masked():
     objective = Objective(terms, student.config, teacher.config)
     assert objective.logit_positions == "attended"
     attention = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
-    masked = torch.tensor([[False, True, False, False], [True, False, False, False]])
     torch.manual_seed(0)
     s, t = torch.randn(5, 7), torch.randn(5, 7)  # attended: (0,0) (0,1) (0,2) (1,0) (1,1)
-    labels = torch.tensor([3, 6])
-    batch = {"attention_mask": attention, "mlm_positions": masked, "labels": labels}
+    labels = torch.tensor([3, 6])  # masked: (0,1) and (1,0), the 2nd and 4th attended tokens
+    batch = {"attention_mask": attention, "mlm_positions": torch.tensor([1, 4]), "labels": labels,
+             "attended_positions": torch.tensor([0, 1, 2, 4, 5]),
+             "masked_in_attended": torch.tensor([1, 3])}
     losses = objective({LOGITS: s}, {LOGITS: t}, batch)
     soft = -(torch.softmax(t / 2, -1) * torch.log_softmax(s / 2, -1)).sum(-1).mean() * 4
     hard = torch.nn.functional.cross_entropy(s[[1, 3]], labels)  # (0,1) and (1,0) are masked
