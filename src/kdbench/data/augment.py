@@ -30,6 +30,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
 from kdbench import models, storage
 from kdbench.errors import DataError
 from kdbench.specs import AugmentSpec, TaskSpec
+from kdbench.training.signals import check_stop, phase
 
 log = logging.getLogger("kdbench")
 
@@ -106,6 +107,7 @@ class MaskedLMCandidates:
         live = [i for i, row in enumerate(rows) if row is not None]
         for first in tqdm(range(0, len(live), self.batch_size), desc="augment: MLM candidates",
                           disable=not self.progress or not live):
+            check_stop()
             chunk = live[first:first + self.batch_size]
             for i, found in zip(chunk, self.predict([rows[i] for i in chunk]), strict=True):
                 out[i] = found
@@ -290,7 +292,8 @@ def build(train, task: TaskSpec, spec: AugmentSpec, path: Path, key: dict, devic
     vectors = VectorNeighbours(spec.word_vectors, spec.top_k) if spec.word_vectors is not None else None
     mlm = MaskedLMCandidates(model.to(device), tokenizer, spec.top_k, spec.batch_size, progress)
     log.info("augmenting %d %s examples (%d copies each)", len(train), task.name, spec.n_per_example)
-    augmented = augment(train, task, spec, Candidates(mlm, vectors))
+    with phase("augmentation"):
+        augmented = augment(train, task, spec, Candidates(mlm, vectors))
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with storage.space_for(path, partial=tmp):
