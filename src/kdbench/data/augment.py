@@ -30,7 +30,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
 from kdbench import models, storage
 from kdbench.errors import DataError
 from kdbench.specs import AugmentSpec, TaskSpec
-from kdbench.training.signals import check_stop, phase
+from kdbench.training.signals import check_stop, phase, stop_between
 
 log = logging.getLogger("kdbench")
 
@@ -292,7 +292,7 @@ def build(train, task: TaskSpec, spec: AugmentSpec, path: Path, key: dict, devic
     vectors = VectorNeighbours(spec.word_vectors, spec.top_k) if spec.word_vectors is not None else None
     mlm = MaskedLMCandidates(model.to(device), tokenizer, spec.top_k, spec.batch_size, progress)
     log.info("augmenting %d %s examples (%d copies each)", len(train), task.name, spec.n_per_example)
-    with phase("augmentation"):
+    with phase("augmentation"), stop_between(models.encoder_layers(model)):
         augmented = augment(train, task, spec, Candidates(mlm, vectors))
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

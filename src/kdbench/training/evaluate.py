@@ -7,22 +7,24 @@ import torch
 
 from kdbench import distributed
 from kdbench.metrics import compute_metrics
-from kdbench.training.signals import check_stop, phase
+from kdbench.models import encoder_layers
+from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import StepFn, autocast, model_inputs, to_device
 
 
 @torch.inference_mode()
 def predict(model: torch.nn.Module, loader, device: torch.device, precision: str) -> tuple[np.ndarray, np.ndarray]:
-    """Model outputs [N, C] (float32) and labels [N] over a loader."""
+    """Model outputs [N, C] (float32) and labels [N] over a loader; a stop signal ends it between blocks."""
     model.eval()
     outputs, labels = [], []
-    for batch in loader:
-        check_stop()
-        batch = to_device(batch, device)
-        with autocast(device, precision):
-            logits = model(**model_inputs(batch)).logits
-        outputs.append(logits.float().cpu())
-        labels.append(batch["labels"].cpu())
+    with stop_between(encoder_layers(model)):
+        for batch in loader:
+            check_stop()
+            batch = to_device(batch, device)
+            with autocast(device, precision):
+                logits = model(**model_inputs(batch)).logits
+            outputs.append(logits.float().cpu())
+            labels.append(batch["labels"].cpu())
     return torch.cat(outputs).numpy(), torch.cat(labels).numpy()
 
 
@@ -40,9 +42,9 @@ def evaluate(model, eval_loaders: dict[str, object], metric_names, device, preci
 
 def logits_table(model, loader, num_examples: int, num_labels: int, device, precision: str) -> torch.Tensor:
     """A model's logits [N, C] (float32, on the CPU) for every example of a loader, indexed by `example` number;
-    a stop signal ends it between batches."""
+    a stop signal ends it between blocks."""
     table = torch.empty(num_examples, num_labels)
-    with torch.inference_mode(), phase("teacher_logits"):
+    with torch.inference_mode(), phase("teacher_logits"), stop_between(encoder_layers(model)):
         for batch in loader:
             check_stop()
             batch = to_device(batch, device)

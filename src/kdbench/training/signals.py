@@ -5,7 +5,8 @@ Signals are process-wide, so the flag is too; `graceful_stop()` installs the han
 and restores the previous ones. The training loop checks the flag after every optimizer step, writes a
 checkpoint and raises `Interrupted`; every other long phase (tokenisation, the teacher's evaluation, its logits
 and features tables, augmentation, the final evaluation) runs inside `phase(name)` and calls `check_stop()`
-before each unit of work (a batch, a shard), which raises `Interrupted` naming the phase. Those phases write
+before each unit of work (a batch, a shard, a model's block: `stop_between`), which raises `Interrupted` naming
+the phase. Those phases write
 their cache entries whole or not at all, so a stop leaves no partial entry; re-running the same command
 resumes (a stopped phase starts again). A second Ctrl-C raises `StoppedAtOnce` at once.
 
@@ -92,6 +93,18 @@ def check_stop() -> None:
     if stop_requested():
         raise Interrupted(f"stopped by a signal in {current_phase()}; nothing of it is kept: re-run the same "
                           "command (same run directory) to resume (the phase starts again)", current_phase())
+
+
+@contextlib.contextmanager
+def stop_between(blocks):
+    """While open, `check_stop()` runs before each of `blocks` (a model's transformer blocks) too: one batch of a
+    large model on a CPU takes many seconds."""
+    handles = [block.register_forward_pre_hook(lambda module, args: check_stop()) for block in blocks]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _test_delay() -> None:
