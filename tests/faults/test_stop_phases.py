@@ -22,6 +22,8 @@ from kdbench.run import run
 from kdbench.training.signals import TEST_DELAY_ENV
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
+pytestmark = pytest.mark.slow  # a subprocess per phase, then the same command again
+
 TABLES = ("trainer.teacher_epochs=0", "objective=att_kl")  # teacher as loaded, then its features and logits tables
 STOPPED_WITHIN_S = 10  # from the signal to the record saying stopped (the phase's work abandoned, its entry cleaned)
 ENDED_WITHIN_S = 30  # to the process's end: the interpreter's teardown with torch loaded takes seconds on a busy CPU
