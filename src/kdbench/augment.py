@@ -15,6 +15,7 @@ from kdbench.data.augment import augmented_train_set
 from kdbench.data.glue import train_subset
 from kdbench.errors import ConfigError, KdbenchError
 from kdbench.plan import augment_spec, check_data_files, data_spec, resolve_device, task_spec
+from kdbench.training.signals import Interrupted, graceful_stop
 
 
 def build(overrides: list[str]) -> str:
@@ -38,7 +39,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     check_overrides(argv)
     try:
-        print(build(argv))
+        with graceful_stop():
+            print(build(argv))
+    except Interrupted as exc:  # a stop signal: nothing of the entry is kept, the same command builds it again
+        print(f"kdbench: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
     except KdbenchError as exc:
         fail(str(exc), exc.exit_code)
 

@@ -27,7 +27,7 @@ from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
 from kdbench.record import RESULT_FILE, SCHEMA_VERSION, StepLog, provenance, read_json, write_json
 from kdbench.storage import DiskFullError
-from kdbench.training.signals import Interrupted, graceful_stop
+from kdbench.training.signals import SIGINT_EXIT, Interrupted, StoppedAtOnce, graceful_stop
 
 RECIPES = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic, "finetune": run_finetune}
 register_resolvers()  # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
@@ -97,7 +97,7 @@ def writer(main_process: bool):
 
 def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict:
     """Run the plan's recipe under the stop signals, keeping result.json current: running, then completed,
-    failed or interrupted."""
+    failed or stopped."""
     result_path, write = run_dir / RESULT_FILE, writer(main_process)
     record |= {"provenance": provenance(plan.device, distributed.current().size),
                "precision": plan.precision, "tf32": plan.tf32}  # as resolved for the device
@@ -116,9 +116,7 @@ def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict
         if logger:
             logger.summary(record)
     except BaseException as exc:
-        status = "interrupted" if isinstance(exc, Interrupted) else "failed"
-        record |= {"status": status, "error": error_text(exc), "wall_s": time.perf_counter() - start,
-                   "config": plan.config}
+        record |= ending(exc) | {"wall_s": time.perf_counter() - start, "config": plan.config}
         with suppress(DiskFullError):  # a full disk keeps the last record written: the error is raised below
             write(result_path, record)
         raise
@@ -130,6 +128,17 @@ def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict
     return record
 
 
+def ending(exc: BaseException) -> dict:
+    """The record's status and error for a run that did not complete: stopped (by a signal, and in which
+    phase) or failed."""
+    if isinstance(exc, Interrupted):
+        return {"status": "stopped", "stopped_in": exc.phase, "error": error_text(exc)}
+    if isinstance(exc, StoppedAtOnce):
+        return {"status": "stopped", "stopped_in": exc.phase, "error": SECOND_CTRL_C}
+    return {"status": "failed", "error": error_text(exc)}
+
+
+SECOND_CTRL_C = "stopped at once by a second Ctrl-C (no checkpoint of this moment)"
 INTERNAL_ERROR_EXIT = 1  # bad input exits with KdbenchError.exit_code (2)
 
 
@@ -159,6 +168,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         print(f"kdbench: {exc}", file=sys.stderr)
         exc.hand_over()  # under submitit: its handler requeues the job (the requeued job resumes) and exits
         raise SystemExit(exc.exit_code) from None
+    except StoppedAtOnce as exc:
+        print(f"kdbench: {SECOND_CTRL_C} in {exc.phase}: re-run the same command (same run directory) to "
+              "resume from the last checkpoint", file=sys.stderr)
+        raise SystemExit(SIGINT_EXIT) from None
     except KdbenchError as exc:
         stop(f"kdbench: error: {exc}", exc, cfg, run_dir)
     except Exception as exc:  # a bug, not bad input: bad input is a KdbenchError

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from kdbench.claim import busy_jobs, describe, held_by
 from kdbench.cli import compose, fail, group_options, one_line, sweep_point
 from kdbench.errors import ConfigError
 from kdbench.record import RESULT_FILE, read_json
+from kdbench.training.signals import SIGINT_EXIT, StoppedAtOnce, graceful_stop, stop_requested
 
 FINETUNE_SUFFIX = "_finetune"  # the fine-tuning grid of a task-agnostic preset NAME is the preset NAME_finetune
 # Override keys (and their sub-keys) about where and how a job runs: the same for distilling and fine-tuning.
@@ -185,10 +187,37 @@ def report_command(study: Study) -> list[str]:
     return [sys.executable, "-m", "kdbench.report", str(study.sweep_dir), "--out", str(study.out), "--paper"]
 
 
+def run_child(command: list[str]) -> tuple[int, bool]:
+    """Runs `command` in the foreground; returns its exit code and whether a stop signal came meanwhile. A stop
+    signal (SIGTERM, SIGUSR1, a first Ctrl-C) is passed on to it as SIGTERM, so it stops cleanly; a second
+    Ctrl-C ends it at once."""
+    child: list[subprocess.Popen] = []
+
+    def pass_on() -> None:
+        if child and child[0].poll() is None:
+            child[0].send_signal(signal.SIGTERM)
+
+    with graceful_stop(pass_on):
+        child.append(subprocess.Popen(command))
+        if stop_requested():  # a signal before the child existed
+            pass_on()
+        try:
+            return child[0].wait(), stop_requested()
+        except BaseException:
+            child[0].kill()
+            child[0].wait()
+            raise
+
+
 def run_step(label: str, command: list[str]) -> None:
-    """Run one step in the foreground (its output is the user's); a failure ends the study with one line."""
+    """Run one step in the foreground (its output is the user's); a failure ends the study with one line, a stop
+    signal with one line once the step has stopped cleanly."""
     print(f"kdbench.study: {label}: {shlex.join(command)}", flush=True)
-    code = subprocess.run(command).returncode
+    code, stopped = run_child(command)
+    if stopped:
+        print(f"kdbench.study: stopped by a signal in step '{label}'; re-run the same command to resume: finished "
+              "jobs are skipped", file=sys.stderr, flush=True)
+        raise SystemExit(code)
     if code:
         fail(f"study step '{label}' failed (exit code {code}); fix it and re-run the study: finished jobs are "
              f"skipped. The command: {shlex.join(command)}", code if code > 0 else 1)  # < 0: killed by a signal
@@ -230,7 +259,12 @@ def main(argv: list[str] | None = None) -> None:
         study = make_study(args.name, args.overrides, args.finetune, args.out)
     except ConfigError as exc:
         fail(str(exc))
-    run_study(study)
+    try:
+        run_study(study)
+    except StoppedAtOnce:
+        print("kdbench.study: stopped at once by a second Ctrl-C; re-run the same command to resume: finished jobs "
+              "are skipped", file=sys.stderr)
+        raise SystemExit(SIGINT_EXIT) from None
 
 
 if __name__ == "__main__":

@@ -101,7 +101,8 @@ def finetuned_teacher(plan, train_loader, eval_loaders, log: StepLog) -> FineTun
     if plan.teacher.finetuned_path is not None:
         path = plan.teacher.finetuned_path
         teacher = freeze(load_finetuned(path, plan.num_labels).to(plan.device))
-        metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision)
+        metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision,
+                           "teacher_evaluation")
         stamp = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file())
         return FineTuned(teacher, metrics, 0.0, f"{path.resolve()}:{stamp}")
     path = cache_path(plan)
@@ -130,7 +131,7 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
                            OptimizerSpec.of(trainer, trainer.teacher_lr), plan.device, epochs=trainer.teacher_epochs)
         loop.train(stage, standard_hooks(trainer, log, checkpoints), latest[0] if latest else None)
     freeze(teacher)
-    metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision)
+    metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision, "teacher_evaluation")
     seconds = time.perf_counter() - start
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -25,8 +25,10 @@ from torch import Tensor
 
 from kdbench import storage
 from kdbench.data.batches import make_loader
+from kdbench.models import encoder_layers
 from kdbench.objectives.features import LOGITS, FeatureRecorder
 from kdbench.teacher import FineTuned, cached_tensors, derived_key
+from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import LogitsFn, autocast, read_records, to_device
 
 logger = logging.getLogger("kdbench")
@@ -121,14 +123,17 @@ def table_bytes(train_set, model_config, needs: Mapping[int, set[str]], precisio
 
 def compute_table(teacher, train_set, tokenizer, plan, needs, stop_after: int | None,
                   logits: LogitsFn | None) -> FeatureTable:
-    """One inference pass of the teacher over the training set, in batches of similar length."""
+    """One inference pass of the teacher over the training set, in batches of similar length; a stop signal ends
+    it between blocks."""
     lengths = torch.as_tensor(train_set["length"])
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lengths, 0)])
     features: dict[int, dict[str, Tensor]] = {}
     logits_table = None
     loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
-    with FeatureRecorder(teacher, needs, stop_after) as recorder, torch.inference_mode():
+    with (FeatureRecorder(teacher, needs, stop_after) as recorder, torch.inference_mode(), phase("teacher_features"),
+          stop_between(encoder_layers(teacher))):
         for batch in loader:
+            check_stop()
             batch = to_device(batch, plan.device)
             with autocast(plan.device, plan.precision):
                 records = read_records(recorder, batch, logits)

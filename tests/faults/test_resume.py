@@ -149,7 +149,7 @@ def stop_during_stage1(command: list[str], run_dir, sig) -> subprocess.Completed
 
 def assert_checkpointed_then_resumes(command: list[str], run_dir, reference: dict) -> None:
     record = json.loads((run_dir / "result.json").read_text())
-    assert record["status"] == "interrupted"
+    assert record["status"] == "stopped" and record["stopped_in"] == "stage1"
     state, _ = Checkpoints(run_dir / "checkpoints").latest()
     assert state["stage"] == "stage1" and not state["done"]
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)

@@ -4,7 +4,6 @@ command, stopping at a failed step."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -98,20 +97,20 @@ def test_bad_input_is_one_config_error_before_any_step(name, overrides, finetune
 
 
 class FakeSteps:
-    """Stands in for subprocess.run: records the commands; `fail_at` (a module name) exits 1."""
+    """Stands in for run_child: records the commands; `fail_at` (a module name) exits 1; no stop signal comes."""
 
     def __init__(self, fail_at: str | None = None):
         self.commands, self.fail_at = [], fail_at
 
     def __call__(self, command):
         self.commands.append(command)
-        return subprocess.CompletedProcess(command, 1 if command[2] == self.fail_at else 0)
+        return 1 if command[2] == self.fail_at else 0, False
 
 
 def test_the_study_fine_tunes_every_completed_student_then_reports(tmp_path, monkeypatch):
     students = [write_record(tmp_path / f"objective={o},seed=1") for o in ("att_kl", "hid_seq")]
     fake = FakeSteps()
-    monkeypatch.setattr(study.subprocess, "run", fake)
+    monkeypatch.setattr(study, "run_child", fake)
     got = study.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], [])
     study.run_study(got)
     assert fake.commands == [study.distill_command(got), *(study.finetune_command(got, s) for s in students),
@@ -119,7 +118,7 @@ def test_the_study_fine_tunes_every_completed_student_then_reports(tmp_path, mon
 
 
 def test_a_failed_step_stops_the_study_with_one_line_naming_it(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(study.subprocess, "run", FakeSteps(fail_at="kdbench.run"))
+    monkeypatch.setattr(study, "run_child", FakeSteps(fail_at="kdbench.run"))
     with pytest.raises(SystemExit) as exc:
         study.run_study(study.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))
     assert exc.value.code == 1
@@ -128,7 +127,7 @@ def test_a_failed_step_stops_the_study_with_one_line_naming_it(tmp_path, monkeyp
 
 
 def test_no_completed_student_stops_the_study(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(study.subprocess, "run", FakeSteps())
+    monkeypatch.setattr(study, "run_child", FakeSteps())
     with pytest.raises(SystemExit):
         study.run_study(study.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], []))
     assert "found no completed distillation" in capsys.readouterr().err
@@ -143,7 +142,7 @@ def test_main_refuses_an_unknown_preset_with_exit_code_2(capsys):
 def test_a_study_that_shares_its_folder_says_which_jobs_another_process_runs(tmp_path, monkeypatch, capsys):
     from kdbench.claim import claim
 
-    monkeypatch.setattr(study.subprocess, "run", FakeSteps())
+    monkeypatch.setattr(study, "run_child", FakeSteps())
     done, running = tmp_path / "objective=att_kl,seed=1", tmp_path / "objective=att_kl,seed=2"
     with claim(done):
         pass

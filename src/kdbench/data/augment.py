@@ -35,6 +35,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
 from kdbench import models, storage
 from kdbench.errors import DataError
 from kdbench.specs import AugmentSpec, TaskSpec
+from kdbench.training.signals import check_stop, phase, stop_between
 
 log = logging.getLogger("kdbench")
 
@@ -114,6 +115,7 @@ class MaskedLMCandidates:
         live = [i for i, row in enumerate(rows) if row is not None]
         for first in tqdm(range(0, len(live), self.batch_size), desc="augment: MLM candidates",
                           disable=not self.progress or not live):
+            check_stop()
             chunk = live[first:first + self.batch_size]
             for i, found in zip(chunk, self.predict([rows[i] for i in chunk]), strict=True):
                 out[i] = found
@@ -327,7 +329,8 @@ def build(train, task: TaskSpec, spec: AugmentSpec, path: Path, key: dict, devic
                              spec.mlm_with_original)
     log.info("augmenting %d %s examples (%d copies each)", len(train), task.name,
              spec.copies_for(task.name))
-    augmented = augment(train, task, spec, Candidates(mlm, vectors))
+    with phase("augmentation"), stop_between(models.encoder_layers(model)):
+        augmented = augment(train, task, spec, Candidates(mlm, vectors))
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with storage.space_for(path, partial=tmp):

@@ -47,6 +47,7 @@ from torch.utils.data import Dataset
 from kdbench import storage
 from kdbench.data.readers import input_files, read_documents, reader_for
 from kdbench.errors import ConfigError, DataError
+from kdbench.training.signals import check_stop, phase
 
 log = logging.getLogger(__name__)
 
@@ -281,9 +282,11 @@ def _write_split(raw: Path, npy: Path, dtype: np.dtype, seq_len: int, ids: Mappi
 
 
 def _tokenise_batches(docs: Iterable[str], tokenizer) -> Iterator[tuple[str, list[int]]]:
-    """Each document with its token ids, tokenised `_TOKENISE_BATCH` documents per tokenizer call."""
+    """Each document with its token ids, tokenised `_TOKENISE_BATCH` documents per tokenizer call; a stop signal
+    ends it between calls."""
     docs = iter(docs)
     while batch := list(itertools.islice(docs, _TOKENISE_BATCH)):
+        check_stop()
         enc = tokenizer(batch, add_special_tokens=False, truncation=False, split_special_tokens=True,
                         return_attention_mask=False, return_token_type_ids=False, verbose=False)
         yield from zip(batch, enc["input_ids"])
@@ -415,7 +418,7 @@ def _build_entry(corpora: Path, job: _BuildJob) -> PackedCorpus:
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{job.key}.tmp-", dir=corpora))
         try:
-            with storage.space_for(entry, partial=tmp):
+            with storage.space_for(entry, partial=tmp), phase("tokenisation"):
                 _build(tmp, job)
                 storage.publish(tmp, entry)
         except BaseException:

@@ -21,6 +21,7 @@ from kdbench.data import user_data
 from kdbench.data.files import reading
 from kdbench.errors import DataError
 from kdbench.specs import DataSpec, TaskSpec
+from kdbench.training.signals import check_stop, phase
 
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -141,15 +142,18 @@ def subset(ds: datasets.Dataset, limit: int | None, seed: int) -> datasets.Datas
 
 
 def tokenize(ds: datasets.Dataset, task: TaskSpec, tokenizer: PreTrainedTokenizerBase, max_length: int):
-    """Tokenise with the teacher's tokenizer, truncated to `max_length`, unpadded (padding is per batch)."""
+    """Tokenise with the teacher's tokenizer, truncated to `max_length`, unpadded (padding is per batch); a stop
+    signal ends it between batches."""
 
     def encode(batch):
+        check_stop()
         texts = [batch[field] for field in task.text_fields]
         encoded = tokenizer(*texts, truncation=True, max_length=max_length)
         encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
         return encoded
 
-    encoded = ds.map(encode, batched=True, desc=f"tokenising {task.name}", load_from_cache_file=False)
+    with phase("tokenisation"):
+        encoded = ds.map(encode, batched=True, desc=f"tokenising {task.name}", load_from_cache_file=False)
     keep = [c for c in (*TOKEN_COLUMNS, "length", "label", "idx", "example", "origin") if c in encoded.column_names]
     encoded = encoded.select_columns(keep).rename_column("label", "labels")
     encoded.set_format("torch")

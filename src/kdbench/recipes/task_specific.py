@@ -30,7 +30,7 @@ from kdbench.specs import OptimizerSpec
 from kdbench.teacher import finetuned_teacher, in_run_precision, teacher_logits_table
 from kdbench.teacher_features import FeatureTableFn, teacher_feature_table
 from kdbench.training import loop
-from kdbench.training.checkpoint import Checkpoints, resumable_state
+from kdbench.training.checkpoint import Checkpoints, resumable_state, set_rng_state
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import standard_hooks
 from kdbench.training.steps import (
@@ -171,12 +171,14 @@ def stage1(plan: Plan, student, teacher, train_labels, feature_table: FeatureTab
 
 
 def skip_stage(stage: str, latest: dict | None, student) -> bool:
-    """Whether a checkpoint already covers this stage; if it ended exactly there, its weights are loaded."""
+    """Whether a checkpoint already covers this stage; if it ended exactly there, its weights and the random
+    state at its end are loaded (the next stage's dropout then draws as in an uninterrupted run)."""
     if latest is None:
         return False
     mine, theirs = STAGES.index(stage), STAGES.index(latest["stage"])
     if mine == theirs and latest["done"]:
         student.load_state_dict(latest["modules"][0])
+        set_rng_state(latest["rng"])
     return mine < theirs or (mine == theirs and latest["done"])
 
 

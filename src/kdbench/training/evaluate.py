@@ -7,39 +7,48 @@ import torch
 
 from kdbench import distributed
 from kdbench.metrics import compute_metrics, label_counts
+from kdbench.models import encoder_layers
+from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import StepFn, autocast, model_inputs, to_device
 
 
 @torch.inference_mode()
 def predict(model: torch.nn.Module, loader, device: torch.device, precision: str) -> tuple[np.ndarray, np.ndarray]:
-    """Model outputs [N, C] (float32) and labels [N] over a loader."""
+    """Model outputs [N, C] (float32) and labels [N] over a loader; a stop signal ends it between blocks."""
     model.eval()
     outputs, labels = [], []
-    for batch in loader:
-        batch = to_device(batch, device)
-        with autocast(device, precision):
-            logits = model(**model_inputs(batch, model)).logits
-        outputs.append(logits.float().cpu())
-        labels.append(batch["labels"].cpu())
+    with stop_between(encoder_layers(model)):
+        for batch in loader:
+            check_stop()
+            batch = to_device(batch, device)
+            with autocast(device, precision):
+                logits = model(**model_inputs(batch, model)).logits
+            outputs.append(logits.float().cpu())
+            labels.append(batch["labels"].cpu())
     return torch.cat(outputs).numpy(), torch.cat(labels).numpy()
 
 
-def evaluate(model, eval_loaders: dict[str, object], metric_names, device, precision) -> dict[str, float]:
-    """Metrics on every dev split, with the predicted and gold label counts per class (``label_counts``);
-    `eval_loaders` maps a metric-name suffix ("" or "matched") to a loader."""
+def evaluate(model, eval_loaders: dict[str, object], metric_names, device, precision,
+             phase_name: str = "evaluation") -> dict[str, float]:
+    """Metrics on every dev split, with the predicted and gold label counts per class
+    (``label_counts``); `eval_loaders` maps a metric-name suffix ("" or "matched") to a loader. A
+    stop signal ends it between batches (`phase_name` says whose evaluation it was)."""
     metrics: dict[str, float] = {}
-    for suffix, loader in eval_loaders.items():
-        predictions, labels = predict(model, loader, device, precision)
-        metrics.update(compute_metrics(metric_names, predictions, labels, suffix))
-        metrics.update(label_counts(predictions, labels, suffix))
+    with phase(phase_name):
+        for suffix, loader in eval_loaders.items():
+            predictions, labels = predict(model, loader, device, precision)
+            metrics.update(compute_metrics(metric_names, predictions, labels, suffix))
+            metrics.update(label_counts(predictions, labels, suffix))
     return metrics
 
 
 def logits_table(model, loader, num_examples: int, num_labels: int, device, precision: str) -> torch.Tensor:
-    """A model's logits [N, C] (float32, on the CPU) for every example of a loader, indexed by `example` number."""
+    """A model's logits [N, C] (float32, on the CPU) for every example of a loader, indexed by `example` number;
+    a stop signal ends it between blocks."""
     table = torch.empty(num_examples, num_labels)
-    with torch.inference_mode():
+    with torch.inference_mode(), phase("teacher_logits"), stop_between(encoder_layers(model)):
         for batch in loader:
+            check_stop()
             batch = to_device(batch, device)
             with autocast(device, precision):
                 logits = model(**model_inputs(batch, model)).logits

@@ -13,7 +13,7 @@ from kdbench import distributed
 from kdbench.record import StepLog
 from kdbench.specs import TrainerSpec
 from kdbench.training.checkpoint import Checkpoints
-from kdbench.training.signals import Interrupted, stop_requested
+from kdbench.training.signals import Interrupted, enter_phase, stop_requested
 
 
 class Hook:
@@ -74,8 +74,8 @@ class Checkpoint(Hook):
 
 
 class StopOnSignal(Hook):
-    """After a stop signal (SIGTERM, SIGUSR1, a scheduler's pre-emption), checkpoints and raises
-    `Interrupted`.
+    """After a stop signal (SIGTERM, SIGUSR1, Ctrl-C, a scheduler's pre-emption), checkpoints and
+    raises `Interrupted`; the stage is the run's phase while it trains.
 
     Every process of a data-parallel run stops at the same step (a signal reaches them at different
     times: one that went on would wait for the others in its next all-reduce), so there the
@@ -84,7 +84,13 @@ class StopOnSignal(Hook):
     """
 
     def __init__(self, checkpoints: Checkpoints | None, every: int = 1):
-        self.checkpoints, self.every = checkpoints, every
+        self.checkpoints, self.every, self.outer_phase = checkpoints, every, ""
+
+    def on_start(self, progress) -> None:
+        self.outer_phase = enter_phase(progress.stage.name)
+
+    def on_end(self, progress) -> None:
+        enter_phase(self.outer_phase)
 
     def on_step(self, progress) -> None:
         if progress.finished or (distributed.is_distributed() and progress.step % self.every):
@@ -93,7 +99,8 @@ class StopOnSignal(Hook):
             if self.checkpoints is not None:
                 self.checkpoints.save(progress.state())
             raise Interrupted(f"stopped by a signal at {progress.stage.name} step {progress.step}; the state is "
-                              "checkpointed: re-run the same command (same run directory) to resume")
+                              "checkpointed: re-run the same command (same run directory) to resume",
+                              progress.stage.name)
 
 
 class ProgressBar(Hook):
