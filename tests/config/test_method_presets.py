@@ -184,7 +184,7 @@ def test_a_chain_ending_in_a_distillation_ends_with_its_students_not_a_report(tm
     assert not got.reports
     student = write_record(tmp_path / "seed=1")
     fake = FakeSteps()
-    monkeypatch.setattr(study.subprocess, "run", fake)
+    monkeypatch.setattr(study, "run_child", fake)
     study.run_study(got)
     assert fake.commands == [study.distill_command(got), study.finetune_command(got, student)]
     assert "its students are the student/ folders under" in capsys.readouterr().out
