@@ -20,7 +20,7 @@ files are listed (with their path and the reason) on stdout, in ``excluded.csv``
     ``paper_analogue``), and the measured cost's columns (``student_params``,
     ``teacher_latency_ms``, ...).
 ``cost.csv``
-    per (task, teacher, student, objective, init) with a measured cost (``kdbench.cost``): the
+    (when a run measured its cost) per (task, teacher, student, objective, init) with a measured cost (``kdbench.cost``): the
     score's mean, std and n over seeds, both models' parameters, FLOPs per example, latency
     (batch 1) and throughput (batch 32), and the student's speed-ups over its teacher; shown as the
     Cost section of ``tables.md`` and, per task, in ``cost_<task>.png`` (score against latency,
@@ -242,7 +242,10 @@ def _write_report(
     versus = None if paper is None else render_versus(frame, paper, args.digits)
     walltimes = {table.key: walltime_lines(frame, table.key) for table in tables}
     cost = cost_table(frame)
-    _write_csv(cost, out / "cost.csv")
+    if cost.empty:
+        (out / "cost.csv").unlink(missing_ok=True)  # an earlier report's, in a reused folder
+    else:
+        _write_csv(cost, out / "cost.csv")
     cost_lines = cost_markdown(cost, args.digits, [] if args.no_plots else plot_cost(cost, out))
     markdown = render_markdown(tables, args.digits, excluded, versus, code_versions(frame),
                                walltimes, cost_lines)
@@ -288,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{n_unmatched} unmatched run(s); {sum(len(p) for p in page.plots.values())} plot(s); the page {PAGE_FILE}"
     )
     print(
-        f"{PROG}: files: results.csv summary.csv cost.csv tables.md tables.tex pvalues.csv unmatched.csv "
+        f"{PROG}: files: results.csv summary.csv" + (" cost.csv" if (out / "cost.csv").exists() else "")
+        + " tables.md tables.tex pvalues.csv unmatched.csv "
         f"significance.md claims.md excluded.csv {PAGE_FILE}" + (" paper.csv" if paper is not None else "")
     )
     return 0

@@ -8,7 +8,7 @@ import pandas as pd
 from kdbench.report.stats import GROUP_COLS, ROW_COLS
 from kdbench.report.text import md_escape, md_row
 
-NO_WALLTIME = "_Cost: these records keep no wall times or parameter counts._"
+NO_WALLTIME = "_Wall time: these records keep no wall times or parameter counts._"
 
 
 def _median_seconds(timings: pd.Series, name: str) -> float | None:
