@@ -111,7 +111,8 @@ TRAINER = {
     "mask_inputs": choice("objective", "always", meaning="always: every objective's input"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
                      "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses",
-                     "recompute_losses", "recompute_attention", "teacher_dropout", "tf32"), FLAG),
+                     "recompute_losses", "recompute_attention", "teacher_dropout", "tf32",
+                     "teacher_best_checkpoint"), FLAG),
 }
 EXAMPLES = integer(1, text="a positive number of examples").or_null("all of them")
 
