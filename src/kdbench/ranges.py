@@ -94,7 +94,7 @@ TERM = {"weight": NON_NEGATIVE, "params.temperature": POSITIVE, "params.alpha": 
 TRAINER = {
     "lr": LEARNING_RATE, "teacher_lr": LEARNING_RATE.or_null("the task's lr"),
     "stage2_lr": LEARNING_RATE.or_null("trainer.lr"), "batch_size": COUNT, "eval_batch_size": COUNT,
-    "max_length": integer(4), "warmup_ratio": FRACTION,
+    "max_length": integer(4), "warmup_ratio": FRACTION, "warmup_ratio_per_task.*": FRACTION,
     "weight_decay": NON_NEGATIVE, "adam_betas": entries(FRACTION, 2), "adam_eps": POSITIVE,
     "max_grad_norm": POSITIVE.or_null("no clipping"), "log_every": COUNT, "checkpoint_every": NON_NEGATIVE_COUNT,
     "teacher_epochs": NON_NEGATIVE_COUNT, "stage1_epochs": NON_NEGATIVE_COUNT, "stage2_epochs": NON_NEGATIVE_COUNT,
@@ -111,7 +111,8 @@ TRAINER = {
     "mask_inputs": choice("objective", "always", meaning="always: every objective's input"),
     **dict.fromkeys(("checkpoint_epochs", "keep_checkpoints", "cache_teacher_logits", "cache_teacher_features",
                      "group_by_length", "teacher_group_by_length", "progress_bar", "compile", "fused_losses",
-                     "recompute_losses", "recompute_attention", "teacher_dropout", "tf32"), FLAG),
+                     "recompute_losses", "recompute_attention", "teacher_dropout", "tf32",
+                     "teacher_best_checkpoint"), FLAG),
 }
 EXAMPLES = integer(1, text="a positive number of examples").or_null("all of them")
 

@@ -57,6 +57,8 @@ class TrainerSpec:
     teacher_features_gib: float = 4.0
     group_by_length: bool = True
     teacher_group_by_length: bool = True
+    teacher_best_checkpoint: bool = False  # the teacher's best dev epoch, not its last
+    warmup_ratio_per_task: dict | None = None  # {task: ratio}, read into warmup_ratio by the config
     progress_bar: bool = True
     tf32: bool = True
     # how, not what: a run resumes across a change of these (`COMPUTATION_ONLY`)

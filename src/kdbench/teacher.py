@@ -12,6 +12,7 @@ import json
 import logging
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,12 +22,13 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel, se
 
 from kdbench import models, storage
 from kdbench.data.batches import make_loader
+from kdbench.metrics import scores_only
 from kdbench.record import StepLog, read_json, write_json
 from kdbench.specs import OptimizerSpec
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate, logits_table
-from kdbench.training.hooks import standard_hooks
+from kdbench.training.hooks import Hook, standard_hooks
 from kdbench.training.steps import supervised_step
 
 logger = logging.getLogger("kdbench")
@@ -54,6 +56,8 @@ def teacher_key(plan) -> dict:
     }
     if trainer.teacher_group_by_length:  # only then: the entries of teachers trained on plain batches keep their keys
         key["recipe"]["group_by_length"] = True
+    if trainer.teacher_best_checkpoint:  # only then: the last epoch's teachers keep their keys
+        key["recipe"]["best_checkpoint"] = True
     return key | content_key(plan)
 
 
@@ -86,6 +90,43 @@ def in_run_precision(frozen: PreTrainedModel, precision: str) -> PreTrainedModel
     run. Cast after the student has copied its layers and after anything saved from the model: those
     keep fp32 weights."""
     return frozen.to(torch.bfloat16) if precision == "bf16" else frozen
+
+
+class BestDevEpoch(Hook):
+    """After every epoch, the dev metrics (logged as stage `teacher_dev`); the weights of the best
+    first metric so far are kept in the file `store` (so a resumed fine-tuning keeps the epochs
+    before it), and loaded back into the model at the end (the study's released code picks the
+    teacher's best dev checkpoint)."""
+
+    def __init__(self, model: PreTrainedModel, score, store: Path, log: StepLog):
+        self.model, self.score, self.store, self.log = model, score, store, log
+
+    def best(self) -> dict | None:
+        if not self.store.exists():
+            return None
+        return torch.load(self.store, map_location="cpu", weights_only=True)
+
+    def on_epoch_end(self, progress) -> None:
+        metrics = self.score()
+        self.model.train()  # evaluation left it in eval mode
+        self.log.log("teacher_dev", progress.step, scores_only(metrics), epoch=progress.epoch)
+        best, primary = self.best(), next(iter(metrics))
+        if best is None or metrics[primary] > best["metrics"][primary]:
+            self.keep({"epoch": progress.epoch, "metrics": metrics,
+                       "weights": self.model.state_dict()})
+
+    def keep(self, state: dict) -> None:
+        tmp = self.store.with_name(f".{self.store.name}.tmp")
+        self.store.parent.mkdir(parents=True, exist_ok=True)
+        storage.atomic_write(tmp, lambda handle: torch.save(state, handle), binary=True,
+                             need=storage.tensor_bytes(state["weights"]))
+        storage.publish(tmp, self.store)
+
+    def on_end(self, progress) -> None:
+        best = self.best()
+        if best is not None:
+            logger.info("the teacher keeps epoch %d's weights, its best on dev", best["epoch"])
+            self.model.load_state_dict(best["weights"])
 
 
 class FineTuned(NamedTuple):
@@ -129,7 +170,12 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
             logger.info("resuming the teacher's fine-tuning from %s, step %d", latest[1], latest[0]["step"])
         stage = loop.Stage("teacher", [teacher], train_loader, supervised_step(teacher, plan.device, plan.precision),
                            OptimizerSpec.of(trainer, trainer.teacher_lr), plan.device, epochs=trainer.teacher_epochs)
-        loop.train(stage, standard_hooks(trainer, log, checkpoints), latest[0] if latest else None)
+        hooks = standard_hooks(trainer, log, checkpoints)
+        if trainer.teacher_best_checkpoint:  # first: an epoch's checkpoint follows its evaluation
+            score = partial(evaluate, teacher, eval_loaders, plan.task.metrics, plan.device,
+                            plan.precision)
+            hooks.insert(0, BestDevEpoch(teacher, score, checkpoints.folder / "best.pt", log))
+        loop.train(stage, hooks, latest[0] if latest else None)
     freeze(teacher)
     metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision, "teacher_evaluation")
     seconds = time.perf_counter() - start

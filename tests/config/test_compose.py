@@ -6,6 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from kdbench.cli import config_dir, group_options
+from kdbench.errors import ConfigError
 from tests.helpers import compose_config
 
 GROUPS = sorted(p.name for p in config_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml")))
@@ -143,3 +144,18 @@ def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
     assert (grouped.trainer.teacher_group_by_length, plain.trainer.teacher_group_by_length) == (True, False)
     assert pinned.trainer.group_by_length and not pinned.trainer.teacher_group_by_length
     assert cache_path(plain) == cache_path(pinned) != cache_path(grouped)  # a teacher on other batches is another
+
+
+def test_warmup_ratio_per_task_gives_qqp_the_released_grids_warm_up():
+    from kdbench.plan import trainer_spec
+
+    def warmup(*overrides):
+        return trainer_spec(compose_config(["setting=finetune", *overrides])).warmup_ratio
+
+    released = ("trainer=finetune_released",)
+    assert (warmup(*released, "task=qqp"), warmup(*released, "task=rte")) == (0.25, 0.0)
+    assert warmup("trainer=finetune", "task=qqp") == warmup("trainer=finetune", "task=rte") == 0.06
+    assert warmup("trainer=finetune", "task=rte", "+trainer.warmup_ratio_per_task.rte=0.1") == 0.1
+    assert warmup(*released, "task=qqp", "trainer.warmup_ratio=0.1") == 0.1  # over the table
+    with pytest.raises(ConfigError, match=r"warmup_ratio_per_task\.sst2"):
+        warmup(*released, "task=qqp", "+trainer.warmup_ratio_per_task.sst2=1.5")
