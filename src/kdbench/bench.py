@@ -167,7 +167,8 @@ def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.dev
 def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> float:
     """The analytic count per example of the stage's step (`kdbench.flops.step_flops`) on this batch."""
     student, objective = stage.modules
-    masked = float(batch["mlm_positions"].sum()) / shapes.micro_batch if "mlm_positions" in batch else 0.0
+    where = "attended_positions" if objective.logit_positions == "attended" else "mlm_positions"
+    masked = batch[where].numel() / shapes.micro_batch if where in batch else 0.0  # the head's rows
     return flops.step_flops(objective, student.config, synthetic.teacher_config(shapes), shapes.length,
                             agnostic=True, masked=masked).total
 

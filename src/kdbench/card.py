@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from kdbench.metrics import scores_only
+
 COST_ROWS = (  # (label, the cost field, its format)
     ("parameters", "params", "{:,}"), ("FLOPs per example", "flops_per_example", "{:.3g}"),
     ("latency, batch 1 (ms)", "latency_ms", "{:.2f}"),
@@ -38,17 +40,18 @@ def metadata(plan, outcome: dict) -> dict:
     header = {"library_name": "transformers", "pipeline_tag": "text-classification",
               "tags": ["text-classification", "knowledge-distillation", "kdbench", plan.objective],
               "datasets": data_names(plan),
-              "metrics": sorted({name.split("_")[0] for name in outcome["metrics"]})}
+              "metrics": sorted({name.split("_")[0] for name in scores_only(outcome["metrics"])})}
     teacher = plan.teacher.name_or_path
     if teacher and not Path(teacher).exists():  # a Hub id: a local folder is no base model there
         header["base_model"] = teacher
-    return header | {"model-index": model_index(plan, outcome["metrics"])}
+    return header | {"model-index": model_index(plan, scores_only(outcome["metrics"]))}
 
 
 def score_rows(outcome: dict) -> list[str]:
     teacher = outcome.get("teacher_metrics") or {}
     return [f"| {name} (dev) | {teacher[name]:.2f} | {value:.2f} |" if name in teacher
-            else f"| {name} (dev) | | {value:.2f} |" for name, value in outcome["metrics"].items()]
+            else f"| {name} (dev) | | {value:.2f} |"
+            for name, value in scores_only(outcome["metrics"]).items()]
 
 
 def cost_rows(cost: dict | None) -> list[str]:

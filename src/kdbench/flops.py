@@ -156,7 +156,7 @@ def loss_flops(terms, student: Shape, teacher: Shape, length: int) -> tuple[int,
         if entry.fused is not None:  # a score map per side, the student's gradient two more
             student_flops += pairs * 3 * 2 * length * length * student.hidden
             teacher_flops += pairs * 2 * length * length * teacher.hidden
-        if entry.projected:
+        if term.projected:
             tokens = 1 if term.feature == "cls" else length
             student_flops += pairs * 3 * 2 * tokens * student.hidden * teacher.hidden
     return student_flops, teacher_flops
@@ -181,7 +181,8 @@ class StepFlops:
 def step_flops(objective, student_conf, teacher_conf, length: int, *, agnostic: bool,
                masked: float = 0.0) -> StepFlops:
     """The analytic count of one sequence of `length` tokens in a stage-1 (`agnostic=False`) or task-agnostic step
-    with `objective` (an `Objective`); `masked`: MLM positions per sequence in a task-agnostic step."""
+    with `objective` (an `Objective`); `masked`: the MLM head's rows per sequence in a task-agnostic step
+    (its masked positions, or every attended token for soft targets there)."""
     sides = {}
     for side, conf in (("student", student_conf), ("teacher", teacher_conf)):
         shape, needs = Shape.of(conf), objective.needs(side)

@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 
+from kdbench.metrics import scores_only
 from tests.helpers import custom_overrides
 
 COST_FIELDS = ("params", "flops_per_example", "latency_ms", "throughput_per_s")
@@ -36,7 +37,7 @@ def test_a_csv_task_ships_a_student_that_predicts_label_names(user_data, tmp_pat
     record = completed(tmp_path, f"task.train_file={user_data['csv']}",
                        f"task.validation_file={user_data['csv_dev']}", "task.text_columns=[review]",
                        "task.label_column=sentiment", "save_student=true")
-    assert set(record["metrics"]) == {"accuracy"}
+    assert set(scores_only(record["metrics"])) == {"accuracy"}
     classifier = pipeline("text-classification", model=str(tmp_path / "student"))
     predictions = classifier(["a good movie", "awful plot"])
     assert {prediction["label"] for prediction in predictions} <= {"neg", "pos"}
@@ -68,7 +69,7 @@ def test_a_jsonl_pair_task_without_validation_file_runs(user_data, tmp_path):
     record = completed(tmp_path, f"task.train_file={user_data['jsonl']}",
                        "task.text_columns=[question,answer]", "task.metric=[f1,accuracy]",
                        "objective=vanilla_kd")
-    assert list(record["metrics"]) == ["f1", "accuracy"] and record["score_metric"] == "f1"
+    assert list(scores_only(record["metrics"])) == ["f1", "accuracy"] and record["score_metric"] == "f1"
 
 
 def test_a_regression_csv_runs_with_correlations(user_data, tmp_path):
