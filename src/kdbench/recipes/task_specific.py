@@ -16,6 +16,8 @@ from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 
+import torch
+
 from kdbench import models
 from kdbench.card import model_card
 from kdbench.cost import compare_costs
@@ -87,7 +89,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     latest = resumable_state(checkpoints, plan.fingerprint)
     hooks = standard_hooks(trainer, log, checkpoints)
 
-    if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student):
+    if plan.terms and trainer.stage1_epochs > 0 and not skip_stage("stage1", latest, student, plan.device):
         features = timed(partial(teacher_feature_table, teacher, train_set, tokenizer, plan,
                                  augmented and augmented["entry"]), timing, "features_table_s")
         cached = trainer.cache_teacher_features and not trainer.teacher_dropout
@@ -99,7 +101,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
             stats = loop.train(stage, hooks, resume_from("stage1", latest))
         timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
 
-    if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, student):
+    if trainer.stage2_epochs > 0 and not skip_stage("stage2", latest, student, plan.device):
         if trainer.cache_teacher_logits and not trainer.teacher_dropout:
             table = timed(teacher_logits_table, timing, "logits_table_s")(
                 teacher, train_set, tokenizer, plan, augmented and augmented["entry"])
@@ -170,7 +172,7 @@ def stage1(plan: Plan, student, teacher, train_labels, feature_table: FeatureTab
         yield step, [student, objective]
 
 
-def skip_stage(stage: str, latest: dict | None, student) -> bool:
+def skip_stage(stage: str, latest: dict | None, student, device: torch.device) -> bool:
     """Whether a checkpoint already covers this stage; if it ended exactly there, its weights and the random
     state at its end are loaded (the next stage's dropout then draws as in an uninterrupted run)."""
     if latest is None:
@@ -178,7 +180,7 @@ def skip_stage(stage: str, latest: dict | None, student) -> bool:
     mine, theirs = STAGES.index(stage), STAGES.index(latest["stage"])
     if mine == theirs and latest["done"]:
         student.load_state_dict(latest["modules"][0])
-        set_rng_state(latest["rng"])
+        set_rng_state(latest["rng"], device)
     return mine < theirs or (mine == theirs and latest["done"])
 
 
