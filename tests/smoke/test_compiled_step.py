@@ -42,9 +42,12 @@ def tiny_batch(vocab_size: int) -> dict:
     mask = torch.ones(B, L, dtype=torch.long)
     mask[1, 7:], mask[3, 4:] = 0, 0
     positions = torch.tensor([1, 14, 30])
+    attended = mask.flatten()
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
             "labels": torch.tensor([0, 1, 0, 1]), "example": torch.arange(B), "padded": True,
-            "mlm_positions": positions, "mlm_labels": ids.flatten()[positions]}
+            "mlm_positions": positions, "mlm_labels": ids.flatten()[positions],
+            "attended_positions": attended.nonzero().squeeze(1),
+            "masked_in_attended": (attended.cumsum(0) - 1)[positions]}
 
 
 def losses_and_gradients(step, batch, modules) -> tuple[dict, dict]:
