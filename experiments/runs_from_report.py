@@ -90,7 +90,7 @@ def excluded_run(row, used: pd.DataFrame) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("folder", type=Path)
-    parser.add_argument("--glue-dir", type=Path, default=Path("/work/shared/data/glue"))
+    parser.add_argument("--glue-dir", type=Path, required=True, help="GLUE in its TSV layout")
     args = parser.parse_args()
     used = pd.read_csv(args.folder / "results.csv", dtype={"init": str, "paper_init": str, "commit": str})
     excluded = pd.read_csv(args.folder / "excluded.csv", dtype={"init": str, "seed": "Int64"})
