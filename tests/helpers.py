@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from kdbench.cli import config_dir
 
@@ -191,3 +192,16 @@ def custom_overrides(run_dir: Path, *extra: str) -> list[str]:
     2x32 student."""
     return ["task=custom", "teacher=tiny", "student=tiny", "trainer=smoke", "init=every_kth",
             f"paths.run_dir={run_dir}", *extra]
+
+
+def assert_same_losses_and_grads(expected: tuple[dict, dict], actual: tuple[dict, dict],
+                                 rtol: float) -> None:
+    """Two steps' (losses, gradients) by name: losses within `rtol`, gradients within 10 `rtol`
+    (absolute slack scaled by the largest gradient, for entries near zero)."""
+    (losses, grads), (other_losses, other_grads) = expected, actual
+    assert losses.keys() == other_losses.keys() and grads.keys() == other_grads.keys()
+    for name in losses:
+        torch.testing.assert_close(other_losses[name], losses[name], rtol=rtol, atol=rtol / 100)
+    scale = max(float(g.abs().max()) for g in grads.values())
+    for name in grads:
+        torch.testing.assert_close(other_grads[name], grads[name], rtol=10 * rtol, atol=1e-5 * scale)

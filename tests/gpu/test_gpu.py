@@ -25,6 +25,7 @@ from kdbench.teacher import freeze
 from kdbench.training import loop
 from kdbench.training.hooks import Hook
 from kdbench.training.steps import StudentSide, distillation_step, output_logits, teacher_records_now, to_device
+from tests.helpers import assert_same_losses_and_grads
 
 SMALL = synthetic.Shapes(ShapeSpec("4x64", 4, 64, 4, 128), ShapeSpec("2x64", 2, 64, 4, 128), vocab=1200,
                          length=32, micro_batch=4, accumulation=2)
@@ -82,13 +83,7 @@ def stage1_step(objective_name: str, device: torch.device) -> tuple[dict, dict]:
 
 
 def assert_same(expected: tuple[dict, dict], actual: tuple[dict, dict]) -> None:
-    (losses, grads), (other_losses, other_grads) = expected, actual
-    assert losses.keys() == other_losses.keys() and grads.keys() == other_grads.keys()
-    for name in losses:
-        torch.testing.assert_close(other_losses[name], losses[name], rtol=1e-4, atol=1e-6)
-    scale = max(float(g.abs().max()) for g in grads.values())
-    for name in grads:
-        torch.testing.assert_close(other_grads[name], grads[name], rtol=1e-3, atol=1e-5 * scale)
+    assert_same_losses_and_grads(expected, actual, rtol=1e-4)
 
 
 @pytest.mark.parametrize("objective", AGNOSTIC)
