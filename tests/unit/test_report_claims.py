@@ -1,4 +1,4 @@
-"""kdbench.report.claims: the paper's conclusions judged from synthetic runs with known effects.
+"""kdbench.report.verdicts: the paper's conclusions judged from synthetic runs with known effects.
 
 Scores are 70 + an offset per run set + a small zero-mean pattern of its own (orthogonal +-1 patterns), so a
 difference of offsets is exactly the mean paired difference and equal offsets give mean difference 0.
@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from kdbench.report.claims import (
+from kdbench.report.claims import CLAIMS, TABLE_DESIGNS, TIE_MARGIN
+from kdbench.report.frames import best_of_grid, drop_duplicates, split_designs, to_frame
+from kdbench.report.load import load_records
+from kdbench.report.verdicts import (
     ALL_COLLAPSED,
-    CLAIMS,
     CONTRADICTED,
     INCONCLUSIVE,
     NOT_COVERED,
@@ -22,16 +24,12 @@ from kdbench.report.claims import (
     NOT_SIGNIFICANT,
     OPPOSITE,
     SUPPORTED,
-    TABLE_DESIGNS,
-    TIE_MARGIN,
     TOO_FEW,
     UNTESTABLE,
     combine,
     judge_claims,
     missing_runs,
 )
-from kdbench.report.load import load_records
-from kdbench.report.stats import best_of_grid, drop_duplicates, split_designs, to_frame
 from tests.unit.report_helpers import run_main, write_run
 
 # Zero-mean, mutually orthogonal +-1 patterns over the 8 (task, seed) pairs.

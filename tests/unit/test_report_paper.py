@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 import kdbench
 from kdbench.report import cli
+from kdbench.report.frames import to_frame
 from kdbench.report.load import ReportError, load_records
 from kdbench.report.paper import (
     PAPER_COLS,
@@ -26,7 +27,7 @@ from kdbench.report.paper import (
     read_cells,
     runs_for_table,
 )
-from kdbench.report.stats import AVG, summarise, to_frame
+from kdbench.report.stats import AVG, summarise
 from kdbench.report.tables import build_tables, render_markdown
 from kdbench.report.versus import render_versus
 from tests.unit.report_helpers import read_csv, run_main, write_run

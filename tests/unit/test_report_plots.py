@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 import kdbench
+from kdbench.report.frames import to_frame
 from kdbench.report.load import load_records
 from kdbench.report.plots import (
     FALLBACK,
@@ -20,7 +21,7 @@ from kdbench.report.plots import (
     references,
     slots,
 )
-from kdbench.report.stats import paired_tests, summarise, to_frame
+from kdbench.report.stats import paired_tests, summarise
 from kdbench.report.tables import build_tables
 from kdbench.tasks import MAJORITY
 from tests.unit.report_helpers import A, B, C, run_main, write_run, write_scores

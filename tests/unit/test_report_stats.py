@@ -9,20 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from kdbench.report.frames import drop_duplicates, split_designs, to_frame
 from kdbench.report.load import load_records
-from kdbench.report.stats import (
-    MAX_SEEDS,
-    PVALUE_COLS,
-    UNMATCHED_COLS,
-    drop_duplicates,
-    holm,
-    paired_effect,
-    paired_power,
-    paired_tests,
-    seeds_needed,
-    split_designs,
-    to_frame,
-)
+from kdbench.report.paired import MAX_SEEDS, holm, paired_effect, paired_power, seeds_needed
+from kdbench.report.stats import PVALUE_COLS, UNMATCHED_COLS, paired_tests
 from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_run, write_scores, write_three_objectives
 
 

@@ -119,23 +119,21 @@ from pathlib import Path
 import pandas as pd
 
 from kdbench.record import RESULT_FILE
-from kdbench.report.claims import claims_text
+from kdbench.report.claims_md import claims_text
 from kdbench.report.cost import cost_markdown, cost_table, plot_cost
-from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
-from kdbench.report.page import PAGE_FILE, PageParts, render_page
-from kdbench.report.paper import PAPER_CITE, comparison, load_paper
-from kdbench.report.plots import write_plots
-from kdbench.report.stats import (
+from kdbench.report.frames import (
     IN_MEMORY_COLS,
     best_of_grid,
     code_versions,
     drop_duplicates,
-    paired_tests,
     split_designs,
-    summarise,
     to_frame,
-    unmatched_runs,
 )
+from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
+from kdbench.report.page import PAGE_FILE, PageParts, render_page
+from kdbench.report.paper import PAPER_CITE, comparison, load_paper
+from kdbench.report.plots import write_plots
+from kdbench.report.stats import paired_tests, summarise, unmatched_runs
 from kdbench.report.tables import build_tables, render_latex, render_markdown, render_significance
 from kdbench.report.versus import render_versus, versus_sections
 from kdbench.report.walltime import walltime_lines

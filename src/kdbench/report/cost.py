@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kdbench.report.frames import natural_key
 from kdbench.report.load import COST_COLS
 from kdbench.report.plots import _save, colour_of, safe_name
-from kdbench.report.stats import natural_key
 from kdbench.report.text import md_escape, md_row
 from kdbench.tasks import TASKS
 

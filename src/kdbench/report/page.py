@@ -18,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 from markdown_it import MarkdownIt
 
-from kdbench.report.claims import ClaimsText
-from kdbench.report.stats import GROUP_COLS, ROW_COLS, code_versions, families
+from kdbench.report.claims_md import ClaimsText
+from kdbench.report.frames import GROUP_COLS, ROW_COLS, code_versions
+from kdbench.report.stats import families
 from kdbench.report.tables import DESCRIPTION, Table, body_cells, family_section, significance_intro
 from kdbench.report.text import column_head
 

@@ -14,8 +14,9 @@ from importlib import resources
 
 import pandas as pd
 
+from kdbench.report.frames import GROUP_COLS
 from kdbench.report.load import ReportError
-from kdbench.report.stats import AVG, GROUP_COLS
+from kdbench.report.stats import AVG
 from kdbench.tasks import TASKS
 
 PAPER_PACKAGE = "kdbench.paper"

@@ -22,8 +22,9 @@ from PIL import Image
 from scipy import stats
 
 from kdbench.report.collapse import COLLAPSED
+from kdbench.report.frames import GROUP_COLS, natural_key
 from kdbench.report.paper import PAPER_DESIGNS, runs_for_table
-from kdbench.report.stats import ALL, GROUP_COLS, families, natural_key, pair_matrix
+from kdbench.report.stats import ALL, families, pair_matrix
 from kdbench.report.tables import Table
 from kdbench.tasks import MAJORITY, TASKS
 

@@ -7,16 +7,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kdbench.report.stats import (
-    ALL,
-    AVG,
-    GROUP_COLS,
-    ROW_COLS,
-    families,
-    natural_key,
-    ordered_tasks,
-    pair_matrix,
-)
+from kdbench.report.frames import GROUP_COLS, ROW_COLS, natural_key, ordered_tasks
+from kdbench.report.stats import ALL, AVG, families, pair_matrix
 from kdbench.report.text import column_head, fmt, format_p, md_escape, md_head, md_row, seeds_text
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kdbench.report.stats import MAX_SEEDS
+from kdbench.report.paired import MAX_SEEDS
 from kdbench.tasks import TASKS
 
 

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 from scipy import stats
 
+from kdbench.report.frames import GROUP_COLS
 from kdbench.report.paper import (
     FIRST_6_TABLES,
     METRIC_NOTES,
@@ -18,7 +19,7 @@ from kdbench.report.paper import (
     measured_cells,
     runs_for_table,
 )
-from kdbench.report.stats import AVG, GROUP_COLS
+from kdbench.report.stats import AVG
 from kdbench.report.text import fmt, md_escape, md_head, md_row
 from kdbench.tasks import TASKS
 

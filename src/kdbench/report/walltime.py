@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kdbench.report.stats import GROUP_COLS, ROW_COLS
+from kdbench.report.frames import GROUP_COLS, ROW_COLS
 from kdbench.report.text import md_escape, md_row
 
 NO_WALLTIME = "_Wall time: these records keep no wall times or parameter counts._"

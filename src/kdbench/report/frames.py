@@ -1,0 +1,178 @@
+"""Runs as frames: one row per run, sorted in the paper's order, best grid point kept, duplicates and runs of
+another design dropped as exclusions."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+
+from kdbench.record import KEY_FIELDS
+from kdbench.report.load import COST_COLS, exclusion
+from kdbench.tasks import TASKS
+
+GROUP_COLS = ["setting", "teacher", "student"]
+ROW_COLS = ["objective", "init"]
+# Per run beyond the key: the score's metric and the teacher's score on it, its file, its code version, the paper
+# design it stands for (table, init, the analogue's note), its wall times (their sum; per entry of
+# `timing` in memory only), the student's parameter count, its measured inference cost, its design
+# (config less what does not change a measurement; in memory only, not in results.csv).
+ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "wall_s", "student_parameters", "path",
+               "link", "commit", "paper_table", "paper_init", "paper_note", *COST_COLS, "design",
+               "timing"]
+IN_MEMORY_COLS = ["design", "timing"]  # dicts, not written to results.csv
+_TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
+
+
+def task_sort_key(task: str) -> tuple:
+    """The paper's GLUE order first, then any other task alphabetically."""
+    lower = str(task).lower()
+    if lower in _TASK_POSITION:
+        return (0, _TASK_POSITION[lower], "")
+    return (1, 0, lower)
+
+
+def natural_key(value) -> list:
+    """Sort key that orders digit runs numerically: ``"4,8,12"`` before ``"10,11,12"``."""
+    parts = re.split(r"(\d+)", str(value))
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p.lower()) for p in parts if p]
+
+
+def ordered_tasks(tasks) -> list[str]:
+    return sorted(set(tasks), key=task_sort_key)
+
+
+def to_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per run: key columns, score, one column per metric, path, where it came from (sorted by key)."""
+    base = list(KEY_FIELDS) + ["score", "grid"]
+    metric_names: list[str] = []
+    for record in records:
+        for name in record["metrics"]:
+            if name not in metric_names:
+                metric_names.append(name)
+    rename = {name: (f"metric_{name}" if name in base + ORIGIN_COLS else name) for name in metric_names}
+    rows = []
+    for record in records:
+        row = {key: record.get(key) for key in base}
+        row.update({rename[name]: value for name, value in record["metrics"].items()})
+        row |= {key: record.get(key) for key in ORIGIN_COLS}
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=base + [rename[n] for n in metric_names] + ORIGIN_COLS)
+    frame["seed"] = frame["seed"].astype("int64")
+    frame["score"] = frame["score"].astype(float)
+    frame["paper_table"] = frame["paper_table"].astype("Int64")
+    frame["teacher_score"] = frame["teacher_score"].astype(float)
+    frame["wall_s"] = frame["wall_s"].astype(float)
+    frame["student_parameters"] = frame["student_parameters"].astype("Int64")
+    return sort_frame(frame)
+
+
+def group_key(row: pd.Series) -> tuple:
+    return tuple(row[c] for c in GROUP_COLS)
+
+
+def row_key(row: pd.Series) -> tuple:
+    """(objective, init) in natural order."""
+    return (natural_key(row["objective"]), natural_key(row["init"]))
+
+
+def sorted_by(frame: pd.DataFrame, key) -> pd.DataFrame:
+    """``frame``'s rows ordered by ``key(row)`` (a Python sort key: tuples of mixed types)."""
+    order = sorted(range(len(frame)), key=lambda i: key(frame.iloc[i]))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def sort_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Sort runs by group, task (paper order), objective, init (natural order), seed."""
+    if frame.empty:
+        return frame.reset_index(drop=True)
+    return sorted_by(frame, lambda r: (*group_key(r), task_sort_key(r["task"]), *row_key(r), r["seed"]))
+
+
+def _excluded_copies(frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason) -> list[dict]:
+    """An exclusion of ``kind`` per row of ``frame``; ``reason(row, kept_row)`` names the run used instead."""
+    keys = list(KEY_FIELDS)
+    kept = kept.set_index(keys)
+    rows = []
+    for _, row in frame.iterrows():
+        winner = kept.loc[tuple(row[keys])]
+        rows.append(exclusion(row["path"], kind, reason(row, winner), {key: row[key] for key in keys}))
+    return rows
+
+
+def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """Fine-tuning grids (the task-agnostic protocol): keep each run's best grid point by dev score.
+
+    Runs that differ only in their grid point (lr, batch size) share a key; the best score is the run's
+    result, as in the paper. The other grid points are listed as ``grid`` exclusions (not errors).
+    """
+    gridded = frame["grid"].notna()
+    if not gridded.any():
+        return frame, []
+    ranked = frame[gridded].sort_values(["score", "path"], ascending=[False, True], kind="stable")
+    below = ranked.duplicated(list(KEY_FIELDS), keep="first")
+    excluded = _excluded_copies(
+        ranked[below],
+        ranked[~below],
+        "grid",
+        lambda row, best: (
+            f"grid point {row['grid']} scored {row['score']:.2f}; "
+            f"the best, {best['grid']}, scored {best['score']:.2f}"
+        ),
+    )
+    return sort_frame(pd.concat([frame[~gridded], ranked[~below]])), excluded
+
+
+def design_signature(design: dict | None) -> str:
+    """A run's design as comparable text ("" for a record without its config)."""
+    return "" if design is None else json.dumps(design, sort_keys=True, default=str)
+
+
+def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """Keep the first run (by path) per key and design; the rest become ``duplicate`` exclusions. Runs with one
+    key but different designs are not duplicates: :func:`split_designs` decides between them."""
+    same = [*KEY_FIELDS, "signature"]
+    by_path = frame.sort_values("path", kind="stable").assign(signature=frame["design"].map(design_signature))
+    repeated = by_path.duplicated(same, keep="first")
+    first = by_path[~repeated].set_index(same)["path"]
+    excluded = [
+        exclusion(row["path"], "duplicate", f"same run as {first[tuple(row[same])]} (that one is used)",
+                  {key: row[key] for key in KEY_FIELDS})
+        for _, row in by_path[repeated].iterrows()
+    ]
+    return sort_frame(by_path[~repeated].drop(columns="signature")), excluded
+
+
+def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """Keep, per table cell, the runs of its most common design (ties: the first path's); the others become
+    ``config_mismatch`` exclusions naming the config keys they differ in. A cell averages seeds of one design,
+    never runs of different recipes. Records without their config are not compared."""
+    kept, excluded = [], []
+    for _, cell in frame.sort_values("path").groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False):
+        signature = cell["design"].map(design_signature)
+        known = [sig for sig in signature if sig]
+        majority = max(dict.fromkeys(known), key=known.count, default="")  # the first path's among equals
+        odd = (signature != "") & (signature != majority)
+        kept.append(cell[~odd])
+        reference, n_used = json.loads(majority or "{}"), known.count(majority)
+        excluded += [
+            exclusion(row["path"], "config_mismatch", _design_difference(row["design"], reference, n_used),
+                      {key: row[key] for key in KEY_FIELDS})
+            for _, row in cell[odd].iterrows()
+        ]
+    return (sort_frame(pd.concat(kept)) if kept else frame), excluded
+
+
+def code_versions(frame: pd.DataFrame) -> str:
+    """The code the runs came from: each commit (or version) with its number of runs, most runs first."""
+    counts = frame["commit"].fillna("unknown").value_counts()
+    return ", ".join(f"{commit} ({n} run{'s' if n > 1 else ''})" for commit, n in counts.items())
+
+
+def _design_difference(design: dict, reference: dict, n_reference: int, limit: int = 4) -> str:
+    """Which keys a run's design differs in from the cell's majority design, with both values."""
+    keys = sorted(key for key in design.keys() | reference.keys() if design.get(key) != reference.get(key))
+    shown = ", ".join(f"{key}={design.get(key)!r} (used: {reference.get(key)!r})" for key in keys[:limit])
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"config differs from the {n_reference} run(s) used for this cell in {shown}{more}"
