@@ -10,17 +10,10 @@ import pytest
 from scipy import stats
 
 import kdbench
+from kdbench.report.figures import FALLBACK, OBJECTIVE_COLOURS, colour_of, family_order
 from kdbench.report.frames import to_frame
 from kdbench.report.load import load_records
-from kdbench.report.plots import (
-    FALLBACK,
-    OBJECTIVE_COLOURS,
-    below_best,
-    colour_of,
-    family_order,
-    references,
-    slots,
-)
+from kdbench.report.plots import below_best, references, slots
 from kdbench.report.stats import paired_tests, summarise
 from kdbench.report.tables import build_tables
 from kdbench.tasks import MAJORITY

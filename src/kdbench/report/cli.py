@@ -58,7 +58,7 @@ files are listed (with their path and the reason) on stdout, in ``excluded.csv``
     one panel per task: every seed's score (a cross: a collapsed run), the cell's mean and its 95% t interval, the
     paper's value where a published cell stands for it, objectives grouped by family (vanilla, hidden, attention),
     one colour per objective (or per init, when the init varies) fixed across every report
-    (``plots.OBJECTIVE_COLOURS`` / ``INIT_COLOURS``). Lines: the fine-tuned teacher's mean score (from the
+    (``figures.OBJECTIVE_COLOURS`` / ``INIT_COLOURS``). Lines: the fine-tuned teacher's mean score (from the
     records) and the dev set's majority-class score (``kdbench.tasks.MAJORITY``), written at the axis' edge when
     off it. A star marks a cell significantly below the best of its group (per-task paired test, Holm).
 ``differences_<group>.png``

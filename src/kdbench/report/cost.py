@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kdbench.report.figures import colour_of, safe_name, save_png
 from kdbench.report.frames import natural_key
 from kdbench.report.load import COST_COLS
-from kdbench.report.plots import _save, colour_of, safe_name
 from kdbench.report.text import md_escape, md_row
 from kdbench.tasks import TASKS
 
@@ -85,6 +85,6 @@ def plot_cost(table: pd.DataFrame, out: Path) -> list[Path]:
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = out / f"cost_{safe_name(task)}.png"
-        _save(fig, path)
+        save_png(fig, path)
         written.append(path)
     return written

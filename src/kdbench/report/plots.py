@@ -1,82 +1,37 @@
-"""PNG plots: every seed's score with its cell's mean and 95% t interval, and the matrices of signed paired
-differences of a study on one symmetric colour scale."""
+"""PNG plots: every seed's score with its cell's mean and 95% t interval, and (:mod:`kdbench.report.heatmaps`)
+the matrices of signed paired differences of a study on one symmetric colour scale."""
 
 from __future__ import annotations
 
-import io
-import itertools
 import math
-import re
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
-from PIL import Image
 from scipy import stats
 
 from kdbench.report.collapse import COLLAPSED
+from kdbench.report.figures import (
+    FAMILIES,
+    colour_of,
+    family_of,
+    family_order,
+    safe_name,
+    save_png,
+)
 from kdbench.report.frames import GROUP_COLS, natural_key
+from kdbench.report.heatmaps import plot_differences
 from kdbench.report.paper import PAPER_DESIGNS, runs_for_table
-from kdbench.report.stats import ALL, families, pair_matrix
+from kdbench.report.stats import ALL, families
 from kdbench.report.tables import Table
 from kdbench.tasks import MAJORITY, TASKS
 
-# One colour per objective and per init in every report (Paul Tol's colour-blind-safe "muted" and "vibrant"
-# schemes). Inits are coloured by role: a 6-layer teacher's every-k-th (2,4,6) and spread (1,4,6) inits share the
-# colours of the 12-layer ones they stand for.
-OBJECTIVE_COLOURS = {
-    "vanilla_kd": "#332288", "distilbert": "#0077BB",
-    "hid_cls": "#117733", "hid_cls_contrast": "#44AA99", "hid_seq": "#999933",
-    "att_mse": "#882255", "att_kl": "#CC6677", "att_mse+hid_seq": "#AA4499", "att_kl+hid_seq": "#DDCC77",
-    "att_kl+val_kl": "#88CCEE", "val_kl": "#EE7733", "minilm_v2": "#EE3377", "tinybert": "#CC3311",
-}
-INIT_COLOURS = {
-    "4,8,12": "#0077BB", "2,4,6": "#0077BB", "1,8,12": "#009988", "1,4,6": "#009988", "1,2,3": "#EE7733",
-    "random": "#555555", "1,2,3,4,5,6": "#EE3377", "first 6": "#EE3377",
-}
-FALLBACK = ("#33BBEE", "#CC3311", "#BBBBBB", "#000000", "#DDAA33", "#BB5566")  # other levels, by a hash of the name
-FAMILIES = ("vanilla", "hidden", "attention", "other")
 COLLAPSED_COLOUR = "#444444"
 LEGEND_LEFT = 0.8  # the score plots' legend sits right of this fraction of the figure
 TEACHER_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1.0}
 MAJORITY_STYLE = {"color": "#BB5566", "linestyle": ":", "linewidth": 1.2}
-
-
-def colour_of(factor: str, level: str) -> str:
-    """The colour of an objective (``factor`` "objective") or an init, the same in every plot of every report."""
-    fixed = OBJECTIVE_COLOURS if factor == "objective" else INIT_COLOURS
-    return fixed.get(str(level)) or FALLBACK[zlib.crc32(str(level).encode()) % len(FALLBACK)]
-
-
-def family_of(objective: str) -> str:
-    """vanilla (prediction-layer KD), hidden (hidden-state transfer), attention (attention or value relations,
-    alone or combined with hidden states), or other."""
-    name = str(objective)
-    if name == "vanilla_kd":
-        return "vanilla"
-    if any(part in name for part in ("att", "val_", "minilm", "tinybert")):
-        return "attention"
-    if name.startswith("hid") or name == "distilbert":
-        return "hidden"
-    return "other"
-
-
-def family_order(objectives) -> list[str]:
-    """Objectives grouped by family (vanilla, hidden, attention, other), naturally sorted within each."""
-    return sorted(set(objectives), key=lambda o: (FAMILIES.index(family_of(o)), natural_key(o)))
-
-
-def safe_name(text: str) -> str:
-    """A filesystem-safe file-name fragment."""
-    name = re.sub(r"[^A-Za-z0-9._+-]+", "-", str(text)).strip("-.")
-    return name or "x"
 
 
 class _Names:
@@ -96,15 +51,6 @@ class _Names:
 def group_stem(setting: str, teacher: str, student: str) -> str:
     return "_".join(safe_name(part) for part in (setting, teacher, student))
 
-
-def _save(fig: Figure, path: Path) -> None:
-    """A 256-colour palette PNG: a plot's flat colours and their anti-aliased edges fit in it, at about a third of
-    the bytes of full colour (report.html carries every plot inline)."""
-    FigureCanvasAgg(fig)
-    rendered = io.BytesIO()
-    fig.savefig(rendered, format="png", dpi=120)
-    image = Image.open(rendered).convert("RGB")
-    image.quantize(colors=256, dither=Image.Dither.NONE).save(path, format="png", optimize=True)
 
 
 @dataclass
@@ -317,58 +263,8 @@ def plot_scores(table: Table, runs: pd.DataFrame, pvalues: pd.DataFrame, refs: R
     fig.text(0.01, 0.005, "dots: seeds; bar: mean; line: 95% t interval; * significantly below the best of its "
              f"group (paired t-test over seeds, Holm, p < {alpha})", fontsize=7)
     fig.tight_layout(rect=(0, 0.03, LEGEND_LEFT - 0.01, 0.96))
-    _save(fig, path)
+    save_png(fig, path)
     return path
-
-
-# ---------------------------------------------------------------------------------------- difference matrices
-
-
-def plot_differences(pooled: list[tuple[str, pd.DataFrame]], title: str, path: Path, alpha: float,
-                     digits: int = 1) -> Path:
-    """Heat maps of the mean paired differences row - column (task ALL), one per (factor, held level) of a study,
-    all on one symmetric colour scale; significant cells starred (Holm)."""
-    values = [pair_matrix(part, "diff", antisymmetric=True) for _, part in pooled]
-    finite = [float(np.nanmax(np.abs(v.to_numpy(dtype=float)))) for v in values if np.isfinite(v.to_numpy()).any()]
-    bound = max(finite, default=1.0) or 1.0
-    norm = TwoSlopeNorm(vcenter=0.0, vmin=-bound, vmax=bound)
-    columns = min(3, len(pooled))
-    rows = math.ceil(len(pooled) / columns)
-    size = max(len(v) for v in values)
-    fig = Figure(figsize=(columns * max(3.2, 0.8 + 0.7 * size) + 1.2, rows * max(2.8, 0.9 + 0.6 * size) + 0.6))
-    image = None
-    for k, ((label, part), diff) in enumerate(zip(pooled, values, strict=True)):
-        ax = fig.add_subplot(rows, columns, k + 1)
-        image = _matrix(ax, diff, pair_matrix(part), norm, bound, alpha, digits)
-        ax.set_title(label, fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout(rect=(0, 0, 0.9, 0.95))
-    colourbar = fig.add_axes((0.92, 0.15, 0.015, 0.7))
-    fig.colorbar(image, cax=colourbar, label=f"row - column, points (* Holm p < {alpha})")
-    _save(fig, path)
-    return path
-
-
-def _matrix(ax, diff: pd.DataFrame, p_holm: pd.DataFrame, norm, bound: float, alpha: float, digits: int):
-    """One heat map, objectives in family order; significant cells starred and framed."""
-    if set(diff.index) <= set(OBJECTIVE_COLOURS):
-        order = family_order(diff.index)
-        diff, p_holm = diff.reindex(index=order, columns=order), p_holm.reindex(index=order, columns=order)
-    values = diff.to_numpy(dtype=float)
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=colormaps["PuOr"].with_extremes(bad="lightgrey"), norm=norm)
-    n = len(diff)
-    for i, j in itertools.product(range(n), range(n)):
-        if i != j:
-            value, p = values[i, j], p_holm.iat[i, j]
-            text = "n/a" if np.isnan(value) else f"{value:+.{digits}f}" + ("*" if p < alpha else "")
-            if p < alpha:
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.5))
-            ax.text(j, i, text, ha="center", va="center", fontsize=6,
-                    color="white" if abs(value) > 0.6 * bound else "black")
-    labels = [str(c) for c in diff.columns]
-    ax.set_xticks(range(n), labels, rotation=45, ha="right", fontsize=6)
-    ax.set_yticks(range(n), labels, fontsize=6)
-    return image
 
 
 def write_plots(tables: list[Table], pvalues: pd.DataFrame, frame: pd.DataFrame, out: Path, alpha: float,
