@@ -41,8 +41,8 @@ import peers  # noqa: E402
 from kdbench import models  # noqa: E402
 from kdbench.cli import compose  # noqa: E402
 from kdbench.data.batches import make_loader  # noqa: E402
-from kdbench.data.corpus import pack_tokens  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
+from kdbench.data.packed import pack_tokens  # noqa: E402
 from kdbench.data.readers import iter_documents  # noqa: E402
 from kdbench.layers import every_kth  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402

@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import BertTokenizerFast
 
-from kdbench.data import corpus, readers
-from kdbench.data.corpus import build_packed_corpus, is_heldout, pack_tokens
+from kdbench.data import corpus_build, readers
+from kdbench.data.corpus import build_packed_corpus
+from kdbench.data.corpus_build import is_heldout
+from kdbench.data.packed import pack_tokens
 from kdbench.data.readers import (
     input_files,
     iter_documents,
@@ -328,7 +330,7 @@ def test_cache_key_ignores_tokenizer_call_state(tmp_path, tokenizer):
 
 def test_failure_mid_build_leaves_no_partial_entry(tmp_path, tokenizer, monkeypatch):
     root, cache = corpus_dir(tmp_path, [make_docs(5, seed=8)]), tmp_path / "cache"
-    real = corpus._write_split
+    real = corpus_build._write_split
     written = []
 
     def failing(raw, npy, *args):
@@ -337,12 +339,12 @@ def test_failure_mid_build_leaves_no_partial_entry(tmp_path, tokenizer, monkeypa
             raise RuntimeError("disk full")
         return real(raw, npy, *args)
 
-    monkeypatch.setattr(corpus, "_write_split", failing)
+    monkeypatch.setattr(corpus_build, "_write_split", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         build_packed_corpus(root, "text", tokenizer, 8, cache)
     assert written == ["train.npy", "heldout.npy"]
     assert entries(cache) == []
-    monkeypatch.setattr(corpus, "_write_split", real)
+    monkeypatch.setattr(corpus_build, "_write_split", real)
     pc = build_packed_corpus(root, "text", tokenizer, 8, cache)
     assert entries(cache) == [pc.path.name]
 
