@@ -26,32 +26,23 @@ Conventions shared by all functions:
 
 from __future__ import annotations
 
-import inspect
-import math
-import typing
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from kdbench.objectives import fused
 from kdbench.objectives.contrastive import crd
-from kdbench.objectives.features import LOGITS, MASKED_SCORE, outside_autocast, padding_mask, split_heads
+from kdbench.objectives.features import LOGITS, outside_autocast, padding_mask, split_heads
+from kdbench.objectives.loss_checks import (
+    check_hidden,
+    check_logits,
+    check_ndim,
+    check_scores,
+)
+from kdbench.objectives.loss_entry import LossEntry
+from kdbench.objectives.score_maps import masked_row_kl, relation_scores
 
-__all__ = [
-    "kd",
-    "att_mse",
-    "att_kl",
-    "val_kl",
-    "relation_kl",
-    "hid_mse",
-    "cosine",
-    "mlm_kd",
-    "mlm",
-]
+__all__ = ["kd", "att_mse", "att_kl", "val_kl", "relation_kl", "hid_mse", "cosine", "mlm_kd", "mlm"]
 
 
 # --------------------------------------------------------------------------- #
@@ -59,75 +50,6 @@ __all__ = [
 # --------------------------------------------------------------------------- #
 def _f32(x: Tensor) -> Tensor:
     return x.to(torch.float32)
-
-
-def _check_same_shape(student: Tensor, teacher: Tensor, what: str) -> None:
-    if student.shape != teacher.shape:
-        raise ValueError(
-            f"{what}: student and teacher shapes differ: {tuple(student.shape)} vs {tuple(teacher.shape)}"
-        )
-
-
-def _check_ndim(x: Tensor, ndims: tuple[int, ...], what: str, layout: str) -> None:
-    if x.dim() not in ndims:
-        raise ValueError(f"{what}: expected a tensor of shape {layout}, got shape {tuple(x.shape)}")
-
-
-def _check_logits(student_logits: Tensor, teacher_logits: Tensor, temperature: float, what: str, layout: str) -> None:
-    _check_ndim(student_logits, (2,), what, layout)
-    _check_same_shape(student_logits, teacher_logits, what)
-    if temperature <= 0:
-        raise ValueError(f"{what}: temperature must be positive, got {temperature}")
-
-
-def _masked_row_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor) -> Tensor:
-    """Masked row-wise KL reduction shared by the attention/relation losses.
-
-    ``student_scores``/``teacher_scores``: float32 ``[B, H, L, L]`` pre-softmax
-    scores; ``mask``: float32 ``[B, L]`` from :func:`features.padding_mask`.
-
-    For every head and valid query row ``i`` of example ``b`` computes
-    ``KL(softmax(t[b, h, i, K_b]) || softmax(s[b, h, i, K_b]))`` with ``K_b``
-    the valid keys, and returns ``sum / (H * sum_b n_b)``.
-    """
-    _, num_heads, _, _ = student_scores.shape
-    valid = mask > 0
-    pair = valid[:, None, :, None] & valid[:, None, None, :]  # [B, 1, L, L]
-
-    # Replace every invalid (query, key) entry before the softmax: invalid keys
-    # drop out of the normalisation and invalid query rows become a harmless
-    # uniform row; nothing non-finite survives into the graph.
-    logp_s = torch.log_softmax(student_scores.masked_fill(~pair, MASKED_SCORE), dim=-1)
-    logp_t = torch.log_softmax(teacher_scores.masked_fill(~pair, MASKED_SCORE), dim=-1)
-    zero = logp_s.new_zeros(())
-    logp_s = torch.where(pair, logp_s, zero)
-    logp_t = torch.where(pair, logp_t, zero)
-    p_t = torch.where(pair, logp_t.exp(), zero)
-
-    row_kl = (p_t * (logp_t - logp_s)).sum(dim=-1)  # [B, H, L]
-    row_kl = torch.where(valid[:, None, :], row_kl, zero)
-    denom = (num_heads * mask.sum()).clamp_min(1.0)
-    return row_kl.sum() / denom
-
-
-def _check_scores(student_scores: Tensor, teacher_scores: Tensor, what: str) -> None:
-    _check_ndim(student_scores, (4,), what, "[B, H, L, L]")
-    _check_same_shape(student_scores, teacher_scores, what)
-    if student_scores.shape[-1] != student_scores.shape[-2]:
-        raise ValueError(
-            f"{what}: scores must be square in the last two dims [B, H, L, L], "
-            f"got {tuple(student_scores.shape)}"
-        )
-
-
-def _relation_scores(x: Tensor, valid: Tensor, head_size: int | None = None) -> Tensor:
-    """``X X^T / sqrt(d)`` for float32 ``x`` of shape ``[B, H, L, d]`` (or ``d = head_size``).
-
-    Padded tokens (``valid`` is bool ``[B, L]``) are zeroed first so that
-    arbitrary padded values cannot overflow the product.
-    """
-    x = x.masked_fill(~valid[:, None, :, None], 0.0)
-    return torch.matmul(x, x.transpose(-1, -2)) / math.sqrt(head_size or x.shape[-1])
 
 
 # --------------------------------------------------------------------------- #
@@ -159,7 +81,7 @@ def kd(
     Regression (``C == 1``, e.g. STS-B): ``soft = MSE(s, t)`` (no temperature)
     and ``hard = MSE(s, labels)``, combined the same way; both are batch means.
     """
-    _check_logits(student_logits, teacher_logits, temperature, "kd", "[B, C]")
+    check_logits(student_logits, teacher_logits, temperature, "kd", "[B, C]")
     batch, num_classes = student_logits.shape
     s = _f32(student_logits)
     t = _f32(teacher_logits).detach()
@@ -168,13 +90,7 @@ def kd(
         raise ValueError(f"kd: labels must have shape {(batch,)} ([B]), got {tuple(labels.shape)}")
 
     if num_classes == 1:
-        s, t = s[:, 0], t[:, 0]
-        soft = F.mse_loss(s, t)
-        if labels is None:
-            return soft
-        hard = F.mse_loss(s, _f32(labels.to(s.device)))
-        return alpha * soft + (1.0 - alpha) * hard
-
+        return _kd_regression(s[:, 0], t[:, 0], labels, alpha)
     soft = F.kl_div(
         F.log_softmax(s / temperature, dim=-1),
         F.log_softmax(t / temperature, dim=-1),
@@ -184,6 +100,15 @@ def kd(
     if labels is None:
         return soft
     hard = F.cross_entropy(s, labels.to(s.device).long())
+    return alpha * soft + (1.0 - alpha) * hard
+
+
+def _kd_regression(s: Tensor, t: Tensor, labels: Tensor | None, alpha: float) -> Tensor:
+    """`kd` for one output (``C == 1``): MSE to the teacher, mixed with MSE to the labels when given."""
+    soft = F.mse_loss(s, t)
+    if labels is None:
+        return soft
+    hard = F.mse_loss(s, _f32(labels.to(s.device)))
     return alpha * soft + (1.0 - alpha) * hard
 
 
@@ -198,7 +123,7 @@ def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float
     It differs from ``T^2 * KL`` by the teacher's entropy, a constant: the gradients are the same.
     Zero positions (M == 0) give 0.
     """
-    _check_logits(student_logits, teacher_logits, temperature, "mlm_kd", "[M, V]")
+    check_logits(student_logits, teacher_logits, temperature, "mlm_kd", "[M, V]")
     if student_logits.shape[0] == 0:
         return _f32(student_logits).sum()
     target = F.softmax(_f32(teacher_logits).detach() / temperature, dim=-1)
@@ -214,7 +139,7 @@ def mlm(student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Te
     """
     if labels is None:
         raise ValueError("mlm needs labels (the original token ids at the masked positions)")
-    _check_ndim(student_logits, (2,), "mlm", "[M, V]")
+    check_ndim(student_logits, (2,), "mlm", "[M, V]")
     if student_logits.shape[0] == 0:
         return _f32(student_logits).sum()
     return F.cross_entropy(_f32(student_logits), labels.to(student_logits.device).long())
@@ -234,7 +159,7 @@ def att_mse(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None 
     mean squared difference over heads and valid (query, key) pairs, with
     ``n_b`` the number of valid tokens of example ``b``.
     """
-    _check_scores(student_scores, teacher_scores, "att_mse")
+    check_scores(student_scores, teacher_scores, "att_mse")
     batch, num_heads, length, _ = student_scores.shape
     m = padding_mask(mask, batch, length, student_scores.device)
     valid = m > 0
@@ -259,10 +184,10 @@ def att_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None =
     Reduction: sum over heads and valid rows divided by ``H * sum_b n_b``.
     Finite for any padding pattern (including fully padded examples).
     """
-    _check_scores(student_scores, teacher_scores, "att_kl")
+    check_scores(student_scores, teacher_scores, "att_kl")
     batch, _, length, _ = student_scores.shape
     m = padding_mask(mask, batch, length, student_scores.device)
-    return _masked_row_kl(_f32(student_scores), _f32(teacher_scores).detach(), m)
+    return masked_row_kl(_f32(student_scores), _f32(teacher_scores).detach(), m)
 
 
 @outside_autocast
@@ -283,8 +208,8 @@ def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None =
     """
     if scale_by not in ("own", "teacher"):
         raise ValueError(f"val_kl: scale_by must be 'own' or 'teacher', got {scale_by!r}")
-    _check_ndim(student_values, (4,), "val_kl", "[B, H, L, d]")
-    _check_ndim(teacher_values, (4,), "val_kl", "[B, H, L, d]")
+    check_ndim(student_values, (4,), "val_kl", "[B, H, L, d]")
+    check_ndim(teacher_values, (4,), "val_kl", "[B, H, L, d]")
     if student_values.shape[1] != teacher_values.shape[1]:
         raise ValueError(
             f"val_kl: student and teacher must have the same number of heads, got "
@@ -299,8 +224,8 @@ def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None =
     batch, _, length, _ = student_values.shape
     valid = padding_mask(mask, batch, length, student_values.device) > 0
     head_size = teacher_values.shape[-1] if scale_by == "teacher" else None
-    s_rel = _relation_scores(_f32(student_values), valid, head_size)
-    t_rel = _relation_scores(_f32(teacher_values).detach(), valid)
+    s_rel = relation_scores(_f32(student_values), valid, head_size)
+    t_rel = relation_scores(_f32(teacher_values).detach(), valid)
     return att_kl(s_rel, t_rel, mask)
 
 
@@ -318,8 +243,8 @@ def relation_kl(student_x: Tensor, teacher_x: Tensor, num_heads: int, mask: Tens
     relation heads and valid query rows). Works for any student width and
     attention-head count since only ``num_heads`` relation heads are used.
     """
-    _check_ndim(student_x, (3,), "relation_kl", "[B, L, D]")
-    _check_ndim(teacher_x, (3,), "relation_kl", "[B, L, D]")
+    check_ndim(student_x, (3,), "relation_kl", "[B, L, D]")
+    check_ndim(teacher_x, (3,), "relation_kl", "[B, L, D]")
     if student_x.shape[:2] != teacher_x.shape[:2]:
         raise ValueError(
             f"relation_kl: student and teacher [B, L] differ: "
@@ -337,12 +262,6 @@ def relation_kl(student_x: Tensor, teacher_x: Tensor, num_heads: int, mask: Tens
 # --------------------------------------------------------------------------- #
 # hidden states
 # --------------------------------------------------------------------------- #
-def _check_hidden(student: Tensor, teacher: Tensor, mask: Tensor | None, what: str) -> None:
-    _check_ndim(student, (2, 3), what, "[B, L, D] or [B, D]")
-    _check_same_shape(student, teacher, what)
-    if student.dim() == 2 and mask is not None:
-        raise ValueError(f"{what}: a mask is only supported for [B, L, D] inputs, got [B, D] inputs")
-
 
 @outside_autocast
 def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -355,7 +274,7 @@ def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None 
     ``[B, L, D]``: ``sum_{valid tokens, dims} (s - t)^2 / ((sum_b n_b) * D)``.
     ``[B, D]``: plain mean of ``(s - t)^2``.
     """
-    _check_hidden(student_hidden, teacher_hidden, mask, "hid_mse")
+    check_hidden(student_hidden, teacher_hidden, mask, "hid_mse")
     s = _f32(student_hidden)
     t = _f32(teacher_hidden).detach()
     if s.dim() == 2:
@@ -379,7 +298,7 @@ def cosine(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None =
     ``loss = mean over valid tokens of (1 - cos(s_i, t_i))`` where the cosine
     is taken over the last dim: ``sum_{valid i} (1 - cos_i) / sum_b n_b``.
     """
-    _check_hidden(student_hidden, teacher_hidden, mask, "cosine")
+    check_hidden(student_hidden, teacher_hidden, mask, "cosine")
     s = _f32(student_hidden)
     t = _f32(teacher_hidden).detach()
     if s.dim() == 2:
@@ -398,44 +317,6 @@ def cosine(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None =
 # --------------------------------------------------------------------------- #
 # the registry: config name -> how a term applies the loss
 # --------------------------------------------------------------------------- #
-@dataclass(frozen=True)
-class LossEntry:
-    """How an objective's term applies a loss, named in configs as `fn` is named.
-
-    A loss is called on each mapped layer pair's (student, teacher) features and summed over the pairs; a
-    `module` loss instead builds a learnable module, called once on the features of all mapped layers concatenated.
-    """
-
-    fn: Callable[..., Tensor]  # the loss on one layer pair's features; for a `module` loss, its module's factory
-    features: tuple[str, ...]  # the features it reads (`features.FEATURES` or LOGITS); the first is the default
-    fused: Callable[..., Tensor] | None = None  # the same loss on the raw projections, its gradient formed in forward
-    projected: bool = False  # a learnable student->teacher width projection precedes it
-    module: bool = False  # `fn(student_width, teacher_width, train_labels, seed, **params)` builds an nn.Module
-    classification_only: bool = False  # contrasts examples by their task labels
-    mlm: bool = False  # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
-
-    # Read at every step, so plain attributes (a step compiled by torch.compile traces them):
-    # called with the batch's labels (the task's labels, or the MLM's original token ids)
-    takes_labels: bool = field(init=False)
-    # takes `num_heads` (relation heads; a term's default is the teacher's head count)
-    takes_num_heads: bool = field(init=False)
-
-    def __post_init__(self):
-        parameters = inspect.signature(self.fn).parameters
-        object.__setattr__(self, "takes_labels", "labels" in parameters)
-        object.__setattr__(self, "takes_num_heads", "num_heads" in parameters)
-
-    @cached_property
-    def param_names(self) -> frozenset[str]:
-        """What a term's `params` may set: `fn`'s arguments after the two features, less the mask and labels a
-        step passes; for a `module` loss, the keyword arguments of the module it builds."""
-        if self.module:
-            builds = typing.get_type_hints(self.fn)["return"]
-            keywords = inspect.signature(builds).parameters.values()
-            return frozenset(p.name for p in keywords if p.kind is p.KEYWORD_ONLY) - {"seed"}
-        return frozenset(list(inspect.signature(self.fn).parameters)[2:]) - {"mask", "labels"}
-
-
 LOSSES: dict[str, LossEntry] = {
     "kd": LossEntry(kd, (LOGITS,)),
     "mlm_kd": LossEntry(mlm_kd, (LOGITS,), mlm=True),

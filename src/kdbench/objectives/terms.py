@@ -25,7 +25,8 @@ from kdbench.errors import ConfigError, lookup
 from kdbench.layers import resolve_pairs
 from kdbench.models import PROJECTIONS_FILE
 from kdbench.objectives.features import FEATURES, LOGITS, token_level
-from kdbench.objectives.losses import LOSSES, LossEntry
+from kdbench.objectives.loss_entry import LossEntry
+from kdbench.objectives.losses import LOSSES
 
 
 @dataclass

@@ -1,0 +1,43 @@
+"""Shape checks of the distillation losses' inputs: each raises a ValueError naming the loss and the layout it
+expects."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def check_same_shape(student: Tensor, teacher: Tensor, what: str) -> None:
+    if student.shape != teacher.shape:
+        raise ValueError(
+            f"{what}: student and teacher shapes differ: {tuple(student.shape)} vs {tuple(teacher.shape)}"
+        )
+
+
+def check_ndim(x: Tensor, ndims: tuple[int, ...], what: str, layout: str) -> None:
+    if x.dim() not in ndims:
+        raise ValueError(f"{what}: expected a tensor of shape {layout}, got shape {tuple(x.shape)}")
+
+
+def check_logits(student_logits: Tensor, teacher_logits: Tensor, temperature: float, what: str, layout: str) -> None:
+    check_ndim(student_logits, (2,), what, layout)
+    check_same_shape(student_logits, teacher_logits, what)
+    if temperature <= 0:
+        raise ValueError(f"{what}: temperature must be positive, got {temperature}")
+
+
+def check_scores(student_scores: Tensor, teacher_scores: Tensor, what: str) -> None:
+    check_ndim(student_scores, (4,), what, "[B, H, L, L]")
+    check_same_shape(student_scores, teacher_scores, what)
+    if student_scores.shape[-1] != student_scores.shape[-2]:
+        raise ValueError(
+            f"{what}: scores must be square in the last two dims [B, H, L, L], "
+            f"got {tuple(student_scores.shape)}"
+        )
+
+
+def check_hidden(student: Tensor, teacher: Tensor, mask: Tensor | None, what: str) -> None:
+    check_ndim(student, (2, 3), what, "[B, L, D] or [B, D]")
+    check_same_shape(student, teacher, what)
+    if student.dim() == 2 and mask is not None:
+        raise ValueError(f"{what}: a mask is only supported for [B, L, D] inputs, got [B, D] inputs")
+

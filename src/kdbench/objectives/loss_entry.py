@@ -1,0 +1,50 @@
+"""How an objective's term applies a loss: the registry `losses.LOSSES` holds one `LossEntry` per loss."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class LossEntry:
+    """How an objective's term applies a loss, named in configs as `fn` is named.
+
+    A loss is called on each mapped layer pair's (student, teacher) features and summed over the pairs; a
+    `module` loss instead builds a learnable module, called once on the features of all mapped layers concatenated.
+    """
+
+    fn: Callable[..., Tensor]  # the loss on one layer pair's features; for a `module` loss, its module's factory
+    features: tuple[str, ...]  # the features it reads (`features.FEATURES` or LOGITS); the first is the default
+    fused: Callable[..., Tensor] | None = None  # the same loss on the raw projections, its gradient formed in forward
+    projected: bool = False  # a learnable student->teacher width projection precedes it
+    module: bool = False  # `fn(student_width, teacher_width, train_labels, seed, **params)` builds an nn.Module
+    classification_only: bool = False  # contrasts examples by their task labels
+    mlm: bool = False  # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
+
+    # Read at every step, so plain attributes (a step compiled by torch.compile traces them):
+    # called with the batch's labels (the task's labels, or the MLM's original token ids)
+    takes_labels: bool = field(init=False)
+    # takes `num_heads` (relation heads; a term's default is the teacher's head count)
+    takes_num_heads: bool = field(init=False)
+
+    def __post_init__(self):
+        parameters = inspect.signature(self.fn).parameters
+        object.__setattr__(self, "takes_labels", "labels" in parameters)
+        object.__setattr__(self, "takes_num_heads", "num_heads" in parameters)
+
+    @cached_property
+    def param_names(self) -> frozenset[str]:
+        """What a term's `params` may set: `fn`'s arguments after the two features, less the mask and labels a
+        step passes; for a `module` loss, the keyword arguments of the module it builds."""
+        if self.module:
+            builds = typing.get_type_hints(self.fn)["return"]
+            keywords = inspect.signature(builds).parameters.values()
+            return frozenset(p.name for p in keywords if p.kind is p.KEYWORD_ONLY) - {"seed"}
+        return frozenset(list(inspect.signature(self.fn).parameters)[2:]) - {"mask", "labels"}
+

@@ -1,0 +1,52 @@
+"""Score maps shared by the attention and relation losses: the relation map ``X X^T / sqrt(d)`` and the
+masked row-wise KL between two maps."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from kdbench.objectives.features import MASKED_SCORE
+
+
+def masked_row_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor) -> Tensor:
+    """Masked row-wise KL reduction shared by the attention/relation losses.
+
+    ``student_scores``/``teacher_scores``: float32 ``[B, H, L, L]`` pre-softmax
+    scores; ``mask``: float32 ``[B, L]`` from :func:`features.padding_mask`.
+
+    For every head and valid query row ``i`` of example ``b`` computes
+    ``KL(softmax(t[b, h, i, K_b]) || softmax(s[b, h, i, K_b]))`` with ``K_b``
+    the valid keys, and returns ``sum / (H * sum_b n_b)``.
+    """
+    _, num_heads, _, _ = student_scores.shape
+    valid = mask > 0
+    pair = valid[:, None, :, None] & valid[:, None, None, :]  # [B, 1, L, L]
+
+    # Replace every invalid (query, key) entry before the softmax: invalid keys
+    # drop out of the normalisation and invalid query rows become a harmless
+    # uniform row; nothing non-finite survives into the graph.
+    logp_s = torch.log_softmax(student_scores.masked_fill(~pair, MASKED_SCORE), dim=-1)
+    logp_t = torch.log_softmax(teacher_scores.masked_fill(~pair, MASKED_SCORE), dim=-1)
+    zero = logp_s.new_zeros(())
+    logp_s = torch.where(pair, logp_s, zero)
+    logp_t = torch.where(pair, logp_t, zero)
+    p_t = torch.where(pair, logp_t.exp(), zero)
+
+    row_kl = (p_t * (logp_t - logp_s)).sum(dim=-1)  # [B, H, L]
+    row_kl = torch.where(valid[:, None, :], row_kl, zero)
+    denom = (num_heads * mask.sum()).clamp_min(1.0)
+    return row_kl.sum() / denom
+
+
+def relation_scores(x: Tensor, valid: Tensor, head_size: int | None = None) -> Tensor:
+    """``X X^T / sqrt(d)`` for float32 ``x`` of shape ``[B, H, L, d]`` (or ``d = head_size``).
+
+    Padded tokens (``valid`` is bool ``[B, L]``) are zeroed first so that
+    arbitrary padded values cannot overflow the product.
+    """
+    x = x.masked_fill(~valid[:, None, :, None], 0.0)
+    return torch.matmul(x, x.transpose(-1, -2)) / math.sqrt(head_size or x.shape[-1])
+
