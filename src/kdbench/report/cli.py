@@ -133,8 +133,9 @@ from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
 from kdbench.report.page import PAGE_FILE, PageParts, render_page
 from kdbench.report.paper import PAPER_CITE, comparison, load_paper
 from kdbench.report.plots import write_plots
+from kdbench.report.significance import render_significance
 from kdbench.report.stats import paired_tests, summarise, unmatched_runs
-from kdbench.report.tables import build_tables, render_latex, render_markdown, render_significance
+from kdbench.report.tables import build_tables, render_latex, render_markdown
 from kdbench.report.versus import render_versus, versus_sections
 from kdbench.report.walltime import walltime_lines
 from kdbench.storage import folder_problem

@@ -20,8 +20,9 @@ from markdown_it import MarkdownIt
 
 from kdbench.report.claims_md import ClaimsText
 from kdbench.report.frames import GROUP_COLS, ROW_COLS, code_versions
+from kdbench.report.significance import family_section, significance_intro
 from kdbench.report.stats import families
-from kdbench.report.tables import DESCRIPTION, Table, body_cells, family_section, significance_intro
+from kdbench.report.tables import DESCRIPTION, Table, body_cells
 from kdbench.report.text import column_head
 
 PAGE_FILE = "report.html"
