@@ -1,11 +1,12 @@
-"""Raw-text corpus for task-agnostic (pre-training-stage) distillation, built once per input and cached.
+"""Raw-text corpus for task-agnostic (pre-training-stage) distillation, built once per input and
+cached.
 
-`build_packed_corpus` reads documents (plain text or WikiExtractor output; :mod:`kdbench.data.readers`) from a
-file or a directory, tokenises them, splits them by document into train / held-out
-(:mod:`kdbench.data.corpus_build`), packs each split into fixed-length sequences and caches the result as
-memory-mapped `.npy` arrays, opened as a `PackedCorpus` (:mod:`kdbench.data.packed`). MLM masking of the packed
-sequences lives in `kdbench.data.masking`. Every decision of those modules is part of the cache key through
-`CORPUS_FORMAT_VERSION`.
+`build_packed_corpus` reads documents (plain text or WikiExtractor output;
+:mod:`kdbench.data.readers`) from a file or a directory, tokenises them, splits them by document
+into train / held-out (:mod:`kdbench.data.corpus_build`), packs each split into fixed-length
+sequences and caches the result as memory-mapped `.npy` arrays, opened as a `PackedCorpus`
+(:mod:`kdbench.data.packed`). MLM masking of the packed sequences lives in `kdbench.data.masking`.
+Every decision of those modules is part of the cache key through `CORPUS_FORMAT_VERSION`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ _MAX_SANE_MODEL_LENGTH = 1_000_000  # tokenizers without a real limit report ~1e
 def _tokenizer_fingerprint(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        # truncation / padding are call-time state (every call rewrites them), not part of what tokens come out
+        # truncation / padding are call-time state (every call rewrites them), not part of what
+        # tokens come out
         settings = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
         payload = json.dumps(settings, sort_keys=True)
     else:
@@ -55,7 +57,7 @@ def _split_spec(heldout_fraction: float | None) -> dict[str, Any]:
 
 
 def corpus_key(files: Sequence[Path], fmt: str, tokenizer, seq_len: int, split: Mapping[str, Any], max_docs: int | None) -> str:
-    """The cache entry name: a hash of the input files (absolute path, size, mtime), format, tokenizer and settings."""
+    """The entry name: a hash of the files (path, size, mtime), format, tokenizer and settings."""
     stats = []
     for f in files:
         st = f.stat()
@@ -80,7 +82,8 @@ def corpus_key(files: Sequence[Path], fmt: str, tokenizer, seq_len: int, split: 
 
 
 def _try_load(entry: Path) -> PackedCorpus | None:
-    """The entry when it exists and matches its manifest (a damaged one is removed with a warning)."""
+    """The entry when it exists and matches its manifest (a damaged one is removed with a warning).
+    """
     if not storage.intact(entry, "the corpus cache entry"):
         return None
     return PackedCorpus.load(entry)
@@ -98,7 +101,7 @@ def _check_build_settings(fmt: str, tokenizer, seq_len: int, max_docs: int | Non
 
 
 def _build_entry(corpora: Path, job: BuildJob) -> PackedCorpus:
-    """Build the entry `corpora / job.key` under its file lock, unless another builder finished it first."""
+    """Build `corpora / job.key` under its file lock, unless another builder finished it first."""
     entry = corpora / job.key
     corpora.mkdir(parents=True, exist_ok=True)
     with FileLock(str(corpora / f"{job.key}.lock")):
@@ -135,15 +138,16 @@ def build_packed_corpus(
 ) -> PackedCorpus:
     """Tokenise, split and pack the corpus at `path` (format `fmt`), or reuse its cache entry.
 
-    The entry lives in `cache_dir / "corpora" / <key>`; the key hashes the input files (absolute path, size,
-    mtime), `fmt`, the tokenizer (name_or_path, class, vocabulary size, a fingerprint of its vocabulary and
-    settings, special ids), `seq_len`, the split parameters and `max_docs`. It is built in a temporary sibling
-    directory, sealed with its files' sizes and SHA-256 and renamed into place under a file lock on `<key>.lock`:
-    concurrent builders build once, a killed builder leaves no entry behind, and an entry damaged since (checked
-    each time it is opened) is rebuilt with a warning.
+    The entry lives in `cache_dir / "corpora" / <key>`; the key hashes the input files (absolute
+    path, size, mtime), `fmt`, the tokenizer (name_or_path, class, vocabulary size, a fingerprint of
+    its vocabulary and settings, special ids), `seq_len`, the split parameters and `max_docs`. It is
+    built in a temporary sibling directory, sealed with its files' sizes and SHA-256 and renamed
+    into place under a file lock on `<key>.lock`: concurrent builders build once, a killed builder
+    leaves no entry behind, and an entry damaged since (checked each time it is opened) is rebuilt
+    with a warning.
 
-    `heldout_fraction` (default 0.01) holds documents out by a hash of their text; `max_docs` keeps the first N
-    non-empty documents in reading order.
+    `heldout_fraction` (default 0.01) holds documents out by a hash of their text; `max_docs` keeps
+    the first N non-empty documents in reading order.
     """
     _check_build_settings(fmt, tokenizer, seq_len, max_docs)
     split = _split_spec(heldout_fraction)

@@ -1,14 +1,15 @@
-"""One corpus cache entry written: documents tokenised, held out by a hash of their text, each split's token
-stream packed onto disk (:mod:`kdbench.data.packed`), and the entry's metadata.
+"""One corpus cache entry written: documents tokenised, held out by a hash of their text, each
+split's token stream packed onto disk (:mod:`kdbench.data.packed`), and the entry's metadata.
 
-* Documents are tokenised with `add_special_tokens=False`, no truncation and `split_special_tokens=True`, so
-  text that happens to spell a special token ("[SEP]", "<s>") is tokenised as ordinary text.
-* Documents that tokenise to zero tokens (e.g. only characters the tokenizer deletes) have nothing to store;
-  they are counted in the metadata (`docs_without_tokens`), not stored.
-* Held-out split, by document: a document is held out when the 64-bit BLAKE2b hash of its text, as a fraction
-  of 2**64, is below `heldout_fraction` (default 0.01). The decision depends only on the text, so it is stable
-  when files are added or reordered, and exact duplicate documents always land in the same split (no
-  train/held-out leakage through duplicates).
+* Documents are tokenised with `add_special_tokens=False`, no truncation and
+  `split_special_tokens=True`, so text that happens to spell a special token ("[SEP]", "<s>") is
+  tokenised as ordinary text.
+* Documents that tokenise to zero tokens (e.g. only characters the tokenizer deletes) have nothing
+  to store; they are counted in the metadata (`docs_without_tokens`), not stored.
+* Held-out split, by document: a document is held out when the 64-bit BLAKE2b hash of its text, as a
+  fraction of 2**64, is below `heldout_fraction` (default 0.01). The decision depends only on the
+  text, so it is stable when files are added or reordered, and exact duplicate documents always land
+  in the same split (no train/held-out leakage through duplicates).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ _TOKENISE_BATCH = 256  # documents per fast-tokenizer call
 
 
 def is_heldout(text: str, fraction: float) -> bool:
-    """Whether a document goes to the held-out split under `heldout_fraction=fraction` (a hash of its text)."""
+    """Whether a document is held out under `heldout_fraction=fraction` (a hash of its text)."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") < fraction * 2.0**64
 
@@ -50,8 +51,9 @@ def special_ids(tokenizer) -> dict[str, int]:
     missing = [name for name, value in ids.items() if value is None]
     if missing:
         raise ConfigError(
-            f"tokenizer {tokenizer.name_or_path or type(tokenizer).__name__} has no {'/'.join(missing)} token: packing needs "
-            "cls, sep and pad tokens (use a BERT-family tokenizer)"
+            f"tokenizer {tokenizer.name_or_path or type(tokenizer).__name__} has no "
+            f"{'/'.join(missing)} token: packing needs cls, sep and pad tokens (use a BERT-family "
+            "tokenizer)"
         )
     return ids
 
@@ -79,7 +81,8 @@ class _SplitWriter:
 
 
 def _write_split(raw: Path, npy: Path, dtype: np.dtype, seq_len: int, ids: Mapping[str, int]) -> tuple[int, int]:
-    """Pack a raw stream file into `npy` (memory-mapped writes); returns (sequences, final_length)."""
+    """Pack a raw stream file into `npy` (memory-mapped writes); returns (sequences, final_length).
+    """
     n_stream = raw.stat().st_size // dtype.itemsize
     width = seq_len - 2
     n_rows = -(-n_stream // width)
@@ -95,8 +98,8 @@ def _write_split(raw: Path, npy: Path, dtype: np.dtype, seq_len: int, ids: Mappi
 
 
 def _tokenise_batches(docs: Iterable[str], tokenizer) -> Iterator[tuple[str, list[int]]]:
-    """Each document with its token ids, tokenised `_TOKENISE_BATCH` documents per tokenizer call; a stop signal
-    ends it between calls."""
+    """Each document with its token ids, tokenised `_TOKENISE_BATCH` documents per tokenizer call; a
+    stop signal ends it between calls."""
     docs = iter(docs)
     while batch := list(itertools.islice(docs, _TOKENISE_BATCH)):
         check_stop()
@@ -125,7 +128,7 @@ class BuildJob:
 
 
 def _write_streams(tmp: Path, job: BuildJob, dtype: np.dtype, sep_id: int) -> tuple[dict[str, _SplitWriter], dict[str, int]]:
-    """Tokenise the job's documents into one raw stream file per split; returns the writers and document counts."""
+    """Tokenise the documents into a raw stream file per split; the writers and document counts."""
     writers = {name: _SplitWriter(tmp / f"{name}.stream", dtype, sep_id) for name in ("train", "heldout")}
     counts = {"docs": 0, "docs_without_tokens": 0}
     try:
@@ -154,7 +157,8 @@ def _check_streams(writers: Mapping[str, _SplitWriter], job: BuildJob) -> None:
 
 
 def _pack_split(writer: _SplitWriter, npy: Path, dtype: np.dtype, seq_len: int, ids: Mapping[str, int]) -> dict[str, int]:
-    """Pack one split's stream file into `npy`, delete the stream, and return the split's metadata."""
+    """Pack one split's stream file into `npy`, delete the stream, and return the split's metadata.
+    """
     sequences, final_length = _write_split(writer.path, npy, dtype, seq_len, ids)
     writer.path.unlink()
     return {

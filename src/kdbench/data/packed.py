@@ -1,13 +1,14 @@
-"""The packed corpus format: fixed-length `[CLS] window [SEP]` rows in memory-mapped `.npy` arrays, one per split,
-opened as a `PackedCorpus`.
+"""The packed corpus format: fixed-length `[CLS] window [SEP]` rows in memory-mapped `.npy` arrays,
+one per split, opened as a `PackedCorpus`.
 
-* Packing: within a split, the documents' tokens are concatenated in reading order with one separator token
-  (`sep_token_id`) *between* consecutive documents, and the stream is cut into windows of `seq_len - 2` tokens,
-  each stored as `[CLS] window [SEP]`. A long document is split across as many sequences as it needs; a
-  sequence may hold the end of one document, a separator, and the start of the next. Nothing is dropped.
+* Packing: within a split, the documents' tokens are concatenated in reading order with one
+  separator token (`sep_token_id`) *between* consecutive documents, and the stream is cut into
+  windows of `seq_len - 2` tokens, each stored as `[CLS] window [SEP]`. A long document is split
+  across as many sequences as it needs; a sequence may hold the end of one document, a separator,
+  and the start of the next. Nothing is dropped.
 * The last sequence of a split holds the remainder of the stream: `[CLS] rest [SEP] [PAD] ...`, with
-  `attention_mask` 0 on the padding. It is always kept, however short, so every document's tokens are stored.
-  Every other sequence is full (mask all ones).
+  `attention_mask` 0 on the padding. It is always kept, however short, so every document's tokens
+  are stored. Every other sequence is full (mask all ones).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ _PACK_CHUNK_ROWS = 16384  # rows written per step when packing a split onto disk
 
 
 def pack_tokens(stream: np.ndarray, seq_len: int, cls_id: int, sep_id: int, pad_id: int, *, out: np.ndarray | None = None):
-    """Pack a flat token stream into rows `[CLS] window [SEP]` of exactly `seq_len` ids (see module docstring).
+    """Pack a flat token stream into rows `[CLS] window [SEP]` of exactly `seq_len` ids (see module
+    docstring).
 
-    Returns `(rows, final_length)`: rows has shape `[ceil(len(stream) / (seq_len - 2)), seq_len]` and
-    `final_length` is the number of attended positions in the last row (`seq_len` when it is full). `out`, when
-    given, is filled in place (e.g. a memory-mapped array of the right shape) in chunks.
+    Returns `(rows, final_length)`: rows has shape `[ceil(len(stream) / (seq_len - 2)), seq_len]`
+    and `final_length` is the number of attended positions in the last row (`seq_len` when it is
+    full). `out`, when given, is filled in place (e.g. a memory-mapped array of the right shape) in
+    chunks.
     """
     if seq_len < 3:
         raise ConfigError(f"seq_len={seq_len} leaves no room for text between [CLS] and [SEP]: use seq_len >= 3")
@@ -62,10 +65,11 @@ def pack_tokens(stream: np.ndarray, seq_len: int, cls_id: int, sep_id: int, pad_
 
 
 class PackedDataset(Dataset):
-    """One split of a packed corpus, read lazily from a memory-mapped `.npy` array of shape [N, seq_len].
+    """One split of a packed corpus, read lazily from a memory-mapped `.npy` array of shape [N,
+    seq_len].
 
-    Item i is `{"input_ids": LongTensor[seq_len], "attention_mask": LongTensor[seq_len]}`. Pickles without the
-    memory map (DataLoader workers reopen it).
+    Item i is `{"input_ids": LongTensor[seq_len], "attention_mask": LongTensor[seq_len]}`. Pickles
+    without the memory map (DataLoader workers reopen it).
     """
 
     def __init__(self, path: str | os.PathLike, final_length: int):
@@ -109,7 +113,8 @@ class PackedDataset(Dataset):
 
 @dataclass
 class PackedCorpus:
-    """A cached packed corpus: `.train` and `.heldout` datasets, `.meta` (counts, settings), `.path` (cache entry).
+    """A cached packed corpus: `.train` and `.heldout` datasets, `.meta` (counts, settings), `.path`
+    (cache entry).
 
     `len(corpus)` is the number of sequences in both splits together.
     """
@@ -124,7 +129,7 @@ class PackedCorpus:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PackedCorpus:
-        """Open a finished cache entry, checking the arrays against the metadata (ValueError when they disagree)."""
+        """A finished cache entry, its arrays checked against its metadata (else ValueError)."""
         path = Path(path)
         meta = json.loads((path / "meta.json").read_text())
         if meta.get("version") != CORPUS_FORMAT_VERSION:

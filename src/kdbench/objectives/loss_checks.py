@@ -1,5 +1,4 @@
-"""Shape checks of the distillation losses' inputs: each raises a ValueError naming the loss and the layout it
-expects."""
+"""Shape checks of the losses' inputs: a ValueError names the loss and the layout it expects."""
 
 from __future__ import annotations
 
@@ -9,7 +8,8 @@ from torch import Tensor
 def check_same_shape(student: Tensor, teacher: Tensor, what: str) -> None:
     if student.shape != teacher.shape:
         raise ValueError(
-            f"{what}: student and teacher shapes differ: {tuple(student.shape)} vs {tuple(teacher.shape)}"
+            f"{what}: student and teacher shapes differ: {tuple(student.shape)} vs "
+            f"{tuple(teacher.shape)}"
         )
 
 

@@ -1,4 +1,4 @@
-"""How an objective's term applies a loss: the registry `losses.LOSSES` holds one `LossEntry` per loss."""
+"""How an objective's term applies a loss: `losses.LOSSES` holds one `LossEntry` per loss."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from torch import Tensor
 class LossEntry:
     """How an objective's term applies a loss, named in configs as `fn` is named.
 
-    A loss is called on each mapped layer pair's (student, teacher) features and summed over the pairs; a
-    `module` loss instead builds a learnable module, called once on the features of all mapped layers concatenated.
+    A loss is called on each mapped layer pair's (student, teacher) features and summed over the
+    pairs; a `module` loss instead builds a learnable module, called once on the features of all
+    mapped layers concatenated.
     """
 
     fn: Callable[..., Tensor]  # the loss on one layer pair's features; for a `module` loss, its module's factory
@@ -40,8 +41,9 @@ class LossEntry:
 
     @cached_property
     def param_names(self) -> frozenset[str]:
-        """What a term's `params` may set: `fn`'s arguments after the two features, less the mask and labels a
-        step passes; for a `module` loss, the keyword arguments of the module it builds."""
+        """What a term's `params` may set: `fn`'s arguments after the two features, less the mask
+        and labels a step passes; for a `module` loss, the keyword arguments of the module it
+        builds."""
         if self.module:
             builds = typing.get_type_hints(self.fn)["return"]
             keywords = inspect.signature(builds).parameters.values()

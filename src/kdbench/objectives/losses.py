@@ -1,4 +1,5 @@
-"""Distillation losses as pure functions over tensors, and `LOSSES`, the registry the objective configs name.
+"""Distillation losses as pure functions over tensors, and `LOSSES`, the registry the objective
+configs name.
 
 Every function here takes student and teacher tensors (and optionally a padding
 mask) and returns a scalar float32 loss. There is no model or config inside.
@@ -104,7 +105,7 @@ def kd(
 
 
 def _kd_regression(s: Tensor, t: Tensor, labels: Tensor | None, alpha: float) -> Tensor:
-    """`kd` for one output (``C == 1``): MSE to the teacher, mixed with MSE to the labels when given."""
+    """`kd` for one output (``C == 1``): MSE to the teacher, mixed with MSE to any labels."""
     soft = F.mse_loss(s, t)
     if labels is None:
         return soft
@@ -133,9 +134,11 @@ def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float
 
 @outside_autocast
 def mlm(student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None) -> Tensor:
-    """Masked-language-model cross-entropy: ``[M, V]`` logits at the masked positions, ``[M]`` original ids.
+    """Masked-language-model cross-entropy: ``[M, V]`` logits at the masked positions, ``[M]``
+    original ids.
 
-    ``teacher_logits`` is not used (the hard MLM term reads the labels); it keeps every term's call alike.
+    ``teacher_logits`` is not used (the hard MLM term reads the labels); it keeps every term's call
+    alike.
     """
     if labels is None:
         raise ValueError("mlm needs labels (the original token ids at the masked positions)")

@@ -1,5 +1,5 @@
-"""Score maps shared by the attention and relation losses: the relation map ``X X^T / sqrt(d)`` and the
-masked row-wise KL between two maps."""
+"""Score maps shared by the attention and relation losses: the relation map ``X X^T / sqrt(d)`` and
+the masked row-wise KL between two maps."""
 
 from __future__ import annotations
 

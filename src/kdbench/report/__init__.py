@@ -8,5 +8,5 @@ writes). The modules: :mod:`~kdbench.report.load` (records and exclusions), :mod
 the runs that stand for them), :mod:`~kdbench.report.versus` (published vs measured tables),
 :mod:`~kdbench.report.claims` (the paper's claims), :mod:`~kdbench.report.verdicts` (their verdicts),
 :mod:`~kdbench.report.claims_md` (claims.md), :mod:`~kdbench.report.plots` with
-:mod:`~kdbench.report.figures` and :mod:`~kdbench.report.heatmaps`.
+:mod:`~kdbench.report.panels`, :mod:`~kdbench.report.heatmaps` and :mod:`~kdbench.report.figures`.
 """

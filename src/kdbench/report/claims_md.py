@@ -1,5 +1,5 @@
-"""``claims.md``: the study's findings, then every claim of :mod:`kdbench.report.claims` with its verdict and
-the evidence of each comparison (:mod:`kdbench.report.verdicts`)."""
+"""``claims.md``: the study's findings, then every claim of :mod:`kdbench.report.claims` with its
+verdict and the evidence of each comparison (:mod:`kdbench.report.verdicts`)."""
 
 from __future__ import annotations
 
@@ -29,23 +29,25 @@ from kdbench.report.verdicts import (
 _CAVEATS = [
     "## When not to trust a verdict",
     "",
-    "- Few seeds: with 2-4 seeds per cell a test has little power; `inconclusive` mostly means the runs "
-    "cannot tell, not that the claim fails. Where an effect in the claimed direction is not significant, "
-    "`Why` gives the number of pairs a paired t-test would need to detect the observed standardised effect "
-    "(mean difference / std of the differences) with 80% power at alpha, before any Holm adjustment; where "
-    "it is in the opposite direction, more seeds would not support the claim and `Why` says so. For a tie "
-    "not shown equivalent, `Why` gives the pairs TOST would need (normal approximation) when the observed "
-    "difference lies inside the margin. A rough guide: the observed effect of a few seeds is itself noisy.",
-    "- Scaled replicas: a replica (smaller teacher, student, data or budget) shows whether the pattern holds "
-    "at its scale, not whether the paper's numbers reproduce.",
-    "- Several claims on the same runs: Holm corrects within one family only; nothing corrects across "
-    "families or across claims, and claims share runs, so their verdicts are not independent and some "
-    "significant comparisons are expected by chance alone.",
-    "- The metric is the report's primary score per task (`score` in result.json, as in tables.md), which "
-    "need not be the paper's column (its Tables 1 and 3 CoLA column is most likely accuracy). Pooling over "
-    "tasks mixes tasks of different scale and noise: one task can carry a pooled effect (see pvalues.csv for "
-    "per-task tests).",
-    "- Tables 2 and 4 report one best fine-tuning grid point per task, so their pairs are mostly tasks.",
+    "- Few seeds: with 2-4 seeds per cell a test has little power; `inconclusive` mostly means the "
+    "runs cannot tell, not that the claim fails. Where an effect in the claimed direction is not "
+    "significant, `Why` gives the number of pairs a paired t-test would need to detect the "
+    "observed standardised effect (mean difference / std of the differences) with 80% power at "
+    "alpha, before any Holm adjustment; where it is in the opposite direction, more seeds would "
+    "not support the claim and `Why` says so. For a tie not shown equivalent, `Why` gives the "
+    "pairs TOST would need (normal approximation) when the observed difference lies inside the "
+    "margin. A rough guide: the observed effect of a few seeds is itself noisy.",
+    "- Scaled replicas: a replica (smaller teacher, student, data or budget) shows whether the "
+    "pattern holds at its scale, not whether the paper's numbers reproduce.",
+    "- Several claims on the same runs: Holm corrects within one family only; nothing corrects "
+    "across families or across claims, and claims share runs, so their verdicts are not "
+    "independent and some significant comparisons are expected by chance alone.",
+    "- The metric is the report's primary score per task (`score` in result.json, as in "
+    "tables.md), which need not be the paper's column (its Tables 1 and 3 CoLA column is most "
+    "likely accuracy). Pooling over tasks mixes tasks of different scale and noise: one task can "
+    "carry a pooled effect (see pvalues.csv for per-task tests).",
+    "- Tables 2 and 4 report one best fine-tuning grid point per task, so their pairs are mostly "
+    "tasks.",
     "",
 ]
 
@@ -56,10 +58,10 @@ def _header(alpha: float) -> list[str]:
         f"# Claims of {PAPER_CITE}, judged from these runs",
         "",
         "Each section is a conclusion of the paper (Section 5 and the table captions; stored in "
-        "`kdbench/report/claims.py`) with its verdict: `supported`, `contradicted`, `inconclusive` or "
-        "`not covered`. Its runs are those that stand for its table: the paper's own design (setting, teacher, "
-        "student) or a preset whose `paper_analogue` names the table, with the measured inits mapped to the "
-        "paper's; only the table's objectives and inits take part.",
+        "`kdbench/report/claims.py`) with its verdict: `supported`, `contradicted`, `inconclusive` "
+        "or `not covered`. Its runs are those that stand for its table: the paper's own design "
+        "(setting, teacher, student) or a preset whose `paper_analogue` names the table, with the "
+        "measured inits mapped to the paper's; only the table's objectives and inits take part.",
         "",
     ] + _how_to_read(alpha) + _CAVEATS
 
@@ -68,24 +70,25 @@ def _how_to_read(alpha: float) -> list[str]:
     return [
         "## How to read a verdict",
         "",
-        "- A claim is a set of comparisons between two run sets: two objectives at one paper init, or two "
-        "paper inits of one objective. Each is a two-sided paired t-test pooled over the tasks: runs paired by "
-        "(task, seed), the report's task `ALL`; `n` is the number of pairs.",
-        f"- `p (Holm)`: Holm-adjusted within the family of `paired_tests` (setting, teacher, student, factor, "
-        f"fixed level, task ALL) over the table's measured objectives and inits, so it can differ from "
-        f"pvalues.csv, whose families hold every measured level. Significant: p (Holm) < alpha = {alpha}.",
-        "- `a > b` is supported when significant with mean a > mean b, contradicted when significant the other "
-        "way. `a ~ b` (a claimed tie) is contradicted when significant, supported only when an equivalence test "
-        "(TOST: two one-sided paired t-tests at alpha against the claim's margin, +-1 point unless the claim "
-        "states another; `p (TOST)`) shows the pooled mean difference within the margin, else inconclusive: "
-        "not significant is not equivalent. "
-        "`a != b` is supported when significant in either direction. Anything else is inconclusive: too few "
-        "seeds (n < 2), untestable (every paired difference is 0), or effect not significant. Not covered: a run "
-        "set it needs has no run (named below).",
-        "- A claim (and each group of runs within it): contradicted if any comparison is contradicted, else "
-        "supported if all are supported, else not covered if runs are missing, else inconclusive. When several "
-        "groups stand for one table (the paper's design, a scaled replica), each gets a verdict and the claim's "
-        "verdict combines them by the same rule.",
+        "- A claim is a set of comparisons between two run sets: two objectives at one paper init, "
+        "or two paper inits of one objective. Each is a two-sided paired t-test pooled over the "
+        "tasks: runs paired by (task, seed), the report's task `ALL`; `n` is the number of pairs.",
+        "- `p (Holm)`: Holm-adjusted within the family of `paired_tests` (setting, teacher, "
+        "student, factor, fixed level, task ALL) over the table's measured objectives and inits, "
+        "so it can differ from pvalues.csv, whose families hold every measured level. "
+        f"Significant: p (Holm) < alpha = {alpha}.",
+        "- `a > b` is supported when significant with mean a > mean b, contradicted when "
+        "significant the other way. `a ~ b` (a claimed tie) is contradicted when significant, "
+        "supported only when an equivalence test (TOST: two one-sided paired t-tests at alpha "
+        "against the claim's margin, +-1 point unless the claim states another; `p (TOST)`) shows "
+        "the pooled mean difference within the margin, else inconclusive: not significant is not "
+        "equivalent. `a != b` is supported when significant in either direction. Anything else is "
+        "inconclusive: too few seeds (n < 2), untestable (every paired difference is 0), or effect "
+        "not significant. Not covered: a run set it needs has no run (named below).",
+        "- A claim (and each group of runs within it): contradicted if any comparison is "
+        "contradicted, else supported if all are supported, else not covered if runs are missing, "
+        "else inconclusive. When several groups stand for one table (the paper's design, a scaled "
+        "replica), each gets a verdict and the claim's verdict combines them by the same rule.",
         "",
     ]
 
@@ -101,7 +104,7 @@ def _summary(judgements: list[Judgement]) -> list[str]:
 
 
 def not_covered_line(judgements: list[Judgement]) -> list[str]:
-    """One line naming the claims these runs do not cover (their runs are listed in the claims' sections)."""
+    """One line naming the claims these runs do not cover (their sections list the runs)."""
     missing = [j.claim for j in judgements if j.verdict == NOT_COVERED]
     if not missing:
         return []
@@ -110,7 +113,8 @@ def not_covered_line(judgements: list[Judgement]) -> list[str]:
 
 
 def _why(judgement: Judgement) -> str:
-    """A one-line reason: the tally of comparison outcomes, and the missing runs when not covered."""
+    """A one-line reason: the tally of comparison outcomes, and the missing runs when not covered.
+    """
     evidence = [e for group in judgement.groups for e in group.evidence]
     if judgement.verdict == NOT_COVERED:
         missing = missing_runs(judgement)
@@ -170,8 +174,8 @@ def _claim_section(judgement: Judgement, digits: int) -> list[str]:
 
 @dataclass(frozen=True)
 class ClaimsText:
-    """claims.md in parts: the title and how to read it, the summary table (its lines, no heading), the evidence of
-    each claim."""
+    """claims.md in parts: the title and how to read it, the summary table (its lines, no heading),
+    the evidence of each claim."""
 
     header: list[str]
     summary: list[str]
@@ -191,8 +195,8 @@ def render_claims(judgements: list[Judgement], alpha: float, digits: int = 1,
 
 def claims_text(frame: pd.DataFrame, alpha: float = 0.05, digits: int = 1, pvalues: pd.DataFrame | None = None,
                 name: str = "") -> ClaimsText:
-    """``claims.md``: the findings of study ``name`` (from ``pvalues``, the report's paired tests), then every
-    claim of :data:`CLAIMS` judged from ``frame`` (the report's usable runs)."""
+    """``claims.md``: the findings of study ``name`` (from ``pvalues``, the report's paired tests),
+    then every claim of :data:`CLAIMS` judged from ``frame`` (the report's usable runs)."""
     judgements = judge_claims(frame, alpha)
     findings = [f"# Findings{': ' + md_escape(name) if name else ''}", ""]
     if pvalues is not None:

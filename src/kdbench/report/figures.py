@@ -1,5 +1,5 @@
-"""The look shared by every plot of a report: one colour per objective and init, the objectives' families,
-file-name fragments, and PNGs saved small and byte-stable."""
+"""The look shared by every plot of a report: one colour per objective and init, the objectives'
+families, file-name fragments, and PNGs saved small and byte-stable."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from PIL import Image
 
 from kdbench.report.frames import natural_key
 
-# One colour per objective and per init in every report (Paul Tol's colour-blind-safe "muted" and "vibrant"
-# schemes). Inits are coloured by role: a 6-layer teacher's every-k-th (2,4,6) and spread (1,4,6) inits share the
-# colours of the 12-layer ones they stand for.
+# One colour per objective and per init in every report (Paul Tol's colour-blind-safe "muted" and
+# "vibrant" schemes). Inits are coloured by role: a 6-layer teacher's every-k-th (2,4,6) and spread
+# (1,4,6) inits share the colours of the 12-layer ones they stand for.
 OBJECTIVE_COLOURS = {
     "vanilla_kd": "#332288", "distilbert": "#0077BB",
     "hid_cls": "#117733", "hid_cls_contrast": "#44AA99", "hid_seq": "#999933",
@@ -32,14 +32,14 @@ FAMILIES = ("vanilla", "hidden", "attention", "other")
 
 
 def colour_of(factor: str, level: str) -> str:
-    """The colour of an objective (``factor`` "objective") or an init, the same in every plot of every report."""
+    """The colour of an objective (``factor`` "objective") or an init, the same in every plot."""
     fixed = OBJECTIVE_COLOURS if factor == "objective" else INIT_COLOURS
     return fixed.get(str(level)) or FALLBACK[zlib.crc32(str(level).encode()) % len(FALLBACK)]
 
 
 def family_of(objective: str) -> str:
-    """vanilla (prediction-layer KD), hidden (hidden-state transfer), attention (attention or value relations,
-    alone or combined with hidden states), or other."""
+    """vanilla (prediction-layer KD), hidden (hidden-state transfer), attention (attention or value
+    relations, alone or combined with hidden states), or other."""
     name = str(objective)
     if name == "vanilla_kd":
         return "vanilla"
@@ -51,7 +51,7 @@ def family_of(objective: str) -> str:
 
 
 def family_order(objectives) -> list[str]:
-    """Objectives grouped by family (vanilla, hidden, attention, other), naturally sorted within each."""
+    """Objectives by family (vanilla, hidden, attention, other), naturally sorted within each."""
     return sorted(set(objectives), key=lambda o: (FAMILIES.index(family_of(o)), natural_key(o)))
 
 
@@ -61,8 +61,8 @@ def safe_name(text: str) -> str:
     return name or "x"
 
 def save_png(fig: Figure, path: Path) -> None:
-    """A 256-colour palette PNG: a plot's flat colours and their anti-aliased edges fit in it, at about a third of
-    the bytes of full colour (report.html carries every plot inline)."""
+    """A 256-colour palette PNG: a plot's flat colours and their anti-aliased edges fit in it, at
+    about a third of the bytes of full colour (report.html carries every plot inline)."""
     FigureCanvasAgg(fig)
     rendered = io.BytesIO()
     fig.savefig(rendered, format="png", dpi=120)

@@ -1,5 +1,5 @@
-"""Runs as frames: one row per run, sorted in the paper's order, best grid point kept, duplicates and runs of
-another design dropped as exclusions."""
+"""Runs as frames: one row per run, sorted in the paper's order, best grid point kept, duplicates
+and runs of another design dropped as exclusions."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from kdbench.tasks import TASKS
 
 GROUP_COLS = ["setting", "teacher", "student"]
 ROW_COLS = ["objective", "init"]
-# Per run beyond the key: the score's metric and the teacher's score on it, its file, its code version, the paper
-# design it stands for (table, init, the analogue's note), its wall times (their sum; per entry of
-# `timing` in memory only), the student's parameter count, its measured inference cost, its design
-# (config less what does not change a measurement; in memory only, not in results.csv).
+# Per run beyond the key: the score's metric and the teacher's score on it, its file, its code
+# version, the paper design it stands for (table, init, the analogue's note), its wall times (their
+# sum; per entry of `timing` in memory only), the student's parameter count, its measured inference
+# cost, its design (config less what does not change a measurement; in memory only, not in
+# results.csv).
 ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "wall_s", "student_parameters", "path",
                "link", "commit", "paper_table", "paper_init", "paper_note", *COST_COLS, "design",
                "timing"]
@@ -44,7 +45,7 @@ def ordered_tasks(tasks) -> list[str]:
 
 
 def to_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per run: key columns, score, one column per metric, path, where it came from (sorted by key)."""
+    """One row per run (sorted by key): key columns, score, a column per metric, path, origin."""
     base = list(KEY_FIELDS) + ["score", "grid"]
     metric_names: list[str] = []
     for record in records:
@@ -91,7 +92,7 @@ def sort_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _excluded_copies(frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason) -> list[dict]:
-    """An exclusion of ``kind`` per row of ``frame``; ``reason(row, kept_row)`` names the run used instead."""
+    """An exclusion of ``kind`` per row of ``frame``; ``reason(row, kept)`` names the one used."""
     keys = list(KEY_FIELDS)
     kept = kept.set_index(keys)
     rows = []
@@ -104,8 +105,9 @@ def _excluded_copies(frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason)
 def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     """Fine-tuning grids (the task-agnostic protocol): keep each run's best grid point by dev score.
 
-    Runs that differ only in their grid point (lr, batch size) share a key; the best score is the run's
-    result, as in the paper. The other grid points are listed as ``grid`` exclusions (not errors).
+    Runs that differ only in their grid point (lr, batch size) share a key; the best score is the
+    run's result, as in the paper. The other grid points are listed as ``grid`` exclusions (not
+    errors).
     """
     gridded = frame["grid"].notna()
     if not gridded.any():
@@ -130,8 +132,9 @@ def design_signature(design: dict | None) -> str:
 
 
 def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    """Keep the first run (by path) per key and design; the rest become ``duplicate`` exclusions. Runs with one
-    key but different designs are not duplicates: :func:`split_designs` decides between them."""
+    """Keep the first run (by path) per key and design; the rest become ``duplicate`` exclusions.
+    Runs with one key but different designs are not duplicates: :func:`split_designs` decides
+    between them."""
     same = [*KEY_FIELDS, "signature"]
     by_path = frame.sort_values("path", kind="stable").assign(signature=frame["design"].map(design_signature))
     repeated = by_path.duplicated(same, keep="first")
@@ -145,9 +148,10 @@ def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
 
 
 def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    """Keep, per table cell, the runs of its most common design (ties: the first path's); the others become
-    ``config_mismatch`` exclusions naming the config keys they differ in. A cell averages seeds of one design,
-    never runs of different recipes. Records without their config are not compared."""
+    """Keep, per table cell, the runs of its most common design (ties: the first path's); the others
+    become ``config_mismatch`` exclusions naming the config keys they differ in. A cell averages
+    seeds of one design, never runs of different recipes. Records without their config are not
+    compared."""
     kept, excluded = [], []
     for _, cell in frame.sort_values("path").groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False):
         signature = cell["design"].map(design_signature)
@@ -165,7 +169,7 @@ def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
 
 
 def code_versions(frame: pd.DataFrame) -> str:
-    """The code the runs came from: each commit (or version) with its number of runs, most runs first."""
+    """The code the runs came from: each commit (or version) with its runs, most runs first."""
     counts = frame["commit"].fillna("unknown").value_counts()
     return ", ".join(f"{commit} ({n} run{'s' if n > 1 else ''})" for commit, n in counts.items())
 

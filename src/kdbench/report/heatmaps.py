@@ -1,5 +1,5 @@
-"""Heat maps of a study's mean paired differences (row - column, task ALL), one per (factor, held level), all on
-one symmetric colour scale, significant cells starred and framed."""
+"""Heat maps of a study's mean paired differences (row - column, task ALL), one per (factor, held
+level), all on one symmetric colour scale, significant cells starred and framed."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from kdbench.report.stats import pair_matrix
 
 def plot_differences(pooled: list[tuple[str, pd.DataFrame]], title: str, path: Path, alpha: float,
                      digits: int = 1) -> Path:
-    """Heat maps of the mean paired differences row - column (task ALL), one per (factor, held level) of a study,
-    all on one symmetric colour scale; significant cells starred (Holm)."""
+    """Heat maps of the mean paired differences row - column (task ALL), one per (factor, held
+    level) of a study, all on one symmetric colour scale; significant cells starred (Holm)."""
     values = [pair_matrix(part, "diff", antisymmetric=True) for _, part in pooled]
     finite = [float(np.nanmax(np.abs(v.to_numpy(dtype=float)))) for v in values if np.isfinite(v.to_numpy()).any()]
     bound = max(finite, default=1.0) or 1.0

@@ -1,5 +1,5 @@
-"""``significance.md``: per family of paired tests, the task-ALL matrix of signed differences and one table of
-every pair and task."""
+"""``significance.md``: per family of paired tests, the task-ALL matrix of signed differences and
+one table of every pair and task."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
 
 
 def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> str:
-    """Per family: the task-ALL matrix of signed differences, then one table of every pair and task."""
+    """Per family: the task-ALL matrix of signed differences, then one table of every pair and task.
+    """
     out = ["# Significance", "", significance_intro(alpha), ""]
     if pvalues.empty:
         out.append("No comparisons: no group has two objectives (or two inits) to compare.")
@@ -22,13 +23,14 @@ def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int 
 
 def significance_intro(alpha: float) -> str:
     return (
-        "Paired t-tests (`scipy.stats.ttest_rel`), runs paired by seed (task ALL: by (task, seed)). p values are "
-        "Holm-Bonferroni adjusted within each family (setting, teacher, student, factor, held value, task); a pair "
-        f"is significant when p (Holm) < {alpha}. Means are over the matched pairs; *a - b* is the mean paired "
-        "difference with its 95% t confidence interval, *d_z* the standardised effect (mean difference / std of "
-        "the differences). *Pairs for 80% power*: for a testable pair that is not significant, the pairs (per task: "
-        f"seeds; task ALL: tasks x seeds) a paired t-test at {alpha} (before Holm) would need to detect the "
-        "observed d_z with 80% power."
+        "Paired t-tests (`scipy.stats.ttest_rel`), runs paired by seed (task ALL: by (task, "
+        "seed)). p values are Holm-Bonferroni adjusted within each family (setting, teacher, "
+        f"student, factor, held value, task); a pair is significant when p (Holm) < {alpha}. Means "
+        "are over the matched pairs; *a - b* is the mean paired difference with its 95% t "
+        "confidence interval, *d_z* the standardised effect (mean difference / std of the "
+        "differences). *Pairs for 80% power*: for a testable pair that is not significant, the "
+        f"pairs (per task: seeds; task ALL: tasks x seeds) a paired t-test at {alpha} (before "
+        "Holm) would need to detect the observed d_z with 80% power."
     )
 
 
@@ -45,8 +47,8 @@ def significance_mark(p_holm: float, alpha: float) -> str:
 
 
 def _pooled_matrix(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]:
-    """The task-ALL mean differences (row - column) of one family as a markdown matrix, significant ones
-    marked (nothing when the family has no pooled test)."""
+    """The task-ALL mean differences (row - column) of one family as a markdown matrix, significant
+    ones marked (nothing when the family has no pooled test)."""
     if pooled.empty:
         return []
     diff, p_holm = pair_matrix(pooled, "diff", antisymmetric=True), pair_matrix(pooled)
@@ -71,19 +73,27 @@ def _verdict(row, alpha: float) -> str:
 
 
 def _pair_table(part: pd.DataFrame, alpha: float, digits: int) -> list[str]:
-    """One line per pair and task (ALL first): means, difference with CI, d_z, p, p (Holm), significance. A
-    family of one task lists its tests once (task ALL pools that task alone, the same test)."""
+    """One line per pair and task (ALL first): means, difference with CI, d_z, p, p (Holm),
+    significance. A family of one task lists its tests once (task ALL pools that task alone, the
+    same test)."""
     tasks = [t for t in ordered_tasks(part["task"]) if t != ALL]
     out = [md_row(["Task", "a", "b", "n", "Mean a", "Mean b", "a - b [95% CI]", "d_z", "p", "p (Holm)",
                    "Significant", "Pairs for 80% power"]),
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for task in [ALL] + (tasks if len(tasks) > 1 else []):
         for row in part[part["task"] == task].itertuples(index=False):
-            means = ["" if pd.isna(m) else fmt(m, digits) for m in (row.mean_a, row.mean_b)]
-            ci = "" if pd.isna(row.ci_low) else f" [{_signed(row.ci_low, digits)}, {_signed(row.ci_high, digits)}]"
-            effect = "" if pd.isna(row.effect) else f"{row.effect:.2f}"
-            seeds = "" if pd.isna(row.seeds_needed) else seeds_text(row.seeds_needed)
-            out.append(md_row([md_escape(task), md_escape(row.a), md_escape(row.b), str(row.n_pairs), *means,
-                               _signed(row.diff, digits) + ci, effect, format_p(row.p), format_p(row.p_holm),
-                               _verdict(row, alpha), seeds]))
+            out.append(md_row(_pair_cells(task, row, alpha, digits)))
     return out + [""]
+
+
+def _pair_cells(task: str, row, alpha: float, digits: int) -> list[str]:
+    """One pair's line of the table of pairs, as cells."""
+    means = ["" if pd.isna(m) else fmt(m, digits) for m in (row.mean_a, row.mean_b)]
+    ci = ""
+    if not pd.isna(row.ci_low):
+        ci = f" [{_signed(row.ci_low, digits)}, {_signed(row.ci_high, digits)}]"
+    effect = "" if pd.isna(row.effect) else f"{row.effect:.2f}"
+    seeds = "" if pd.isna(row.seeds_needed) else seeds_text(row.seeds_needed)
+    return [md_escape(task), md_escape(row.a), md_escape(row.b), str(row.n_pairs), *means,
+            _signed(row.diff, digits) + ci, effect, format_p(row.p), format_p(row.p_holm),
+            _verdict(row, alpha), seeds]

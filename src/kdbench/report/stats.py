@@ -1,5 +1,5 @@
-"""The summary (mean and std per cell, the ``Avg`` rows) and the paired t-tests between the levels of each
-factor, per task and pooled, with the runs that have no pair."""
+"""The summary (mean and std per cell, the ``Avg`` rows) and the paired t-tests between the levels
+of each factor, per task and pooled, with the runs that have no pair."""
 
 from __future__ import annotations
 
@@ -34,14 +34,15 @@ ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
 
 
-# --------------------------------------------------------------------------------------------------- summary
+# ------------------------------------------------------------------------------------------ summary
 
 
 def summarise(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (group, objective, init, task): mean, sample std (ddof=1, NaN for n=1), n; plus ``Avg`` rows.
+    """Per (group, objective, init, task): mean, sample std (ddof=1, NaN for n=1), n; plus ``Avg``
+    rows.
 
-    An ``Avg`` row is the mean over tasks of the per-task means, only for (objective, init) rows that have
-    every task of their (setting, teacher, student) group.
+    An ``Avg`` row is the mean over tasks of the per-task means, only for (objective, init) rows
+    that have every task of their (setting, teacher, student) group.
     """
     if frame.empty:
         return pd.DataFrame(columns=SUMMARY_COLS)
@@ -64,7 +65,7 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def collapsed_counts(frame: pd.DataFrame) -> pd.Series:
-    """Per (group, objective, init, task): how many runs collapsed to one class (NaN when none is known)."""
+    """Per (group, objective, init, task): runs collapsed to one class (NaN when none is known)."""
     known = frame.assign(known=frame["collapse"].isin([COLLAPSED, HEALTHY]), hit=frame["collapse"] == COLLAPSED)
     counts = known.groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False)[["known", "hit"]].sum()
     return counts["hit"].where(counts["known"] > 0).astype(float)
@@ -82,7 +83,7 @@ def _averages(per_task: pd.DataFrame) -> list[dict]:
     return averages
 
 
-# ------------------------------------------------------------------------------------------------ statistics
+# --------------------------------------------------------------------------------------- statistics
 
 
 @dataclass
@@ -163,8 +164,9 @@ def _on_task(scores: dict, task: str) -> dict:
 
 
 def paired_tests(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """Paired t-tests for every pair of levels, per task (levels with runs on it) and pooled (``ALL``), with
-    effect sizes; ``seeds_needed`` for the testable pairs that are not significant at ``alpha`` after Holm."""
+    """Paired t-tests for every pair of levels, per task (levels with runs on it) and pooled
+    (``ALL``), with effect sizes; ``seeds_needed`` for the testable pairs that are not significant
+    at ``alpha`` after Holm."""
     rows = []
     for comp in comparisons(frame):
         for task in comp.tasks():
@@ -213,8 +215,9 @@ def families(pvalues: pd.DataFrame) -> Iterator[tuple[dict, pd.DataFrame]]:
 
 
 def pair_matrix(pvalues: pd.DataFrame, column: str = "p_holm", antisymmetric: bool = False) -> pd.DataFrame:
-    """Level x level matrix of ``column`` for one family (diagonal NaN): symmetric, or with the sign flipped
-    below the pairs' own orientation when ``antisymmetric`` (a difference a - b read from b's row is b - a)."""
+    """Level x level matrix of ``column`` for one family (diagonal NaN): symmetric, or with the sign
+    flipped below the pairs' own orientation when ``antisymmetric`` (a difference a - b read from
+    b's row is b - a)."""
     levels = sorted(set(pvalues["a"]) | set(pvalues["b"]), key=natural_key)
     matrix = pd.DataFrame(np.nan, index=levels, columns=levels)
     for row in pvalues.itertuples(index=False):

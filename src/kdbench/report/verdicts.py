@@ -1,27 +1,30 @@
 """Each claim of :mod:`kdbench.report.claims` judged from the runs that stand for its table.
 
-Each comparison is read from the pooled paired t-test (task ``ALL``) of :func:`kdbench.report.stats.paired_tests`,
-run on the runs that stand for the claim's table (:func:`kdbench.report.paper.runs_for_table`) restricted to that
-table's objectives and inits, one (setting, teacher, student) group at a time.
+Each comparison is read from the pooled paired t-test (task ``ALL``) of
+:func:`kdbench.report.stats.paired_tests`, run on the runs that stand for the claim's table
+(:func:`kdbench.report.paper.runs_for_table`) restricted to that table's objectives and inits, one
+(setting, teacher, student) group at a time.
 
 Verdict of a comparison (``p`` is Holm-adjusted within its family, ``alpha`` the report's level):
 
-* ``a > b``: supported when p < alpha and mean a > mean b; contradicted when p < alpha and mean a < mean b.
-* ``a ~ b``: contradicted when p < alpha; supported when an equivalence test shows the two within the claim's
-  margin (TOST: two one-sided paired t-tests of the pooled mean difference against -margin and +margin, both at
-  alpha; :data:`kdbench.report.claims.TIE_MARGIN` by default); otherwise inconclusive (neither different nor
-  shown equivalent).
+* ``a > b``: supported when p < alpha and mean a > mean b; contradicted when p < alpha and mean a <
+  mean b.
+* ``a ~ b``: contradicted when p < alpha; supported when an equivalence test shows the two within
+  the claim's margin (TOST: two one-sided paired t-tests of the pooled mean difference against
+  -margin and +margin, both at alpha; :data:`kdbench.report.claims.TIE_MARGIN` by default);
+  otherwise inconclusive (neither different nor shown equivalent).
 * ``a != b``: supported when p < alpha (the direction is another claim's business).
-* otherwise inconclusive: too few seeds (n_pairs < 2), untestable (every paired difference is 0), or the effect
-  is not significant; not covered when one side has no run.
+* otherwise inconclusive: too few seeds (n_pairs < 2), untestable (every paired difference is 0), or
+  the effect is not significant; not covered when one side has no run.
 
-Power advice for an inconclusive comparison: for ``a > b`` and ``a != b`` the pairs a two-sided paired t-test
-needs to detect the observed effect with 80% power, only when the observed effect is in the claimed direction
-(``a > b`` observed below says so instead); for ``a ~ b`` the pairs TOST needs to show the observed difference
-equivalent, only when it lies inside the margin.
+Power advice for an inconclusive comparison: for ``a > b`` and ``a != b`` the pairs a two-sided
+paired t-test needs to detect the observed effect with 80% power, only when the observed effect is
+in the claimed direction (``a > b`` observed below says so instead); for ``a ~ b`` the pairs TOST
+needs to show the observed difference equivalent, only when it lies inside the margin.
 
-Verdict of a group, and of a claim over its groups: contradicted if any part is contradicted, else supported if
-every part is supported, else not covered if any part is not covered, else inconclusive.
+Verdict of a group, and of a claim over its groups: contradicted if any part is contradicted, else
+supported if every part is supported, else not covered if any part is not covered, else
+inconclusive.
 """
 
 from __future__ import annotations
@@ -50,13 +53,13 @@ ALL_COLLAPSED = "every run collapsed to one class: no comparison made"
 SEVERITY = (CONTRADICTED, NOT_COVERED, INCONCLUSIVE, SUPPORTED)  # the order reasons are tallied in
 
 
-# ------------------------------------------------------------------------------------- the runs of a table
+# ------------------------------------------------------------------------------ the runs of a table
 
 
 @dataclass(frozen=True)
 class TableRuns:
-    """One (setting, teacher, student) group's runs that stand for a paper table: the (objective, paper init)
-    run sets it has, the measured init of each paper init, and its paired tests."""
+    """One (setting, teacher, student) group's runs that stand for a paper table: the (objective,
+    paper init) run sets it has, the measured init of each paper init, and its paired tests."""
 
     group: tuple[str, str, str]
     replica: bool
@@ -77,7 +80,7 @@ class TableRuns:
 
 
 def table_runs(frame: pd.DataFrame, table: int, alpha: float) -> list[TableRuns]:
-    """The runs standing for ``table``, restricted to its objectives and paper inits, one entry per group."""
+    """The runs standing for ``table``, only its objectives and paper inits, one entry per group."""
     objectives, inits = TABLE_DESIGNS[table]
     runs = runs_for_table(frame, table)  # its paper_init names an own-design 1,2,3,4,5,6 "first 6"
     runs = runs[runs["objective"].isin(objectives) & runs["paper_init"].isin(inits)]
@@ -94,12 +97,13 @@ def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
                      len(part), int((part["collapse"] == COLLAPSED).sum()))
 
 
-# -------------------------------------------------------------------------------------------- the verdicts
+# ------------------------------------------------------------------------------------- the verdicts
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """One assertion judged on one group's runs: the pooled paired test it rests on and its verdict."""
+    """One assertion judged on one group's runs: the pooled paired test it rests on and its verdict.
+    """
 
     assertion: Assertion
     verdict: str
@@ -146,8 +150,8 @@ def combine(verdicts) -> str:
 
 def comparison_verdict(relation: str, n_pairs: int, mean_a: float, mean_b: float, p_holm: float,
                        alpha: float, p_equivalence: float = math.nan) -> tuple[str, str]:
-    """(verdict, reason) of one asserted comparison from its pooled paired test (and, for a claimed tie, the
-    TOST p-value of its equivalence test)."""
+    """(verdict, reason) of one asserted comparison from its pooled paired test (and, for a claimed
+    tie, the TOST p-value of its equivalence test)."""
     if n_pairs < 2:
         return INCONCLUSIVE, TOO_FEW
     if math.isnan(p_holm):
@@ -165,8 +169,8 @@ def comparison_verdict(relation: str, n_pairs: int, mean_a: float, mean_b: float
 
 
 def _pooled_test(runs: TableRuns, assertion: Assertion) -> dict:
-    """The task-ALL test between the assertion's run sets, oriented a - b: n_pairs, mean_a, mean_b, se (of the
-    mean difference), p_holm, seeds_needed."""
+    """The task-ALL test between the assertion's run sets, oriented a - b: n_pairs, mean_a, mean_b,
+    se (of the mean difference), p_holm, seeds_needed."""
     if assertion.factor == "objective":
         fixed, a, b = runs.measured_init[assertion.fixed], assertion.a, assertion.b
     else:
@@ -182,8 +186,8 @@ def _pooled_test(runs: TableRuns, assertion: Assertion) -> dict:
 
 
 def _seeds_to_settle(test: dict, reason: str, margin: float, alpha: float) -> float:
-    """Pairs that would settle an inconclusive comparison: detect a not-significant effect in the claimed
-    direction, or show a tie inside the margin equivalent; NaN otherwise."""
+    """Pairs that would settle an inconclusive comparison: detect a not-significant effect in the
+    claimed direction, or show a tie inside the margin equivalent; NaN otherwise."""
     if reason == NOT_SIGNIFICANT:
         return test["seeds_needed"]
     if reason == NOT_EQUIVALENT:
@@ -217,7 +221,8 @@ def _judge_group(claim: Claim, runs: TableRuns | None, alpha: float) -> GroupVer
 
 
 def judge_claims(frame: pd.DataFrame, alpha: float = 0.05, claims=CLAIMS) -> list[Judgement]:
-    """Every claim judged on each group of runs that stands for its table (no group: not covered)."""
+    """Every claim judged on each group of runs that stands for its table (no group: not covered).
+    """
     by_table = {table: table_runs(frame, table, alpha) for table in sorted({claim.table for claim in claims})}
     judgements = []
     for claim in claims:
@@ -227,7 +232,7 @@ def judge_claims(frame: pd.DataFrame, alpha: float = 0.05, claims=CLAIMS) -> lis
 
 
 def missing_runs(judgement: Judgement) -> list[str]:
-    """The run sets a claim needs and lacks, by name (objective, paper init, table, group), in table order."""
+    """The run sets a claim lacks, by name (objective, paper init, table, group), in table order."""
     table = judgement.claim.table
     objectives, inits = TABLE_DESIGNS[table]
     names = []
