@@ -1,86 +1,155 @@
 """The typed parts of a plan: what each config group means to the code that runs it.
 
-Each spec is a frozen dataclass built from its config group by `kdbench.plan` (the only reader of the raw
-config below the entry point); the recipes, the loop, the data and model code take these, never the raw config.
+Each spec is a frozen dataclass built from its config group by `kdbench.plan` (the only reader of
+the raw config below the entry point); the recipes, the loop, the data and model code take these,
+never the raw config. The `trainer` group has a spec per setting over the keys every setting reads
+(`TRAINERS`); each trainer key is declared once, with its range and whether it is computation-only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from kdbench.errors import ConfigError
+from kdbench.rules import (
+    COUNT,
+    DEVICE,
+    FLAG,
+    FRACTION,
+    LEARNING_RATE,
+    NON_NEGATIVE,
+    NON_NEGATIVE_COUNT,
+    POSITIVE,
+    SEED,
+    WORKERS,
+    choice,
+    entries,
+    integer,
+    key,
+)
 
 
-def from_mapping(cls, values: dict, group: str):
-    """`cls(**values)`, refusing keys the spec does not have (a typo would otherwise be ignored) and lacking ones."""
+def from_mapping(cls, values: dict, group: str, elsewhere: Collection[str] = ()):
+    """`cls(**values)`, refusing keys the spec does not have (a typo would otherwise be ignored) and
+    lacking ones; keys `elsewhere` (another setting's trainer keys) are left out."""
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
+    unknown = sorted(set(values) - known - set(elsewhere))
     if unknown:
-        raise ConfigError(f"{group} has no key {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
-    lacking = [f.name for f in fields(cls) if f.name not in values and MISSING is f.default is f.default_factory]
+        raise ConfigError(f"{group} has no key {', '.join(unknown)}; "
+                          f"valid keys: {', '.join(sorted(known | set(elsewhere)))}")
+    lacking = [f.name for f in fields(cls)
+               if f.name not in values and MISSING is f.default is f.default_factory]
     if lacking:
-        raise ConfigError(f"{group} lacks the key {', '.join(lacking)}: set {group}.{lacking[0]}=...")
-    return cls(**values)
+        raise ConfigError(f"{group} lacks the key {', '.join(lacking)}: "
+                          f"set {group}.{lacking[0]}=...")
+    return cls(**{name: value for name, value in values.items() if name in known})
 
 
-@dataclass(frozen=True)
-class TrainerSpec:
-    """The `trainer` group: the optimisation recipe and how a run computes."""
+@dataclass(frozen=True, kw_only=True)
+class ComputeSpec:
+    """The trainer keys of how a run computes, logs and keeps checkpoints: every setting's."""
+
+    device: str = key(DEVICE)
+    precision: str = key(choice("fp32", "bf16", "auto",
+                                meaning="auto: bf16 on a GPU that has it natively"))
+    tf32: bool = key(FLAG, True)
+    batch_size: int = key(COUNT)
+    eval_batch_size: int = key(COUNT, 128)
+    max_length: int = key(integer(4), 128)
+    group_by_length: bool = key(FLAG, True)
+    log_every: int = key(COUNT)
+    checkpoint_every: int = key(NON_NEGATIVE_COUNT)
+    checkpoint_epochs: bool = key(FLAG, True)
+    keep_checkpoints: bool = key(FLAG, False)
+    # how, not what: a run resumes across a change of these
+    progress_bar: bool = key(FLAG, True, how=True)
+    compile: bool = key(FLAG, False, how=True)
+    fused_losses: bool = key(FLAG, True, how=True)
+    recompute_losses: bool = key(FLAG, False, how=True)
+    recompute_attention: bool = key(FLAG, False, how=True)
+    num_workers: int | str = key(WORKERS, "auto", how=True)  # or auto (`kdbench.device`)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainerSpec(ComputeSpec):
+    """The `trainer` group's keys every setting reads: the optimiser over the compute keys."""
 
     name: str
-    lr: float
-    batch_size: int
-    warmup_ratio: float
-    weight_decay: float
-    adam_betas: tuple[float, float]
-    adam_eps: float
-    max_grad_norm: float | None
-    device: str
-    precision: str
-    log_every: int
-    checkpoint_every: int
-    teacher_epochs: int = 0
-    stage1_epochs: int = 0
-    stage2_epochs: int = 0
-    teacher_lr: float | None = None
-    stage2_lr: float | None = None  # None: lr
-    stage1_schedule: str = "linear"  # linear (warm-up, then decay) or constant
-    eval_batch_size: int = 128
-    max_length: int = 128
-    teacher_seed: int = 42
-    teacher_dropout: bool = False  # the teacher's dropout on while it teaches (no caches then)
-    checkpoint_epochs: bool = True
-    keep_checkpoints: bool = False
-    cache_teacher_logits: bool = True
-    cache_teacher_features: bool = True
-    teacher_features_gib: float = 4.0
-    group_by_length: bool = True
-    teacher_group_by_length: bool = True
-    teacher_best_checkpoint: bool = False  # the teacher's best dev epoch, not its last
-    warmup_ratio_per_task: dict | None = None  # {task: ratio}, read into warmup_ratio by the config
-    progress_bar: bool = True
-    tf32: bool = True
-    # how, not what: a run resumes across a change of these (`COMPUTATION_ONLY`)
-    compile: bool = False
-    fused_losses: bool = True
-    recompute_losses: bool = False
-    recompute_attention: bool = False
-    num_workers: int | str = "auto"  # DataLoader workers, or auto (`kdbench.plan.loading_spec`)
-    # the task-agnostic setting: by steps, on global batches split into device micro-batches
-    max_steps: int | None = None
-    device_batch_size: int | None = None
-    eval_every: int = 0
-    heldout_batches: int = 0
-    student_dropout: float | None = None
-    mlm_smoothing: float | None = None  # masking by token frequency ** -smoothing; None: uniform
-    mask_inputs: str = "objective"  # masked input for objectives reading MLM logits, or always
+    lr: float = key(LEARNING_RATE)
+    warmup_ratio: float = key(FRACTION)
+    # {task: ratio}, read into warmup_ratio by the config
+    warmup_ratio_per_task: dict | None = key(FRACTION, None, each=True)
+    weight_decay: float = key(NON_NEGATIVE)
+    adam_betas: tuple[float, float] = key(entries(FRACTION, 2))
+    adam_eps: float = key(POSITIVE)
+    max_grad_norm: float | None = key(POSITIVE.or_null("no clipping"))
+    eval_every: int = key(NON_NEGATIVE_COUNT, 0)  # steps between evaluations; 0: at the end
 
 
-# Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run
-# re-run with recomputation on).
-COMPUTATION_ONLY = ("progress_bar", "compile", "fused_losses", "recompute_losses",
-                    "recompute_attention", "num_workers")
+@dataclass(frozen=True, kw_only=True)
+class DistillationTrainer(TrainerSpec):
+    """The keys of both distillation settings: a teacher, and a student built for it."""
+
+    teacher_seed: int = key(SEED, 42)
+    student_dropout: float | None = key(FRACTION.or_null("the model family's"), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSpecificTrainer(DistillationTrainer):
+    """setting=task_specific: the teacher's fine-tuning, then stage 1 and stage 2, by epochs."""
+
+    teacher_epochs: int = key(NON_NEGATIVE_COUNT, 0)
+    stage1_epochs: int = key(NON_NEGATIVE_COUNT, 0)
+    stage2_epochs: int = key(NON_NEGATIVE_COUNT, 0)
+    teacher_lr: float | None = key(LEARNING_RATE.or_null("the task's lr"), None)
+    stage2_lr: float | None = key(LEARNING_RATE.or_null("trainer.lr"), None)
+    stage1_schedule: str = key(choice("linear", "constant", meaning="constant: TinyBERT's stage 1"),
+                               "linear")
+    teacher_dropout: bool = key(FLAG, False)  # the teacher's dropout on while it teaches (no caches)
+    teacher_group_by_length: bool = key(FLAG, True)
+    teacher_best_checkpoint: bool = key(FLAG, False)  # the teacher's best dev epoch, not its last
+    cache_teacher_logits: bool = key(FLAG, True)
+    cache_teacher_features: bool = key(FLAG, True)
+    teacher_features_gib: float = key(NON_NEGATIVE, 4.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskAgnosticTrainer(DistillationTrainer):
+    """setting=task_agnostic: by steps, on global batches split into device micro-batches."""
+
+    max_steps: int | None = key(COUNT.or_null("epochs, not steps"), None)
+    device_batch_size: int | None = key(COUNT.or_null("the whole batch"), None)
+    heldout_batches: int = key(NON_NEGATIVE_COUNT, 0)
+    # masking by token frequency ** -smoothing; None: uniform
+    mlm_smoothing: float | None = key(POSITIVE.or_null("uniform masking"), None)
+    mask_inputs: str = key(choice("objective", "always", meaning="always: every objective's input"),
+                           "objective")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneTrainer(TrainerSpec):
+    """setting=finetune: a distilled student fine-tuned on a task, by epochs."""
+
+    finetune_epochs: int = key(NON_NEGATIVE_COUNT)
+
+
+TRAINERS = {"task_specific": TaskSpecificTrainer, "task_agnostic": TaskAgnosticTrainer,
+            "finetune": FinetuneTrainer}
+TRAINER_KEYS = {f.name: f for spec in TRAINERS.values() for f in fields(spec)}  # every setting's
+# `kdbench.ranges`'s rules of the trainer keys
+TRAINER_RULES = {f"{name}.*" if f.metadata["each"] else name: f.metadata["rule"]
+                 for name, f in TRAINER_KEYS.items() if f.metadata.get("rule")}
+# Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an
+# out-of-memory run re-run with recomputation on).
+COMPUTATION_ONLY = tuple(name for name, f in TRAINER_KEYS.items() if f.metadata.get("how"))
+
+
+def trainer_for(setting: str, values: dict) -> TrainerSpec:
+    """The setting's trainer spec of the `trainer` group's values; the keys only other settings
+    read are left out."""
+    return from_mapping(TRAINERS[setting], values, "trainer", TRAINER_KEYS)
 
 
 @dataclass(frozen=True)
