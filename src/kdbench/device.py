@@ -10,7 +10,8 @@ import torch
 from kdbench import distributed
 from kdbench.errors import ConfigError
 from kdbench.precision import resolve_precision, resolve_tf32
-from kdbench.specs import ComputeSpec, LoadingSpec
+from kdbench.specs import LoadingSpec
+from kdbench.trainer_specs import ComputeSpec
 
 
 def compute_on(trainer: ComputeSpec) -> dict:

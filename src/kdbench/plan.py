@@ -1,4 +1,4 @@
-"""Validate a composed config once, cheaply, before any heavy work, and resolve it into a typed `Plan`.
+"""Validate a composed config once, cheaply, before any heavy work; resolve it into a typed `Plan`.
 
 The plan is the only reader of the raw config below the entry point: recipes, the loop, data and
 model code take the plan's specs (`kdbench.specs`). Everything a user can get wrong in a config
@@ -46,7 +46,6 @@ from kdbench.plan_groups import (
 from kdbench.ranges import check_ranges
 from kdbench.record import chain_of
 from kdbench.specs import (
-    COMPUTATION_ONLY,
     AugmentSpec,
     BatchLayout,
     CorpusSpec,
@@ -58,9 +57,9 @@ from kdbench.specs import (
     ShapeSpec,
     TaskSpec,
     TeacherSpec,
-    TrainerSpec,
     from_mapping,
 )
+from kdbench.trainer_specs import COMPUTATION_ONLY, TrainerSpec
 
 SETTINGS = ("task_specific", "task_agnostic", "finetune")
 log = logging.getLogger("kdbench")
@@ -80,7 +79,8 @@ class Plan:
     trainer: TrainerSpec  # the setting's (`kdbench.specs.TRAINERS`)
     kd: KDSpec
     corpus: CorpusSpec | None  # the task-agnostic setting's raw text
-    augment: AugmentSpec | None  # the task-specific setting's augmented training set (None: the task's own)
+    # the task-specific setting's augmented training set (None: the task's own)
+    augment: AugmentSpec | None
     batches: BatchLayout | None  # the task-agnostic setting's global batch over processes
     logger: LoggerSpec
     teacher_conf: PretrainedConfig | None  # None: setting=finetune, which has no teacher
@@ -93,8 +93,10 @@ class Plan:
     save_student: bool
     measure_cost: bool  # both models' size, FLOPs and speed, measured after the run
     student_path: Path | None  # setting=finetune: the distilled student to fine-tune
-    chain: tuple[str, ...]  # the teacher's distillation chain (one name unless it is a distilled student), the student
-    fingerprint: str  # identifies the resolved config, less where it is written (checkpoints refuse others)
+    # the teacher's distillation chain (one name unless it is a distilled student), the student
+    chain: tuple[str, ...]
+    # identifies the resolved config, less where it is written (checkpoints refuse others)
+    fingerprint: str
     config: dict  # the resolved config, as recorded
 
     @property
@@ -235,8 +237,9 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
         check_data_files(task, data)
     return dict(setting=cfg.setting.name, seed=cfg.seed, task=task, data=data, teacher=teacher,
                 student=shape_spec(cfg.student, "student"), objective=cfg.objective.name,
-                trainer=trainer, kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"),
-                corpus=corpus, augment=augment_spec(cfg.augment, cfg.setting.name),
+                trainer=trainer, corpus=corpus,
+                kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"),
+                augment=augment_spec(cfg.augment, cfg.setting.name),
                 logger=logger_spec(cfg), **compute,
                 cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir",
                                           " (or $KDBENCH_CACHE)"),

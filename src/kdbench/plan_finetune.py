@@ -12,7 +12,8 @@ from kdbench import models
 from kdbench.errors import ConfigError
 from kdbench.plan_groups import check_positions, local_path
 from kdbench.record import chain_of
-from kdbench.specs import InitSpec, TaskSpec, TrainerSpec
+from kdbench.specs import InitSpec, TaskSpec
+from kdbench.trainer_specs import TrainerSpec
 
 
 def finetune_parts(cfg: DictConfig, trainer: TrainerSpec, task: TaskSpec) -> dict:

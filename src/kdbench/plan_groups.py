@@ -26,11 +26,10 @@ from kdbench.specs import (
     ShapeSpec,
     TaskSpec,
     TeacherSpec,
-    TrainerSpec,
     TsvLayout,
     from_mapping,
-    trainer_for,
 )
+from kdbench.trainer_specs import TRAINER_KEYS, TRAINERS, TrainerSpec
 
 log = logging.getLogger("kdbench")
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
@@ -51,12 +50,13 @@ def checked(node: DictConfig, at: str) -> dict:
 
 
 def trainer_spec(cfg: DictConfig) -> TrainerSpec:
-    """The setting's trainer spec (`kdbench.specs.TRAINERS`)."""
+    """The setting's trainer spec (`kdbench.trainer_specs.TRAINERS`); the keys only other settings
+    read are left out."""
     values = checked(cfg.trainer, "trainer")
     values["adam_betas"] = tuple(values["adam_betas"])
     if cfg.setting.name == "finetune":
         read_finetune_epochs(cfg.trainer, values)
-    return trainer_for(cfg.setting.name, values)
+    return from_mapping(TRAINERS[cfg.setting.name], values, "trainer", TRAINER_KEYS)
 
 
 def read_finetune_epochs(trainer: DictConfig, values: dict) -> None:

@@ -3,7 +3,7 @@ the others.
 
 `RANGES` maps a config path to its `Rule` (`kdbench.rules`); a `*` stands for any list index or
 mapping key (`objective.terms.*.weight`). The trainer keys' rules come from their declarations
-(`kdbench.specs`). `check_ranges` walks a config group's resolved values and refuses the first one
+(`kdbench.trainer_specs`). `check_ranges` walks a config group's resolved values and refuses the first one
 its rule does not admit with a ConfigError naming it as `path=value` and saying what is valid.
 """
 
@@ -31,7 +31,7 @@ from kdbench.rules import (
     integer,
     number,
 )
-from kdbench.specs import TRAINER_RULES
+from kdbench.trainer_specs import TRAINER_RULES
 
 SHAPE = {"num_layers": COUNT, "hidden_size": COUNT, "num_heads": COUNT, "ffn_size": COUNT, "max_positions": COUNT}
 TERM = {"weight": NON_NEGATIVE, "params.temperature": POSITIVE, "params.alpha": PROBABILITY,

@@ -125,7 +125,7 @@ def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
     """An out-of-memory run re-run with recomputation on resumes its checkpoints; a different recipe does not."""
     from kdbench.plan import config_fingerprint
     from kdbench.plan_groups import container
-    from kdbench.specs import COMPUTATION_ONLY
+    from kdbench.trainer_specs import COMPUTATION_ONLY
 
     def fingerprint(overrides):
         return config_fingerprint(container(compose_config(overrides)))
