@@ -106,7 +106,7 @@ realdata = pytest.mark.skipif(
 def tiny_models(cfg, num_labels: int = 2, teacher_seed: int = 0, student_seed: int = 1):
     """The config's tiny teacher (random, no fine-tuning) and a random student of its `student` shape."""
     from kdbench.models import build_student, pretrained_teacher
-    from kdbench.plan import shape_spec, teacher_spec
+    from kdbench.plan_groups import shape_spec, teacher_spec
 
     teacher = pretrained_teacher(teacher_spec(cfg.teacher), num_labels, teacher_seed)
     student = build_student(teacher.config, shape_spec(cfg.student, "student"), num_labels, student_seed)

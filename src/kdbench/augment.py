@@ -13,8 +13,9 @@ from pathlib import Path
 from kdbench.cli import check_overrides, compose, fail
 from kdbench.data.augment import augmented_train_set
 from kdbench.data.glue import train_subset
+from kdbench.device import resolve_device
 from kdbench.errors import ConfigError, KdbenchError
-from kdbench.plan import augment_spec, check_data_files, data_spec, resolve_device, task_spec
+from kdbench.plan_groups import augment_spec, check_data_files, data_spec, task_spec
 from kdbench.training.signals import Interrupted, graceful_stop
 
 

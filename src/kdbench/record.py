@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from kdbench.specs import COMPUTATION_ONLY
 from kdbench.storage import atomic_write_text
+from kdbench.trainer_specs import COMPUTATION_ONLY
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"

@@ -1,86 +1,37 @@
 """The typed parts of a plan: what each config group means to the code that runs it.
 
-Each spec is a frozen dataclass built from its config group by `kdbench.plan` (the only reader of the raw
-config below the entry point); the recipes, the loop, the data and model code take these, never the raw config.
+Each spec is a frozen dataclass built from its config group by `kdbench.plan` (the only reader of
+the raw config below the entry point); the recipes, the loop, the data and model code take these,
+never the raw config. The `trainer` group's specs, one per setting, are `kdbench.trainer_specs`'s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kdbench.errors import ConfigError
 
+if TYPE_CHECKING:
+    from kdbench.trainer_specs import TrainerSpec
 
-def from_mapping(cls, values: dict, group: str):
-    """`cls(**values)`, refusing keys the spec does not have (a typo would otherwise be ignored) and lacking ones."""
+
+def from_mapping(cls, values: dict, group: str, elsewhere: Collection[str] = ()):
+    """`cls(**values)`, refusing keys the spec does not have (a typo would otherwise be ignored) and
+    lacking ones; keys `elsewhere` (another setting's trainer keys) are left out."""
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
+    unknown = sorted(set(values) - known - set(elsewhere))
     if unknown:
-        raise ConfigError(f"{group} has no key {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
-    lacking = [f.name for f in fields(cls) if f.name not in values and MISSING is f.default is f.default_factory]
+        raise ConfigError(f"{group} has no key {', '.join(unknown)}; "
+                          f"valid keys: {', '.join(sorted(known | set(elsewhere)))}")
+    lacking = [f.name for f in fields(cls)
+               if f.name not in values and MISSING is f.default is f.default_factory]
     if lacking:
-        raise ConfigError(f"{group} lacks the key {', '.join(lacking)}: set {group}.{lacking[0]}=...")
-    return cls(**values)
-
-
-@dataclass(frozen=True)
-class TrainerSpec:
-    """The `trainer` group: the optimisation recipe and how a run computes."""
-
-    name: str
-    lr: float
-    batch_size: int
-    warmup_ratio: float
-    weight_decay: float
-    adam_betas: tuple[float, float]
-    adam_eps: float
-    max_grad_norm: float | None
-    device: str
-    precision: str
-    log_every: int
-    checkpoint_every: int
-    teacher_epochs: int = 0
-    stage1_epochs: int = 0
-    stage2_epochs: int = 0
-    teacher_lr: float | None = None
-    stage2_lr: float | None = None  # None: lr
-    stage1_schedule: str = "linear"  # linear (warm-up, then decay) or constant
-    eval_batch_size: int = 128
-    max_length: int = 128
-    teacher_seed: int = 42
-    teacher_dropout: bool = False  # the teacher's dropout on while it teaches (no caches then)
-    checkpoint_epochs: bool = True
-    keep_checkpoints: bool = False
-    cache_teacher_logits: bool = True
-    cache_teacher_features: bool = True
-    teacher_features_gib: float = 4.0
-    group_by_length: bool = True
-    teacher_group_by_length: bool = True
-    teacher_best_checkpoint: bool = False  # the teacher's best dev epoch, not its last
-    warmup_ratio_per_task: dict | None = None  # {task: ratio}, read into warmup_ratio by the config
-    progress_bar: bool = True
-    tf32: bool = True
-    # how, not what: a run resumes across a change of these (`COMPUTATION_ONLY`)
-    compile: bool = False
-    fused_losses: bool = True
-    recompute_losses: bool = False
-    recompute_attention: bool = False
-    num_workers: int | str = "auto"  # DataLoader workers, or auto (`kdbench.plan.loading_spec`)
-    # the task-agnostic setting: by steps, on global batches split into device micro-batches
-    max_steps: int | None = None
-    device_batch_size: int | None = None
-    eval_every: int = 0
-    heldout_batches: int = 0
-    student_dropout: float | None = None
-    mlm_smoothing: float | None = None  # masking by token frequency ** -smoothing; None: uniform
-    mask_inputs: str = "objective"  # masked input for objectives reading MLM logits, or always
-
-
-# Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an out-of-memory run
-# re-run with recomputation on).
-COMPUTATION_ONLY = ("progress_bar", "compile", "fused_losses", "recompute_losses",
-                    "recompute_attention", "num_workers")
+        raise ConfigError(f"{group} lacks the key {', '.join(lacking)}: "
+                          f"set {group}.{lacking[0]}=...")
+    return cls(**{name: value for name, value in values.items() if name in known})
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def test_finetune_grid_is_table6_on_the_seven_tasks(name):
     assert set(params.task.split(",")) == PAPER_TASKS
     assert [float(x) for x in params["trainer.lr"].split(",")] == [1e-5, 3e-5, 5e-5, 8e-5]
     assert [int(x) for x in str(params["trainer.batch_size"]).split(",")] == [16, 32]
-    assert (cfg.setting.name, cfg.trainer.stage2_epochs, cfg.paper_analogue) == ("finetune", 10, None)
+    assert (cfg.setting.name, cfg.trainer.finetune_epochs, cfg.paper_analogue) == ("finetune", 10, None)
 
 
 def test_mini_table2_is_a_scaled_table2_without_mlm_objectives():
@@ -89,7 +89,7 @@ def test_mini_table2_is_a_scaled_table2_without_mlm_objectives():
     finetune = preset("mini_table2_finetune")
     assert finetune.paper_analogue == cfg.paper_analogue  # the fine-tuning records carry it to the report
     assert set(finetune.hydra.sweeper.params.task.split(",")) == {"sst2", "mrpc", "rte", "cola"}
-    assert (finetune.trainer.stage2_epochs, finetune.data.train_limit) == (1, 1000)
+    assert (finetune.trainer.finetune_epochs, finetune.data.train_limit) == (1, 1000)
 
 
 @pytest.mark.parametrize("name", ["table2_agnostic", "table4_agnostic_init", "mini_table2"])

@@ -123,7 +123,9 @@ def test_data_parallel_slurm_preset_runs_a_task_per_gpu():
 
 def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
     """An out-of-memory run re-run with recomputation on resumes its checkpoints; a different recipe does not."""
-    from kdbench.plan import COMPUTATION_ONLY, config_fingerprint, container
+    from kdbench.plan import config_fingerprint
+    from kdbench.plan_groups import container
+    from kdbench.trainer_specs import COMPUTATION_ONLY
 
     def fingerprint(overrides):
         return config_fingerprint(container(compose_config(overrides)))
@@ -147,7 +149,7 @@ def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
 
 
 def test_warmup_ratio_per_task_gives_qqp_the_released_grids_warm_up():
-    from kdbench.plan import trainer_spec
+    from kdbench.plan_groups import trainer_spec
 
     def warmup(*overrides):
         return trainer_spec(compose_config(["setting=finetune", *overrides])).warmup_ratio

@@ -12,7 +12,8 @@ from transformers import BertConfig
 from kdbench import study
 from kdbench.models import build_student
 from kdbench.objectives.terms import Objective
-from kdbench.plan import make_plan, shape_spec
+from kdbench.plan import make_plan
+from kdbench.plan_groups import shape_spec
 from tests.config.test_agnostic_presets import known_architectures, preset  # noqa: F401 (a fixture)
 
 

@@ -20,7 +20,7 @@ def test_a_task_config_in_another_folder_is_a_task_with_no_code_change(user_data
     """A new task is one YAML file: in a folder added by hydra.searchpath it is a valid `task=`
     choice, composes and plans; in conf/task it would also be listed with its title."""
     from kdbench.cli import compose, sweep_point
-    from kdbench.plan import task_spec
+    from kdbench.plan_groups import task_spec
     from kdbench.tasks import task_titles
 
     config = {"name": "reviews", "title": "Reviews", "order": 10,

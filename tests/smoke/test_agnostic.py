@@ -153,7 +153,7 @@ def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(corpus,
     assert distilled["task"] is None
     record = run(compose_config([
         "setting=finetune", f"setting.student_path={distilled['student_path']}", "task=rte", f"data.glue_dir={tiny_glue}",
-        "trainer.stage2_epochs=1", "trainer.batch_size=16", "trainer.lr=5e-5", "trainer.progress_bar=false",
+        "trainer.finetune_epochs=1", "trainer.batch_size=16", "trainer.lr=5e-5", "trainer.progress_bar=false",
         f"paths.run_dir={tmp_path / 'ft'}",
     ]))
     assert record["status"] == "completed" and {"accuracy", "predicted_class_0", "dev_class_1"} <= set(record["metrics"])
@@ -203,7 +203,7 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(corpus, t
     distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
     record = run(compose_config([
         "setting=finetune", "trainer=finetune_released", "task=rte", f"data.glue_dir={tiny_glue}",
-        f"setting.student_path={distilled['student_path']}", "trainer.stage2_epochs=2",
+        f"setting.student_path={distilled['student_path']}", "trainer.finetune_epochs=2",
         "trainer.batch_size=16", "trainer.eval_every=1", "trainer.progress_bar=false",
         f"paths.run_dir={tmp_path / 'ft'}"]))
     trainer = record["config"]["trainer"]

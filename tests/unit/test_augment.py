@@ -23,7 +23,7 @@ from kdbench.data.augment import (
     words_of,
 )
 from kdbench.errors import ConfigError, DataError
-from kdbench.plan import augment_spec, task_spec
+from kdbench.plan_groups import augment_spec, task_spec
 from kdbench.specs import AugmentSpec, ShapeSpec
 from tests.helpers import compose_config
 

@@ -79,7 +79,7 @@ def test_embeddings_and_head_copies_are_optional():
 def test_by_default_the_task_head_starts_fresh_and_the_mlm_head_is_copied():
     """As the paper's code: embeddings and LM head from the teacher, the classifier and pooler not."""
     from kdbench.models import build_student, pretrained_teacher
-    from kdbench.plan import shape_spec, teacher_spec
+    from kdbench.plan_groups import shape_spec, teacher_spec
 
     teacher, student = _tiny_pair()
     init_from_teacher(student, teacher, InitSpec("layers", (2, 4)))

@@ -12,9 +12,11 @@ import torch
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import load_split, tokenize
 from kdbench.data.masking import MaskingSpec
+from kdbench.device import loading_spec
 from kdbench.distributed import World
 from kdbench.errors import ConfigError
-from kdbench.plan import data_spec, loading_spec, make_plan, task_spec
+from kdbench.plan import make_plan
+from kdbench.plan_groups import data_spec, task_spec
 from kdbench.recipes.task_agnostic import corpus_loader
 from kdbench.specs import LoadingSpec
 from tests.helpers import compose_config, tiny_overrides

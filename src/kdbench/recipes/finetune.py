@@ -81,7 +81,7 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
                                         loading=plan.loading)
                     for suffix, ds in eval_sets.items()}
     stage = loop.Stage("finetune", [model], train_loader, supervised_step(model, plan.device, plan.precision),
-                       OptimizerSpec.of(trainer, trainer.lr), plan.device, epochs=trainer.stage2_epochs)
+                       OptimizerSpec.of(trainer, trainer.lr), plan.device, epochs=trainer.finetune_epochs)
     score = partial(evaluate, model, eval_loaders, plan.task.metrics, plan.device, plan.precision)
     best = BestDevStep(score, model, trainer.eval_every)
     stats = loop.train(stage, [*standard_hooks(trainer, log, None), best])

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from kdbench import distributed
 from kdbench.record import StepLog
-from kdbench.specs import TrainerSpec
+from kdbench.trainer_specs import TrainerSpec
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.signals import Interrupted, enter_phase, stop_requested
 

@@ -1,0 +1,98 @@
+"""What a config value may be: a `Rule` admits values and says which in a message's words.
+
+The rules here are the building blocks: `kdbench.trainer_specs` declares each trainer key with its
+rule (`key`), and `kdbench.ranges` maps every other config path to one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a config key admits, and how a message says it."""
+
+    admits: Callable[[object], bool]
+    text: str  # completes "must be ...", e.g. "a positive integer"
+
+    def or_null(self, meaning: str) -> Rule:
+        return Rule(lambda value: value is None or self.admits(value),
+                    f"{self.text}, or null ({meaning})")
+
+
+def is_integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A finite int or float; a bool is not a number here (`true` for a count is a mistake)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def integer(low: int, high: int | None = None, text: str | None = None) -> Rule:
+    default = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+
+    def admits(value) -> bool:
+        return is_integer(value) and low <= value and (high is None or value <= high)
+
+    return Rule(admits, text or default)
+
+
+def number(low: float, high: float | None = None, *, open_low: bool = False,
+           open_high: bool = False, text: str | None = None) -> Rule:
+    """A finite number from `low` (excluded with `open_low`) to `high` (excluded with
+    `open_high`; None: no bound)."""
+
+    def admits(value) -> bool:
+        above = is_number(value) and (value > low if open_low else value >= low)
+        return above and (high is None or (value < high if open_high else value <= high))
+
+    if high is None:
+        default = f"a number {'>' if open_low else '>='} {low}"
+    else:
+        default = f"a number in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+    return Rule(admits, text or default)
+
+
+def choice(*values: str, meaning: str) -> Rule:
+    return Rule(lambda value: isinstance(value, str) and value in values,
+                f"one of {', '.join(values)} ({meaning})")
+
+
+def entries(rule: Rule, count: int | None = None, text: str | None = None) -> Rule:
+    """A list whose every entry `rule` admits (exactly `count` of them when given)."""
+
+    def admits(value) -> bool:
+        return (isinstance(value, list) and count in (None, len(value))
+                and all(map(rule.admits, value)))
+
+    return Rule(admits, text or f"a list of {count or 'any number of'} entries, each {rule.text}")
+
+
+COUNT = integer(1, text="a positive integer")
+NON_NEGATIVE_COUNT = integer(0, text="a non-negative integer")
+SEED = integer(0, 2**32 - 1)
+POSITIVE = number(0, open_low=True)
+NON_NEGATIVE = number(0)
+PROBABILITY = number(0, 1)
+FRACTION = number(0, 1, open_high=True)
+LEARNING_RATE = number(0, open_low=True, text="a positive learning rate, e.g. 1e-5")
+FLAG = Rule(lambda value: isinstance(value, bool), "true or false")
+TEXT = Rule(lambda value: isinstance(value, str) and bool(value), "a non-empty name")
+NAME_OR_NUMBER = Rule(lambda value: isinstance(value, (str, int)) and value != "", "a name")
+COLUMN = Rule(lambda value: NON_NEGATIVE_COUNT.admits(value) or isinstance(value, str),
+              "a column name, or a column position from 0 in a file without a header")
+
+
+def key(rule: Rule | None, default=MISSING, *, each: bool = False, how: bool = False):
+    """A trainer key, declared once: the range `rule` of its value (of each of its entries, with
+    `each`), and `how`: whether it changes how a run computes, not what (`COMPUTATION_ONLY`)."""
+    return field(default=default, metadata={"rule": rule, "each": each, "how": how})
+
+
+DEVICE = Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N")
+WORKERS = Rule(lambda value: value == "auto" or NON_NEGATIVE_COUNT.admits(value),
+               "auto or a number of DataLoader worker processes (0: none)")
