@@ -34,14 +34,16 @@ from dataclasses import replace
 import torch
 
 from kdbench import flops, models, synthetic
+from kdbench.data.batches import CorpusCollator
 from kdbench.objectives.terms import Objective
-from kdbench.specs import ShapeSpec
+from kdbench.specs import LoadingSpec, ShapeSpec
 from kdbench.training import loop
 from kdbench.training.hooks import Hook
 from kdbench.training.steps import to_device
 
 MODES = ("stage1", "agnostic", "host")
 TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # host mode: the compute is negligible
+TINY_VOCAB = 1024  # host mode: no vocabulary-sized tensors (embedding gradients, MLM logits) either
 TARGET_MFU, TARGET_DEVICE = 0.4, "H100 SXM"  # the host target: half a paper micro-batch's GPU time at this MFU
 
 
@@ -107,11 +109,13 @@ def synchronisations(device: torch.device):
 
 
 class Timer(Hook):
-    """Times the optimizer steps after `warmup` of them (the device synchronised at both ends)."""
+    """Times the optimizer steps after `warmup` of them (the device synchronised at both ends), and
+    each of them on `clock` (`laps`)."""
 
     def __init__(self, device: torch.device, warmup: int, clock=time.perf_counter):
         self.device, self.warmup, self.clock, self.start, self.seconds = device, warmup, clock, None, 0.0
         self.cpu_start, self.cpu_seconds = None, 0.0  # the process's CPU time over the same steps
+        self.laps: list[float] = []
 
     def _now(self) -> float:
         if self.device.type == "cuda":
@@ -124,10 +128,14 @@ class Timer(Hook):
     def on_start(self, progress) -> None:
         if self.warmup == 0:
             self.start, self.cpu_start = self._now(), time.process_time()
+        self.lap_start = self.clock()
 
     def on_step(self, progress) -> None:
+        if progress.step > self.warmup:
+            self.laps.append(self.clock() - self.lap_start)
         if progress.step == self.warmup:
             self.start, self.cpu_start = self._now(), time.process_time()
+        self.lap_start = self.clock()
 
     def on_end(self, progress) -> None:
         self.seconds, self.cpu_seconds = self._now() - self.start, time.process_time() - self.cpu_start
@@ -200,35 +208,42 @@ def host_target_ms(objective: str) -> dict:
             "target_host_ms": 500 * gpu_s}
 
 
-def measure_host(objective: str, shapes: synthetic.Shapes, device: torch.device, steps: int, warmup: int) -> dict:
-    """Host time per micro-step with tiny widths, the paper's depths and accumulation, 2 sequences of 16 tokens
-    (the host's work does not grow with them), and the time of collating one micro-batch of `shapes`.
+def measure_host(objective: str, shapes: synthetic.Shapes, device: torch.device, steps: int, warmup: int,
+                 workers: int = 0) -> dict:
+    """Host time per micro-step with tiny widths and vocabulary, the paper's depths and accumulation,
+    2 sequences of 16 tokens (the host's work does not grow with them), and the time of collating one
+    micro-batch of `shapes` on the main thread (none with `workers` DataLoader workers: they collate).
 
-    On the CPU the time is the process's CPU time with one intra-op thread: a host that feeds a GPU runs no
-    kernels of size, and CPU time is not inflated by other processes waiting for the same cores."""
+    The time is the main thread's CPU time (`time.thread_time`) with one intra-op thread, the fastest
+    optimizer step's over its micro-steps: a host that feeds a GPU runs no kernels of size, the work
+    of worker processes and of other processes sharing the cores is not counted, and the minimum
+    drops steps slowed by them (caches, memory bandwidth)."""
     tiny = replace(shapes, teacher=replace(shapes.teacher, name="tiny teacher", **TINY_WIDTH),
-                   student=replace(shapes.student, name="tiny student", **TINY_WIDTH), micro_batch=2, length=16)
-    cpu = device.type == "cpu"
+                   student=replace(shapes.student, name="tiny student", **TINY_WIDTH), micro_batch=2,
+                   length=16, vocab=TINY_VOCAB)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1 if cpu else threads)
+    torch.set_num_threads(1 if device.type == "cpu" else threads)
     try:
-        with synthetic.distillation(objective, tiny, device, "fp32", warmup + steps) as stage:
-            timer = Timer(device, warmup, time.process_time if cpu else time.perf_counter)
+        with synthetic.distillation(objective, tiny, device, "fp32", warmup + steps,
+                                    loading=LoadingSpec(workers)) as stage:
+            timer = Timer(device, warmup, time.thread_time)
             loop.train(stage, [timer])
-            collate = stage.loader.collate_fn
+        masking = stage.loader.collate_fn.masking
+        collate = CorpusCollator(masking and replace(masking, vocab_size=shapes.vocab), 0)
         sequences = [{**s, "epoch": 0, "example": i} for i, s in enumerate(synthetic.random_sequences(
             shapes.micro_batch, shapes))]
-        start = time.process_time()
+        start = time.thread_time()
         collate(sequences)
-        collate_ms = 1e3 * (time.process_time() - start)
+        collate_ms = 1e3 * (time.thread_time() - start) if workers == 0 else 0.0
     finally:
         torch.set_num_threads(threads)
-    step_ms = 1e3 * timer.seconds / (steps * tiny.accumulation)
-    return {"mode": "host", "objective": objective, "device": device_name(device), "clock": timer.clock.__name__,
-            "layers": [tiny.teacher.num_layers, tiny.student.num_layers], "width": TINY_WIDTH["hidden_size"],
-            "micro_steps": steps * tiny.accumulation, "micro_step_ms": step_ms,
-            f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate_ms, "host_ms": step_ms + collate_ms,
-            **host_target_ms(objective)}
+    step_ms = 1e3 * min(timer.laps) / tiny.accumulation
+    return {"mode": "host", "objective": objective, "device": device_name(device),
+            "clock": "thread_time, fastest step", "workers": workers,
+            "layers": [tiny.teacher.num_layers, tiny.student.num_layers],
+            "width": TINY_WIDTH["hidden_size"], "vocab": TINY_VOCAB, "micro_steps": steps * tiny.accumulation,
+            "micro_step_ms": step_ms, f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate_ms,
+            "host_ms": step_ms + collate_ms, **host_target_ms(objective)}
 
 
 def stage1_setup(overrides: list[str]):
@@ -315,6 +330,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--accumulation", type=int, default=paper.accumulation)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    parser.add_argument("--workers", type=int, default=0, help="host: DataLoader workers (they collate)")
     return parser
 
 
@@ -323,7 +339,7 @@ def measure(args, objective: str) -> dict:
         return measure_stage1([*args.overrides, f"objective={objective}"], args.steps, args.warmup)
     device = torch.device(args.device)
     if args.mode == "host":
-        return measure_host(objective, shapes_of(args), device, args.steps, args.warmup)
+        return measure_host(objective, shapes_of(args), device, args.steps, args.warmup, args.workers)
     precision = resolve_precision(args.precision, device)
     return measure_agnostic(objective, shapes_of(args), device, precision, args.steps, args.warmup)
 
