@@ -8,10 +8,10 @@ Modes (one JSON line per objective):
   sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher with random weights, a 6x768
   student, sequences of 128, micro-batches of 64, 16 per optimizer step (`--micro-batch`, `--accumulation`,
   `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor datasets;
-- `host`: the same loop with tiny widths (the paper's depths and sequence length): its time per micro-step is
-  the host's (Python, dispatch, hooks, collation), what a GPU would wait for; with the time of collating one
-  paper micro-batch, and the target it is held to (half the GPU time of a paper micro-batch at 40 % MFU on an
-  H100 SXM, from the analytic FLOP count).
+- `host`: the same loop with tiny widths and vocabulary (the paper's depths): its main thread's CPU time per
+  micro-step is the host's (Python, dispatch, hooks), what a GPU would wait for; with the time of collating
+  one paper micro-batch on the main thread (none with `--workers`), and the target it is held to (half the
+  GPU time of a paper micro-batch at 40 % MFU on an H100 SXM, from the analytic FLOP count).
 
 Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over one real
 micro-step, forward and backward), MFU against the device's dense peak (the datasheet table of `kdbench.flops`
@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
-import resource
 import time
-import warnings
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -36,23 +35,16 @@ import torch
 from kdbench import flops, models, synthetic
 from kdbench.data.batches import CorpusCollator
 from kdbench.objectives.terms import Objective
+from kdbench.precision import resolve_precision
 from kdbench.specs import LoadingSpec, ShapeSpec
+from kdbench.timing import TimedBatches, Timer, peak_memory_gib, synchronisations, train_steps
 from kdbench.training import loop
-from kdbench.training.hooks import Hook
 from kdbench.training.steps import to_device
 
 MODES = ("stage1", "agnostic", "host")
 TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # host mode: the compute is negligible
 TINY_VOCAB = 1024  # host mode: no vocabulary-sized tensors (embedding gradients, MLM logits) either
 TARGET_MFU, TARGET_DEVICE = 0.4, "H100 SXM"  # the host target: half a paper micro-batch's GPU time at this MFU
-
-
-def resolve_precision(requested: str, device: torch.device) -> str:
-    """`auto`: bf16 where the GPU runs it natively, fp32 elsewhere."""
-    if requested != "auto":
-        return requested
-    native = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
-    return "bf16" if native else "fp32"
 
 
 @functools.cache
@@ -89,62 +81,6 @@ def flops_per_example(step, batch: dict, modules) -> tuple[float, list[str]]:
     for module in modules:
         module.zero_grad(set_to_none=True)
     return counted, kernels
-
-
-@contextmanager
-def synchronisations(device: torch.device):
-    """Counts the host-device synchronisations CUDA's sync debug mode reports (a list, filled on exit)."""
-    seen: list[str] = []
-    if device.type != "cuda":
-        yield seen
-        return
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            yield seen
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    seen.extend(str(w.message) for w in caught if "synchroniz" in str(w.message))
-
-
-class Timer(Hook):
-    """Times the optimizer steps after `warmup` of them (the device synchronised at both ends), and
-    each of them on `clock` (`laps`)."""
-
-    def __init__(self, device: torch.device, warmup: int, clock=time.perf_counter):
-        self.device, self.warmup, self.clock, self.start, self.seconds = device, warmup, clock, None, 0.0
-        self.cpu_start, self.cpu_seconds = None, 0.0  # the process's CPU time over the same steps
-        self.laps: list[float] = []
-
-    def _now(self) -> float:
-        if self.device.type == "cuda":
-            mode = torch.cuda.get_sync_debug_mode()
-            torch.cuda.set_sync_debug_mode("default")  # the timer's own synchronisation is not the step's
-            torch.cuda.synchronize(self.device)
-            torch.cuda.set_sync_debug_mode(mode)
-        return self.clock()
-
-    def on_start(self, progress) -> None:
-        if self.warmup == 0:
-            self.start, self.cpu_start = self._now(), time.process_time()
-        self.lap_start = self.clock()
-
-    def on_step(self, progress) -> None:
-        if progress.step > self.warmup:
-            self.laps.append(self.clock() - self.lap_start)
-        if progress.step == self.warmup:
-            self.start, self.cpu_start = self._now(), time.process_time()
-        self.lap_start = self.clock()
-
-    def on_end(self, progress) -> None:
-        self.seconds, self.cpu_seconds = self._now() - self.start, time.process_time() - self.cpu_start
-
-
-def peak_memory_gib(device: torch.device) -> dict:
-    if device.type == "cuda":
-        return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30}
-    return {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
 def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.device, precision: str, steps: int,
@@ -265,44 +201,34 @@ def stage1_setup(overrides: list[str]):
     return plan, train_set, loader, teacher, student
 
 
-def cycle(loader):
-    while True:
-        yield from loader
+@contextmanager
+def stage1_step(plan, student, teacher, train_labels, features=None):
+    """The stage-1 step and the modules it trains, as a task-specific run builds them (`features`: the
+    teacher-features table function, or None for a teacher forward at every step)."""
+    from kdbench.recipes.task_specific import stage1
+
+    with stage1(plan, student, teacher, train_labels, features) as (step, modules):
+        yield step, modules
 
 
 def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
-    from kdbench.recipes.task_specific import stage1
-
     plan, train_set, loader, teacher, student = stage1_setup(overrides)
-    cuda = plan.device.type == "cuda"
-    with stage1(plan, student, teacher, train_set["labels"]) as (step, modules):
-        batches, examples, tokens = cycle(loader), 0, 0
+    batches = itertools.cycle(loader)
+    with stage1_step(plan, student, teacher, train_set["labels"]) as (step, modules):
         per_example, kernels = flops_per_example(step, to_device(next(batches), plan.device), modules)
-        optimizer = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=plan.trainer.lr)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        for i in range(warmup + steps):
-            if i == warmup:
-                if cuda:
-                    torch.cuda.synchronize()
-                start, cpu_start = time.perf_counter(), time.process_time()
-            batch = to_device(next(batches), plan.device)
-            losses = step(batch)
-            optimizer.zero_grad(set_to_none=True)
-            losses["total"].backward()
-            optimizer.step()
-            if i >= warmup:
-                examples += batch["input_ids"].shape[0]
-                tokens += int(batch["attention_mask"].sum())
-        if cuda:
-            torch.cuda.synchronize()
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        loaded = [to_device(next(batches), plan.device) for _ in range(warmup + steps)]
+        timed = TimedBatches(loaded[:warmup], loaded[warmup:], [], plan.device)
+        train_steps(step, modules, timed, plan.trainer.lr)
+    seconds, counted = timed.seconds, loaded[warmup:]
+    examples = sum(batch["input_ids"].shape[0] for batch in counted)
+    tokens = sum(int(batch["attention_mask"].sum()) for batch in counted)
     result = {"mode": "stage1", "objective": plan.objective, "teacher": plan.teacher.name,
               "student": plan.student.name, "task": plan.task.name, "device": device_name(plan.device),
-              "precision": plan.precision, "batch_size": plan.trainer.batch_size, "steps": steps, "seconds": seconds,
-              "cpu_seconds": cpu_seconds,
-              "examples_per_s": examples / seconds, "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps,
-              "flops_per_example": per_example, "attention_kernels": kernels, **peak_memory_gib(plan.device)}
+              "precision": plan.precision, "batch_size": plan.trainer.batch_size, "steps": steps,
+              "seconds": seconds, "cpu_seconds": timed.cpu_seconds, "examples_per_s": examples / seconds,
+              "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps,
+              "flops_per_example": per_example, "attention_kernels": kernels,
+              **peak_memory_gib(plan.device)}
     return result | utilisation(result, plan.device, plan.precision)
 
 

@@ -16,7 +16,7 @@ from transformers import BertConfig, BertForMaskedLM
 
 from kdbench import distributed, models
 from kdbench.cli import config_dir
-from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
+from kdbench.data.batches import IN_PROCESS, CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.objectives.terms import Objective, build_terms
@@ -73,7 +73,7 @@ def random_sequences(count: int, shapes: Shapes, seed: int = 0) -> list[dict]:
 
 
 def loader(shapes: Shapes, masking: MaskingSpec | None, steps: int, seed: int = 0,
-           world: World = SINGLE, loading: LoadingSpec = LoadingSpec()) -> torch.utils.data.DataLoader:
+           world: World = SINGLE, loading: LoadingSpec = IN_PROCESS) -> torch.utils.data.DataLoader:
     """This process's micro-batches of `steps` global batches of random sequences, collated and masked by the
     recipe's collator (a global batch is `micro_batch * accumulation * world.size` sequences), loaded as
     `loading` says."""
@@ -88,7 +88,7 @@ def loader(shapes: Shapes, masking: MaskingSpec | None, steps: int, seed: int = 
 @contextmanager
 def distillation(objective_name: str, shapes: Shapes, device: torch.device, precision: str, steps: int,
                  seed: int = 0, *, world: World = SINGLE, dropout: float | None = None,
-                 loading: LoadingSpec = LoadingSpec()):
+                 loading: LoadingSpec = IN_PROCESS):
     """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic distillation (this
     process's part of it in a data-parallel `world`, whose process group is already initialised)."""
     torch.manual_seed(seed)
