@@ -178,8 +178,16 @@ class ContrastiveDistillation(nn.Module):
         self.register_buffer("class_start", start, persistent=False)
         self.register_buffer("class_count", count, persistent=False)
         self.sampler = self._seeded(self.class_order.device)
+        self._register()
+
+    def _register(self) -> None:
         self._key = next(_KEYS)
         _LIVE[self._key] = self
+
+    def __setstate__(self, state: dict) -> None:
+        """A copy (deepcopy, pickle) draws from its own sampler, under its own key."""
+        super().__setstate__(state)
+        self._register()
 
     def _seeded(self, device: torch.device) -> torch.Generator:
         return torch.Generator(device=device).manual_seed(self.seed)
@@ -190,8 +198,6 @@ class ContrastiveDistillation(nn.Module):
         module = super()._apply(fn, recurse)
         if self.sampler.device != self.class_order.device:
             self.sampler = self._seeded(self.class_order.device)
-        self._key = next(_KEYS)
-        _LIVE[self._key] = self
         return module
 
     def get_extra_state(self) -> dict:
