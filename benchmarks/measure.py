@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402
 
 from kdbench import models  # noqa: E402
+from kdbench.bench import stage1_step  # noqa: E402
 from kdbench.cli import compose  # noqa: E402
 from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
@@ -46,61 +47,13 @@ from kdbench.data.packed import pack_tokens  # noqa: E402
 from kdbench.data.readers import iter_documents  # noqa: E402
 from kdbench.layers import every_kth  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
-from kdbench.recipes.task_specific import stage1 as kdbench_stage1  # noqa: E402
 from kdbench.teacher import freeze  # noqa: E402
 from kdbench.teacher_features import compute_table  # noqa: E402
+from kdbench.timing import TimedBatches, optimizer_for, train_steps  # noqa: E402
 from kdbench.training.evaluate import logits_table  # noqa: E402
 from kdbench.training.steps import prediction_kd_step, to_device  # noqa: E402
 
 TOKEN_INPUTS = peers.TOKEN_INPUTS
-
-
-def read_peak_rss() -> float:
-    """The process's peak resident set since the last reset, MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
-
-
-def reset_peak(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def peak_mib(device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() / 2**20
-    return read_peak_rss()
-
-
-class TimedBatches:
-    """warm-up batches, timed batches, one tail batch; stamps the clock and the peak memory around the timed ones."""
-
-    def __init__(self, warmup: list, timed: list, tail: list, device):
-        self.parts, self.device = (warmup, timed, tail), device
-        self.seconds = self.peak = self.warmup_seconds = None
-
-    def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
-
-    def __iter__(self):
-        warmup, timed, tail = self.parts
-        warmup_start = time.perf_counter()
-        yield from warmup
-        reset_peak(self.device)
-        start = time.perf_counter()
-        self.warmup_seconds = start - warmup_start
-        yield from timed
-        if self.device.type == "cuda":
-            torch.cuda.synchronize()
-        self.seconds = time.perf_counter() - start
-        self.peak = peak_mib(self.device)
-        yield from tail
 
 
 def wiki_rows(tokenizer, seq_len: int, n: int) -> Dataset:
@@ -174,22 +127,6 @@ class Setup:
         return TimedBatches(other[: self.spec["warmup"]], timed, other[-1:], self.device)
 
 
-def optimizer_for(modules):
-    """The optimizer every implementation gets: fused AdamW, the Hugging Face Trainer's default with torch >= 2.8."""
-    return torch.optim.AdamW([p for m in modules for p in m.parameters() if p.requires_grad], lr=1e-5, fused=True)
-
-
-def train_steps(step, modules, batches: TimedBatches) -> None:
-    """The explicit loop of the kdbench and plain implementations."""
-    optimizer = optimizer_for(modules)
-    for batch in batches:
-        loss = step(batch)
-        loss = loss["total"] if isinstance(loss, dict) else loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-
 def run_kdbench(setup: Setup) -> TimedBatches:
     batches = setup.timed_batches(padded=False)
     plan = setup.plan
@@ -198,7 +135,7 @@ def run_kdbench(setup: Setup) -> TimedBatches:
         models.compile_blocks(setup.student, setup.teacher)
     if plan.terms:
         features = cached_features(setup) if setup.spec.get("features") else None
-        with kdbench_stage1(plan, setup.student, setup.teacher, setup.train["labels"], features) as (step, modules):
+        with stage1_step(plan, setup.student, setup.teacher, setup.train["labels"], features) as (step, modules):
             train_steps(step, modules, batches)
     else:  # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
         loader = make_loader(setup.train, setup.tokenizer, plan.trainer.eval_batch_size, shuffle=False)
@@ -261,7 +198,7 @@ def check(setup: Setup) -> dict:
     weights."""
     setup.student.eval()  # no dropout: every implementation must see the same student
     batch = setup.batches(setup.timed_set, padded=True)[0]
-    with kdbench_stage1(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, _):
+    with stage1_step(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, _):
         ours = step(batch)["total"]
         our_grads = student_grads(setup.student, ours)
     result = {"kdbench_loss": ours.item()}

@@ -334,8 +334,8 @@ def missing_lines(rows: list[dict]) -> list[str]:
     missing = [name for group, name in names.items() if not any(r.get("group") == group for r in rows)]
     if not missing:
         return []
-    return [f"Not measured in this report: {'; '.join(missing)}. The latest figures for them: "
-            "`RESULTS-2026-11-21.md` (before the tuned loop).", ""]
+    return [f"Not measured in this report: {'; '.join(missing)}. The latest figures for them are in "
+            "this file's git history (`git log -p benchmarks/RESULTS.md`).", ""]
 
 
 def report(raw: Path, out: Path) -> None:

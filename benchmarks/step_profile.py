@@ -27,7 +27,8 @@ import measure  # noqa: E402
 import peers  # noqa: E402
 
 from kdbench import models  # noqa: E402
-from kdbench.recipes.task_specific import stage1 as kdbench_stage1  # noqa: E402
+from kdbench.bench import stage1_step  # noqa: E402
+from kdbench.timing import optimizer_for  # noqa: E402
 
 PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
 
@@ -57,7 +58,7 @@ def train_step(step, optimizer, batch: dict) -> None:
 
 def profiled_steps(step, modules, batches: list[dict], warmup: int) -> profile:
     """The warm-up steps, then the others under the profiler."""
-    optimizer = measure.optimizer_for(modules)
+    optimizer = optimizer_for(modules)
     for batch in batches[:warmup]:
         train_step(step, optimizer, batch)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -86,7 +87,7 @@ def run(impl: str, spec: dict) -> dict:
     labelled(setup.student, "student forward")
     if impl == "kdbench":
         models.prepare_for_training(setup.student, setup.plan.trainer.recompute_attention)
-        with kdbench_stage1(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, modules):
+        with stage1_step(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, modules):
             prof = profiled_steps(step, modules, batches, spec["warmup"])
     else:
         step, modules = peers.tuned_stage1(setup)

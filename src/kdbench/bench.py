@@ -8,10 +8,10 @@ Modes (one JSON line per objective):
   sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher with random weights, a 6x768
   student, sequences of 128, micro-batches of 64, 16 per optimizer step (`--micro-batch`, `--accumulation`,
   `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor datasets;
-- `host`: the same loop with tiny widths (the paper's depths and sequence length): its time per micro-step is
-  the host's (Python, dispatch, hooks, collation), what a GPU would wait for; with the time of collating one
-  paper micro-batch, and the target it is held to (half the GPU time of a paper micro-batch at 40 % MFU on an
-  H100 SXM, from the analytic FLOP count).
+- `host`: the same loop with tiny widths and vocabulary (the paper's depths): its main thread's CPU time per
+  micro-step is the host's (Python, dispatch, hooks), what a GPU would wait for; with the time of collating
+  one paper micro-batch on the main thread (none with `--workers`), and the target it is held to (half the
+  GPU time of a paper micro-batch at 40 % MFU on an H100 SXM, from the analytic FLOP count).
 
 Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over one real
 micro-step, forward and backward), MFU against the device's dense peak (the datasheet table of `kdbench.flops`
@@ -24,33 +24,27 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
-import resource
 import time
-import warnings
 from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
 
 from kdbench import flops, models, synthetic
+from kdbench.data.batches import CorpusCollator
 from kdbench.objectives.terms import Objective
-from kdbench.specs import ShapeSpec
+from kdbench.precision import resolve_precision
+from kdbench.specs import LoadingSpec, ShapeSpec
+from kdbench.timing import TimedBatches, Timer, peak_memory_gib, synchronisations, train_steps
 from kdbench.training import loop
-from kdbench.training.hooks import Hook
 from kdbench.training.steps import to_device
 
 MODES = ("stage1", "agnostic", "host")
 TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # host mode: the compute is negligible
+TINY_VOCAB = 1024  # host mode: no vocabulary-sized tensors (embedding gradients, MLM logits) either
 TARGET_MFU, TARGET_DEVICE = 0.4, "H100 SXM"  # the host target: half a paper micro-batch's GPU time at this MFU
-
-
-def resolve_precision(requested: str, device: torch.device) -> str:
-    """`auto`: bf16 where the GPU runs it natively, fp32 elsewhere."""
-    if requested != "auto":
-        return requested
-    native = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
-    return "bf16" if native else "fp32"
 
 
 @functools.cache
@@ -87,56 +81,6 @@ def flops_per_example(step, batch: dict, modules) -> tuple[float, list[str]]:
     for module in modules:
         module.zero_grad(set_to_none=True)
     return counted, kernels
-
-
-@contextmanager
-def synchronisations(device: torch.device):
-    """Counts the host-device synchronisations CUDA's sync debug mode reports (a list, filled on exit)."""
-    seen: list[str] = []
-    if device.type != "cuda":
-        yield seen
-        return
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            yield seen
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    seen.extend(str(w.message) for w in caught if "synchroniz" in str(w.message))
-
-
-class Timer(Hook):
-    """Times the optimizer steps after `warmup` of them (the device synchronised at both ends)."""
-
-    def __init__(self, device: torch.device, warmup: int, clock=time.perf_counter):
-        self.device, self.warmup, self.clock, self.start, self.seconds = device, warmup, clock, None, 0.0
-        self.cpu_start, self.cpu_seconds = None, 0.0  # the process's CPU time over the same steps
-
-    def _now(self) -> float:
-        if self.device.type == "cuda":
-            mode = torch.cuda.get_sync_debug_mode()
-            torch.cuda.set_sync_debug_mode("default")  # the timer's own synchronisation is not the step's
-            torch.cuda.synchronize(self.device)
-            torch.cuda.set_sync_debug_mode(mode)
-        return self.clock()
-
-    def on_start(self, progress) -> None:
-        if self.warmup == 0:
-            self.start, self.cpu_start = self._now(), time.process_time()
-
-    def on_step(self, progress) -> None:
-        if progress.step == self.warmup:
-            self.start, self.cpu_start = self._now(), time.process_time()
-
-    def on_end(self, progress) -> None:
-        self.seconds, self.cpu_seconds = self._now() - self.start, time.process_time() - self.cpu_start
-
-
-def peak_memory_gib(device: torch.device) -> dict:
-    if device.type == "cuda":
-        return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30}
-    return {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
 def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.device, precision: str, steps: int,
@@ -200,35 +144,42 @@ def host_target_ms(objective: str) -> dict:
             "target_host_ms": 500 * gpu_s}
 
 
-def measure_host(objective: str, shapes: synthetic.Shapes, device: torch.device, steps: int, warmup: int) -> dict:
-    """Host time per micro-step with tiny widths, the paper's depths and accumulation, 2 sequences of 16 tokens
-    (the host's work does not grow with them), and the time of collating one micro-batch of `shapes`.
+def measure_host(objective: str, shapes: synthetic.Shapes, device: torch.device, steps: int, warmup: int,
+                 workers: int = 0) -> dict:
+    """Host time per micro-step with tiny widths and vocabulary, the paper's depths and accumulation,
+    2 sequences of 16 tokens (the host's work does not grow with them), and the time of collating one
+    micro-batch of `shapes` on the main thread (none with `workers` DataLoader workers: they collate).
 
-    On the CPU the time is the process's CPU time with one intra-op thread: a host that feeds a GPU runs no
-    kernels of size, and CPU time is not inflated by other processes waiting for the same cores."""
+    The time is the main thread's CPU time (`time.thread_time`) with one intra-op thread, the fastest
+    optimizer step's over its micro-steps: a host that feeds a GPU runs no kernels of size, the work
+    of worker processes and of other processes sharing the cores is not counted, and the minimum
+    drops steps slowed by them (caches, memory bandwidth)."""
     tiny = replace(shapes, teacher=replace(shapes.teacher, name="tiny teacher", **TINY_WIDTH),
-                   student=replace(shapes.student, name="tiny student", **TINY_WIDTH), micro_batch=2, length=16)
-    cpu = device.type == "cpu"
+                   student=replace(shapes.student, name="tiny student", **TINY_WIDTH), micro_batch=2,
+                   length=16, vocab=TINY_VOCAB)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1 if cpu else threads)
+    torch.set_num_threads(1 if device.type == "cpu" else threads)
     try:
-        with synthetic.distillation(objective, tiny, device, "fp32", warmup + steps) as stage:
-            timer = Timer(device, warmup, time.process_time if cpu else time.perf_counter)
+        with synthetic.distillation(objective, tiny, device, "fp32", warmup + steps,
+                                    loading=LoadingSpec(workers)) as stage:
+            timer = Timer(device, warmup, time.thread_time)
             loop.train(stage, [timer])
-            collate = stage.loader.collate_fn
+        masking = stage.loader.collate_fn.masking
+        collate = CorpusCollator(masking and replace(masking, vocab_size=shapes.vocab), 0)
         sequences = [{**s, "epoch": 0, "example": i} for i, s in enumerate(synthetic.random_sequences(
             shapes.micro_batch, shapes))]
-        start = time.process_time()
+        start = time.thread_time()
         collate(sequences)
-        collate_ms = 1e3 * (time.process_time() - start)
+        collate_ms = 1e3 * (time.thread_time() - start) if workers == 0 else 0.0
     finally:
         torch.set_num_threads(threads)
-    step_ms = 1e3 * timer.seconds / (steps * tiny.accumulation)
-    return {"mode": "host", "objective": objective, "device": device_name(device), "clock": timer.clock.__name__,
-            "layers": [tiny.teacher.num_layers, tiny.student.num_layers], "width": TINY_WIDTH["hidden_size"],
-            "micro_steps": steps * tiny.accumulation, "micro_step_ms": step_ms,
-            f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate_ms, "host_ms": step_ms + collate_ms,
-            **host_target_ms(objective)}
+    step_ms = 1e3 * min(timer.laps) / tiny.accumulation
+    return {"mode": "host", "objective": objective, "device": device_name(device),
+            "clock": "thread_time, fastest step", "workers": workers,
+            "layers": [tiny.teacher.num_layers, tiny.student.num_layers],
+            "width": TINY_WIDTH["hidden_size"], "vocab": TINY_VOCAB, "micro_steps": steps * tiny.accumulation,
+            "micro_step_ms": step_ms, f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate_ms,
+            "host_ms": step_ms + collate_ms, **host_target_ms(objective)}
 
 
 def stage1_setup(overrides: list[str]):
@@ -250,44 +201,34 @@ def stage1_setup(overrides: list[str]):
     return plan, train_set, loader, teacher, student
 
 
-def cycle(loader):
-    while True:
-        yield from loader
+@contextmanager
+def stage1_step(plan, student, teacher, train_labels, features=None):
+    """The stage-1 step and the modules it trains, as a task-specific run builds them (`features`: the
+    teacher-features table function, or None for a teacher forward at every step)."""
+    from kdbench.recipes.task_specific import stage1
+
+    with stage1(plan, student, teacher, train_labels, features) as (step, modules):
+        yield step, modules
 
 
 def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
-    from kdbench.recipes.task_specific import stage1
-
     plan, train_set, loader, teacher, student = stage1_setup(overrides)
-    cuda = plan.device.type == "cuda"
-    with stage1(plan, student, teacher, train_set["labels"]) as (step, modules):
-        batches, examples, tokens = cycle(loader), 0, 0
+    batches = itertools.cycle(loader)
+    with stage1_step(plan, student, teacher, train_set["labels"]) as (step, modules):
         per_example, kernels = flops_per_example(step, to_device(next(batches), plan.device), modules)
-        optimizer = torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=plan.trainer.lr)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        for i in range(warmup + steps):
-            if i == warmup:
-                if cuda:
-                    torch.cuda.synchronize()
-                start, cpu_start = time.perf_counter(), time.process_time()
-            batch = to_device(next(batches), plan.device)
-            losses = step(batch)
-            optimizer.zero_grad(set_to_none=True)
-            losses["total"].backward()
-            optimizer.step()
-            if i >= warmup:
-                examples += batch["input_ids"].shape[0]
-                tokens += int(batch["attention_mask"].sum())
-        if cuda:
-            torch.cuda.synchronize()
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        loaded = [to_device(next(batches), plan.device) for _ in range(warmup + steps)]
+        timed = TimedBatches(loaded[:warmup], loaded[warmup:], [], plan.device)
+        train_steps(step, modules, timed, plan.trainer.lr)
+    seconds, counted = timed.seconds, loaded[warmup:]
+    examples = sum(batch["input_ids"].shape[0] for batch in counted)
+    tokens = sum(int(batch["attention_mask"].sum()) for batch in counted)
     result = {"mode": "stage1", "objective": plan.objective, "teacher": plan.teacher.name,
               "student": plan.student.name, "task": plan.task.name, "device": device_name(plan.device),
-              "precision": plan.precision, "batch_size": plan.trainer.batch_size, "steps": steps, "seconds": seconds,
-              "cpu_seconds": cpu_seconds,
-              "examples_per_s": examples / seconds, "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps,
-              "flops_per_example": per_example, "attention_kernels": kernels, **peak_memory_gib(plan.device)}
+              "precision": plan.precision, "batch_size": plan.trainer.batch_size, "steps": steps,
+              "seconds": seconds, "cpu_seconds": timed.cpu_seconds, "examples_per_s": examples / seconds,
+              "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps,
+              "flops_per_example": per_example, "attention_kernels": kernels,
+              **peak_memory_gib(plan.device)}
     return result | utilisation(result, plan.device, plan.precision)
 
 
@@ -315,6 +256,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--accumulation", type=int, default=paper.accumulation)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    parser.add_argument("--workers", type=int, default=0, help="host: DataLoader workers (they collate)")
     return parser
 
 
@@ -323,7 +265,7 @@ def measure(args, objective: str) -> dict:
         return measure_stage1([*args.overrides, f"objective={objective}"], args.steps, args.warmup)
     device = torch.device(args.device)
     if args.mode == "host":
-        return measure_host(objective, shapes_of(args), device, args.steps, args.warmup)
+        return measure_host(objective, shapes_of(args), device, args.steps, args.warmup, args.workers)
     precision = resolve_precision(args.precision, device)
     return measure_agnostic(objective, shapes_of(args), device, precision, args.steps, args.warmup)
 

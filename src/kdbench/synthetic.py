@@ -16,12 +16,12 @@ from transformers import BertConfig, BertForMaskedLM
 
 from kdbench import distributed, models
 from kdbench.cli import config_dir
-from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
+from kdbench.data.batches import IN_PROCESS, CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.objectives.terms import Objective, build_terms
 from kdbench.recipes.task_agnostic import first_batch, recorder
-from kdbench.specs import OptimizerSpec, ShapeSpec
+from kdbench.specs import LoadingSpec, OptimizerSpec, ShapeSpec
 from kdbench.teacher import freeze
 from kdbench.training import loop
 from kdbench.training.reach import freeze_unreached_by_step
@@ -73,19 +73,22 @@ def random_sequences(count: int, shapes: Shapes, seed: int = 0) -> list[dict]:
 
 
 def loader(shapes: Shapes, masking: MaskingSpec | None, steps: int, seed: int = 0,
-           world: World = SINGLE) -> torch.utils.data.DataLoader:
+           world: World = SINGLE, loading: LoadingSpec = IN_PROCESS) -> torch.utils.data.DataLoader:
     """This process's micro-batches of `steps` global batches of random sequences, collated and masked by the
-    recipe's collator (a global batch is `micro_batch * accumulation * world.size` sequences)."""
+    recipe's collator (a global batch is `micro_batch * accumulation * world.size` sequences), loaded as
+    `loading` says."""
     global_batch = shapes.micro_batch * shapes.accumulation * world.size
     sampler = ShardedBatches(global_batch * steps, global_batch, shapes.micro_batch, world, seed)
     return torch.utils.data.DataLoader(KeyedCorpus(random_sequences(global_batch * steps, shapes, seed)),
                                        batch_sampler=sampler, collate_fn=CorpusCollator(masking, seed),
-                                       generator=torch.Generator().manual_seed(seed))  # not the global RNG
+                                       generator=torch.Generator().manual_seed(seed),  # not the global RNG
+                                       **loading.options())
 
 
 @contextmanager
 def distillation(objective_name: str, shapes: Shapes, device: torch.device, precision: str, steps: int,
-                 seed: int = 0, *, world: World = SINGLE, dropout: float | None = None):
+                 seed: int = 0, *, world: World = SINGLE, dropout: float | None = None,
+                 loading: LoadingSpec = IN_PROCESS):
     """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic distillation (this
     process's part of it in a data-parallel `world`, whose process group is already initialised)."""
     torch.manual_seed(seed)
@@ -102,7 +105,7 @@ def distillation(objective_name: str, shapes: Shapes, device: torch.device, prec
     ):
         targets = teacher_records_now(teacher_recorder, teacher_logits, device, precision)
         student_side = StudentSide(student_recorder, objective, student_logits)
-        batches = loader(shapes, masking, steps, seed, world)
+        batches = loader(shapes, masking, steps, seed, world, loading)
         probe = distillation_step(student_side, targets, device, precision)
         freeze_unreached_by_step(student_side, probe, first_batch(batches), device)
         student_side = distributed.wrap(student_side, world, device)

@@ -35,6 +35,14 @@ def test_the_host_mode_reports_the_time_per_micro_step_and_its_target(capsys):
     assert row["micro_steps"] == 2 and row["micro_step_ms"] > 0 and row["host_ms"] >= row["micro_step_ms"]
     # half of 64 sequences' GPU time at 40 % of an H100 SXM's 989 bf16 TFLOP/s
     assert row["target_host_ms"] == pytest.approx(0.5e3 * 64 * row["paper_flops_per_example"] / (0.4 * 989e12))
+    assert row["collate_ms_4x128"] > 0 and row["workers"] == 0
+
+
+def test_the_host_mode_with_workers_counts_no_collation_on_the_main_thread(capsys):
+    main(["--mode", "host", "--micro-batch", "4", "--accumulation", "2", "--steps", "1", "--warmup", "0",
+          "--workers", "1", "--objectives", "vanilla_kd"])
+    row = json.loads(capsys.readouterr().out)
+    assert row["workers"] == 1 and row["collate_ms_4x128"] == 0 and row["host_ms"] == row["micro_step_ms"] > 0
 
 
 def test_modes_other_than_stage1_take_no_overrides(capsys):

@@ -39,6 +39,9 @@ from then on; with ``q = K / N`` and ``eps = 1e-7``::
 
 from __future__ import annotations
 
+import itertools
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -50,6 +53,26 @@ __all__ = ["ContrastiveDistillation", "ContrastiveSetupError", "crd"]
 
 class ContrastiveSetupError(ConfigError, ValueError):
     """The contrastive loss cannot be built for this training set (a ValueError and a one-line CLI error)."""
+
+
+# The live modules by key: `_uniform` reads a module's sampler without taking the generator as an
+# argument, which `torch.compile` cannot trace.
+_LIVE: weakref.WeakValueDictionary[int, ContrastiveDistillation] = weakref.WeakValueDictionary()
+_KEYS = itertools.count()
+
+
+@torch.library.custom_op("kdbench::crd_uniform", mutates_args=())
+def _uniform(key: int, rows: int, cols: int, device: torch.device) -> Tensor:
+    """[rows, cols] float64 uniforms in [0, 1) from the sampler of the module `key`, on `device`.
+
+    An opaque operator: a compiled step calls it at run time, so it draws from the sampler (and
+    advances it) exactly as the eager step does."""
+    return torch.rand(rows, cols, generator=_LIVE[key].sampler, device=device, dtype=torch.float64)
+
+
+@_uniform.register_fake
+def _(key: int, rows: int, cols: int, device: torch.device) -> Tensor:
+    return torch.empty(rows, cols, device=device, dtype=torch.float64)
 
 
 def _unit(x: Tensor) -> Tensor:
@@ -154,21 +177,39 @@ class ContrastiveDistillation(nn.Module):
         self.register_buffer("class_order", order, persistent=False)
         self.register_buffer("class_start", start, persistent=False)
         self.register_buffer("class_count", count, persistent=False)
-        self._generators: dict[torch.device, torch.Generator] = {}
+        self.sampler = self._seeded(self.class_order.device)
+        self._register()
 
-    def _generator(self, device: torch.device) -> torch.Generator:
-        """The sampler's generator on `device`, created (seeded with `seed`) on first use there."""
-        if device not in self._generators:
-            self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
-        return self._generators[device]
+    def _register(self) -> None:
+        self._key = next(_KEYS)
+        _LIVE[self._key] = self
+
+    def __setstate__(self, state: dict) -> None:
+        """A copy (deepcopy, pickle) draws from its own sampler, under its own key."""
+        super().__setstate__(state)
+        self._register()
+
+    def _seeded(self, device: torch.device) -> torch.Generator:
+        return torch.Generator(device=device).manual_seed(self.seed)
+
+    def _apply(self, fn, recurse=True):
+        """Moved or cast as any module; on a new device the sampler starts afresh (seeded with `seed`)
+        there. It is made here, not on first use: a compiled step cannot create a generator."""
+        module = super()._apply(fn, recurse)
+        if self.sampler.device != self.class_order.device:
+            self.sampler = self._seeded(self.class_order.device)
+        return module
 
     def get_extra_state(self) -> dict:
-        """The samplers' RNG states travel with the state dict: a resumed run draws the same negatives."""
-        return {str(device): generator.get_state() for device, generator in self._generators.items()}
+        """The sampler's RNG state travels with the state dict: a resumed run draws the same negatives."""
+        return {str(self.sampler.device): self.sampler.get_state()}
 
     def set_extra_state(self, state: dict) -> None:
+        """Restores the sampler of the device the banks are on (a state saved on another device is
+        that device's stream, not this one's)."""
         for device, generator_state in state.items():
-            self._generator(torch.device(device)).set_state(generator_state)
+            if torch.device(device) == self.sampler.device:
+                self.sampler.set_state(generator_state)
 
     @torch.no_grad()
     def sample_negatives(self, labels: Tensor) -> Tensor:
@@ -181,7 +222,7 @@ class ContrastiveDistillation(nn.Module):
         cls = torch.searchsorted(self.classes, labels.to(device=device, dtype=torch.long))
         start, count = self.class_start[cls].unsqueeze(1), self.class_count[cls].unsqueeze(1)  # [B, 1]
         available = len(self.class_order) - count
-        u = torch.rand(len(cls), self.num_negatives, generator=self._generator(device), device=device, dtype=torch.float64)
+        u = _uniform(self._key, len(cls), self.num_negatives, device)
         pos = torch.minimum((u * available).long(), available - 1)
         pos = pos + (pos >= start).long() * count
         return self.class_order[pos]
@@ -204,9 +245,10 @@ class ContrastiveDistillation(nn.Module):
         for side, (anchor, bank) in enumerate(sides):
             products = torch.einsum("bkf,bf->bk", bank[contrast].float(), anchor)
             scores = torch.exp(products / self.temperature)
-            if self.normalisers[side] < 0:
-                self.normalisers[side] = scores.detach().mean() * num_examples
-            losses.append(_nce_loss(scores / self.normalisers[side], num_examples))
+            first = scores.detach().mean() * num_examples  # Z, kept from the first batch on
+            normaliser = torch.where(self.normalisers[side] < 0, first, self.normalisers[side])
+            self.normalisers[side] = normaliser
+            losses.append(_nce_loss(scores / normaliser, num_examples))
         return (losses[0] + losses[1]) / 2
 
     def _embed(self, head: nn.Linear, x: Tensor) -> Tensor:
@@ -219,9 +261,7 @@ class ContrastiveDistillation(nn.Module):
                 f"crd expects student [B, Ws], teacher [B, Wt] and idx [B]; got "
                 f"{tuple(student_repr.shape)}, {tuple(teacher_repr.shape)}, {tuple(idx.shape)}"
             )
-        teacher_repr = teacher_repr.detach()
-        if teacher_repr.is_inference():  # inference tensors cannot be saved for backward
-            teacher_repr = teacher_repr.clone()
+        teacher_repr = teacher_repr.detach().clone()  # it may be an inference tensor, which backward cannot save
         negatives = self.sample_negatives(labels)  # [B, K]
         with torch.autocast(device_type=student_repr.device.type, enabled=False):
             z_s = self._embed(self.student_head, student_repr)

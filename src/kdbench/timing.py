@@ -1,0 +1,142 @@
+"""How kdbench times a step, the one home for it: `kdbench.bench` and `benchmarks/` time with these.
+
+`Timer` times optimizer steps of the real loop (`kdbench.training.loop.train`, a hook); `train_steps` is
+the bare loop of a step (forward, backward, optimizer) over `TimedBatches`, which stamp the clock around
+the timed batches; `synchronisations` counts a CUDA step's host-device synchronisations.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from kdbench.training.hooks import Hook
+
+
+@contextmanager
+def synchronisations(device: torch.device):
+    """Counts the host-device synchronisations CUDA's sync debug mode reports (a list, filled on exit)."""
+    seen: list[str] = []
+    if device.type != "cuda":
+        yield seen
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield seen
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    seen.extend(str(w.message) for w in caught if "synchroniz" in str(w.message))
+
+
+class Timer(Hook):
+    """Times the optimizer steps after `warmup` of them (the device synchronised at both ends), and
+    each of them on `clock` (`laps`)."""
+
+    def __init__(self, device: torch.device, warmup: int, clock=time.perf_counter):
+        self.device, self.warmup, self.clock, self.start, self.seconds = device, warmup, clock, None, 0.0
+        self.cpu_start, self.cpu_seconds = None, 0.0  # the process's CPU time over the same steps
+        self.laps: list[float] = []
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("default")  # the timer's own synchronisation is not the step's
+            torch.cuda.synchronize(self.device)
+            torch.cuda.set_sync_debug_mode(mode)
+        return self.clock()
+
+    def on_start(self, progress) -> None:
+        if self.warmup == 0:
+            self.start, self.cpu_start = self._now(), time.process_time()
+        self.lap_start = self.clock()
+
+    def on_step(self, progress) -> None:
+        if progress.step > self.warmup:
+            self.laps.append(self.clock() - self.lap_start)
+        if progress.step == self.warmup:
+            self.start, self.cpu_start = self._now(), time.process_time()
+        self.lap_start = self.clock()
+
+    def on_end(self, progress) -> None:
+        self.seconds, self.cpu_seconds = self._now() - self.start, time.process_time() - self.cpu_start
+
+
+def peak_memory_gib(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30}
+    return {"peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+
+
+def optimizer_for(modules, lr: float = 1e-5) -> torch.optim.Optimizer:
+    """The optimizer of a timed step: fused AdamW (the Hugging Face Trainer's default, and the loop's)."""
+    return torch.optim.AdamW([p for m in modules for p in m.parameters() if p.requires_grad], lr=lr,
+                             fused=True)
+
+
+def train_steps(step, modules, batches, lr: float = 1e-5) -> None:
+    """The bare loop a timed step runs in, one optimizer step per batch: the step (its losses, or a dict
+    of them with the sum under "total"), backward, the optimizer. `batches` stamps the clock."""
+    optimizer = optimizer_for(modules, lr)
+    for batch in batches:
+        loss = step(batch)
+        loss = loss["total"] if isinstance(loss, dict) else loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def read_peak_rss() -> float:
+    """The process's peak resident set since the last reset, MiB (Linux VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_mib(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return read_peak_rss()
+
+
+class TimedBatches:
+    """Warm-up batches, timed batches, tail batches; stamps the clock (wall and process CPU time) and
+    the peak memory around the timed ones: the clock starts when the first timed batch is fetched
+    and stops when the loop asks for the one after the last (the device synchronised)."""
+
+    def __init__(self, warmup: list, timed: list, tail: list, device: torch.device):
+        self.parts, self.device = (warmup, timed, tail), device
+        self.seconds = self.cpu_seconds = self.peak = self.warmup_seconds = None
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def __iter__(self):
+        warmup, timed, tail = self.parts
+        warmup_start = time.perf_counter()
+        yield from warmup
+        reset_peak(self.device)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        self.warmup_seconds = start - warmup_start
+        yield from timed
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.seconds, self.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        self.peak = peak_mib(self.device)
+        yield from tail
