@@ -2,8 +2,6 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEMO_ARGS := task=sst2 teacher=minilm_l6 student=3x384 init=layers 'init.layers=[2,4,6]' objective=att_kl \
-	data.train_limit=2000 trainer.teacher_epochs=1 trainer.stage1_epochs=1 trainer.stage2_epochs=1
 
 .PHONY: help install test test-fast demo lint bench-env bench gpu-check
 
@@ -20,8 +18,8 @@ test:  ## the whole test suite (real-data tests run when KDBENCH_GLUE_DIR and KD
 test-fast:  ## unit and config tests only
 	$(BIN)/python -m pytest tests/unit tests/config
 
-demo:  ## a small real distillation: MiniLM-L6 teacher -> 3-layer student on an SST-2 subset (minutes on a CPU)
-	$(BIN)/python -m kdbench.run $(DEMO_ARGS)
+demo:  ## a small real distillation, MiniLM-L6 -> a 3-layer student on SST-2 (conf/experiment/demo.yaml)
+	$(BIN)/python -m kdbench.run +experiment=demo $(ARGS)
 
 sweep-%:  ## run an experiment preset's sweep: make sweep-mini_table1 (any conf/experiment/NAME.yaml)
 	$(BIN)/python -m kdbench.run -m +experiment=$* $(ARGS)
