@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import peers  # noqa: E402
 
-from kdbench import models  # noqa: E402
+from kdbench.models.attention import prepare_for_training  # noqa: E402
 from kdbench.recipes.task_specific import stage1 as kdbench_stage1  # noqa: E402
 
 PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
@@ -85,7 +85,7 @@ def run(impl: str, spec: dict) -> dict:
     labelled(setup.teacher, "teacher forward")
     labelled(setup.student, "student forward")
     if impl == "kdbench":
-        models.prepare_for_training(setup.student, setup.plan.trainer.recompute_attention)
+        prepare_for_training(setup.student, setup.plan.trainer.recompute_attention)
         with kdbench_stage1(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, modules):
             prof = profiled_steps(step, modules, batches, spec["warmup"])
     else:

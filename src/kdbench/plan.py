@@ -19,9 +19,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
-from kdbench import distributed, models, storage
+from kdbench import distributed, storage
 from kdbench.errors import ConfigError, DataError
 from kdbench.layers import check_width, resolve_init_layers
+from kdbench.models.hub import check_saved_model, saved_config
+from kdbench.models.pretrained import teacher_config
+from kdbench.models.student import student_config
 from kdbench.objectives.terms import Term, build_terms
 from kdbench.precision import resolve_precision, resolve_tf32
 from kdbench.ranges import check_ranges, shown
@@ -138,7 +141,7 @@ def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
     order."""
     if teacher.finetuned_path is None:
         return task
-    conf = models.saved_config(teacher.finetuned_path, "the fine-tuned teacher")
+    conf = saved_config(teacher.finetuned_path, "the fine-tuned teacher")
     names = tuple(str(conf.id2label[i]) for i in range(conf.num_labels))
     where = f"teacher.finetuned_path={teacher.finetuned_path}"
     if conf.num_labels != task.num_labels:
@@ -205,7 +208,7 @@ def teacher_spec(teacher: DictConfig) -> TeacherSpec:
         raise ConfigError(f"cannot load the fine-tuned teacher from teacher.finetuned_path={teacher.finetuned_path}: "
                           "no config.json there; give a folder written by save_pretrained, or null to fine-tune the teacher")
     if finetuned is not None:
-        models.check_saved_model(finetuned, "the fine-tuned teacher")
+        check_saved_model(finetuned, "the fine-tuned teacher")
     return TeacherSpec(teacher.name, teacher.get("name_or_path"), shape, teacher.get("has_mlm_head", False),
                        finetuned, container(teacher))
 
@@ -233,7 +236,7 @@ def pretrained_student(path: str | None, student: ShapeSpec) -> Path:
     if not path or not (folder / "config.json").is_file():
         raise ConfigError(f"init=pretrained needs init.path, a folder written by save_pretrained (a task-agnostic "
                           f"run's student/); {path} holds no config.json")
-    saved = models.saved_config(folder, "a distilled student")
+    saved = saved_config(folder, "a distilled student")
     differ = [f"{key} {getattr(saved, theirs)} vs {getattr(student, key)}" for key, theirs in SHAPE_KEYS.items()
               if getattr(saved, theirs, None) != getattr(student, key)]
     if differ:
@@ -446,9 +449,9 @@ def make_plan(cfg: DictConfig) -> Plan:
                   fingerprint=config_fingerprint(resolved), config=resolved)
     if cfg.setting.name == "finetune":
         return finetune_plan(cfg, common)
-    teacher_conf = models.teacher_config(teacher)
+    teacher_conf = teacher_config(teacher)
     check_positions(teacher_conf, trainer, corpus)
-    student_conf = models.student_config(teacher_conf, student, task.num_labels)
+    student_conf = student_config(teacher_conf, student, task.num_labels)
     init = init_spec(cfg.init, teacher_conf, student)
     terms = objective_terms(cfg, init, student_conf, teacher_conf, teacher, task)
     batches = None
@@ -465,7 +468,7 @@ def finetune_plan(cfg: DictConfig, common: dict) -> Plan:
     if not (student_path / "config.json").is_file():
         raise ConfigError(f"setting.student_path={cfg.setting.student_path} is not a saved model (no config.json): "
                           "give the student/ folder of a task-agnostic run")
-    student_conf = models.saved_config(student_path, "a distilled student")
+    student_conf = saved_config(student_path, "a distilled student")
     check_positions(student_conf, common["trainer"], None)
     return Plan(**common, init=InitSpec("random", None), terms=[], batches=None, teacher_conf=student_conf,
                 student_conf=student_conf, student_path=student_path,

@@ -16,7 +16,7 @@ from kdbench.cli import config_dir, group_options
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.glue import train_subset
 from kdbench.errors import KdbenchError
-from kdbench.models import tiny_tokenizer
+from kdbench.models.tiny import tiny_tokenizer
 from kdbench.plan import container, data_spec, make_plan, task_spec
 from kdbench.ranges import rule_for
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus, write_tiny_glue

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from kdbench.objectives import fused
 from kdbench.objectives.contrastive import crd
-from kdbench.objectives.features import LOGITS, MASKED_SCORE, outside_autocast, padding_mask, split_heads
+from kdbench.objectives.tensors import LOGITS, MASKED_SCORE, outside_autocast, padding_mask, split_heads
 
 __all__ = [
     "kd",

@@ -23,9 +23,10 @@ from torch.utils.checkpoint import checkpoint
 
 from kdbench.errors import ConfigError, lookup
 from kdbench.layers import resolve_pairs
-from kdbench.models import PROJECTIONS_FILE
-from kdbench.objectives.features import FEATURES, LOGITS, token_level
+from kdbench.models.student import PROJECTIONS_FILE
+from kdbench.objectives.features import FEATURES, token_level
 from kdbench.objectives.losses import LOSSES, LossEntry
+from kdbench.objectives.tensors import LOGITS
 
 
 @dataclass

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 
-from kdbench import models
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import task_datasets
+from kdbench.models import hub
 from kdbench.plan import Plan
 from kdbench.record import StepLog, read_json
 from kdbench.specs import OptimizerSpec
@@ -71,9 +71,9 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     trainer = plan.trainer
     set_seed(plan.seed)
     saved_as = "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
-    model = models.load(AutoModelForSequenceClassification, plan.student_path, saved_as=saved_as,
+    model = hub.load(AutoModelForSequenceClassification, plan.student_path, saved_as=saved_as,
                         num_labels=plan.num_labels).to(plan.device)
-    tokenizer = models.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
+    tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
     train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
                                group_by_length=trainer.group_by_length, loading=plan.loading)

@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from kdbench.data.batches import PADDED
-from kdbench.models import attention_mask
-from kdbench.objectives.features import LOGITS, FeatureRecorder
+from kdbench.models.attention import attention_mask
+from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.losses import kd
+from kdbench.objectives.tensors import LOGITS
 from kdbench.specs import KDSpec
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
