@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
 
-from kdbench.cli import compose  # noqa: E402
 from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.corpus import pack_tokens  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
 from kdbench.data.readers import iter_documents  # noqa: E402
+from kdbench.hydra_config import compose  # noqa: E402
 from kdbench.layers import every_kth  # noqa: E402
 from kdbench.models.attention import prepare_for_training  # noqa: E402
 from kdbench.models.compilation import compile_blocks  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kdbench.cli import config_dir
+from kdbench.hydra_config import config_dir
 
 POSITIVE = ["a good movie", "great fun", "i loved it", "wonderful acting", "a fine story", "very nice"]
 NEGATIVE = ["a bad movie", "awful plot", "i hated it", "boring scenes", "a poor story", "very dull"]

@@ -237,9 +237,9 @@ def measure_host(objective: str, shapes: synthetic.Shapes, device: torch.device,
 def stage1_setup(overrides: list[str]):
     """The plan, its training loader, and the teacher and student as stage 1 gets them (the teacher as loaded:
     throughput does not depend on its weights). Hydra and datasets are imported here only."""
-    from kdbench.cli import compose
     from kdbench.data.batches import make_loader
     from kdbench.data.glue import task_datasets
+    from kdbench.hydra_config import compose
     from kdbench.plan import make_plan
     from kdbench.teacher import freeze
 

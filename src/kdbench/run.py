@@ -15,9 +15,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__, distributed
-from kdbench.claim import claim, describe
-from kdbench.cli import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.errors import KdbenchError
+from kdbench.hydra_config import check_overrides, config_dir, one_line, register_resolvers
+from kdbench.joblock import claim, describe
 from kdbench.loggers import make_logger
 from kdbench.metrics import scores_only
 from kdbench.plan import Plan, make_plan, writable_folder
@@ -54,7 +54,7 @@ def identity(cfg: DictConfig, plan: Plan | None) -> dict:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Validate, run the configured setting, and write result.json; returns the record.
 
-    The job is claimed first (`kdbench.claim`): while another process runs it, this returns at once with
+    The job is claimed first (`kdbench.joblock`): while another process runs it, this returns at once with
     `status: "claimed"` and writes nothing. Bad input raises KdbenchError before any heavy work. A failure is
     recorded as `status: "failed"` (with the error) before it propagates.
     """

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from kdbench.claim import busy_jobs, describe, held_by
-from kdbench.cli import compose, fail, group_options, one_line, sweep_point
 from kdbench.errors import ConfigError
+from kdbench.hydra_config import compose, fail, group_options, one_line, sweep_point
+from kdbench.joblock import busy_jobs, describe, held_by
 from kdbench.record import RESULT_FILE, read_json
 from kdbench.training.signals import SIGINT_EXIT, StoppedAtOnce, graceful_stop, stop_requested
 

@@ -15,10 +15,10 @@ import yaml
 from transformers import BertConfig, BertForMaskedLM
 
 from kdbench import distributed
-from kdbench.cli import config_dir
 from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
+from kdbench.hydra_config import config_dir
 from kdbench.models.student import build_student
 from kdbench.objectives.terms import Objective, build_terms
 from kdbench.recipes.task_agnostic import first_batch, recorder

@@ -8,7 +8,7 @@ import itertools
 import pytest
 from transformers import BertConfig
 
-from kdbench.cli import compose
+from kdbench.hydra_config import compose
 from kdbench.plan import make_plan
 
 PAPER_TASKS = {"qnli", "sst2", "mnli", "mrpc", "qqp", "rte", "cola"}  # the seven columns of Tables 2 and 4

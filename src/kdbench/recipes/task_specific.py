@@ -20,7 +20,7 @@ import torch
 
 from kdbench.card import model_card
 from kdbench.cost import compare_costs
-from kdbench.data.augment import augmented_train_set
+from kdbench.data.augmentation import augmented_train_set
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import dev_sets, encode_train, train_subset
 from kdbench.models.compilation import compile_if_asked
