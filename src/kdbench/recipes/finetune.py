@@ -19,7 +19,7 @@ from kdbench.data.batches import make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
 from kdbench.plan import Plan
-from kdbench.record import StepLog, read_json
+from kdbench.record import RESULT_FILE, RunRecord, StepLog
 from kdbench.specs import OptimizerSpec
 from kdbench.training import loop
 from kdbench.training.evaluate import evaluate
@@ -31,10 +31,11 @@ RECORD_FIELDS = ("teacher", "student", "init", "objective", "seed")
 
 def distillation_record(student_path: Path) -> dict:
     """The record of the task-agnostic run that wrote this student (its result.json beside student/)."""
-    record = read_json(student_path.parent / "result.json")
-    if record is None or record.get("setting") != "task_agnostic":
+    record = RunRecord.read(student_path.parent / RESULT_FILE)
+    if record is None or record.setting != "task_agnostic":
         return {}
-    return {field: record[field] for field in RECORD_FIELDS if field in record} | {
+    named = {field: getattr(record, field) for field in RECORD_FIELDS}
+    return {field: value for field, value in named.items() if value is not None} | {
         "setting": "task_agnostic", "stage": "finetune",  # so the task-agnostic tables read it
         "distilled_from": str((student_path.parent / "result.json").resolve())}
 
