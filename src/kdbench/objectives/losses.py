@@ -84,7 +84,7 @@ def _masked_row_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor)
     """Masked row-wise KL reduction shared by the attention/relation losses.
 
     ``student_scores``/``teacher_scores``: float32 ``[B, H, L, L]`` pre-softmax
-    scores; ``mask``: float32 ``[B, L]`` from :func:`features.padding_mask`.
+    scores; ``mask``: float32 ``[B, L]`` from :func:`tensors.padding_mask`.
 
     For every head and valid query row ``i`` of example ``b`` computes
     ``KL(softmax(t[b, h, i, K_b]) || softmax(s[b, h, i, K_b]))`` with ``K_b``

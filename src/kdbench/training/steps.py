@@ -28,7 +28,7 @@ LogitsFn = Callable[[dict, object, dict], torch.Tensor | None]
 
 def model_inputs(batch: dict, model: nn.Module) -> dict:
     """The batch's inputs to `model`, its attention mask in the form that needs no synchronisation
-    (`kdbench.models.attention_mask`)."""
+    (`kdbench.models.attention.attention_mask`)."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     if "attention_mask" in inputs:
         mask = inputs["attention_mask"]
