@@ -38,14 +38,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
 
-from kdbench import models  # noqa: E402
 from kdbench.bench import stage1_step  # noqa: E402
-from kdbench.cli import compose  # noqa: E402
 from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
 from kdbench.data.packed import pack_tokens  # noqa: E402
 from kdbench.data.readers import iter_documents  # noqa: E402
+from kdbench.hydra_config import compose  # noqa: E402
 from kdbench.layers import every_kth  # noqa: E402
+from kdbench.models.attention import prepare_for_training  # noqa: E402
+from kdbench.models.compilation import compile_blocks  # noqa: E402
+from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer  # noqa: E402
+from kdbench.models.student import build_student, init_from_teacher  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
 from kdbench.teacher import freeze  # noqa: E402
 from kdbench.teacher_features import compute_table  # noqa: E402
@@ -95,15 +98,15 @@ class Setup:
         # (student, teacher) layers, 1-based: the init layers, or TinyBERT's uniform map for a random student
         mapped = plan.init.layers or every_kth(plan.teacher_conf.num_hidden_layers, k)
         self.pairs = list(zip(range(1, k + 1), mapped))
-        self.tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+        self.tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
         if spec["task"] == "wiki":
             self.train = wiki_rows(self.tokenizer, spec["seq_len"], n)
         else:
             self.train = task_datasets(plan.task, plan.data, self.tokenizer, plan.trainer.max_length)[0]
-        self.teacher = freeze(models.pretrained_teacher(plan.teacher, plan.num_labels, spec["seed"])).to(self.device)
-        self.student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, spec["seed"])
+        self.teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, spec["seed"])).to(self.device)
+        self.student = build_student(plan.teacher_conf, plan.student, plan.num_labels, spec["seed"])
         if plan.init.layers:
-            models.init_from_teacher(self.student, self.teacher, plan.init)
+            init_from_teacher(self.student, self.teacher, plan.init)
         self.student.to(self.device).train()
         # the example sets: timed ones first, then warm-up and tail
         timed = batch * spec["steps"]
@@ -130,9 +133,9 @@ class Setup:
 def run_kdbench(setup: Setup) -> TimedBatches:
     batches = setup.timed_batches(padded=False)
     plan = setup.plan
-    models.prepare_for_training(setup.student, plan.trainer.recompute_attention)
+    prepare_for_training(setup.student, plan.trainer.recompute_attention)
     if plan.trainer.compile:  # compiled during the warm-up steps (their time is reported as warmup_s)
-        models.compile_blocks(setup.student, setup.teacher)
+        compile_blocks(setup.student, setup.teacher)
     if plan.terms:
         features = cached_features(setup) if setup.spec.get("features") else None
         with stage1_step(plan, setup.student, setup.teacher, setup.train["labels"], features) as (step, modules):

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kdbench.models import encoder_layers
+from kdbench.models.anatomy import encoder_layers
 
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import peers  # noqa: E402
 
-from kdbench import models  # noqa: E402
 from kdbench.bench import stage1_step  # noqa: E402
+from kdbench.models.attention import prepare_for_training  # noqa: E402
 from kdbench.timing import optimizer_for  # noqa: E402
 
 PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
@@ -86,7 +86,7 @@ def run(impl: str, spec: dict) -> dict:
     labelled(setup.teacher, "teacher forward")
     labelled(setup.student, "student forward")
     if impl == "kdbench":
-        models.prepare_for_training(setup.student, setup.plan.trainer.recompute_attention)
+        prepare_for_training(setup.student, setup.plan.trainer.recompute_attention)
         with stage1_step(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, modules):
             prof = profiled_steps(step, modules, batches, spec["warmup"])
     else:

@@ -40,10 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
 
-from kdbench import models  # noqa: E402
-from kdbench.cli import compose  # noqa: E402
 from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
+from kdbench.hydra_config import compose  # noqa: E402
+from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer  # noqa: E402
+from kdbench.models.student import build_student, init_from_teacher  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
 from kdbench.teacher import freeze  # noqa: E402
 
@@ -74,7 +75,7 @@ class Study:
     def __init__(self, overrides: list[str]):
         self.overrides = overrides
         self.plan = self.job("vanilla_kd", 1)
-        self.tokenizer = models.teacher_tokenizer(self.plan.teacher, self.plan.cache_dir)
+        self.tokenizer = teacher_tokenizer(self.plan.teacher, self.plan.cache_dir)
         plan = self.plan
         self.train, dev = task_datasets(plan.task, plan.data, self.tokenizer, plan.trainer.max_length)
         self.dev = dev[""]
@@ -132,7 +133,7 @@ def train_loop(step, modules, batches: list[dict], lr: float, trainer) -> None:
 
 def fine_tuned_teacher(study: Study, impl: str):
     plan = study.plan
-    teacher = models.pretrained_teacher(plan.teacher, plan.num_labels, plan.trainer.teacher_seed)
+    teacher = pretrained_teacher(plan.teacher, plan.num_labels, plan.trainer.teacher_seed)
     teacher.set_attn_implementation("sdpa")
     batches = study.epochs(plan.trainer.teacher_seed, plan.trainer.teacher_epochs)
     if impl == "textbrewer":
@@ -164,8 +165,8 @@ def run_peer(impl: str, objectives: list[str], seeds: list[int], overrides: list
     for objective in objectives:
         for seed in seeds:
             plan = study.job(objective, seed)
-            student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed)
-            models.init_from_teacher(student, teacher, plan.init)
+            student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed)
+            init_from_teacher(student, teacher, plan.init)
             setup = SimpleNamespace(teacher=teacher, student=student, plan=plan, device=plan.device,
                                     spec={"objective": objective},
                                     pairs=list(zip(range(1, len(plan.init.layers) + 1), plan.init.layers)))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kdbench.cli import config_dir
+from kdbench.hydra_config import config_dir
 
 POSITIVE = ["a good movie", "great fun", "i loved it", "wonderful acting", "a fine story", "very nice"]
 NEGATIVE = ["a bad movie", "awful plot", "i hated it", "boring scenes", "a poor story", "very dull"]
@@ -105,7 +105,8 @@ realdata = pytest.mark.skipif(
 
 def tiny_models(cfg, num_labels: int = 2, teacher_seed: int = 0, student_seed: int = 1):
     """The config's tiny teacher (random, no fine-tuning) and a random student of its `student` shape."""
-    from kdbench.models import build_student, pretrained_teacher
+    from kdbench.models.pretrained import pretrained_teacher
+    from kdbench.models.student import build_student
     from kdbench.plan_groups import shape_spec, teacher_spec
 
     teacher = pretrained_teacher(teacher_spec(cfg.teacher), num_labels, teacher_seed)
@@ -115,15 +116,15 @@ def tiny_models(cfg, num_labels: int = 2, teacher_seed: int = 0, student_seed: i
 
 def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
     """A tiny run's plan, tokenizer, training set, a shuffled loader of batches of 8 and its fine-tuned teacher."""
-    from kdbench import models
     from kdbench.data.batches import make_loader
     from kdbench.data.glue import task_datasets
+    from kdbench.models.pretrained import teacher_tokenizer
     from kdbench.plan import make_plan
     from kdbench.record import StepLog
     from kdbench.teacher import finetuned_teacher
 
     plan = make_plan(compose_config(tiny_overrides(glue, run_dir, *extra)))
-    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
     loader = make_loader(train_set, tokenizer, 8, shuffle=True, seed=0)
     evals = {"": make_loader(eval_sets[""], tokenizer, 8, shuffle=False)}

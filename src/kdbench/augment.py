@@ -1,4 +1,5 @@
-"""Build a task's augmented training set alone: `python -m kdbench.augment task=sst2 augment=tinybert [...]`.
+"""The command that builds a task's augmented training set alone (the work is
+`kdbench.data.augmentation`): `python -m kdbench.augment task=sst2 augment=tinybert [...]`.
 
 The same overrides as a run (task, data.*, augment.*, paths.cache_dir) name the same cache entry, so a run with
 them reuses what this built. Prints where the entry is and how many examples it holds.
@@ -10,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-from kdbench.cli import check_overrides, compose, fail
-from kdbench.data.augment import augmented_train_set
+from kdbench.data.augmentation import augmented_train_set
 from kdbench.data.glue import train_subset
 from kdbench.device import resolve_device
 from kdbench.errors import ConfigError, KdbenchError
+from kdbench.hydra_config import check_overrides, compose, fail
 from kdbench.plan_groups import augment_spec, check_data_files, data_spec, task_spec
 from kdbench.training.signals import Interrupted, graceful_stop
 

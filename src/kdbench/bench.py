@@ -32,8 +32,11 @@ from dataclasses import replace
 
 import torch
 
-from kdbench import flops, models, synthetic
+from kdbench import flops, synthetic
 from kdbench.data.batches import CorpusCollator
+from kdbench.models.compilation import compile_if_asked
+from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
+from kdbench.models.student import student_config, student_for
 from kdbench.objectives.terms import Objective
 from kdbench.precision import resolve_precision
 from kdbench.specs import LoadingSpec, ShapeSpec
@@ -135,7 +138,7 @@ def host_target_ms(objective: str) -> dict:
     """Half the GPU time of one paper micro-batch at TARGET_MFU on TARGET_DEVICE, from the analytic count."""
     paper = synthetic.Shapes()
     teacher = synthetic.teacher_config(paper)
-    student = models.student_config(teacher, paper.student, 2)
+    student = student_config(teacher, paper.student, 2)
     model = Objective(synthetic.objective_terms(objective, student, teacher), student, teacher)
     masked = 0.15 * paper.length if model.uses_logits else 0.0
     per_example = flops.step_flops(model, student, teacher, paper.length, agnostic=True, masked=masked).total
@@ -185,19 +188,20 @@ def measure_host(objective: str, shapes: synthetic.Shapes, device: torch.device,
 def stage1_setup(overrides: list[str]):
     """The plan, its training loader, and the teacher and student as stage 1 gets them (the teacher as loaded:
     throughput does not depend on its weights). Hydra and datasets are imported here only."""
-    from kdbench.cli import compose
     from kdbench.data.batches import make_loader
     from kdbench.data.glue import task_datasets
+    from kdbench.hydra_config import compose
     from kdbench.plan import make_plan
     from kdbench.teacher import freeze
 
     plan = make_plan(compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"]))
-    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     train_set, _ = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
     loader = make_loader(train_set, tokenizer, plan.trainer.batch_size, shuffle=True, seed=plan.seed,
                          group_by_length=plan.trainer.group_by_length)
-    teacher = freeze(models.pretrained_teacher(plan.teacher, plan.num_labels, 0)).to(plan.device)
-    student = models.student_for(plan, teacher)
+    teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, 0)).to(plan.device)
+    student = student_for(plan, teacher)
+    compile_if_asked(plan.trainer, student, teacher)
     return plan, train_set, loader, teacher, student
 
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from kdbench.objectives.features import LOGITS, PROJECTION_NAMES
+from kdbench.objectives.features import PROJECTION_NAMES
 from kdbench.objectives.losses import LOSSES
+from kdbench.objectives.tensors import LOGITS
 
 # Dense (not sparse) peak TFLOP/s from the vendors' datasheets: bf16 tensor cores, TF32 tensor cores, fp32 (no
 # tensor cores). V100 and T4 have no bf16 or TF32: their fp16 tensor-core rate is not used for bf16.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdbench.errors import lookup
+from kdbench.record import RunRecord
 from kdbench.specs import LoggerSpec
 
 
@@ -29,10 +30,10 @@ class WandbLogger:
     def log(self, values: dict, step: int) -> None:
         self.run.log(values)
 
-    def summary(self, record: dict) -> None:
-        for key, value in record.get("metrics", {}).items():
+    def summary(self, record: RunRecord) -> None:
+        for key, value in (record.metrics or {}).items():
             self.run.summary[f"dev/{key}"] = value
-        self.run.summary["score"] = record.get("score")
+        self.run.summary["score"] = record.score
 
     def finish(self) -> None:
         self.run.finish()

@@ -20,10 +20,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
-from kdbench import distributed, models
+from kdbench import distributed
 from kdbench.device import compute_on
 from kdbench.errors import ConfigError
 from kdbench.layers import check_width, resolve_init_layers
+from kdbench.models.hub import saved_config
+from kdbench.models.pretrained import teacher_config
+from kdbench.models.student import student_config
 from kdbench.objectives.terms import Term, build_terms
 from kdbench.plan_finetune import finetune_parts
 from kdbench.plan_groups import (
@@ -127,7 +130,7 @@ def pretrained_student(path: str | None, student: ShapeSpec) -> Path:
     if not path or not (folder / "config.json").is_file():
         raise ConfigError(f"init=pretrained needs init.path, a folder written by save_pretrained (a task-agnostic "
                           f"run's student/); {path} holds no config.json")
-    saved = models.saved_config(folder, "a distilled student")
+    saved = saved_config(folder, "a distilled student")
     differ = [f"{key} {getattr(saved, theirs)} vs {getattr(student, key)}" for key, theirs in SHAPE_KEYS.items()
               if getattr(saved, theirs, None) != getattr(student, key)]
     if differ:
@@ -252,9 +255,9 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     and the student's model configs, the init, the objective's terms, the global batch."""
     teacher, student, trainer, corpus = (common[key] for key in ("teacher", "student", "trainer",
                                                                   "corpus"))
-    teacher_conf = models.teacher_config(teacher)
+    teacher_conf = teacher_config(teacher)
     check_positions(teacher_conf, trainer, corpus)
-    student_conf = models.student_config(teacher_conf, student, common["task"].num_labels)
+    student_conf = student_config(teacher_conf, student, common["task"].num_labels)
     init = init_spec(cfg.init, teacher_conf, student)
     terms = objective_terms(cfg, init, student_conf, teacher_conf, teacher, common["task"])
     batches = None

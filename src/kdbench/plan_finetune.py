@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from kdbench import models
 from kdbench.errors import ConfigError
+from kdbench.models.hub import saved_config
 from kdbench.plan_groups import check_positions, local_path
 from kdbench.record import chain_of
 from kdbench.specs import InitSpec, TaskSpec
@@ -22,7 +22,7 @@ def finetune_parts(cfg: DictConfig, trainer: TrainerSpec, task: TaskSpec) -> dic
     if not (student_path / "config.json").is_file():
         raise ConfigError(f"setting.student_path={cfg.setting.student_path} is not a saved model "
                           "(no config.json): give the student/ folder of a task-agnostic run")
-    student_conf = models.saved_config(student_path, "a distilled student")
+    student_conf = saved_config(student_path, "a distilled student")
     check_positions(student_conf, trainer, None)
     return dict(init=InitSpec("pretrained", None, path=student_path), terms=[], batches=None,
                 teacher_conf=None, student_conf=student_conf, student_path=student_path,

@@ -15,8 +15,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
-from kdbench import models, storage
+from kdbench import storage
 from kdbench.errors import ConfigError, DataError
+from kdbench.models.hub import check_saved_model, saved_config
 from kdbench.ranges import check_ranges, shown
 from kdbench.specs import (
     AugmentSpec,
@@ -108,7 +109,7 @@ def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
     order."""
     if teacher.finetuned_path is None:
         return task
-    conf = models.saved_config(teacher.finetuned_path, "the fine-tuned teacher")
+    conf = saved_config(teacher.finetuned_path, "the fine-tuned teacher")
     names = tuple(str(conf.id2label[i]) for i in range(conf.num_labels))
     where = f"teacher.finetuned_path={teacher.finetuned_path}"
     if conf.num_labels != task.num_labels:
@@ -175,7 +176,7 @@ def teacher_spec(teacher: DictConfig) -> TeacherSpec:
         raise ConfigError(f"cannot load the fine-tuned teacher from teacher.finetuned_path={teacher.finetuned_path}: "
                           "no config.json there; give a folder written by save_pretrained, or null to fine-tune the teacher")
     if finetuned is not None:
-        models.check_saved_model(finetuned, "the fine-tuned teacher")
+        check_saved_model(finetuned, "the fine-tuned teacher")
     return TeacherSpec(teacher.name, teacher.get("name_or_path"), shape, teacher.get("has_mlm_head", False),
                        finetuned, container(teacher))
 

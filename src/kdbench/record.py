@@ -1,10 +1,11 @@
-"""Run records: result.json (written atomically) and the per-step JSONL loss log."""
+"""Run records: result.json (a `RunRecord`, written atomically) and the per-step JSONL loss log."""
 
 from __future__ import annotations
 
 import json
 import platform
 import subprocess
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -25,6 +26,104 @@ NOT_DESIGN = ("seed", "paths", "kdbench", "logger", "save_student", "measure_cos
               "paper_analogue", "data.glue_dir", "setting.student_path", "trainer.device",
               "trainer.eval_batch_size",
               *(f"trainer.{how}" for how in COMPUTATION_ONLY))
+
+
+@dataclass
+class RunRecord:
+    """A run's record, as result.json holds it: what was run, how it ended, where it ran, what it
+    measured and its resolved config.
+
+    `outcome` is what the recipe returned (its metrics, teacher metrics, timing and the fields of its
+    own), in the recipe's order; a fine-tuning run's outcome also names the distillation whose
+    student it fine-tunes (its setting, teacher, student, init, objective and seed stand for the
+    run's own in result.json). A field that is None is not written, except those naming the run."""
+
+    setting: str
+    task: str | None  # None: a task-agnostic distillation (raw text, no task)
+    teacher: str
+    student: str
+    init: str  # "random" or the teacher layers, "4,8,12"
+    init_name: str  # the init option
+    objective: str
+    seed: int
+    schema: int = SCHEMA_VERSION
+    status: str = "running"
+    kdbench_version: str | None = None
+    chain: str | None = None  # the distillations behind the student, "a -> b"
+    provenance: dict | None = None  # written with the precision and tf32 as resolved for the device
+    precision: str | None = None
+    tf32: bool | None = None
+    outcome: dict = field(default_factory=dict)
+    stopped_in: str | None = None
+    error: str | None = None
+    score: float | None = None  # the first metric of `metrics`
+    score_metric: str | None = None
+    wall_s: float | None = None
+    config: dict | None = None  # the resolved config, written last (it is long)
+
+    NAMING = ("schema", "status", "setting", "task", "teacher", "student", "init", "init_name",
+              "objective", "seed", "kdbench_version")
+    ENDING = ("stopped_in", "error", "score", "score_metric", "wall_s", "config")
+
+    @property
+    def metrics(self) -> dict | None:
+        return self.outcome.get("metrics")
+
+    @property
+    def teacher_metrics(self) -> dict | None:
+        return self.outcome.get("teacher_metrics")
+
+    @property
+    def timing(self) -> dict | None:
+        """Seconds of the run's phases (`*_s`) and its throughputs."""
+        return self.outcome.get("timing")
+
+    @property
+    def cost(self) -> dict | None:
+        """The student's and the teacher's measured cost (`kdbench.cost`), where it was measured."""
+        return self.outcome.get("cost")
+
+    @property
+    def grid(self) -> dict | None:
+        """A fine-tuning run's grid point (its learning rate and batch size)."""
+        return self.outcome.get("grid")
+
+    @property
+    def student_parameters(self) -> int | None:
+        return self.outcome.get("student_parameters")
+
+    def completed(self, outcome: dict, wall_s: float, config: dict) -> RunRecord:
+        """This record once its recipe returned `outcome`: scored by its first metric."""
+        score_metric = next(iter(outcome["metrics"]))
+        return replace(self, outcome=outcome, status="completed", score=outcome["metrics"][score_metric],
+                       score_metric=score_metric, wall_s=wall_s, config=config)
+
+    def as_json(self) -> dict:
+        """The record as result.json holds it."""
+        record = {name: getattr(self, name) for name in self.NAMING}
+        record |= {"chain": self.chain} if self.chain is not None else {}
+        if self.provenance is not None:
+            record |= {"provenance": self.provenance, "precision": self.precision, "tf32": self.tf32}
+        record |= self.outcome
+        return record | {name: getattr(self, name) for name in self.ENDING
+                         if getattr(self, name) is not None}
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunRecord:
+        """A record read back from result.json; its fields as found there (None where absent), every
+        field it does not name in `outcome`."""
+        named = {f.name for f in fields(cls)} - {"outcome"}
+        values = {name: data.get(name) for name in named}
+        return cls(**values, outcome={k: v for k, v in data.items() if k not in named})
+
+    def write(self, path: Path) -> None:
+        write_json(path, self.as_json())
+
+    @classmethod
+    def read(cls, path: Path) -> RunRecord | None:
+        """The record at `path` (a result.json), or None when there is none or it is not a record."""
+        data = read_json(path)
+        return cls.from_json(data) if isinstance(data, dict) else None
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -9,15 +9,16 @@ import sys
 import time
 import traceback
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__, distributed
-from kdbench.claim import claim, describe
-from kdbench.cli import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.errors import KdbenchError
+from kdbench.hydra_config import check_overrides, config_dir, one_line, register_resolvers
+from kdbench.joblock import claim, describe
 from kdbench.loggers import make_logger
 from kdbench.metrics import scores_only
 from kdbench.plan import Plan, make_plan, writable_folder
@@ -25,7 +26,7 @@ from kdbench.precision import apply_matmul_precision
 from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
-from kdbench.record import RESULT_FILE, SCHEMA_VERSION, StepLog, provenance, read_json, write_json
+from kdbench.record import RESULT_FILE, RunRecord, StepLog, provenance, write_json
 from kdbench.storage import DiskFullError
 from kdbench.training.signals import SIGINT_EXIT, Interrupted, StoppedAtOnce, graceful_stop
 
@@ -33,28 +34,22 @@ RECIPES = {"task_specific": run_task_specific, "task_agnostic": run_task_agnosti
 register_resolvers()  # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
 
 
-def identity(cfg: DictConfig, plan: Plan | None) -> dict:
-    """The record's first fields: what was run (before the plan exists, as the config names it)."""
-    init = plan.init.label if plan is not None else cfg.init.name
-    return {
-        "schema": SCHEMA_VERSION,
-        "status": "running",
-        "setting": cfg.setting.name,
-        "task": None if cfg.setting.name == "task_agnostic" else cfg.task.name,  # distillation on raw text: no task
-        "teacher": cfg.teacher.name,
-        "student": cfg.student.name,
-        "init": init,  # "random" or the teacher layers, "4,8,12"
-        "init_name": cfg.init.name,  # the init option
-        "objective": cfg.objective.name,
-        "seed": cfg.seed,
-        "kdbench_version": __version__,
-    } | ({"chain": " -> ".join(plan.chain)} if plan is not None else {})
+def identity(cfg: DictConfig, plan: Plan | None) -> RunRecord:
+    """The record of a run about to start: what was run (before the plan exists, as the config
+    names it)."""
+    return RunRecord(
+        setting=cfg.setting.name,
+        task=None if cfg.setting.name == "task_agnostic" else cfg.task.name,  # raw text: no task
+        teacher=cfg.teacher.name, student=cfg.student.name,
+        init=plan.init.label if plan is not None else cfg.init.name, init_name=cfg.init.name,
+        objective=cfg.objective.name, seed=cfg.seed, kdbench_version=__version__,
+        chain=" -> ".join(plan.chain) if plan is not None else None)
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Validate, run the configured setting, and write result.json; returns the record.
 
-    The job is claimed first (`kdbench.claim`): while another process runs it, this returns at once with
+    The job is claimed first (`kdbench.joblock`): while another process runs it, this returns at once with
     `status: "claimed"` and writes nothing. Bad input raises KdbenchError before any heavy work. A failure is
     recorded as `status: "failed"` (with the error) before it propagates.
     """
@@ -71,17 +66,19 @@ def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
     main_process = distributed.current().is_main  # in a data-parallel launch only rank 0 writes
     resolved = OmegaConf.to_container(cfg, resolve=True)
     result_path = run_dir / RESULT_FILE
-    previous = read_json(result_path)
-    if previous and previous.get("status") == "completed" and previous.get("config") == resolved:
-        return previous | {"skipped": True}  # a re-run sweep skips finished jobs
+    previous = RunRecord.read(result_path)
+    if previous and previous.status == "completed" and previous.config == resolved:
+        return previous.as_json() | {"skipped": True}  # a re-run sweep skips finished jobs
     write = writer(main_process)
     try:
         plan = make_plan(cfg)  # bad input fails here, before anything is loaded
     except Exception as exc:
-        write(result_path, identity(cfg, None) | {"status": "failed", "error": error_text(exc), "config": resolved})
+        write(result_path, replace(identity(cfg, None), status="failed", error=error_text(exc),
+                                   config=resolved))
         raise
     plan.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # caches hold weights: the user's eyes only
-    write(run_dir / "config.json", resolved)
+    if main_process:
+        write_json(run_dir / "config.json", resolved)
     return execute(plan, identity(cfg, plan), run_dir, main_process)
 
 
@@ -91,32 +88,30 @@ def error_text(exc: BaseException) -> str:
 
 
 def writer(main_process: bool):
-    """Writes JSON files in the main process; other data-parallel ranks write nothing."""
-    return write_json if main_process else (lambda path, payload: None)
+    """Writes a record in the main process; other data-parallel ranks write nothing."""
+    return (lambda path, record: record.write(path)) if main_process else (lambda path, record: None)
 
 
-def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict:
-    """Run the plan's recipe under the stop signals, keeping result.json current: running, then completed,
-    failed or stopped."""
+def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) -> dict:
+    """Run the plan's recipe under the stop signals, keeping result.json current: running, then
+    completed, failed or stopped. Returns the record as result.json holds it."""
     result_path, write = run_dir / RESULT_FILE, writer(main_process)
-    record |= {"provenance": provenance(plan.device, distributed.current().size),
-               "precision": plan.precision, "tf32": plan.tf32}  # as resolved for the device
+    record = replace(record, provenance=provenance(plan.device, distributed.current().size),
+                     precision=plan.precision, tf32=plan.tf32)  # as resolved for the device
     apply_matmul_precision(plan.device, plan.tf32)
-    write(result_path, record | {"config": plan.config})
+    write(result_path, replace(record, config=plan.config))
     logger = make_logger(plan.logger, plan.config, run_dir) if main_process else None
     log = StepLog(run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else [])
     start = time.perf_counter()
     try:
         with graceful_stop():
             outcome = RECIPES[plan.setting](plan, run_dir, log)
-        score_key = next(iter(outcome["metrics"]))
-        record |= outcome | {"status": "completed", "score": outcome["metrics"][score_key], "score_metric": score_key,
-                             "wall_s": time.perf_counter() - start, "config": plan.config}  # the long config last
+        record = record.completed(outcome, time.perf_counter() - start, plan.config)
         write(result_path, record)
         if logger:
             logger.summary(record)
     except BaseException as exc:
-        record |= ending(exc) | {"wall_s": time.perf_counter() - start, "config": plan.config}
+        record = replace(record, **ending(exc), wall_s=time.perf_counter() - start, config=plan.config)
         with suppress(DiskFullError):  # a full disk keeps the last record written: the error is raised below
             write(result_path, record)
         raise
@@ -125,7 +120,7 @@ def execute(plan: Plan, record: dict, run_dir: Path, main_process: bool) -> dict
         if logger:
             logger.finish()
         distributed.shutdown()
-    return record
+    return record.as_json()
 
 
 def ending(exc: BaseException) -> dict:

@@ -29,10 +29,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from kdbench.claim import busy_jobs, describe, held_by
-from kdbench.cli import compose, fail, group_options, one_line, sweep_point
 from kdbench.errors import ConfigError
-from kdbench.record import RESULT_FILE, read_json
+from kdbench.hydra_config import compose, fail, group_options, one_line, sweep_point
+from kdbench.joblock import busy_jobs, describe, held_by
+from kdbench.record import RESULT_FILE, RunRecord
 from kdbench.training.signals import SIGINT_EXIT, StoppedAtOnce, graceful_stop, stop_requested
 
 FINETUNE_SUFFIX = "_finetune"  # the fine-tuning grid of a task-agnostic preset NAME is the preset NAME_finetune
@@ -165,9 +165,9 @@ def completed_students(sweep_dir: Path) -> list[Path]:
     folders, written next to result.json), in path order; fine-tuning records (which have a task) are not."""
     students = []
     for path in sorted(sweep_dir.rglob(RESULT_FILE)):
-        record = read_json(path)
-        if (record and record.get("status") == "completed" and record.get("setting") == "task_agnostic"
-                and record.get("task") is None and (path.parent / "student" / "config.json").is_file()):
+        record = RunRecord.read(path)
+        if (record and record.status == "completed" and record.setting == "task_agnostic"
+                and record.task is None and (path.parent / "student" / "config.json").is_file()):
             students.append(path.parent / "student")
     return students
 

@@ -14,11 +14,12 @@ import torch
 import yaml
 from transformers import BertConfig, BertForMaskedLM
 
-from kdbench import distributed, models
-from kdbench.cli import config_dir
+from kdbench import distributed
 from kdbench.data.batches import IN_PROCESS, CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
+from kdbench.hydra_config import config_dir
+from kdbench.models.student import build_student
 from kdbench.objectives.terms import Objective, build_terms
 from kdbench.recipes.task_agnostic import first_batch, recorder
 from kdbench.specs import LoadingSpec, OptimizerSpec, ShapeSpec
@@ -93,7 +94,7 @@ def distillation(objective_name: str, shapes: Shapes, device: torch.device, prec
     process's part of it in a data-parallel `world`, whose process group is already initialised)."""
     torch.manual_seed(seed)
     teacher = freeze(BertForMaskedLM(teacher_config(shapes))).to(device)
-    student = models.build_student(teacher.config, shapes.student, 2, seed + 1, mlm=True, dropout=dropout)
+    student = build_student(teacher.config, shapes.student, 2, seed + 1, mlm=True, dropout=dropout)
     student = student.to(device)
     terms = objective_terms(objective_name, student.config, teacher.config)
     objective = Objective(terms, student.config, teacher.config, None, seed).to(device)

@@ -20,9 +20,12 @@ import torch
 from filelock import FileLock
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
-from kdbench import models, storage
+from kdbench import storage
 from kdbench.data.batches import make_loader
 from kdbench.metrics import scores_only
+from kdbench.models import hub
+from kdbench.models.attention import prepare_for_training
+from kdbench.models.pretrained import pretrained_teacher
 from kdbench.record import StepLog, read_json, write_json
 from kdbench.specs import OptimizerSpec
 from kdbench.training import loop
@@ -73,7 +76,7 @@ def cache_path(plan) -> Path:
 
 
 def load_finetuned(path: Path, num_labels: int) -> PreTrainedModel:
-    return models.load(AutoModelForSequenceClassification, path, saved_as="the fine-tuned teacher",
+    return hub.load(AutoModelForSequenceClassification, path, saved_as="the fine-tuned teacher",
                        num_labels=num_labels)
 
 
@@ -161,10 +164,10 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
     Checkpointed like a stage, next to the entry: a killed or pre-empted builder's successor resumes it."""
     start, trainer = time.perf_counter(), plan.trainer
     set_seed(trainer.teacher_seed)
-    teacher = models.pretrained_teacher(plan.teacher, plan.num_labels, trainer.teacher_seed).to(plan.device)
+    teacher = pretrained_teacher(plan.teacher, plan.num_labels, trainer.teacher_seed).to(plan.device)
     checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"))  # keyed like the entry: no fingerprint
     if trainer.teacher_epochs > 0:
-        models.prepare_for_training(teacher, trainer.recompute_attention)
+        prepare_for_training(teacher, trainer.recompute_attention)
         latest = checkpoints.latest()
         if latest is not None:
             logger.info("resuming the teacher's fine-tuning from %s, step %d", latest[1], latest[0]["step"])

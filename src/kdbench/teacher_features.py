@@ -25,8 +25,9 @@ from torch import Tensor
 
 from kdbench import storage
 from kdbench.data.batches import make_loader
-from kdbench.models import encoder_layers
-from kdbench.objectives.features import LOGITS, FeatureRecorder
+from kdbench.models.anatomy import encoder_layers
+from kdbench.objectives.features import FeatureRecorder
+from kdbench.objectives.tensors import LOGITS
 from kdbench.teacher import FineTuned, cached_tensors, derived_key
 from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import LogitsFn, autocast, read_records, to_device

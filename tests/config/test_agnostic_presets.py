@@ -8,7 +8,7 @@ import itertools
 import pytest
 from transformers import BertConfig
 
-from kdbench.cli import compose
+from kdbench.hydra_config import compose
 from kdbench.plan import make_plan
 
 PAPER_TASKS = {"qnli", "sst2", "mnli", "mrpc", "qqp", "rte", "cola"}  # the seven columns of Tables 2 and 4
@@ -38,9 +38,9 @@ def preset(name: str, *overrides: str, hydra: bool = True):
 
 @pytest.fixture
 def known_architectures(monkeypatch):
-    from kdbench import models
+    from kdbench import plan
 
-    monkeypatch.setattr(models, "teacher_config", lambda teacher: ARCHITECTURES[teacher.name])
+    monkeypatch.setattr(plan, "teacher_config", lambda teacher: ARCHITECTURES[teacher.name])
 
 
 def test_table2_is_the_paper_design():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from kdbench.cli import config_dir, group_options
 from kdbench.errors import ConfigError
+from kdbench.hydra_config import config_dir, group_options
 from tests.helpers import compose_config
 
 GROUPS = sorted(p.name for p in config_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml")))
@@ -87,7 +87,7 @@ def test_paper_presets_follow_the_paper():
 
 
 def test_sweep_job_folders_end_with_the_seed():
-    from kdbench.cli import job_dir_name
+    from kdbench.hydra_config import job_dir_name
 
     assert job_dir_name("objective=att_kl,task=rte", 3) == "objective=att_kl,task=rte,seed=3"
     assert job_dir_name("", 1) == "seed=1"
@@ -111,7 +111,7 @@ def test_slurm_launcher_preset_composes_on_submitit():
 
 
 def test_data_parallel_slurm_preset_runs_a_task_per_gpu():
-    from kdbench.cli import compose
+    from kdbench.hydra_config import compose
 
     cfg = compose(["+experiment=table2_agnostic", "hydra/launcher=slurm_ddp", "hydra.launcher.nodes=4",
                    "hydra.launcher.gpus_per_node=4"], hydra_config=True)

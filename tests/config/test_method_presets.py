@@ -10,7 +10,7 @@ import pytest
 from transformers import BertConfig
 
 from kdbench import study
-from kdbench.models import build_student
+from kdbench.models.student import build_student
 from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan
 from kdbench.plan_groups import shape_spec

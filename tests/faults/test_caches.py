@@ -16,7 +16,7 @@ import torch
 
 from kdbench import storage
 from kdbench.data.corpus import build_packed_corpus
-from kdbench.models import tiny_tokenizer
+from kdbench.models.tiny import tiny_tokenizer
 from kdbench.record import write_json
 from kdbench.run import run
 from kdbench.storage import DiskFullError

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from kdbench.cli import config_dir, group_options
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.glue import train_subset
 from kdbench.errors import KdbenchError
-from kdbench.models import tiny_tokenizer
+from kdbench.hydra_config import config_dir, group_options
+from kdbench.models.tiny import tiny_tokenizer
 from kdbench.plan import make_plan
 from kdbench.plan_groups import container, data_spec, task_spec
 from kdbench.ranges import rule_for

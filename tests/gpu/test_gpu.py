@@ -15,9 +15,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from transformers import BertForSequenceClassification
 
-from kdbench import models, synthetic
+from kdbench import synthetic
 from kdbench.bench import attention_kernels
 from kdbench.distributed import World
+from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.specs import ShapeSpec
@@ -65,7 +66,7 @@ def stage1_step(objective_name: str, device: torch.device) -> tuple[dict, dict]:
     conf = synthetic.teacher_config(SMALL)
     torch.manual_seed(0)
     teacher = freeze(BertForSequenceClassification(conf)).to(device)
-    student = models.build_student(conf, SMALL.student, 2, 1, dropout=0.0).to(device)
+    student = build_student(conf, SMALL.student, 2, 1, dropout=0.0).to(device)
     terms = synthetic.objective_terms(objective_name, student.config, conf, agnostic=False)
     objective = Objective(terms, student.config, conf, torch.arange(16) % 2, 0).to(device)
     logits = output_logits if objective.uses_logits else None

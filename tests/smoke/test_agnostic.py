@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from kdbench import models
 from kdbench.errors import ConfigError, DataError
+from kdbench.models.pretrained import teacher_tokenizer
 from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan
 from kdbench.recipes.task_agnostic import input_masking
@@ -171,7 +171,7 @@ def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objectiv
     overrides = [f"objective={objective}", f"trainer.mask_inputs={mask_inputs}"]
     plan = make_plan(compose_config(agnostic_overrides(corpus, tmp_path, *overrides)))
     objective_module = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
-    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     masking = input_masking(objective_module, plan.trainer, tokenizer, None)
     assert (masking is not None) == masked
     if masked:

@@ -15,8 +15,9 @@ import copy
 import pytest
 import torch
 
-from kdbench import models
-from kdbench.cli import config_dir
+from kdbench.hydra_config import config_dir
+from kdbench.models.pretrained import pretrained_teacher
+from kdbench.models.student import student_for
 from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan
 from kdbench.recipes.task_agnostic import recorder
@@ -102,8 +103,8 @@ def test_the_compiled_task_agnostic_step_is_one_graph_equal_to_eager(tmp_path, o
     cfg = compose_config(agnostic_overrides(write_tiny_corpus(tmp_path), tmp_path / "run",
                                             f"objective={objective}"))
     plan = make_plan(cfg)
-    teacher = freeze(models.pretrained_teacher(plan.teacher, 2, 0, mlm=True))
-    student = models.student_for(plan, teacher, mlm=True).eval()
+    teacher = freeze(pretrained_teacher(plan.teacher, 2, 0, mlm=True))
+    student = student_for(plan, teacher, mlm=True).eval()
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed)
     batch = tiny_batch(teacher.config.vocab_size)
     batch["labels"] = batch.pop("mlm_labels")

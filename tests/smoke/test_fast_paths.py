@@ -8,8 +8,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from kdbench import models
 from kdbench.data.batches import SeededBatches
+from kdbench.models.attention import RECOMPUTED_SDPA, prepare_for_training
+from kdbench.models.compilation import compile_blocks
+from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.plan import make_plan
 from kdbench.teacher import teacher_logits_table
@@ -41,7 +43,7 @@ def test_teacher_logits_are_computed_once(tiny_glue, tmp_path, monkeypatch):
 def test_stage2_loss_is_the_same_with_cached_logits(tiny_glue, tmp_path):
     plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
     table = teacher_logits_table(teacher, train_set, tokenizer, plan)
-    student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=0).eval()
+    student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=0).eval()
     cached = prediction_kd_step(student, lambda b: table[b["example"]], plan.kd, plan.device, "fp32")
     direct = prediction_kd_step(student, teacher_logits_now(teacher.model, plan.device, "fp32"), plan.kd,
                                 plan.device, "fp32")
@@ -71,11 +73,11 @@ def test_evaluation_batches_are_sorted_by_length():
 def test_compiled_blocks_give_the_same_losses_and_gradients(tiny_glue, tmp_path):
     """trainer.compile: torch.compile'd blocks, hooks still reading features and stopping the forward early."""
     plan, _, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path, "objective=att_kl+hid_seq")
-    student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
+    student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
     batches = list(loader)[:2]  # two lengths: the dynamic-shape graph serves both
 
     eager = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches)
-    models.compile_blocks(student, teacher.model)
+    compile_blocks(student, teacher.model)
     compiled = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches)
     for (losses, grads, *_), (c_losses, c_grads, *_) in zip(eager, compiled, strict=True):
         assert losses.keys() == c_losses.keys() and grads.keys() == c_grads.keys()
@@ -90,9 +92,9 @@ def test_recomputed_attention_gives_bitwise_the_same_step_and_keeps_fewer_maps(t
     runs = {}
     for recompute in (False, True):
         plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, f"trainer.recompute_attention={recompute}")))
-        student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).train()
-        models.prepare_for_training(student, plan.trainer.recompute_attention)
-        assert (student.config._attn_implementation == models.RECOMPUTED_SDPA) == recompute
+        student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).train()
+        prepare_for_training(student, plan.trainer.recompute_attention)
+        assert (student.config._attn_implementation == RECOMPUTED_SDPA) == recompute
         assert student.config.attention_probs_dropout_prob > 0  # the case where SDPA on CPU keeps the maps
         runs[recompute] = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches,
                                                   saved_bytes=True)
@@ -112,7 +114,7 @@ def test_fused_losses_give_the_reference_losses_and_gradients_in_a_step(tiny_glu
     for fused in (False, True):
         run_cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, f"objective={objective}", f"trainer.fused_losses={fused}"))
         plan = make_plan(run_cfg)
-        student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
+        student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
         runs[fused] = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches,
                                               saved_bytes=True)
     for (losses, grads, saved, _), (f_losses, f_grads, f_saved, _) in zip(runs[False], runs[True], strict=True):
@@ -140,7 +142,7 @@ def test_stopping_at_the_last_projection_gives_the_same_step_with_fewer_flops(ti
             monkeypatch.setattr("kdbench.recipes.task_specific.FeatureRecorder", _stopping_after_the_block)
         else:
             monkeypatch.undo()
-        student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()
+        student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()
         with FlopCounterMode(display=False) as counter:
             runs[variant] = stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches)
         flops[variant] = counter.get_total_flops()

@@ -12,7 +12,8 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from kdbench.errors import ConfigError
-from kdbench.models import PROJECTIONS_FILE, load
+from kdbench.models.hub import load
+from kdbench.models.student import PROJECTIONS_FILE
 from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.plan import make_plan
 from kdbench.record import CHAIN_FILE

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kdbench.models import attention_mask
+from kdbench.models.attention import attention_mask
 from kdbench.run import run
 from kdbench.training import loop
 from kdbench.training.hooks import Hook

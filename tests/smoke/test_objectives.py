@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from kdbench.cli import group_options
+from kdbench.hydra_config import group_options
 from kdbench.run import run
 from tests.helpers import compose_config, tiny_overrides
 

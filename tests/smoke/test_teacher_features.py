@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kdbench import models
 from kdbench.data.batches import make_loader
+from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.teacher_features import teacher_feature_table, token_rows
 from kdbench.training.steps import teacher_records_now
@@ -36,7 +36,7 @@ def test_stage1_from_cached_features_gives_the_losses_and_gradients_of_a_teacher
     features = partial(teacher_feature_table, teacher, train_set, tokenizer, plan, None)
     runs = []
     for table in (None, features):
-        student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
+        student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=1).eval()  # no dropout
         runs.append(stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], batches, table))
     for (losses, grads, *_), (c_losses, c_grads, *_) in zip(*runs, strict=True):
         assert losses.keys() == c_losses.keys() and grads.keys() == c_grads.keys()
@@ -52,7 +52,7 @@ def test_the_teacher_runs_once_for_every_epoch_and_run(tiny_glue, tmp_path, monk
     forward = teacher.model.forward
     monkeypatch.setattr(teacher.model, "forward", lambda *a, **k: calls.append(1) or forward(*a, **k))
     for seed in (1, 2):  # two runs sharing the cache, two passes over the data each
-        student = models.build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=seed)
+        student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=seed)
         stage1_losses_and_grads(plan, student, teacher.model, train_set["labels"], list(loader) * 2, features)
     assert len(calls) == len(make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False))
     assert len(list((plan.cache_dir / "teacher_features").glob("*.pt"))) == 1

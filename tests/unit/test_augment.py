@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-from kdbench.data import augment as augment_module
-from kdbench.data.augment import (
+from kdbench.data import augmentation
+from kdbench.data.augmentation import (
     STOP_WORDS,
     Candidates,
     MaskedLMCandidates,
@@ -227,7 +227,7 @@ def test_the_mlm_reads_the_original_sentence_as_segment_b_as_released(mlm, token
 def test_the_augmented_set_is_built_once_and_cached_by_its_settings(mlm, tokenizer, tmp_path,
                                                                      monkeypatch, caplog):
     built = []
-    monkeypatch.setattr(augment_module, "masked_lm", lambda s: (built.append(s) or mlm, tokenizer))
+    monkeypatch.setattr(augmentation, "masked_lm", lambda s: (built.append(s) or mlm, tokenizer))
     train = sst2(SENTENCES)
     first, path = augmented_train_set(train, SST2, spec(), tmp_path, "here", torch.device("cpu"), progress=False)
     again, same = augmented_train_set(train, SST2, spec(), tmp_path, "here", torch.device("cpu"), progress=False)
@@ -241,7 +241,7 @@ def test_the_augmented_set_is_built_once_and_cached_by_its_settings(mlm, tokeniz
 
 def test_a_random_mlm_of_a_shape_has_its_tokenizers_vocabulary(tokenizer):
     shape = ShapeSpec("mlm", 1, 16, 2, 32)
-    model, loaded = augment_module.masked_lm(spec(mlm_model=tokenizer.name_or_path, mlm_shape=shape))
+    model, loaded = augmentation.masked_lm(spec(mlm_model=tokenizer.name_or_path, mlm_shape=shape))
     assert model.config.vocab_size == len(loaded) == len(tokenizer) and model.config.num_hidden_layers == 1
 
 

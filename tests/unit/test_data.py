@@ -76,7 +76,7 @@ def test_subset_is_seeded_and_deterministic(tiny_glue):
 
 
 def test_tokenised_batches_are_dynamically_padded(tiny_glue):
-    from kdbench.models import tiny_tokenizer
+    from kdbench.models.tiny import tiny_tokenizer
 
     cfg = task_cfg("sst2", tiny_glue)
     tokenizer = tiny_tokenizer(tiny_glue / "tok")

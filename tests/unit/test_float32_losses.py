@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kdbench.objectives import fused
 from kdbench.objectives import losses as F
-from kdbench.objectives.features import split_heads
+from kdbench.objectives.tensors import split_heads
 
 B, L, H, D = 2, 6, 2, 8
 MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default,

@@ -9,9 +9,10 @@ import torch
 
 from kdbench.objectives import fused
 from kdbench.objectives import losses as F
-from kdbench.objectives.features import FEATURES, split_heads
+from kdbench.objectives.features import FEATURES
 from kdbench.objectives.fused import score_map_loss
 from kdbench.objectives.losses import LOSSES
+from kdbench.objectives.tensors import split_heads
 
 B, L, H = 3, 7, 4
 

@@ -7,7 +7,8 @@ import torch
 
 from kdbench.errors import ConfigError
 from kdbench.layers import bottom, every_kth, resolve_init_layers
-from kdbench.models import encoder_layers, init_from_teacher
+from kdbench.models.anatomy import encoder_layers
+from kdbench.models.student import init_from_teacher
 from kdbench.specs import InitSpec
 from tests.helpers import compose_config, tiny_models
 
@@ -78,7 +79,8 @@ def test_embeddings_and_head_copies_are_optional():
 
 def test_by_default_the_task_head_starts_fresh_and_the_mlm_head_is_copied():
     """As the paper's code: embeddings and LM head from the teacher, the classifier and pooler not."""
-    from kdbench.models import build_student, pretrained_teacher
+    from kdbench.models.pretrained import pretrained_teacher
+    from kdbench.models.student import build_student
     from kdbench.plan_groups import shape_spec, teacher_spec
 
     teacher, student = _tiny_pair()

@@ -59,7 +59,7 @@ def same_batches(a: list[dict], b: list[dict]) -> bool:
 
 
 def test_glue_batches_are_the_same_with_workers_and_resumed(tiny_glue):
-    from kdbench.models import tiny_tokenizer
+    from kdbench.models.tiny import tiny_tokenizer
 
     cfg = compose_config(["task=sst2", f"data.glue_dir={tiny_glue}"])
     tokenizer = tiny_tokenizer(tiny_glue / "tok")

@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 from kdbench.errors import ConfigError
 from kdbench.layers import resolve_pairs
 from kdbench.objectives import losses as F
-from kdbench.objectives.features import LOGITS, FeatureRecorder, attention_scores, split_heads
+from kdbench.objectives.features import FeatureRecorder, attention_scores
+from kdbench.objectives.tensors import LOGITS, split_heads
 from kdbench.objectives.terms import Objective, build_terms
 from tests.helpers import compose_config, tiny_models
 

@@ -20,7 +20,7 @@ from kdbench.specs import LoadingSpec
 
 # A batch's host-side flag: whether any of its tokens is padding. The collator computes it on the
 # host, where the mask is, so that no step reads the mask on the device
-# (see `kdbench.models.attention_mask`).
+# (see `kdbench.models.attention.attention_mask`).
 PADDED = "padded"
 
 

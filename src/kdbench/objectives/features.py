@@ -12,7 +12,6 @@ features (`RAW_FEATURES`); the features a loss reads (`FEATURES`) are derived fr
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,9 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from kdbench.models import embeddings, encoder_layers
-
-LOGITS = "logits"  # the records key of the model's outputs (not a layer)
+from kdbench.models.anatomy import embeddings, encoder_layers
+from kdbench.objectives.tensors import LOGITS, split_heads
 
 # Raw features a hook can record at a layer: the attention projections, by their module names in BERT, RoBERTa
 # and DistilBERT, and the layer's output ("hidden").
@@ -32,49 +30,6 @@ PROJECTION_NAMES = {
     "value": ("value", "v_proj", "v_lin"),
 }
 RAW_FEATURES = (*PROJECTION_NAMES, "hidden")
-
-# A masked (query, key) score is replaced by this before a softmax over keys: exp() underflows to exactly 0 against
-# any realistic score, and a row that is entirely masked stays finite (a uniform softmax) instead of nan.
-MASKED_SCORE = -1.0e9
-
-
-def split_heads(x: Tensor, num_heads: int, what: str = "split_heads") -> Tensor:
-    """[B, L, H*d] -> [B, H, L, d], a view where the layout allows one. `what` names the caller in the error."""
-    batch, length, width = x.shape
-    if width % num_heads != 0:
-        raise ValueError(f"{what}: hidden size {width} is not divisible by num_heads={num_heads}")
-    return x.reshape(batch, length, num_heads, width // num_heads).transpose(1, 2)
-
-
-def padding_mask(mask: Tensor | None, batch: int, length: int, device: torch.device) -> Tensor:
-    """A padding mask [B, L] of any dtype (non-zero = a real token; None = every token real) as float32 0.0 / 1.0."""
-    if mask is None:
-        return torch.ones(batch, length, dtype=torch.float32, device=device)
-    if mask.shape != (batch, length):
-        raise ValueError(f"mask: expected shape {(batch, length)} ([B, L]), got {tuple(mask.shape)}")
-    return (mask.to(device) != 0).to(torch.float32)
-
-
-def _first_tensor(args) -> Tensor | None:
-    for arg in args:
-        found = _first_tensor(arg) if isinstance(arg, (tuple, list)) else arg
-        if isinstance(found, Tensor):
-            return found
-    return None
-
-
-def outside_autocast(loss: Callable) -> Callable:
-    """`loss` computed with autocast off on its inputs' device: the loss casts its inputs to float32, and every
-    matmul and reduction in it then runs in float32 whatever autocast region calls it."""
-
-    @functools.wraps(loss)
-    def computed(*args, **kwargs):
-        tensor = _first_tensor(args)
-        device_type = tensor.device.type if tensor is not None else "cpu"
-        with torch.autocast(device_type, enabled=False):
-            return loss(*args, **kwargs)
-
-    return computed
 
 
 def attention_scores(raw: Mapping[str, Tensor], num_heads: int) -> Tensor:

@@ -21,7 +21,7 @@ import math
 import torch
 from torch import Tensor
 
-from kdbench.objectives.features import MASKED_SCORE, outside_autocast, padding_mask, split_heads
+from kdbench.objectives.tensors import MASKED_SCORE, outside_autocast, padding_mask, split_heads
 
 # Heads per chunk are chosen so that one [B, h, L, L] float32 map is about this size: every head at once on
 # GLUE-length batches, a few heads at a time at length 512 (a chunk holds about four maps at once).

@@ -33,7 +33,6 @@ from torch import Tensor
 
 from kdbench.objectives import fused
 from kdbench.objectives.contrastive import crd
-from kdbench.objectives.features import LOGITS, outside_autocast, padding_mask, split_heads
 from kdbench.objectives.loss_checks import (
     check_hidden,
     check_logits,
@@ -42,6 +41,7 @@ from kdbench.objectives.loss_checks import (
 )
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.score_maps import masked_row_kl, relation_scores
+from kdbench.objectives.tensors import LOGITS, outside_autocast, padding_mask, split_heads
 
 __all__ = ["kd", "att_mse", "att_kl", "val_kl", "relation_kl", "hid_mse", "cosine", "mlm_kd", "mlm"]
 

@@ -8,7 +8,7 @@ import math
 import torch
 from torch import Tensor
 
-from kdbench.objectives.features import MASKED_SCORE
+from kdbench.objectives.tensors import MASKED_SCORE
 
 
 def masked_row_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor) -> Tensor:

@@ -23,10 +23,11 @@ from torch.utils.checkpoint import checkpoint
 
 from kdbench.errors import ConfigError, lookup
 from kdbench.layers import resolve_pairs
-from kdbench.models import PROJECTIONS_FILE
-from kdbench.objectives.features import FEATURES, LOGITS, token_level
+from kdbench.models.student import PROJECTIONS_FILE
+from kdbench.objectives.features import FEATURES, token_level
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.losses import LOSSES
+from kdbench.objectives.tensors import LOGITS
 
 
 @dataclass

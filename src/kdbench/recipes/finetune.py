@@ -15,11 +15,11 @@ from pathlib import Path
 
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 
-from kdbench import models
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import task_datasets
+from kdbench.models import hub
 from kdbench.plan import Plan
-from kdbench.record import StepLog, read_json
+from kdbench.record import RESULT_FILE, RunRecord, StepLog
 from kdbench.specs import OptimizerSpec
 from kdbench.training import loop
 from kdbench.training.evaluate import evaluate
@@ -31,10 +31,11 @@ RECORD_FIELDS = ("teacher", "student", "init", "objective", "seed")
 
 def distillation_record(student_path: Path) -> dict:
     """The record of the task-agnostic run that wrote this student (its result.json beside student/)."""
-    record = read_json(student_path.parent / "result.json")
-    if record is None or record.get("setting") != "task_agnostic":
+    record = RunRecord.read(student_path.parent / RESULT_FILE)
+    if record is None or record.setting != "task_agnostic":
         return {}
-    return {field: record[field] for field in RECORD_FIELDS if field in record} | {
+    named = {field: getattr(record, field) for field in RECORD_FIELDS}
+    return {field: value for field, value in named.items() if value is not None} | {
         "setting": "task_agnostic", "stage": "finetune",  # so the task-agnostic tables read it
         "distilled_from": str((student_path.parent / "result.json").resolve())}
 
@@ -71,9 +72,9 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     trainer = plan.trainer
     set_seed(plan.seed)
     saved_as = "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
-    model = models.load(AutoModelForSequenceClassification, plan.student_path, saved_as=saved_as,
+    model = hub.load(AutoModelForSequenceClassification, plan.student_path, saved_as=saved_as,
                         num_labels=plan.num_labels).to(plan.device)
-    tokenizer = models.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
+    tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
     train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
                                group_by_length=trainer.group_by_length, loading=plan.loading)

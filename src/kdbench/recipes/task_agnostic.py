@@ -18,12 +18,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kdbench import distributed, models
+from kdbench import distributed
 from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.masking import MaskingSpec, smoothed_token_weights
 from kdbench.data.sources import corpus_files
 from kdbench.errors import ConfigError, DataError
+from kdbench.models.anatomy import mlm_head
+from kdbench.models.compilation import compile_if_asked
+from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
+from kdbench.models.student import save_student, student_for
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.record import StepLog
@@ -43,12 +47,13 @@ if TYPE_CHECKING:  # the plan's module needs omegaconf, which the synthetic runs
 def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     trainer, batches, device = plan.trainer, plan.batches, plan.device
     world = distributed.init(device)
-    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     path, fmt = corpus_files(plan.corpus, plan.cache_dir)
     corpus = build_packed_corpus(path, fmt, tokenizer, plan.corpus.seq_len, plan.cache_dir,
                                  heldout_fraction=plan.corpus.heldout_fraction, max_docs=plan.corpus.max_docs)
-    teacher = freeze(models.pretrained_teacher(plan.teacher, 2, trainer.teacher_seed, mlm=True)).to(device)
-    student = models.student_for(plan, teacher, mlm=True)
+    teacher = freeze(pretrained_teacher(plan.teacher, 2, trainer.teacher_seed, mlm=True)).to(device)
+    student = student_for(plan, teacher, mlm=True)
+    compile_if_asked(plan.trainer, student, teacher)
     in_run_precision(teacher, plan.precision)
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed,
                           recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(device)
@@ -97,8 +102,8 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     student_dir = run_dir / "student"
     if world.is_main:
         projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
-        models.save_student(student, tokenizer, student_dir, plan.chain,
-                            projections=projections)
+        save_student(student, tokenizer, student_dir, plan.chain,
+                     projections=projections)
         if not trainer.keep_checkpoints:
             checkpoints.clear()
     return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,
@@ -145,7 +150,7 @@ def recorder(model, objective: Objective, side: str, last_layer: int):
     logits = None
     if objective.uses_logits:
         needs.setdefault(last_layer, set()).add("hidden")
-        head = models.mlm_head(model)
+        head = mlm_head(model)
         attended = objective.logit_positions == "attended"
         where = "attended_positions" if attended else "mlm_positions"
 

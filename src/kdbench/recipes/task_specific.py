@@ -18,12 +18,14 @@ from pathlib import Path
 
 import torch
 
-from kdbench import models
 from kdbench.card import model_card
 from kdbench.cost import compare_costs
-from kdbench.data.augment import augmented_train_set
+from kdbench.data.augmentation import augmented_train_set
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import dev_sets, encode_train, train_subset
+from kdbench.models.compilation import compile_if_asked
+from kdbench.models.pretrained import teacher_tokenizer
+from kdbench.models.student import save_student, student_for
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.plan import Plan
@@ -65,7 +67,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     the teacher's features and logits tables, built or read from the cache, outside the stages' own times, each
     stage, evaluation) and the student's parameter count."""
     trainer = plan.trainer
-    tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
+    tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     originals = train_subset(plan.task, plan.data)
     train_set = encode_train(originals, plan.task, tokenizer, trainer.max_length)
     eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
@@ -79,7 +81,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     if trainer.teacher_dropout:
         teacher.model.train()  # dropout on while it teaches, still without gradients
 
-    student = models.student_for(plan, teacher.model)
+    student = student_for(plan, teacher.model)
+    compile_if_asked(plan.trainer, student, teacher.model)
     in_run_precision(teacher.model, plan.precision)
     train_set, augmented = distillation_set(plan, originals, train_set, tokenizer)
     train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
@@ -125,8 +128,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         outcome["cost"] = compare_costs(teacher.model, student, train_set["length"], plan.device,
                                         plan.precision)
     if plan.save_student:
-        models.save_student(student, tokenizer, run_dir / "student", plan.chain,
-                            labels=plan.task.labels, card=model_card(plan, outcome))
+        save_student(student, tokenizer, run_dir / "student", plan.chain,
+                     labels=plan.task.labels, card=model_card(plan, outcome))
     if not trainer.keep_checkpoints:
         checkpoints.clear()
     return outcome

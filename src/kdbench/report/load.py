@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION, design
+from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION, RunRecord, design
 from kdbench.report.collapse import collapse_status
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
@@ -122,63 +122,69 @@ def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
     if problem is not None:
         kind, reason = problem
         return None, exclusion(rel, kind, reason, data)
-    record = {key: _text(data[key]) for key in KEY_FIELDS if key != "seed"}
-    grid = data.get("grid") if isinstance(data.get("grid"), dict) else None
-    seed, score, metrics = _as_int(data["seed"]), _as_float(data["score"]), _flatten(data["metrics"])
+    run = RunRecord.from_json(data)
+    record = {key: _text(getattr(run, key)) for key in KEY_FIELDS if key != "seed"}
+    grid = run.grid if isinstance(run.grid, dict) else None
+    seed, score, metrics = _as_int(run.seed), _as_float(run.score), _flatten(run.metrics)
     grid_text = ",".join(f"{k}={v}" for k, v in grid.items()) if grid else None
     record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
-    references = _references(data)
+    references = _references(run)
     references["collapse"] = collapse_status(metrics, references["score_metric"])
-    return (record | references | _walltime(data) | _origin(data, record["init"], grid)
-            | _cost(data)), None
+    return (record | references | _walltime(run) | _origin(run, record["init"], grid)
+            | _cost(run)), None
 
 
-def _cost(data: dict) -> dict:
+def _cost(run: RunRecord) -> dict:
     """The record's measured cost as flat columns (None where it has none)."""
-    cost = data.get("cost") if isinstance(data.get("cost"), dict) else {}
+    cost = run.cost if isinstance(run.cost, dict) else {}
     values = {column: (cost.get(model) if isinstance(cost.get(model), dict) else {}).get(field)
               for column, model, field in COST_FIELDS}
     values |= {key: cost.get(key) for key in ("speedup_latency", "speedup_throughput")}
     return {key: _as_float(value) for key, value in values.items()}
 
 
-def _walltime(data: dict) -> dict:
-    """The run's wall times (the record's ``timing`` entries in seconds, ``*_s``), their sum ``wall_s``, and the
-    student's parameter count; None where the record has none."""
-    timing = data.get("timing") if isinstance(data.get("timing"), dict) else {}
+def _walltime(run: RunRecord) -> dict:
+    """The run's wall times (the record's ``timing`` entries in seconds, ``*_s``), their sum
+    ``wall_s``, and the student's parameter count; None where the record has none."""
+    timing = run.timing if isinstance(run.timing, dict) else {}
     seconds = {name: float(v) for name, v in timing.items()
                if name.endswith("_s") and _as_float(v) is not None}
-    parameters = _as_int(data.get("student_parameters"))
+    parameters = _as_int(run.student_parameters)
     return {"timing": seconds or None, "wall_s": sum(seconds.values()) if seconds else None,
             "student_parameters": parameters}
 
 
-def _references(data: dict) -> dict:
-    """The score's metric name and the fine-tuned teacher's score on it (None where the record has none)."""
-    metric = data.get("score_metric") if isinstance(data.get("score_metric"), str) else None
-    teacher = data.get("teacher_metrics") if isinstance(data.get("teacher_metrics"), dict) else {}
+def _references(run: RunRecord) -> dict:
+    """The score's metric name and the fine-tuned teacher's score on it (None where the record has
+    none)."""
+    metric = run.score_metric if isinstance(run.score_metric, str) else None
+    teacher = run.teacher_metrics if isinstance(run.teacher_metrics, dict) else {}
     value = teacher.get(metric)
-    return {"score_metric": metric,
-            "teacher_score": float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None}
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return {"score_metric": metric, "teacher_score": float(value) if number else None}
 
 
-def _origin(data: dict, init: str, grid: dict | None) -> dict:
-    """What the report needs beyond the key: the design (resolved config less `NOT_DESIGN`; None for a record
-    without its config), the code version, and the paper design the run stands for: ``paper_table`` from the
-    config's ``paper_analogue`` (None: the paper's own design, matched by name), ``paper_init``, the paper's
-    init for this run's (None when the analogue does not map it), and ``paper_note``, the analogue's note."""
-    config = data.get("config") if isinstance(data.get("config"), dict) else None
+def _origin(run: RunRecord, init: str, grid: dict | None) -> dict:
+    """What the report needs beyond the key: the design (resolved config less `NOT_DESIGN`; None for
+    a record without its config), the code version, and the paper design the run stands for:
+    ``paper_table`` from the config's ``paper_analogue`` (None: the paper's own design, matched by
+    name), ``paper_init``, the paper's init for this run's (None when the analogue does not map it),
+    and ``paper_note``, the analogue's note."""
+    config = run.config if isinstance(run.config, dict) else None
     analogue = (config or {}).get("paper_analogue")
     analogue = analogue if isinstance(analogue, dict) else None
-    provenance = data.get("provenance") if isinstance(data.get("provenance"), dict) else {}
+    provenance = run.provenance if isinstance(run.provenance, dict) else {}
     commit = provenance.get("git_commit")
-    commit = f"{commit[:10]}{'+dirty' if provenance.get('git_dirty') else ''}" if commit else data.get("kdbench_version")
+    dirty = "+dirty" if provenance.get("git_dirty") else ""
+    commit = f"{commit[:10]}{dirty}" if commit else run.kdbench_version
     if analogue is None:
         paper_table, paper_init = None, init
     else:
-        paper_table, paper_init = _as_int(analogue.get("table")), _text((analogue.get("inits") or {}).get(init))
+        paper_table = _as_int(analogue.get("table"))
+        paper_init = _text((analogue.get("inits") or {}).get(init))
     return {"design": None if config is None else design(config, grid), "commit": _text(commit),
-            "paper_table": paper_table, "paper_init": paper_init, "paper_note": _text((analogue or {}).get("note"))}
+            "paper_table": paper_table, "paper_init": paper_init,
+            "paper_note": _text((analogue or {}).get("note"))}
 
 
 def _not_completed(data: dict) -> tuple[str, str] | None:

@@ -7,7 +7,7 @@ import torch
 
 from kdbench import distributed
 from kdbench.metrics import compute_metrics, label_counts
-from kdbench.models import encoder_layers
+from kdbench.models.anatomy import encoder_layers
 from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import StepFn, autocast, model_inputs, to_device
 

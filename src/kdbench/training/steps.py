@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from kdbench.data.batches import PADDED
-from kdbench.models import attention_mask
-from kdbench.objectives.features import LOGITS, FeatureRecorder
+from kdbench.models.attention import attention_mask
+from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.losses import kd
+from kdbench.objectives.tensors import LOGITS
 from kdbench.specs import KDSpec
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -27,7 +28,7 @@ LogitsFn = Callable[[dict, object, dict], torch.Tensor | None]
 
 def model_inputs(batch: dict, model: nn.Module) -> dict:
     """The batch's inputs to `model`, its attention mask in the form that needs no synchronisation
-    (`kdbench.models.attention_mask`)."""
+    (`kdbench.models.attention.attention_mask`)."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     if "attention_mask" in inputs:
         mask = inputs["attention_mask"]

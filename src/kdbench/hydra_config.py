@@ -1,4 +1,5 @@
-"""Command-line plumbing: one-line errors and validation of Hydra overrides before Hydra runs.
+"""Hydra plumbing: the config folder, composing a config, the sweep's resolvers and job folders,
+and validation of Hydra overrides before Hydra runs, with one-line errors.
 
 Hydra's own errors are multi-line tracebacks-with-advice; a user who typed `objective=att_kll` should read one
 line that names the problem and lists the valid choices, and get exit code 2.

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from kdbench.claim import claim
+from kdbench.joblock import claim
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_a_held_claim_is_described_and_released(tmp_path):
 
 def test_a_killed_holder_s_claim_is_taken_over(tmp_path, caplog):
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time, pathlib; from kdbench.claim import claim\n"
+        "import sys, time, pathlib; from kdbench.joblock import claim\n"
         f"with claim(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); time.sleep(120)")],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

@@ -32,8 +32,10 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
 
-from kdbench import models, storage
+from kdbench import storage
 from kdbench.errors import DataError
+from kdbench.models import hub
+from kdbench.models.anatomy import encoder_layers, mlm_head
 from kdbench.specs import AugmentSpec, TaskSpec
 from kdbench.training.signals import check_stop, phase, stop_between
 
@@ -150,7 +152,7 @@ class MaskedLMCandidates:
         encoded = self.model.base_model(**{k: v.to(device) for k, v in inputs.items()})
         hidden = encoded.last_hidden_state
         masked = hidden[torch.arange(len(rows), device=device), positions.to(device)]
-        scores = models.mlm_head(self.model)(masked).float().cpu()
+        scores = mlm_head(self.model)(masked).float().cpu()
         scores[:, ~self.allowed] = float("-inf")
         originals = torch.tensor([original for _, _, original, _ in rows])
         scores[torch.arange(len(rows)), originals] = float("-inf")
@@ -286,9 +288,9 @@ def augment(train: datasets.Dataset, task: TaskSpec, spec: AugmentSpec, candidat
 
 def masked_lm(spec: AugmentSpec):
     """The MLM and its tokenizer: `mlm_model` from a local copy or the Hub, or random of `mlm_shape`."""
-    tokenizer = models.load(AutoTokenizer, spec.mlm_model)
+    tokenizer = hub.load(AutoTokenizer, spec.mlm_model)
     if spec.mlm_shape is None:
-        return models.load(AutoModelForMaskedLM, spec.mlm_model), tokenizer
+        return hub.load(AutoModelForMaskedLM, spec.mlm_model), tokenizer
     torch.manual_seed(spec.seed)
     shape = spec.mlm_shape
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=shape.hidden_size, num_hidden_layers=shape.num_layers,
@@ -329,7 +331,7 @@ def build(train, task: TaskSpec, spec: AugmentSpec, path: Path, key: dict, devic
                              spec.mlm_with_original)
     log.info("augmenting %d %s examples (%d copies each)", len(train), task.name,
              spec.copies_for(task.name))
-    with phase("augmentation"), stop_between(models.encoder_layers(model)):
+    with phase("augmentation"), stop_between(encoder_layers(model)):
         augmented = augment(train, task, spec, Candidates(mlm, vectors))
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,5 +1,6 @@
-"""A job's claim: two processes given the same job folder (two terminals, two machines on a shared file system, a
-re-run started while the first still runs) never run that job at the same time.
+"""The job lock: two processes given the same job folder (two terminals, two machines on a shared
+file system, a re-run started while the first still runs) never run that job at the same time; the
+process holding the lock has claimed the job.
 
 The claim is an operating-system lock (`flock`; NFS clients emulate it with byte-range locks) on a file in the job's
 folder, held while the job runs. The system releases it when its holder exits or is killed, so the claim of a

@@ -1,0 +1,34 @@
+"""`torch.compile` of the dense parts of a model's transformer blocks (`trainer.compile`)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from kdbench.models.anatomy import encoder_layers
+
+# a BERT-family block, less its self-attention
+COMPILED_PARTS = ("attention.output", "intermediate", "output")
+
+
+def compile_blocks(*models: PreTrainedModel) -> None:
+    """`torch.compile` the dense parts of every transformer block, with dynamic shapes (batches vary
+    in length).
+
+    The self-attention stays eager: its query/key/value projections carry the hooks that read
+    features (hooks inside a compiled region would not run), and SDPA is already a fused kernel.
+    What is compiled is the attention output projection and the feed-forward (dense, GELU, dropout,
+    residual, layer norm), whose elementwise steps inductor fuses; identical parts share one
+    compiled graph."""
+    for model in models:
+        for block in encoder_layers(model):
+            for name in COMPILED_PARTS:
+                part = block.get_submodule(name)
+                part.forward = torch.compile(part.forward, dynamic=True)
+
+
+def compile_if_asked(trainer, *models: PreTrainedModel) -> None:
+    """`compile_blocks` on the models a stage trains and reads when `trainer.compile` asks for it
+    (measured in benchmarks/RESULTS.md; off by default)."""
+    if trainer.compile:
+        compile_blocks(*models)

@@ -1,0 +1,101 @@
+"""Finding and loading a model, config or tokenizer: a local directory, a folder under
+$KDBENCH_MODELS_DIR, or the Hugging Face Hub; and checking a folder kdbench saved before it is used.
+
+A model is looked for, in order: a local directory given as `name_or_path`; a folder named like the
+model under $KDBENCH_MODELS_DIR (`sentence-transformers/all-MiniLM-L6-v2` ->
+`$KDBENCH_MODELS_DIR/all-MiniLM-L6-v2`); the Hugging Face Hub. Remote code is never executed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+from transformers import AutoConfig, PretrainedConfig
+
+from kdbench import storage
+from kdbench.errors import ModelNotFoundError
+
+MODELS_DIR_ENV = "KDBENCH_MODELS_DIR"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A local directory for the model if there is one, else the Hub id unchanged."""
+    if Path(name_or_path).expanduser().is_dir():
+        return str(Path(name_or_path).expanduser())
+    models_dir = os.environ.get(MODELS_DIR_ENV)
+    if models_dir:
+        candidate = Path(models_dir) / name_or_path.rstrip("/").split("/")[-1]
+        if candidate.is_dir():
+            return str(candidate)
+    return name_or_path
+
+
+def _not_found(name_or_path: str, exc: Exception) -> ModelNotFoundError:
+    folder = name_or_path.rstrip("/").split("/")[-1]
+    where = os.environ.get(MODELS_DIR_ENV)
+    looked = (
+        f"${MODELS_DIR_ENV}/{folder} ({where}/{folder})" if where else f"${MODELS_DIR_ENV} (unset)"
+    )
+    return ModelNotFoundError(
+        f"model {name_or_path!r} not found: looked for a local directory, {looked} and the "
+        f"Hugging Face Hub ({type(exc).__name__}); offline, download it once and point "
+        f"${MODELS_DIR_ENV} at the folder that holds {folder}/, or set the path directly "
+        f"(teacher.name_or_path=/path/to/{folder})"
+    )
+
+
+def load(auto, name_or_path: str | Path, *, saved_as: str | None = None, **kwargs):
+    """`auto.from_pretrained` (a model, config or tokenizer class) from a local copy if there is
+    one, else the Hub; remote code never runs. A failure is one line: where it looked, or, for a
+    folder kdbench wrote (`saved_as` names what it should hold), which file is damaged or what to
+    give instead."""
+    path = str(name_or_path) if saved_as else resolve_model_path(str(name_or_path))
+    try:
+        return auto.from_pretrained(path, trust_remote_code=False, **kwargs)
+    except (OSError, ValueError, SafetensorError) as exc:
+        if Path(path).is_dir():
+            check_saved_model(Path(path), str(name_or_path))
+        if saved_as:
+            raise ModelNotFoundError(
+                f"cannot load {saved_as} from {path} ({type(exc).__name__}): give a directory "
+                "written by save_pretrained with the task's number of labels"
+            ) from exc
+        if Path(path).is_dir():
+            raise ModelNotFoundError(
+                f"the model folder {path} cannot be loaded ({type(exc).__name__}: {reason(exc)}): "
+                "give a folder written by save_pretrained (config.json, the weights, the "
+                "tokenizer's files) or a Hub id"
+            ) from exc
+        raise _not_found(str(name_or_path), exc) from exc
+
+
+def reason(exc: Exception, limit: int = 160) -> str:
+    """The first line of an exception's message, shortened: enough to say what was wrong in one
+    line."""
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def check_saved_model(folder: Path, what: str) -> None:
+    """A model folder that cannot be rebuilt, checked cheaply before use: against its manifest when
+    kdbench wrote it, and every safetensors file's header; a damaged file is refused with one line
+    naming it."""
+    storage.check_saved(folder, what)
+    for weights in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt"):
+                pass
+        except (OSError, SafetensorError) as exc:
+            raise ModelNotFoundError(
+                f"cannot load {what}: {weights} is damaged ({type(exc).__name__}, cut short or "
+                "overwritten); copy or save it again"
+            ) from None
+
+
+def saved_config(folder: Path, what: str) -> PretrainedConfig:
+    """The config of a saved model that cannot be rebuilt, after checking its files
+    (`check_saved_model`)."""
+    check_saved_model(folder, what)
+    return load(AutoConfig, folder, saved_as=what)

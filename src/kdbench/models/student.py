@@ -1,0 +1,148 @@
+"""The student: the teacher's model family at the student's depth and width, built, initialised from
+the teacher's blocks and heads, and saved with its distillation chain."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    PretrainedConfig,
+    PreTrainedModel,
+)
+
+from kdbench import storage
+from kdbench.models.anatomy import (
+    MLM_HEADS,
+    TASK_HEADS,
+    embeddings,
+    encoder_layers,
+    prediction_head,
+)
+from kdbench.models.attention import prepare_for_training
+from kdbench.models.hub import load
+from kdbench.record import CHAIN_FILE, write_json
+from kdbench.specs import InitSpec, ShapeSpec
+
+PROJECTIONS_FILE = "projections.pt"
+
+
+def save_student(
+    student: PreTrainedModel,
+    tokenizer,
+    folder: Path,
+    chain: tuple[str, ...],
+    *,
+    labels: tuple[str, ...] = (),
+    card: str | None = None,
+    projections: dict | None = None,
+) -> None:
+    """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so
+    a copy cut short is refused by name when it is loaded), written whole or not at all. `labels`
+    name its classes (its id2label, which `pipeline` predicts); `card` is its model card
+    (README.md); `projections`: the objective's learnt W_e/W_h
+    (`Objective.projections.state_dict()`), kept for a later stage that carries them."""
+    if labels:
+        student.config.id2label = dict(enumerate(labels))
+        student.config.label2id = {name: i for i, name in enumerate(labels)}
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with storage.space_for(folder, storage.tensor_bytes(student.state_dict()), partial=tmp):
+        student.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        write_json(tmp / CHAIN_FILE, {"chain": list(chain)})
+        if card is not None:
+            (tmp / "README.md").write_text(card)
+        if projections:
+            torch.save(projections, tmp / PROJECTIONS_FILE)
+        if folder.exists():
+            shutil.rmtree(folder)
+        storage.publish(tmp, folder)
+
+
+def student_config(
+    teacher_conf: PretrainedConfig, shape: ShapeSpec, num_labels: int, dropout: float | None = None
+) -> PretrainedConfig:
+    """The teacher's config with the student's depth and width: the student is the teacher's model
+    family.
+
+    `dropout` (if given) replaces the family's hidden and attention dropout probabilities."""
+    config = teacher_conf.__class__.from_dict(teacher_conf.to_dict())
+    config.num_hidden_layers = shape.num_layers
+    config.hidden_size = shape.hidden_size
+    config.num_attention_heads = shape.num_heads
+    config.intermediate_size = shape.ffn_size
+    config.num_labels = num_labels
+    if dropout is not None:
+        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
+    return config
+
+
+def build_student(
+    teacher_conf: PretrainedConfig,
+    shape: ShapeSpec,
+    num_labels: int,
+    seed: int,
+    *,
+    mlm: bool = False,
+    dropout: float | None = None,
+) -> PreTrainedModel:
+    """A random student; `mlm`: with an MLM head (saved with save_pretrained, it loads with
+    AutoModel and fine-tunes on GLUE), else a sequence classifier."""
+    auto = AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification
+    torch.manual_seed(seed)
+    return auto.from_config(student_config(teacher_conf, shape, 2 if mlm else num_labels, dropout))
+
+
+def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel, init: InitSpec) -> None:
+    """Copy teacher block init.layers[i] into student block i, the embeddings (with the MLM head,
+    where both have one) when `init.copy_embeddings`, and the task head (pooler, classifier) when
+    `init.copy_head`."""
+    student_blocks, teacher_blocks = encoder_layers(student), encoder_layers(teacher)
+    for student_index, teacher_layer in enumerate(init.layers):
+        student_blocks[student_index].load_state_dict(
+            teacher_blocks[teacher_layer - 1].state_dict()
+        )
+    copied = (MLM_HEADS if init.copy_embeddings else ()) + (TASK_HEADS if init.copy_head else ())
+    if init.copy_embeddings:
+        embeddings(student).load_state_dict(embeddings(teacher).state_dict())
+    teacher_head = prediction_head(teacher)
+    for name, module in prediction_head(student).items():
+        if name in copied and name in teacher_head:
+            module.load_state_dict(teacher_head[name].state_dict())
+
+
+def student_for(plan, teacher: PreTrainedModel, *, mlm: bool = False) -> PreTrainedModel:
+    """The plan's student, initialised, set up for training on the plan's device (its seed drawn
+    first); `compilation.compile_if_asked` compiles it with the teacher."""
+    if (
+        plan.init.path is not None
+    ):  # a distilled student's weights; the heads it lacks start fresh, seeded
+        torch.manual_seed(plan.seed)
+        config = student_config(
+            plan.teacher_conf,
+            plan.student,
+            2 if mlm else plan.num_labels,
+            plan.trainer.student_dropout,
+        )
+        student = load(
+            AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification,
+            plan.init.path,
+            saved_as="the pretrained student (init.path)",
+            config=config,
+        )
+    else:
+        student = build_student(
+            plan.teacher_conf,
+            plan.student,
+            plan.num_labels,
+            plan.seed,
+            mlm=mlm,
+            dropout=plan.trainer.student_dropout,
+        )
+    if plan.init.layers is not None:
+        init_from_teacher(student, teacher, plan.init)
+    return prepare_for_training(student, plan.trainer.recompute_attention).to(plan.device)
