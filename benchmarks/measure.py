@@ -47,8 +47,8 @@ from kdbench.data.readers import iter_documents  # noqa: E402
 from kdbench.layers import every_kth  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
 from kdbench.recipes.task_specific import stage1 as kdbench_stage1  # noqa: E402
-from kdbench.teacher import freeze  # noqa: E402
-from kdbench.teacher_features import compute_table  # noqa: E402
+from kdbench.teacher.features import compute_table  # noqa: E402
+from kdbench.teacher.frozen import freeze  # noqa: E402
 from kdbench.training.evaluate import logits_table  # noqa: E402
 from kdbench.training.steps import prediction_kd_step, to_device  # noqa: E402
 

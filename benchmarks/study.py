@@ -45,7 +45,7 @@ from kdbench.cli import compose  # noqa: E402
 from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
-from kdbench.teacher import freeze  # noqa: E402
+from kdbench.teacher.frozen import freeze  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OBJECTIVES = ("vanilla_kd", "hid_seq", "att_kl+val_kl")

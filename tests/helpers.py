@@ -120,7 +120,7 @@ def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
     from kdbench.data.glue import task_datasets
     from kdbench.plan import make_plan
     from kdbench.record import StepLog
-    from kdbench.teacher import finetuned_teacher
+    from kdbench.teacher.finetune import finetuned_teacher
 
     plan = make_plan(compose_config(tiny_overrides(glue, run_dir, *extra)))
     tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)

@@ -238,7 +238,7 @@ def stage1_setup(overrides: list[str]):
     from kdbench.data.batches import make_loader
     from kdbench.data.glue import task_datasets
     from kdbench.plan import make_plan
-    from kdbench.teacher import freeze
+    from kdbench.teacher.frozen import freeze
 
     plan = make_plan(compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"]))
     tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)

@@ -12,7 +12,7 @@ from kdbench import models
 from kdbench.data.batches import SeededBatches
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.plan import make_plan
-from kdbench.teacher import teacher_logits_table
+from kdbench.teacher.logits import teacher_logits_table
 from kdbench.training.steps import prediction_kd_step, teacher_logits_now
 from tests.helpers import (
     assert_same_losses_and_grads,

@@ -27,7 +27,8 @@ from kdbench import storage
 from kdbench.data.batches import make_loader
 from kdbench.models import encoder_layers
 from kdbench.objectives.features import LOGITS, FeatureRecorder
-from kdbench.teacher import FineTuned, cached_tensors, derived_key
+from kdbench.teacher.cache import cached_tensors, derived_key
+from kdbench.teacher.frozen import FineTuned
 from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import LogitsFn, autocast, read_records, to_device
 
@@ -170,7 +171,7 @@ def teacher_feature_table(teacher: FineTuned, train_set, tokenizer, plan, augmen
         logger.info("the teacher's stage-1 features would take %s, more than trainer.teacher_features_gib=%s: the "
                     "teacher runs at every step", storage.human(size), plan.trainer.teacher_features_gib)
         return None
-    key = derived_key(teacher, train_set, tokenizer, plan, augmented) | {
+    key = derived_key(teacher.identity, train_set, tokenizer, plan, augmented) | {
         "features": {str(layer): sorted(names) for layer, names in sorted(needs.items())},
         "stop_after": stop_after, "logits": logits is not None}
     build = lambda: compute_table(teacher.model, train_set, tokenizer, plan, needs, stop_after, logits).state()  # noqa: E731
