@@ -89,8 +89,8 @@ def distillation(objective_name: str, shapes: Shapes, device: torch.device, prec
     process's part of it in a data-parallel `world`, whose process group is already initialised)."""
     torch.manual_seed(seed)
     teacher = freeze(BertForMaskedLM(teacher_config(shapes))).to(device)
-    student = models.build_student(teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1, mlm=True,
-                                   dropout=dropout)
+    student = models.build_student(teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1,
+                                   mlm=True, dropout=dropout)
     student = student.to(device)
     terms = objective_terms(objective_name, student.config, teacher.config)
     objective = Objective(terms, student.config, teacher.config, None, seed).to(device)

@@ -84,19 +84,22 @@ class BestDevStep(Hook):
 def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     trainer = plan.trainer
     set_seed(plan.seed)
-    saved_as = "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
+    saved_as = ("a distilled student (setting.student_path: the student/ folder of a task-agnostic "
+                "run)")
     model = models.load(AutoModelForSequenceClassification, plan.student_path, saved_as=saved_as,
                         num_labels=plan.num_labels).to(plan.device)
     tokenizer = models.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
-    train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
-                               group_by_length=trainer.group_by_length, loading=plan.loading)
+    train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True,
+                               seed=plan.seed, group_by_length=trainer.group_by_length,
+                               loading=plan.loading)
     eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
                                         loading=plan.loading)
                     for suffix, ds in eval_sets.items()}
     stage = loop.Stage(STAGE, [model], train_loader,
                        supervised_step(model, plan.device, plan.precision),
-                       OptimizerSpec.of(trainer, trainer.lr), plan.device, epochs=trainer.stage2_epochs)
+                       OptimizerSpec.of(trainer, trainer.lr), plan.device,
+                       epochs=trainer.stage2_epochs)
     score = partial(evaluate, model, eval_loaders, plan.task.metrics, plan.device, plan.precision)
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     best = BestDevStep(score, model, trainer.eval_every, checkpoints.folder / "best.json")

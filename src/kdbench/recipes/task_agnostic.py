@@ -64,9 +64,11 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         recorder(student, objective, "student", layers[0]) as (student_recorder, student_logits),
         recorder(teacher, objective, "teacher", layers[1]) as (teacher_recorder, teacher_logits),
     ):
-        teacher_records = teacher_records_now(teacher_recorder, teacher_logits, device, plan.precision)
-        student_side, step = reaching_step(StudentSide(student_recorder, objective, student_logits),
-                                           teacher_records, train_loader, world, device, plan.precision)
+        teacher_records = teacher_records_now(teacher_recorder, teacher_logits, device,
+                                              plan.precision)
+        student_side = StudentSide(student_recorder, objective, student_logits)
+        student_side, step = reaching_step(student_side, teacher_records, train_loader, world,
+                                           device, plan.precision)
         heldout = HeldoutLosses(step, heldout_loader, max(1, trainer.heldout_batches // world.size),
                                 [student, objective], world, device, log)
         initial = heldout.logged(0)
@@ -83,7 +85,8 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     if world.is_main:
         save_distilled(plan, run_dir, student, objective, tokenizer, checkpoints)
     return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,
-            "student_path": str(run_dir / "student"), "corpus": corpus.meta, "world_size": world.size,
+            "student_path": str(run_dir / "student"), "corpus": corpus.meta,
+            "world_size": world.size,
             "batch": {"global": batches.global_batch, "per_device": batches.per_process,
                       "accumulation": batches.accumulation}}
 
@@ -92,14 +95,15 @@ def unfinished(run_dir: Path, checkpoints: Checkpoints, fingerprint: str) -> Res
     """Where the distillation resumes; refuses a finished one (its student is saved)."""
     resume = Resume.of(checkpoints, (STAGE,), fingerprint)
     if resume.finished(STAGE):
-        raise ConfigError(f"{run_dir} already holds a finished distillation: give a new run directory")
+        raise ConfigError(f"{run_dir} already holds a finished distillation: give a new run "
+                          "directory")
     return resume
 
 
 def distillation_stage(plan: Plan, world: World, modules: list, loader, step: StepFn,
                        student_side) -> loop.Stage:
-    """`trainer.max_steps` optimizer steps of global batches, in gradient-accumulation micro-batches;
-    a data-parallel `student_side` all-reduces on a step's last one."""
+    """`trainer.max_steps` optimizer steps of global batches, in gradient-accumulation
+    micro-batches; a data-parallel `student_side` all-reduces on a step's last one."""
     trainer = plan.trainer
     return loop.Stage(STAGE, modules, loader, step, OptimizerSpec.of(trainer, trainer.lr),
                       plan.device, max_steps=trainer.max_steps,
@@ -111,7 +115,8 @@ def distillation_models(plan: Plan):
     """The frozen pre-trained teacher (its weights in the run's precision), the student and the
     objective, on the plan's device."""
     trainer = plan.trainer
-    teacher = models.pretrained_teacher(plan.teacher, MLM_NUM_LABELS, trainer.teacher_seed, mlm=True)
+    teacher = models.pretrained_teacher(plan.teacher, MLM_NUM_LABELS, trainer.teacher_seed,
+                                        mlm=True)
     teacher = freeze(teacher).to(plan.device)
     student = models.student_for(plan, teacher, mlm=True)
     in_run_precision(teacher, plan.precision)
@@ -136,8 +141,8 @@ def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
                           shuffle=True)
     if len(train) == 0:
         raise DataError(f"the corpus has {len(corpus.train)} training sequences, fewer than one "
-                        f"global batch of trainer.batch_size={plan.trainer.batch_size}: add text or "
-                        "lower the batch size")
+                        f"global batch of trainer.batch_size={plan.trainer.batch_size}: add text "
+                        "or lower the batch size")
     heldout = corpus_loader(corpus.heldout, plan.batches.per_process * world.size, plan, world,
                             masking, 0, shuffle=False)
     return train, heldout
@@ -188,7 +193,8 @@ def save_distilled(plan: Plan, run_dir: Path, student, objective: Objective, tok
     """The student in `run_dir`/student with the objective's learnt projections, for GLUE
     fine-tuning; the checkpoints cleared unless `trainer.keep_checkpoints`."""
     projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
-    models.save_student(student, tokenizer, run_dir / "student", plan.chain, projections=projections)
+    models.save_student(student, tokenizer, run_dir / "student", plan.chain,
+                        projections=projections)
     if not plan.trainer.keep_checkpoints:
         checkpoints.clear()
 

@@ -101,7 +101,8 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     resume = Resume.of(checkpoints, STAGES, plan.fingerprint)
     hooks = standard_hooks(trainer, log, checkpoints)
-    if plan.terms and trainer.stage1_epochs > 0 and not resume.skips("stage1", student, plan.device):
+    stage1_runs = plan.terms and trainer.stage1_epochs > 0
+    if stage1_runs and not resume.skips("stage1", student, plan.device):
         train_stage1(plan, student, lesson, hooks, resume.at("stage1"), timing)
     if trainer.stage2_epochs > 0 and not resume.skips("stage2", student, plan.device):
         train_stage2(plan, student, lesson, hooks, resume.at("stage2"), timing)

@@ -35,7 +35,8 @@ def teacher_key(plan) -> dict:
     """Everything that determines the fine-tuned teacher (and nothing that varies across a sweep's
     students). The precision is the one resolved for the device: `auto` names none."""
     trainer = plan.trainer
-    recipe = {name: getattr(trainer, name) for name in TEACHER_RECIPE} | {"precision": plan.precision}
+    recipe = {name: getattr(trainer, name) for name in TEACHER_RECIPE}
+    recipe["precision"] = plan.precision
     recipe |= present({"group_by_length": trainer.teacher_group_by_length or None,
                        "best_checkpoint": trainer.teacher_best_checkpoint or None})
     data = {"source": str(plan.data.glue_dir or "hub"), "train_limit": plan.data.train_limit,
@@ -75,6 +76,7 @@ def cached_tensors(folder: Path, prefix: str, key: dict, build, size: int, what:
             return torch.load(path, map_location="cpu", weights_only=True)
         tensors = build()
         tmp = path.with_name(f".{path.name}.tmp")
-        storage.atomic_write(tmp, lambda handle: torch.save(tensors, handle), binary=True, need=size)
+        storage.atomic_write(tmp, lambda handle: torch.save(tensors, handle), binary=True,
+                             need=size)
         storage.publish(tmp, path)
         return tensors

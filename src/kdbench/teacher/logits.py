@@ -26,6 +26,6 @@ def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan,
         return logits_table(teacher.model, loader, len(train_set), plan.num_labels, plan.device,
                             plan.precision)
 
-    return cached_tensors(plan.cache_dir / "teacher_logits", plan.task.name,
-                          derived_key(teacher.identity, train_set, tokenizer, plan, augmented), build,
+    key = derived_key(teacher.identity, train_set, tokenizer, plan, augmented)
+    return cached_tensors(plan.cache_dir / "teacher_logits", plan.task.name, key, build,
                           4 * len(train_set) * plan.num_labels, "the teacher-logits cache entry")
