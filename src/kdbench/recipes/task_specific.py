@@ -84,16 +84,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     tokenizer = models.teacher_tokenizer(plan.teacher, plan.cache_dir)
     originals = train_subset(plan.task, plan.data)
     train_set = encode_train(originals, plan.task, tokenizer, trainer.max_length)
-    eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
-    teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True,
-                                 seed=trainer.teacher_seed, loading=plan.loading,
-                                 group_by_length=trainer.teacher_group_by_length)
-    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
-                                        loading=plan.loading)
-                    for suffix, ds in eval_sets.items()}
-    teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
-    if trainer.teacher_dropout:
-        teacher.model.train()  # dropout on while it teaches, still without gradients
+    teacher, eval_loaders = teacher_and_dev(plan, train_set, tokenizer, log)
     student = models.student_for(plan, teacher.model)
     in_run_precision(teacher.model, plan.precision)
     lesson, augmented = distillation_set(plan, teacher, originals, train_set, tokenizer)
@@ -116,6 +107,23 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     if not trainer.keep_checkpoints:
         checkpoints.clear()
     return outcome
+
+
+def teacher_and_dev(plan: Plan, train_set, tokenizer, log: StepLog) -> tuple[FineTuned, dict]:
+    """The fine-tuned teacher (fine-tuned on `train_set` unless cached or given), in train mode with
+    `trainer.teacher_dropout`, and the loaders of the dev set(s) that score it and the student."""
+    trainer = plan.trainer
+    eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
+    teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True,
+                                 seed=trainer.teacher_seed, loading=plan.loading,
+                                 group_by_length=trainer.teacher_group_by_length)
+    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
+                                        loading=plan.loading)
+                    for suffix, ds in eval_sets.items()}
+    teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
+    if trainer.teacher_dropout:
+        teacher.model.train()  # dropout on while it teaches, still without gradients
+    return teacher, eval_loaders
 
 
 def train_stage1(plan: Plan, student, lesson: Lesson, hooks: list, resume: dict | None,
