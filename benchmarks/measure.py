@@ -50,8 +50,8 @@ from kdbench.models.compilation import compile_blocks  # noqa: E402
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer  # noqa: E402
 from kdbench.models.student import build_student, init_from_teacher  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
-from kdbench.teacher import freeze  # noqa: E402
-from kdbench.teacher_features import compute_table  # noqa: E402
+from kdbench.teacher.features import compute_table  # noqa: E402
+from kdbench.teacher.frozen import freeze  # noqa: E402
 from kdbench.timing import TimedBatches, optimizer_for, train_steps  # noqa: E402
 from kdbench.training.evaluate import logits_table  # noqa: E402
 from kdbench.training.steps import prediction_kd_step, to_device  # noqa: E402

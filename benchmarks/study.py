@@ -46,7 +46,7 @@ from kdbench.hydra_config import compose  # noqa: E402
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer  # noqa: E402
 from kdbench.models.student import build_student, init_from_teacher  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
-from kdbench.teacher import freeze  # noqa: E402
+from kdbench.teacher.frozen import freeze  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OBJECTIVES = ("vanilla_kd", "hid_seq", "att_kl+val_kl")

@@ -121,7 +121,7 @@ def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
     from kdbench.models.pretrained import teacher_tokenizer
     from kdbench.plan import make_plan
     from kdbench.record import StepLog
-    from kdbench.teacher import finetuned_teacher
+    from kdbench.teacher.finetune import finetuned_teacher
 
     plan = make_plan(compose_config(tiny_overrides(glue, run_dir, *extra)))
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)

@@ -192,7 +192,7 @@ def stage1_setup(overrides: list[str]):
     from kdbench.data.glue import task_datasets
     from kdbench.hydra_config import compose
     from kdbench.plan import make_plan
-    from kdbench.teacher import freeze
+    from kdbench.teacher.frozen import freeze
 
     plan = make_plan(compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"]))
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)

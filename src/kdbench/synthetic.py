@@ -14,19 +14,17 @@ import torch
 import yaml
 from transformers import BertConfig, BertForMaskedLM
 
-from kdbench import distributed
 from kdbench.data.batches import IN_PROCESS, CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.hydra_config import config_dir
 from kdbench.models.student import build_student
 from kdbench.objectives.terms import Objective, build_terms
-from kdbench.recipes.task_agnostic import first_batch, recorder
+from kdbench.recipes.task_agnostic import MLM_NUM_LABELS, reaching_step, recorder
 from kdbench.specs import LoadingSpec, OptimizerSpec, ShapeSpec
-from kdbench.teacher import freeze
+from kdbench.teacher.frozen import freeze
 from kdbench.training import loop
-from kdbench.training.reach import freeze_unreached_by_step
-from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
+from kdbench.training.steps import StudentSide, teacher_records_now
 
 BERT_VOCAB = 30522
 SPECIAL_IDS = (0, 100, 101, 102, 103)  # BERT's [PAD], [UNK], [CLS], [SEP], [MASK]
@@ -94,7 +92,8 @@ def distillation(objective_name: str, shapes: Shapes, device: torch.device, prec
     process's part of it in a data-parallel `world`, whose process group is already initialised)."""
     torch.manual_seed(seed)
     teacher = freeze(BertForMaskedLM(teacher_config(shapes))).to(device)
-    student = build_student(teacher.config, shapes.student, 2, seed + 1, mlm=True, dropout=dropout)
+    student = build_student(teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1, mlm=True,
+                            dropout=dropout)
     student = student.to(device)
     terms = objective_terms(objective_name, student.config, teacher.config)
     objective = Objective(terms, student.config, teacher.config, None, seed).to(device)
@@ -105,12 +104,9 @@ def distillation(objective_name: str, shapes: Shapes, device: torch.device, prec
         recorder(teacher, objective, "teacher", layers[1]) as (teacher_recorder, teacher_logits),
     ):
         targets = teacher_records_now(teacher_recorder, teacher_logits, device, precision)
-        student_side = StudentSide(student_recorder, objective, student_logits)
         batches = loader(shapes, masking, steps, seed, world, loading)
-        probe = distillation_step(student_side, targets, device, precision)
-        freeze_unreached_by_step(student_side, probe, first_batch(batches), device)
-        student_side = distributed.wrap(student_side, world, device)
-        step = distillation_step(student_side, targets, device, precision)
+        student_side, step = reaching_step(StudentSide(student_recorder, objective, student_logits),
+                                           targets, batches, world, device, precision)
         yield loop.Stage("distill", [student, objective], batches, step,
                          AGNOSTIC_OPTIMIZER, device, max_steps=steps, accumulation=shapes.accumulation,
                          sync_modules=[student_side] if world.distributed else [])

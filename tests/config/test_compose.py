@@ -138,7 +138,7 @@ def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
 
 def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
     from kdbench.plan import make_plan
-    from kdbench.teacher import cache_path
+    from kdbench.teacher.cache import cache_path
 
     base = ["teacher=tiny", "student=tiny", "task=sst2", f"data.glue_dir={tiny_glue}"]
     grouped, plain, pinned = (make_plan(compose_config([*base, *extra])) for extra in (

@@ -17,7 +17,7 @@ from kdbench.run import run
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.signals import graceful_stop
-from tests.helpers import compose_config, tiny_overrides
+from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
 CHECKPOINTED = ("trainer.checkpoint_every=1", "trainer.keep_checkpoints=true", "trainer.stage1_epochs=2",
                 "trainer.stage2_epochs=2", "objective=att_kl+val_kl")
@@ -116,6 +116,31 @@ def test_a_different_config_does_not_resume_silently(tiny_glue, tmp_path, monkey
     monkeypatch.undo()
     with pytest.raises(KdbenchError, match="different configuration"):
         run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED, "trainer.lr=3e-4")))
+
+
+def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoint(tiny_glue, tmp_path,
+                                                                                 monkeypatch):
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
+
+    def finetune(run_dir):  # 6 steps, each evaluated; checkpoints at steps 2, 3 (an epoch) and 4
+        return compose_config([
+            "setting=finetune", "trainer=finetune_released", "task=rte", f"data.glue_dir={tiny_glue}",
+            f"setting.student_path={distilled['student_path']}", "trainer.stage2_epochs=2",
+            "trainer.batch_size=16", "trainer.eval_every=1", "trainer.checkpoint_every=2",
+            "trainer.progress_bar=false", f"paths.run_dir={run_dir}"])
+
+    reference = run(finetune(tmp_path / "ref"))
+    crash_at(monkeypatch, "finetune", 5)
+    with pytest.raises(Crash):
+        run(finetune(tmp_path / "run"))
+    state, _ = Checkpoints(tmp_path / "run" / "checkpoints").latest()
+    assert (state["stage"], state["step"]) == ("finetune", 4)
+    monkeypatch.undo()
+    resumed = run(finetune(tmp_path / "run"))
+    assert resumed["status"] == "completed"
+    assert (resumed["metrics"], resumed["best_step"]) == (reference["metrics"], reference["best_step"])
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 LONG_STAGE1 = (*CHECKPOINTED, "trainer.stage1_epochs=6", "trainer.checkpoint_every=1000")

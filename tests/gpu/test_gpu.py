@@ -22,7 +22,7 @@ from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.specs import ShapeSpec
-from kdbench.teacher import freeze
+from kdbench.teacher.frozen import freeze
 from kdbench.training import loop
 from kdbench.training.hooks import Hook
 from kdbench.training.steps import StudentSide, distillation_step, output_logits, teacher_records_now, to_device

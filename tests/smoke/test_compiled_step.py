@@ -22,7 +22,7 @@ from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan
 from kdbench.recipes.task_agnostic import recorder
 from kdbench.recipes.task_specific import stage1
-from kdbench.teacher import freeze
+from kdbench.teacher.frozen import freeze
 from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
 from tests.helpers import (
     agnostic_overrides,

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from kdbench import teacher as teacher_module
 from kdbench.recipes import task_specific
 from kdbench.run import run
+from kdbench.teacher import finetune as teacher_finetune
 from tests.helpers import compose_config, tiny_overrides
 
 RECORD_KEYS = {"schema", "status", "setting", "task", "teacher", "student", "init", "objective", "seed",
@@ -54,7 +54,7 @@ def test_zero_epochs_skip_stages(tiny_glue, tmp_path):
 
 def test_teacher_is_frozen_and_never_updated(tiny_glue, tmp_path, monkeypatch):
     seen = {}
-    real = teacher_module.finetuned_teacher
+    real = teacher_finetune.finetuned_teacher
 
     def spy(*args, **kwargs):
         finetuned = real(*args, **kwargs)

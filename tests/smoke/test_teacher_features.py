@@ -12,7 +12,7 @@ import torch
 from kdbench.data.batches import make_loader
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
-from kdbench.teacher_features import teacher_feature_table, token_rows
+from kdbench.teacher.features import teacher_feature_table, token_rows
 from kdbench.training.steps import teacher_records_now
 from tests.helpers import stage1_losses_and_grads, tiny_teacher_setup
 

@@ -19,14 +19,17 @@ from kdbench.data.batches import make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
 from kdbench.plan import Plan
-from kdbench.record import RESULT_FILE, RunRecord, StepLog
+from kdbench.record import RESULT_FILE, RunRecord, StepLog, read_json, write_json
 from kdbench.specs import OptimizerSpec
 from kdbench.training import loop
+from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import Hook, standard_hooks
+from kdbench.training.resume import Resume
 from kdbench.training.steps import supervised_step
 
 RECORD_FIELDS = ("teacher", "student", "init", "objective", "seed")
+STAGE = "finetune"
 
 
 def distillation_record(student_path: Path) -> dict:
@@ -43,13 +46,22 @@ def distillation_record(student_path: Path) -> dict:
 class BestDevStep(Hook):
     """The dev metrics at the end, and every `every` steps when `every` > 0, keeping those of the
     best first metric (the study's released driver reports the best of evaluations every 50
-    steps)."""
+    steps). The best so far is kept in the file `store`, so a resumed fine-tuning keeps the
+    evaluations before it; it comes before the checkpoint hook, so a step's checkpoint follows its
+    evaluation."""
 
-    def __init__(self, score: Callable[[], dict], model, every: int):
-        self.score, self.model, self.every = score, model, every
+    def __init__(self, score: Callable[[], dict], model, every: int, store: Path):
+        self.score, self.model, self.every, self.store = score, model, every, store
         self.metrics: dict | None = None
         self.step: int | None = None
         self.seconds = 0.0  # spent evaluating
+
+    def on_start(self, progress) -> None:
+        """A resumed loop reads the best so far; a fresh one drops any an earlier start left."""
+        if progress.step == 0:
+            self.store.unlink(missing_ok=True)
+        kept = read_json(self.store) or {}
+        self.metrics, self.step = kept.get("metrics"), kept.get("step")
 
     def on_step(self, progress) -> None:
         if self.every and progress.step % self.every == 0 and not progress.finished:
@@ -66,26 +78,36 @@ class BestDevStep(Hook):
         primary = next(iter(metrics))
         if self.metrics is None or metrics[primary] > self.metrics[primary]:
             self.metrics, self.step = metrics, step
+            self.store.parent.mkdir(parents=True, exist_ok=True)
+            write_json(self.store, {"step": step, "metrics": metrics})
 
 
 def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     trainer = plan.trainer
     set_seed(plan.seed)
-    saved_as = "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
+    saved_as = ("a distilled student (setting.student_path: the student/ folder of a task-agnostic "
+                "run)")
     model = hub.load(AutoModelForSequenceClassification, plan.student_path, saved_as=saved_as,
                         num_labels=plan.num_labels).to(plan.device)
     tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
-    train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
-                               group_by_length=trainer.group_by_length, loading=plan.loading)
+    train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True,
+                               seed=plan.seed, group_by_length=trainer.group_by_length,
+                               loading=plan.loading)
     eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
                                         loading=plan.loading)
                     for suffix, ds in eval_sets.items()}
-    stage = loop.Stage("finetune", [model], train_loader, supervised_step(model, plan.device, plan.precision),
-                       OptimizerSpec.of(trainer, trainer.lr), plan.device, epochs=trainer.finetune_epochs)
+    stage = loop.Stage(STAGE, [model], train_loader,
+                       supervised_step(model, plan.device, plan.precision),
+                       OptimizerSpec.of(trainer, trainer.lr), plan.device,
+                       epochs=trainer.finetune_epochs)
     score = partial(evaluate, model, eval_loaders, plan.task.metrics, plan.device, plan.precision)
-    best = BestDevStep(score, model, trainer.eval_every)
-    stats = loop.train(stage, [*standard_hooks(trainer, log, None), best])
+    checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
+    best = BestDevStep(score, model, trainer.eval_every, checkpoints.folder / "best.json")
+    resume = Resume.of(checkpoints, (STAGE,), plan.fingerprint)
+    stats = loop.train(stage, [best, *standard_hooks(trainer, log, checkpoints)], resume.at(STAGE))
+    if not trainer.keep_checkpoints:
+        checkpoints.clear()
     return {
         "metrics": best.metrics, "teacher_metrics": {}, "best_step": best.step,
         "timing": {"finetune_s": stats["seconds"] - best.seconds, "eval_s": best.seconds,

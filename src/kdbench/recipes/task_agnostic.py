@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,7 @@ from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.masking import MaskingSpec, smoothed_token_weights
 from kdbench.data.sources import corpus_files
+from kdbench.distributed import World
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.anatomy import mlm_head
 from kdbench.models.compilation import compile_if_asked
@@ -32,84 +35,172 @@ from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.record import StepLog
 from kdbench.specs import OptimizerSpec
-from kdbench.teacher import freeze, in_run_precision
+from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training import loop
-from kdbench.training.checkpoint import Checkpoints, resumable_state
+from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import heldout_losses
 from kdbench.training.hooks import standard_hooks
 from kdbench.training.reach import freeze_unreached_by_step
-from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
+from kdbench.training.resume import Resume
+from kdbench.training.steps import StepFn, StudentSide, distillation_step, teacher_records_now
 
 if TYPE_CHECKING:  # the plan's module needs omegaconf, which the synthetic runs (kdbench.synthetic) go without
     from kdbench.plan import Plan
+
+
+STAGE = "distill"
+# An MLM model reads no labels: its config keeps transformers' default count of two.
+MLM_NUM_LABELS = 2
 
 
 def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     trainer, batches, device = plan.trainer, plan.batches, plan.device
     world = distributed.init(device)
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
-    path, fmt = corpus_files(plan.corpus, plan.cache_dir)
-    corpus = build_packed_corpus(path, fmt, tokenizer, plan.corpus.seq_len, plan.cache_dir,
-                                 heldout_fraction=plan.corpus.heldout_fraction, max_docs=plan.corpus.max_docs)
-    teacher = freeze(pretrained_teacher(plan.teacher, 2, trainer.teacher_seed, mlm=True)).to(device)
+    corpus = packed_corpus(plan, tokenizer)
+    teacher, student, objective = distillation_models(plan)
+    masking = input_masking(objective, trainer, tokenizer, corpus.train.array)
+    train_loader, heldout_loader = corpus_loaders(corpus, plan, world, masking)
+    checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
+    resume = unfinished(run_dir, checkpoints, plan.fingerprint)
+    layers = (plan.student_conf.num_hidden_layers, plan.teacher_conf.num_hidden_layers)
+    with (
+        recorder(student, objective, "student", layers[0]) as (student_recorder, student_logits),
+        recorder(teacher, objective, "teacher", layers[1]) as (teacher_recorder, teacher_logits),
+    ):
+        teacher_records = teacher_records_now(teacher_recorder, teacher_logits, device,
+                                              plan.precision)
+        student_side = StudentSide(student_recorder, objective, student_logits)
+        student_side, step = reaching_step(student_side, teacher_records, train_loader, world,
+                                           device, plan.precision)
+        heldout = HeldoutLosses(step, heldout_loader, max(1, trainer.heldout_batches // world.size),
+                                [student, objective], world, device, log)
+        initial = heldout.logged(0)
+        stage = distillation_stage(plan, world, [student, objective], train_loader, step,
+                                   student_side)
+        hooks = standard_hooks(trainer, log, checkpoints if world.is_main else None,
+                               after_step=partial(heldout.periodic, trainer.eval_every))
+        stats = loop.train(stage, hooks, resume.at(STAGE))
+        start = time.perf_counter()
+        final = heldout.measure()
+    timing = {"distill_s": stats["seconds"],
+              "distill_examples_per_s": stats["examples_per_s"] * world.size,
+              "eval_s": time.perf_counter() - start}
+    if world.is_main:
+        save_distilled(plan, run_dir, student, objective, tokenizer, checkpoints)
+    return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,
+            "student_path": str(run_dir / "student"), "corpus": corpus.meta,
+            "world_size": world.size,
+            "batch": {"global": batches.global_batch, "per_device": batches.per_process,
+                      "accumulation": batches.accumulation}}
+
+
+def unfinished(run_dir: Path, checkpoints: Checkpoints, fingerprint: str) -> Resume:
+    """Where the distillation resumes; refuses a finished one (its student is saved)."""
+    resume = Resume.of(checkpoints, (STAGE,), fingerprint)
+    if resume.finished(STAGE):
+        raise ConfigError(f"{run_dir} already holds a finished distillation: give a new run "
+                          "directory")
+    return resume
+
+
+def distillation_stage(plan: Plan, world: World, modules: list, loader, step: StepFn,
+                       student_side) -> loop.Stage:
+    """`trainer.max_steps` optimizer steps of global batches, in gradient-accumulation
+    micro-batches; a data-parallel `student_side` all-reduces on a step's last one."""
+    trainer = plan.trainer
+    return loop.Stage(STAGE, modules, loader, step, OptimizerSpec.of(trainer, trainer.lr),
+                      plan.device, max_steps=trainer.max_steps,
+                      accumulation=plan.batches.accumulation,
+                      sync_modules=[student_side] if world.distributed else [])
+
+
+def distillation_models(plan: Plan):
+    """The frozen pre-trained teacher (its weights in the run's precision), the student and the
+    objective, on the plan's device."""
+    trainer = plan.trainer
+    teacher = pretrained_teacher(plan.teacher, MLM_NUM_LABELS, trainer.teacher_seed, mlm=True)
+    teacher = freeze(teacher).to(plan.device)
     student = student_for(plan, teacher, mlm=True)
     compile_if_asked(plan.trainer, student, teacher)
     in_run_precision(teacher, plan.precision)
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed,
-                          recompute=trainer.recompute_losses, fused=trainer.fused_losses).to(device)
-    masking = input_masking(objective, trainer, tokenizer, corpus.train.array)
-    train_loader = corpus_loader(corpus.train, batches.global_batch, plan, world, masking, plan.seed, shuffle=True)
-    if len(train_loader) == 0:
-        raise DataError(f"the corpus has {len(corpus.train)} training sequences, fewer than one global batch of "
-                        f"trainer.batch_size={trainer.batch_size}: add text or lower the batch size")
-    # Held-out batches in corpus order, dealt round-robin to the processes: the same set however many there are.
-    heldout_loader = corpus_loader(corpus.heldout, batches.per_process * world.size, plan, world, masking, 0,
-                                   shuffle=False)
-    heldout_per_process = max(1, trainer.heldout_batches // world.size)
-    checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint}) if world.is_main else None
-    latest = resume_state(run_dir, plan)
-    with (
-        recorder(student, objective, "student", plan.student_conf.num_hidden_layers) as (student_recorder, student_logits),
-        recorder(teacher, objective, "teacher", plan.teacher_conf.num_hidden_layers) as (teacher_recorder, teacher_logits),
-    ):
-        teacher_records = teacher_records_now(teacher_recorder, teacher_logits, device, plan.precision)
-        # Only objectives that read the MLM logits (vanilla_kd, distilbert) run the student's whole
-        # model; the others stop at their last layer: what they leave without a gradient is frozen.
-        student_side = StudentSide(student_recorder, objective, student_logits)
-        probe = distillation_step(student_side, teacher_records, device, plan.precision)
-        freeze_unreached_by_step(student_side, probe, first_batch(train_loader), device)
-        student_side = distributed.wrap(student_side, world, device)
-        step = distillation_step(student_side, teacher_records, device, plan.precision)
+                          recompute=trainer.recompute_losses, fused=trainer.fused_losses)
+    return teacher, student, objective.to(plan.device)
 
-        def evaluate_heldout(at_step: int) -> dict:
-            values = heldout_losses(step, heldout_loader, heldout_per_process, [student, objective], world, device)
-            log.log("heldout", at_step, values)
-            return values
 
-        def periodic_heldout(at_step: int) -> None:
-            if trainer.eval_every and at_step % trainer.eval_every == 0:
-                evaluate_heldout(at_step)
+def packed_corpus(plan: Plan, tokenizer):
+    """The corpus tokenised with the teacher's tokenizer, packed and split (cached on disk)."""
+    path, fmt = corpus_files(plan.corpus, plan.cache_dir)
+    return build_packed_corpus(path, fmt, tokenizer, plan.corpus.seq_len, plan.cache_dir,
+                               heldout_fraction=plan.corpus.heldout_fraction,
+                               max_docs=plan.corpus.max_docs)
 
-        initial = evaluate_heldout(0)
-        stage = loop.Stage("distill", [student, objective], train_loader, step, OptimizerSpec.of(trainer, trainer.lr),
-                           device, max_steps=trainer.max_steps, accumulation=batches.accumulation,
-                           sync_modules=[student_side] if world.distributed else [])
-        stats = loop.train(stage, standard_hooks(trainer, log, checkpoints, after_step=periodic_heldout), latest)
-        start = time.perf_counter()
-        final = heldout_losses(step, heldout_loader, heldout_per_process, [student, objective], world, device)
-    timing = {"distill_s": stats["seconds"], "distill_examples_per_s": stats["examples_per_s"] * world.size,
-              "eval_s": time.perf_counter() - start}
-    student_dir = run_dir / "student"
-    if world.is_main:
-        projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
-        save_student(student, tokenizer, student_dir, plan.chain,
-                     projections=projections)
-        if not trainer.keep_checkpoints:
-            checkpoints.clear()
-    return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,
-            "student_path": str(student_dir), "corpus": corpus.meta, "world_size": world.size,
-            "batch": {"global": batches.global_batch, "per_device": batches.per_process,
-                      "accumulation": batches.accumulation}}
+
+def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
+    """This process's training loader (shuffled global batches) and held-out loader (held-out
+    batches in corpus order, dealt round-robin to the processes: the same set however many there
+    are)."""
+    train = corpus_loader(corpus.train, plan.batches.global_batch, plan, world, masking, plan.seed,
+                          shuffle=True)
+    if len(train) == 0:
+        raise DataError(f"the corpus has {len(corpus.train)} training sequences, fewer than one "
+                        f"global batch of trainer.batch_size={plan.trainer.batch_size}: add text "
+                        "or lower the batch size")
+    heldout = corpus_loader(corpus.heldout, plan.batches.per_process * world.size, plan, world,
+                            masking, 0, shuffle=False)
+    return train, heldout
+
+
+def reaching_step(student_side: StudentSide, teacher_records, loader, world: World,
+                  device: torch.device, precision: str):
+    """The student side ready to train and its distillation step: the parameters its loss does not
+    reach on the loader's first batch frozen, then wrapped for data parallelism. Only objectives
+    that read the MLM logits (vanilla_kd, distilbert) run the student's whole model; the others
+    stop at their last layer, and what they leave without a gradient is frozen."""
+    probe = distillation_step(student_side, teacher_records, device, precision)
+    freeze_unreached_by_step(student_side, probe, first_batch(loader), device)
+    student_side = distributed.wrap(student_side, world, device)
+    return student_side, distillation_step(student_side, teacher_records, device, precision)
+
+
+@dataclass
+class HeldoutLosses:
+    """The held-out loss of every term with `step`, over `per_process` batches of `loader` in each
+    process, logged as stage `heldout` when asked."""
+
+    step: StepFn
+    loader: torch.utils.data.DataLoader
+    per_process: int
+    modules: list
+    world: World
+    device: torch.device
+    log: StepLog
+
+    def measure(self) -> dict:
+        return heldout_losses(self.step, self.loader, self.per_process, self.modules, self.world,
+                              self.device)
+
+    def logged(self, at_step: int) -> dict:
+        values = self.measure()
+        self.log.log("heldout", at_step, values)
+        return values
+
+    def periodic(self, every: int, at_step: int) -> None:
+        """Logged every `every` steps (0: never)."""
+        if every and at_step % every == 0:
+            self.logged(at_step)
+
+
+def save_distilled(plan: Plan, run_dir: Path, student, objective: Objective, tokenizer,
+                   checkpoints: Checkpoints) -> None:
+    """The student in `run_dir`/student with the objective's learnt projections, for GLUE
+    fine-tuning; the checkpoints cleared unless `trainer.keep_checkpoints`."""
+    projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
+    save_student(student, tokenizer, run_dir / "student", plan.chain,
+                        projections=projections)
+    if not plan.trainer.keep_checkpoints:
+        checkpoints.clear()
 
 
 def input_masking(objective: Objective, trainer, tokenizer, train_rows) -> MaskingSpec | None:
@@ -160,9 +251,3 @@ def recorder(model, objective: Objective, side: str, last_layer: int):
     with FeatureRecorder(model, needs, stop_after=max(needs)) as features:
         yield features, logits
 
-
-def resume_state(run_dir: Path, plan: Plan) -> dict | None:
-    state = resumable_state(Checkpoints(run_dir / "checkpoints"), plan.fingerprint)
-    if state is not None and state["done"]:
-        raise ConfigError(f"{run_dir} already holds a finished distillation: give a new run directory")
-    return state

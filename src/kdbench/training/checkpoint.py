@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 
 from kdbench import storage
-from kdbench.errors import KdbenchError
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
@@ -76,17 +75,3 @@ def set_rng_state(state: dict, device: torch.device) -> None:
     if "cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
 
-
-def resumable_state(checkpoints: Checkpoints, fingerprint: str) -> dict | None:
-    """The latest checkpoint of this run directory, if any; refuses one written by a different config."""
-    latest = checkpoints.latest()
-    if latest is None:
-        return None
-    state, path = latest
-    if state.get("fingerprint") != fingerprint:
-        raise KdbenchError(
-            f"{checkpoints.folder} holds checkpoints of a different configuration: re-run the same command to "
-            "resume, or give this run its own directory (paths.run_dir or Hydra's hydra.run.dir)"
-        )
-    log.info("resuming from %s, %s, step %d%s", path, state["stage"], state["step"], " (done)" if state["done"] else "")
-    return state

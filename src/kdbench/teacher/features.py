@@ -28,7 +28,8 @@ from kdbench.data.batches import make_loader
 from kdbench.models.anatomy import encoder_layers
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.tensors import LOGITS
-from kdbench.teacher import FineTuned, cached_tensors, derived_key
+from kdbench.teacher.cache import cached_tensors, derived_key
+from kdbench.teacher.frozen import FineTuned
 from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import LogitsFn, autocast, read_records, to_device
 
@@ -163,18 +164,24 @@ FeatureTableFn = Callable[[Mapping[int, set[str]], int | None, LogitsFn | None],
 def teacher_feature_table(teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None,
                           needs: Mapping[int, set[str]], stop_after: int | None,
                           logits: LogitsFn | None) -> FeatureTable | None:
-    """The teacher's features at `needs` (layer -> raw feature names) for every training example, from the cache
-    or computed now; None when the table would exceed `trainer.teacher_features_gib`."""
+    """The teacher's features at `needs` (layer -> raw feature names) for every training example,
+    from the cache or computed now; None when the table would exceed
+    `trainer.teacher_features_gib`."""
     size = table_bytes(train_set, teacher.model.config, needs, plan.precision)
     budget = plan.trainer.teacher_features_gib * 2**30
     if size > budget:
-        logger.info("the teacher's stage-1 features would take %s, more than trainer.teacher_features_gib=%s: the "
-                    "teacher runs at every step", storage.human(size), plan.trainer.teacher_features_gib)
+        logger.info("the teacher's stage-1 features would take %s, more than "
+                    "trainer.teacher_features_gib=%s: the teacher runs at every step",
+                    storage.human(size), plan.trainer.teacher_features_gib)
         return None
-    key = derived_key(teacher, train_set, tokenizer, plan, augmented) | {
+    key = derived_key(teacher.identity, train_set, tokenizer, plan, augmented) | {
         "features": {str(layer): sorted(names) for layer, names in sorted(needs.items())},
         "stop_after": stop_after, "logits": logits is not None}
-    build = lambda: compute_table(teacher.model, train_set, tokenizer, plan, needs, stop_after, logits).state()  # noqa: E731
+
+    def build() -> dict[str, Tensor]:
+        return compute_table(teacher.model, train_set, tokenizer, plan, needs, stop_after,
+                             logits).state()
+
     state = cached_tensors(plan.cache_dir / "teacher_features", plan.task.name, key, build, size,
                            "the teacher-features cache entry")
     return FeatureTable.of(state).placed(plan.device, size)

@@ -1,0 +1,82 @@
+"""The teacher's cache keys and the one helper that reads or builds a cache entry of tensors.
+
+A key holds everything that determines what its entry holds; the entry's name ends with the key's
+digest. An optional setting enters a key only when it is on or set (`present` leaves out the
+others), so turning one on gives new entries and leaving it off keeps every existing entry's key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+
+from kdbench import storage
+
+TEACHER_CACHE_VERSION = 1
+# The trainer settings that determine the fine-tuned teacher.
+TEACHER_RECIPE = ("teacher_epochs", "teacher_lr", "batch_size", "warmup_ratio", "weight_decay",
+                  "adam_betas", "adam_eps", "max_grad_norm", "max_length", "teacher_seed")
+
+
+def present(entries: dict) -> dict:
+    """The entries whose value is not None."""
+    return {name: value for name, value in entries.items() if value is not None}
+
+
+def digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def teacher_key(plan) -> dict:
+    """Everything that determines the fine-tuned teacher (and nothing that varies across a sweep's
+    students). The precision is the one resolved for the device: `auto` names none."""
+    trainer = plan.trainer
+    recipe = {name: getattr(trainer, name) for name in TEACHER_RECIPE}
+    recipe["precision"] = plan.precision
+    recipe |= present({"group_by_length": trainer.teacher_group_by_length or None,
+                       "best_checkpoint": trainer.teacher_best_checkpoint or None})
+    data = {"source": str(plan.data.glue_dir or "hub"), "train_limit": plan.data.train_limit,
+            "subset_seed": plan.data.subset_seed}
+    return {"version": TEACHER_CACHE_VERSION, "teacher": plan.teacher.identity,
+            "task": plan.task.name, "data": data, "recipe": recipe,
+            **present({"content": plan.task.content_hash})}  # a user's data file's hash
+
+
+def cache_path(plan) -> Path:
+    """The fine-tuned teacher's cache entry (a folder)."""
+    name = f"{plan.task.name}-{plan.teacher.name}-{digest(teacher_key(plan))}"
+    return plan.cache_dir / "teachers" / name
+
+
+def derived_key(identity: str, train_set, tokenizer, plan, augmented: str | None = None) -> dict:
+    """What determines anything computed from the frozen teacher of `identity` over the training
+    set: the teacher's weights (in bf16 in a bf16 run: `in_run_precision`), the examples and their
+    tokenisation, the precision. `augmented` names the augmented set's cache entry."""
+    key = {"teacher": identity, "task": plan.task.name, "train_limit": plan.data.train_limit,
+           "subset_seed": plan.data.subset_seed, "max_length": plan.trainer.max_length,
+           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision,
+           "n": len(train_set)}
+    bf16 = "bf16" if plan.precision == "bf16" else None
+    return key | present({"teacher_weights": bf16, "augmented": augmented,
+                          "content": plan.task.content_hash})
+
+
+def cached_tensors(folder: Path, prefix: str, key: dict, build, size: int, what: str):
+    """The tensors (a tensor or a dict of them) `build()` makes for `key`: read from their cache
+    entry in `folder`, or built now and written (complete, or not at all; concurrent runs wait on
+    the entry's lock). `size` is the bytes written; `what` names the entry in messages."""
+    path = folder / f"{prefix}-{digest(key)}.pt"
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if storage.intact(path, what):
+            return torch.load(path, map_location="cpu", weights_only=True)
+        tensors = build()
+        tmp = path.with_name(f".{path.name}.tmp")
+        storage.atomic_write(tmp, lambda handle: torch.save(tensors, handle), binary=True,
+                             need=size)
+        storage.publish(tmp, path)
+        return tensors

@@ -1,0 +1,161 @@
+"""The fine-tuned teacher: trained once per (teacher, task, data, recipe), cached on disk, shared by
+every run.
+
+The cache key (`teacher.cache.teacher_key`) covers everything that determines the fine-tuned
+weights. Concurrent jobs that need the same teacher take a file lock: one builds it (into a temp
+folder, renamed into place when complete), the others wait and reuse it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
+
+from kdbench import storage
+from kdbench.metrics import scores_only
+from kdbench.models.attention import prepare_for_training
+from kdbench.models.hub import load
+from kdbench.models.pretrained import pretrained_teacher
+from kdbench.record import StepLog, read_json, write_json
+from kdbench.specs import OptimizerSpec
+from kdbench.teacher.cache import cache_path, teacher_key
+from kdbench.teacher.frozen import FineTuned, freeze
+from kdbench.training import loop
+from kdbench.training.checkpoint import Checkpoints
+from kdbench.training.evaluate import evaluate
+from kdbench.training.hooks import Hook, standard_hooks
+from kdbench.training.resume import Resume
+from kdbench.training.steps import supervised_step
+
+logger = logging.getLogger("kdbench")
+
+
+def load_finetuned(path: Path, num_labels: int) -> PreTrainedModel:
+    return load(AutoModelForSequenceClassification, path, saved_as="the fine-tuned teacher",
+                       num_labels=num_labels)
+
+
+class BestDevEpoch(Hook):
+    """After every epoch, the dev metrics (logged as stage `teacher_dev`); the weights of the best
+    first metric so far are kept in the file `store` (so a resumed fine-tuning keeps the epochs
+    before it), and loaded back into the model at the end (the study's released code picks the
+    teacher's best dev checkpoint)."""
+
+    def __init__(self, model: PreTrainedModel, score, store: Path, log: StepLog):
+        self.model, self.score, self.store, self.log = model, score, store, log
+
+    def best(self) -> dict | None:
+        if not self.store.exists():
+            return None
+        return torch.load(self.store, map_location="cpu", weights_only=True)
+
+    def on_epoch_end(self, progress) -> None:
+        metrics = self.score()
+        self.model.train()  # evaluation left it in eval mode
+        self.log.log("teacher_dev", progress.step, scores_only(metrics), epoch=progress.epoch)
+        best, primary = self.best(), next(iter(metrics))
+        if best is None or metrics[primary] > best["metrics"][primary]:
+            self.keep({"epoch": progress.epoch, "metrics": metrics,
+                       "weights": self.model.state_dict()})
+
+    def keep(self, state: dict) -> None:
+        tmp = self.store.with_name(f".{self.store.name}.tmp")
+        self.store.parent.mkdir(parents=True, exist_ok=True)
+        storage.atomic_write(tmp, lambda handle: torch.save(state, handle), binary=True,
+                             need=storage.tensor_bytes(state["weights"]))
+        storage.publish(tmp, self.store)
+
+    def on_end(self, progress) -> None:
+        best = self.best()
+        if best is not None:
+            logger.info("the teacher keeps epoch %d's weights, its best on dev", best["epoch"])
+            self.model.load_state_dict(best["weights"])
+
+
+def finetuned_teacher(plan, train_loader, eval_loaders, log: StepLog) -> FineTuned:
+    """The task's fine-tuned teacher, frozen, with its dev metrics: the given one, the cached one,
+    or fine-tuned now (once for every run that needs it: concurrent runs wait on the cache entry's
+    lock)."""
+    if plan.teacher.finetuned_path is not None:
+        return given_teacher(plan, eval_loaders)
+    path = cache_path(plan)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if storage.intact(path, "the fine-tuned teacher's cache entry"):
+            teacher = freeze(load_finetuned(path, plan.num_labels).to(plan.device))
+            metrics = read_json(path / "kdbench_teacher.json")["metrics"]
+            return FineTuned(teacher, metrics, 0.0, path.name)
+        return fine_tune_teacher(plan, path, train_loader, eval_loaders, log)
+
+
+def given_teacher(plan, eval_loaders) -> FineTuned:
+    """The fine-tuned teacher at `teacher.finetuned_path`, named by its files' sizes and times."""
+    path = plan.teacher.finetuned_path
+    teacher = freeze(load_finetuned(path, plan.num_labels).to(plan.device))
+    metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision,
+                       "teacher_evaluation")
+    stamp = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                   for p in path.iterdir() if p.is_file())
+    return FineTuned(teacher, metrics, 0.0, f"{path.resolve()}:{stamp}")
+
+
+def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog) -> FineTuned:
+    """Fine-tune the pre-trained teacher and write it as the cache entry `path` (complete, or not at
+    all).
+
+    Checkpointed like a stage, next to the entry: a killed or pre-empted builder's successor
+    resumes it. The checkpoints are keyed like the entry, without a fingerprint."""
+    start, trainer = time.perf_counter(), plan.trainer
+    set_seed(trainer.teacher_seed)
+    teacher = pretrained_teacher(plan.teacher, plan.num_labels, trainer.teacher_seed)
+    teacher = teacher.to(plan.device)
+    checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"))
+    if trainer.teacher_epochs > 0:
+        prepare_for_training(teacher, trainer.recompute_attention)
+        score = partial(evaluate, teacher, eval_loaders, plan.task.metrics, plan.device,
+                        plan.precision)
+        resume = Resume.of(checkpoints, ("teacher",))
+        loop.train(teacher_stage(plan, teacher, train_loader),
+                   teacher_hooks(trainer, teacher, score, checkpoints, log), resume.at("teacher"))
+    freeze(teacher)
+    metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision,
+                       "teacher_evaluation")
+    seconds = time.perf_counter() - start
+    save_entry(path, teacher, {"key": teacher_key(plan), "metrics": metrics, "seconds": seconds})
+    checkpoints.clear()
+    return FineTuned(teacher, metrics, seconds, path.name)
+
+
+def teacher_stage(plan, teacher: PreTrainedModel, train_loader) -> loop.Stage:
+    trainer = plan.trainer
+    return loop.Stage("teacher", [teacher], train_loader,
+                      supervised_step(teacher, plan.device, plan.precision),
+                      OptimizerSpec.of(trainer, trainer.teacher_lr), plan.device,
+                      epochs=trainer.teacher_epochs)
+
+
+def teacher_hooks(trainer, teacher: PreTrainedModel, score, checkpoints: Checkpoints,
+                  log: StepLog) -> list[Hook]:
+    """The standard hooks; with `trainer.teacher_best_checkpoint`, the best dev epoch's first (an
+    epoch's checkpoint follows its evaluation)."""
+    hooks = standard_hooks(trainer, log, checkpoints)
+    if trainer.teacher_best_checkpoint:
+        hooks.insert(0, BestDevEpoch(teacher, score, checkpoints.folder / "best.pt", log))
+    return hooks
+
+
+def save_entry(path: Path, teacher: PreTrainedModel, meta: dict) -> None:
+    """The cache entry `path`: the teacher's weights and `meta` (complete, or not at all)."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with storage.space_for(path, storage.tensor_bytes(teacher.state_dict()), partial=tmp):
+        teacher.save_pretrained(str(tmp))
+        write_json(tmp / "kdbench_teacher.json", meta)
+        storage.publish(tmp, path)
