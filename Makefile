@@ -30,8 +30,9 @@ report-%:  ## build the tables of a preset's sweep: make report-mini_table1 (int
 study-%:  ## a preset from nothing to tables: its sweep, the fine-tuning grids if task-agnostic, the report (results/NAME)
 	$(BIN)/python -m kdbench.study $* $(ARGS)
 
-lint:  ## ruff
-	$(BIN)/ruff check src tests
+lint:  ## ruff: the checks, and the format (lines of at most 100 characters)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 
 bench-env:  ## .venv-bench: kdbench + the peers it is benchmarked against (TextBrewer), torch pinned
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench

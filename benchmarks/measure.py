@@ -1,25 +1,26 @@
-"""One measurement, in its own process: `python benchmarks/measure.py '<json spec>'` prints one JSON line.
+"""One measurement, in its own process: `python benchmarks/measure.py '<json spec>'` prints one JSON
+line.
 
-spec: impl (kdbench | tuned | plain | textbrewer | textbrewer_dynamic | check: kdbench's loss and gradients
-against the plain and tuned loops'),
-objective (att_kl+val_kl | hid_seq | vanilla_kd: stage 2), task (sst2 | rte | wiki: Wikipedia text packed to
-exactly seq_len tokens), seq_len, student_layers, batch_size, steps (timed), warmup, seed; kdbench only:
-precision (fp32 | bf16), features (stage 1 reads the teacher's features from kdbench's table, built untimed
-before the steps, as a run does once per study; otherwise the teacher runs every step: equal work), overrides
-(Hydra overrides: kdbench's optional trainer settings, e.g. trainer.recompute_losses=true,
-trainer.recompute_attention=true, trainer.compile=true); optional: teacher and
-student (config options, default minilm_l6 and 3x384), init (every_kth or random), threads.
+spec: impl (kdbench | tuned | plain | textbrewer | textbrewer_dynamic | check: kdbench's loss and
+gradients against the plain and tuned loops'), objective (att_kl+val_kl | hid_seq | vanilla_kd:
+stage 2), task (sst2 | rte | wiki: Wikipedia text packed to exactly seq_len tokens), seq_len,
+student_layers, batch_size, steps (timed), warmup, seed; kdbench only: precision (fp32 | bf16),
+features (stage 1 reads the teacher's features from kdbench's table, built untimed before the steps,
+as a run does once per study; otherwise the teacher runs every step: equal work), overrides (Hydra
+overrides: kdbench's optional trainer settings, e.g. trainer.recompute_losses=true,
+trainer.recompute_attention=true, trainer.compile=true); optional: teacher and student (config
+options, default minilm_l6 and 3x384), init (every_kth or random), threads.
 
-Every implementation gets the same teacher and student weights and the same examples: `warmup` untimed
-batches, then `steps` timed batches that cover the same `steps * batch_size` examples (kdbench, the tuned loop
-and textbrewer_dynamic: kdbench's length-grouped batches with dynamic padding; plain and textbrewer: every batch
-padded to seq_len, in a seeded random order), then one
-untimed batch (TextBrewer saves the student after its last step). The clock starts when the first timed
-batch is fetched and stops when the batch after the last timed one is, so a step is the full loop
-iteration (forward, backward, optimizer step, the framework's own overhead). Peak memory: the process's
-resident-set high-water mark over the timed steps (Linux VmHWM, reset through /proc/self/clear_refs when they
-begin; the allocator keeps what the warm-up steps took, so it is the training peak), or the CUDA
-allocator's peak on a GPU.
+Every implementation gets the same teacher and student weights and the same examples: `warmup`
+untimed batches, then `steps` timed batches that cover the same `steps * batch_size` examples
+(kdbench, the tuned loop and textbrewer_dynamic: kdbench's length-grouped batches with dynamic
+padding; plain and textbrewer: every batch padded to seq_len, in a seeded random order), then one
+untimed batch (TextBrewer saves the student after its last step). The clock starts when the first
+timed batch is fetched and stops when the batch after the last timed one is, so a step is the full
+loop iteration (forward, backward, optimizer step, the framework's own overhead). Peak memory: the
+process's resident-set high-water mark over the timed steps (Linux VmHWM, reset through
+/proc/self/clear_refs when they begin; the allocator keeps what the warm-up steps took, so it is the
+training peak), or the CUDA allocator's peak on a GPU.
 """
 
 from __future__ import annotations
@@ -60,18 +61,31 @@ TOKEN_INPUTS = peers.TOKEN_INPUTS
 
 
 def wiki_rows(tokenizer, seq_len: int, n: int) -> Dataset:
-    """n sequences of exactly seq_len tokens ([CLS] text [SEP]) from the Wikipedia sample: no padding anywhere."""
+    """n sequences of exactly seq_len tokens ([CLS] text [SEP]) from the Wikipedia sample: no
+    padding anywhere."""
     ids = []
     for doc in iter_documents(os.environ["KDBENCH_CORPUS"], "wikiextractor"):
         ids.extend(tokenizer(doc, add_special_tokens=False)["input_ids"])
         if len(ids) > n * seq_len:
             break
-    rows, _ = pack_tokens(torch.tensor(ids).numpy(), seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id,
-                                 tokenizer.pad_token_id)
+    rows, _ = pack_tokens(
+        torch.tensor(ids).numpy(),
+        seq_len,
+        tokenizer.cls_token_id,
+        tokenizer.sep_token_id,
+        tokenizer.pad_token_id,
+    )
     rows = rows[:n]  # all full: more than n rows' worth of tokens were read
-    ds = Dataset.from_dict({"input_ids": rows.tolist(), "attention_mask": [[1] * seq_len] * len(rows),
-                            "token_type_ids": [[0] * seq_len] * len(rows), "labels": [0] * len(rows),
-                            "example": list(range(len(rows))), "length": [seq_len] * len(rows)})
+    ds = Dataset.from_dict(
+        {
+            "input_ids": rows.tolist(),
+            "attention_mask": [[1] * seq_len] * len(rows),
+            "token_type_ids": [[0] * seq_len] * len(rows),
+            "labels": [0] * len(rows),
+            "example": list(range(len(rows))),
+            "length": [seq_len] * len(rows),
+        }
+    )
     ds.set_format("torch")
     return ds
 
@@ -85,25 +99,37 @@ class Setup:
         k, batch = spec["student_layers"], spec["batch_size"]
         n = (spec["warmup"] + spec["steps"] + 1) * batch
         overrides = [
-            f"task={'sst2' if spec['task'] == 'wiki' else spec['task']}", f"teacher={spec.get('teacher', 'minilm_l6')}",
-            f"student={spec.get('student', '3x384')}", f"student.num_layers={k}", f"init={spec.get('init', 'every_kth')}",
+            f"task={'sst2' if spec['task'] == 'wiki' else spec['task']}",
+            f"teacher={spec.get('teacher', 'minilm_l6')}",
+            f"student={spec.get('student', '3x384')}",
+            f"student.num_layers={k}",
+            f"init={spec.get('init', 'every_kth')}",
             f"objective={spec['objective']}",
-            f"trainer.max_length={spec['seq_len']}", f"trainer.batch_size={batch}", f"data.train_limit={n}",
-            f"trainer.precision={spec.get('precision', 'fp32')}", "trainer.teacher_epochs=0", f"seed={spec['seed']}",
+            f"trainer.max_length={spec['seq_len']}",
+            f"trainer.batch_size={batch}",
+            f"data.train_limit={n}",
+            f"trainer.precision={spec.get('precision', 'fp32')}",
+            "trainer.teacher_epochs=0",
+            f"seed={spec['seed']}",
             *spec.get("overrides", []),
         ]
         self.cfg = cfg = compose(overrides)
         self.plan = plan = make_plan(cfg)
         self.device = plan.device
-        # (student, teacher) layers, 1-based: the init layers, or TinyBERT's uniform map for a random student
+        # (student, teacher) layers, 1-based: the init layers, or TinyBERT's uniform map for a
+        # random student
         mapped = plan.init.layers or every_kth(plan.teacher_conf.num_hidden_layers, k)
         self.pairs = list(zip(range(1, k + 1), mapped))
         self.tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
         if spec["task"] == "wiki":
             self.train = wiki_rows(self.tokenizer, spec["seq_len"], n)
         else:
-            self.train = task_datasets(plan.task, plan.data, self.tokenizer, plan.trainer.max_length)[0]
-        self.teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, spec["seed"])).to(self.device)
+            self.train = task_datasets(
+                plan.task, plan.data, self.tokenizer, plan.trainer.max_length
+            )[0]
+        self.teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, spec["seed"])).to(
+            self.device
+        )
         self.student = build_student(plan.teacher_conf, plan.student, plan.num_labels, spec["seed"])
         if plan.init.layers:
             init_from_teacher(self.student, self.teacher, plan.init)
@@ -116,12 +142,25 @@ class Setup:
     def batches(self, dataset, *, padded: bool, tokens_only: bool = False) -> list[dict]:
         keep = TOKEN_INPUTS + (() if tokens_only else ("labels", "example"))
         if padded:  # plain and textbrewer: every batch padded to seq_len, random order
-            collate = DataCollatorWithPadding(self.tokenizer, padding="max_length", max_length=self.spec["seq_len"])
-            loader = torch.utils.data.DataLoader(dataset, batch_size=self.spec["batch_size"], shuffle=True,
-                                                 collate_fn=collate, generator=torch.Generator().manual_seed(0))
+            collate = DataCollatorWithPadding(
+                self.tokenizer, padding="max_length", max_length=self.spec["seq_len"]
+            )
+            loader = torch.utils.data.DataLoader(
+                dataset,
+                batch_size=self.spec["batch_size"],
+                shuffle=True,
+                collate_fn=collate,
+                generator=torch.Generator().manual_seed(0),
+            )
         else:  # kdbench's batches: length-grouped, dynamic padding
-            loader = make_loader(dataset, self.tokenizer, self.spec["batch_size"], shuffle=True,
-                                      seed=self.spec["seed"], group_by_length=True)
+            loader = make_loader(
+                dataset,
+                self.tokenizer,
+                self.spec["batch_size"],
+                shuffle=True,
+                seed=self.spec["seed"],
+                group_by_length=True,
+            )
         return [to_device({k: v for k, v in b.items() if k in keep}, self.device) for b in loader]
 
     def timed_batches(self, *, padded: bool, tokens_only: bool = False) -> TimedBatches:
@@ -134,40 +173,59 @@ def run_kdbench(setup: Setup) -> TimedBatches:
     batches = setup.timed_batches(padded=False)
     plan = setup.plan
     prepare_for_training(setup.student, plan.trainer.recompute_attention)
-    if plan.trainer.compile:  # compiled during the warm-up steps (their time is reported as warmup_s)
+    if (
+        plan.trainer.compile
+    ):  # compiled during the warm-up steps (their time is reported as warmup_s)
         compile_blocks(setup.student, setup.teacher)
     if plan.terms:
         features = cached_features(setup) if setup.spec.get("features") else None
-        with stage1_step(plan, setup.student, setup.teacher, setup.train["labels"], features) as (step, modules):
+        with stage1_step(plan, setup.student, setup.teacher, setup.train["labels"], features) as (
+            step,
+            modules,
+        ):
             train_steps(step, modules, batches)
-    else:  # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
-        loader = make_loader(setup.train, setup.tokenizer, plan.trainer.eval_batch_size, shuffle=False)
-        table = logits_table(setup.teacher, loader, len(setup.train), plan.num_labels, setup.device, plan.precision)
+    # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
+    else:
+        loader = make_loader(
+            setup.train, setup.tokenizer, plan.trainer.eval_batch_size, shuffle=False
+        )
+        table = logits_table(
+            setup.teacher, loader, len(setup.train), plan.num_labels, setup.device, plan.precision
+        )
         table = table.to(setup.device)
-        step = prediction_kd_step(setup.student, lambda b: table[b["example"]], plan.kd, setup.device, plan.precision)
+        step = prediction_kd_step(
+            setup.student, lambda b: table[b["example"]], plan.kd, setup.device, plan.precision
+        )
         train_steps(step, [setup.student], batches)
     return batches
 
 
 def cached_features(setup: Setup):
-    """kdbench's teacher-features table of the training examples, built when stage 1 asks for it (untimed: once per
-    study in a run; its seconds go to `setup.features_build_s`)."""
+    """kdbench's teacher-features table of the training examples, built when stage 1 asks for it
+    (untimed: once per study in a run; its seconds go to `setup.features_build_s`)."""
 
     def table(needs, stop_after, logits):
         start = time.perf_counter()
-        built = compute_table(setup.teacher, setup.train, setup.tokenizer, setup.plan, needs, stop_after, logits)
+        built = compute_table(
+            setup.teacher, setup.train, setup.tokenizer, setup.plan, needs, stop_after, logits
+        )
         setup.features_build_s = time.perf_counter() - start
         return built
 
     return table
 
 
-def peer_batches(setup: Setup, *, padded: bool = True, eager: bool = True) -> tuple[bool, TimedBatches]:
-    """(stage 1?, the batches) for a peer: eager attention where it reads attention maps from the outputs."""
+def peer_batches(
+    setup: Setup, *, padded: bool = True, eager: bool = True
+) -> tuple[bool, TimedBatches]:
+    """(stage 1?, the batches) for a peer: eager attention where it reads attention maps from the
+    outputs."""
     stage1 = bool(setup.plan.terms)
     for model in (setup.teacher, setup.student):
         model.set_attn_implementation("eager" if stage1 and eager else "sdpa")
-    return stage1, setup.timed_batches(padded=padded, tokens_only=stage1)  # a peer's stage 1 has no label term
+    return stage1, setup.timed_batches(
+        padded=padded, tokens_only=stage1
+    )  # a peer's stage 1 has no label term
 
 
 def run_plain(setup: Setup) -> TimedBatches:
@@ -197,27 +255,40 @@ def student_grads(student, loss) -> dict[str, torch.Tensor]:
 
 
 def check(setup: Setup) -> dict:
-    """kdbench's stage-1 loss and student gradients against the plain and tuned loops', same padded batch, same
-    weights."""
+    """kdbench's stage-1 loss and student gradients against the plain and tuned loops', same padded
+    batch, same weights."""
     setup.student.eval()  # no dropout: every implementation must see the same student
     batch = setup.batches(setup.timed_set, padded=True)[0]
     with stage1_step(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, _):
         ours = step(batch)["total"]
         our_grads = student_grads(setup.student, ours)
     result = {"kdbench_loss": ours.item()}
-    for peer, make_step, attention in (("plain", peers.plain_stage1, "eager"), ("tuned", peers.tuned_stage1, "sdpa")):
+    for peer, make_step, attention in (
+        ("plain", peers.plain_stage1, "eager"),
+        ("tuned", peers.tuned_stage1, "sdpa"),
+    ):
         for model in (setup.teacher, setup.student):
             model.set_attn_implementation(attention)
         step, _ = make_step(setup)
         theirs = step({k: v for k, v in batch.items() if k in TOKEN_INPUTS})
         their_grads = student_grads(setup.student, theirs)
-        result |= {f"{peer}_loss": theirs.item(), f"{peer}_same_parameters": our_grads.keys() == their_grads.keys(),
-                   f"{peer}_max_grad_diff": max(float((our_grads[n] - g).abs().max()) for n, g in their_grads.items())}
+        result |= {
+            f"{peer}_loss": theirs.item(),
+            f"{peer}_same_parameters": our_grads.keys() == their_grads.keys(),
+            f"{peer}_max_grad_diff": max(
+                float((our_grads[n] - g).abs().max()) for n, g in their_grads.items()
+            ),
+        }
     return result | {"max_grad": max(float(g.abs().max()) for g in our_grads.values())}
 
 
-IMPLEMENTATIONS = {"kdbench": run_kdbench, "tuned": run_tuned, "plain": run_plain, "textbrewer": run_textbrewer,
-                   "textbrewer_dynamic": lambda setup: run_textbrewer(setup, padded=False)}
+IMPLEMENTATIONS = {
+    "kdbench": run_kdbench,
+    "tuned": run_tuned,
+    "plain": run_plain,
+    "textbrewer": run_textbrewer,
+    "textbrewer_dynamic": lambda setup: run_textbrewer(setup, padded=False),
+}
 
 
 def main() -> None:
@@ -232,11 +303,24 @@ def main() -> None:
     examples = sum(int(b["input_ids"].shape[0]) for b in timed)
     tokens = sum(int(b["attention_mask"].sum()) for b in timed)
     padded = sum(int(b["input_ids"].numel()) for b in timed)
-    print(json.dumps({**spec, "device": str(setup.device), "seconds": batches.seconds, "examples": examples,
-                      "examples_per_s": examples / batches.seconds, "tokens_per_s": tokens / batches.seconds,
-                      "padded_tokens": padded, "real_tokens": tokens, "peak_mib": batches.peak,
-                      "warmup_s": batches.warmup_seconds, "features_build_s": getattr(setup, "features_build_s", None)}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                **spec,
+                "device": str(setup.device),
+                "seconds": batches.seconds,
+                "examples": examples,
+                "examples_per_s": examples / batches.seconds,
+                "tokens_per_s": tokens / batches.seconds,
+                "padded_tokens": padded,
+                "real_tokens": tokens,
+                "peak_mib": batches.peak,
+                "warmup_s": batches.warmup_seconds,
+                "features_build_s": getattr(setup, "features_build_s", None),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

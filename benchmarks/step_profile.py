@@ -1,12 +1,12 @@
-"""Where a stage-1 step's time goes: `python benchmarks/step_profile.py '<json spec>'` prints one JSON line per
-implementation (kdbench and the tuned loop) and a table of phases.
+"""Where a stage-1 step's time goes: `python benchmarks/step_profile.py '<json spec>'` prints one
+JSON line per implementation (kdbench and the tuned loop) and a table of phases.
 
-The spec is `measure.py`'s (objective, task, seq_len, student_layers, batch_size, steps, warmup, seed, threads);
-both implementations run the same batches (kdbench's length-grouped ones) from the same weights, so the work is
-equal, each in a fresh process. torch.profiler records the timed steps, each phase under its own label: the
-teacher's forward, the student's forward, the losses (the rest of the step function), backward and the
-optimizer step; `other` is what the loop itself spends outside them. The five ops with the most self time are
-listed too.
+The spec is `measure.py`'s (objective, task, seq_len, student_layers, batch_size, steps, warmup,
+seed, threads); both implementations run the same batches (kdbench's length-grouped ones) from the
+same weights, so the work is equal, each in a fresh process. torch.profiler records the timed steps,
+each phase under its own label: the teacher's forward, the student's forward, the losses (the rest
+of the step function), backward and the optimizer step; `other` is what the loop itself spends
+outside them. The five ops with the most self time are listed too.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
 
 
 def labelled(module: torch.nn.Module, label: str) -> None:
-    """Every call of `module`'s forward runs under a profiler label (also when a hook ends it early)."""
+    """Every call of `module`'s forward runs under a profiler label (also when a hook ends it
+    early)."""
     forward = module.forward
 
     @functools.wraps(forward)
@@ -69,8 +70,13 @@ def profiled_steps(step, modules, batches: list[dict], warmup: int) -> profile:
 
 
 def phase_ms(prof: profile, steps: int) -> dict[str, float]:
-    """Milliseconds per step of each phase ('step' less the two forwards is the losses; 'other' is the loop's)."""
-    totals = {e.key: e.cpu_time_total / 1000 for e in prof.key_averages() if e.key in (*PHASES, "timed step")}
+    """Milliseconds per step of each phase ('step' less the two forwards is the losses; 'other' is
+    the loop's)."""
+    totals = {
+        e.key: e.cpu_time_total / 1000
+        for e in prof.key_averages()
+        if e.key in (*PHASES, "timed step")
+    }
     result = {label: totals.get(label, 0.0) for label in PHASES}
     result["losses"] = result.pop("step") - result["teacher forward"] - result["student forward"]
     result["other"] = totals["timed step"] - sum(result.values())
@@ -81,13 +87,18 @@ def phase_ms(prof: profile, steps: int) -> dict[str, float]:
 def run(impl: str, spec: dict) -> dict:
     setup = measure.Setup(spec)
     tokens_only = impl == "tuned"  # the tuned loop's stage 1 has no label term
-    batches = setup.batches(setup.other_set, padded=False, tokens_only=tokens_only)[: spec["warmup"]]
+    batches = setup.batches(setup.other_set, padded=False, tokens_only=tokens_only)[
+        : spec["warmup"]
+    ]
     batches += setup.batches(setup.timed_set, padded=False, tokens_only=tokens_only)
     labelled(setup.teacher, "teacher forward")
     labelled(setup.student, "student forward")
     if impl == "kdbench":
         prepare_for_training(setup.student, setup.plan.trainer.recompute_attention)
-        with stage1_step(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, modules):
+        with stage1_step(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (
+            step,
+            modules,
+        ):
             prof = profiled_steps(step, modules, batches, spec["warmup"])
     else:
         step, modules = peers.tuned_stage1(setup)
@@ -97,8 +108,8 @@ def run(impl: str, spec: dict) -> dict:
 
 
 def main() -> None:
-    """Each implementation in a fresh process of its own (the first to run in a process pays the allocator's
-    first touches of memory), then the table of both."""
+    """Each implementation in a fresh process of its own (the first to run in a process pays the
+    allocator's first touches of memory), then the table of both."""
     spec = json.loads(sys.argv[1])
     if "impl" in spec:
         torch.set_num_threads(int(spec.get("threads") or os.cpu_count()))
@@ -106,10 +117,17 @@ def main() -> None:
         return
     results = []
     for impl in ("kdbench", "tuned"):
-        child = subprocess.run([sys.executable, __file__, json.dumps({**spec, "impl": impl})], check=True,
-                               capture_output=True, text=True)
+        child = subprocess.run(
+            [sys.executable, __file__, json.dumps({**spec, "impl": impl})],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
-        print(json.dumps({**spec, "impl": impl, "ms_per_step": results[-1]["ms_per_step"]}), flush=True)
+        print(
+            json.dumps({**spec, "impl": impl, "ms_per_step": results[-1]["ms_per_step"]}),
+            flush=True,
+        )
     print(f"\n{'phase (ms per step)':<20}" + "".join(f"{r['impl']:>10}" for r in results))
     for phase in results[0]["ms_per_step"]:
         print(f"{phase:<20}" + "".join(f"{r['ms_per_step'][phase]:>10.1f}" for r in results))

@@ -1,24 +1,30 @@
-"""A whole small study's wall time, three ways: `python benchmarks/study.py IMPL [--seeds 1 2] [--objectives ...]`.
+"""A whole small study's wall time, three ways: `python benchmarks/study.py IMPL [--seeds 1 2]
+[--objectives ...]`.
 
-The study is mini_table1's design (SST-2, its first 1000 training examples after the seeded shuffle, max length
-64, the MiniLM-L6 teacher fine-tuned 3 epochs at lr 1e-4, a 3x384 student from teacher layers 2,4,6, stage 1 for
-two epochs and stage 2 for three at lr 1e-4, batch 32, fused AdamW with 6% linear warm-up, the 872 dev examples
-evaluated at the end) for the objectives every implementation expresses: vanilla_kd (stage 2 only), hid_seq and
-att_kl+val_kl. Each implementation runs as one fresh process, timed from the outside, so every one pays its
-imports, data loading, the teacher's fine-tuning (once) and every job:
+The study is mini_table1's design (SST-2, its first 1000 training examples after the seeded shuffle,
+max length 64, the MiniLM-L6 teacher fine-tuned 3 epochs at lr 1e-4, a 3x384 student from teacher
+layers 2,4,6, stage 1 for two epochs and stage 2 for three at lr 1e-4, batch 32, fused AdamW with 6%
+linear warm-up, the 872 dev examples evaluated at the end) for the objectives every implementation
+expresses: vanilla_kd (stage 2 only), hid_seq and att_kl+val_kl. Each implementation runs as one
+fresh process, timed from the outside, so every one pays its imports, data loading, the teacher's
+fine-tuning (once) and every job:
 
-* kdbench: its sweep, `python -m kdbench.run -m +experiment=mini_table1 objective=... seed=...`, from an empty
-  cache (`KDBENCH_CACHE` and the sweep folder in a fresh temporary folder), with its defaults: the teacher's
-  logits (stage 2) and mapped-layer features (stage 1) computed once and shared by every job and epoch;
-* tuned: the tuned loop of `peers.py` (kdbench's length-grouped batches, SDPA, features hooked at the mapped
-  layers, the teacher under inference_mode and recomputed every step), after fine-tuning the teacher with the
-  same loop;
-* textbrewer: TextBrewer's BasicTrainer fine-tunes the teacher and its GeneralDistiller runs both stages, on the
+* kdbench: its sweep, `python -m kdbench.run -m +experiment=mini_table1 objective=... seed=...`,
+  from an empty
+  cache (`KDBENCH_CACHE` and the sweep folder in a fresh temporary folder), with its defaults: the
+  teacher's logits (stage 2) and mapped-layer features (stage 1) computed once and shared by every
+  job and epoch;
+* tuned: the tuned loop of `peers.py` (kdbench's length-grouped batches, SDPA, features hooked at
+  the mapped
+  layers, the teacher under inference_mode and recomputed every step), after fine-tuning the teacher
+  with the same loop;
+* textbrewer: TextBrewer's BasicTrainer fine-tunes the teacher and its GeneralDistiller runs both
+  stages, on the
   same length-grouped batches.
 
-Every implementation starts from the same weights and takes the same optimizer steps on the same examples. Prints
-one JSON line: impl, seconds, and each job's dev accuracy and seconds by phase (the teacher's fine-tuning, each
-stage's training loop, the dev evaluation).
+Every implementation starts from the same weights and takes the same optimizer steps on the same
+examples. Prints one JSON line: impl, seconds, and each job's dev accuracy and seconds by phase (the
+teacher's fine-tuning, each stage's training loop, the dev evaluation).
 """
 
 from __future__ import annotations
@@ -50,9 +56,14 @@ from kdbench.teacher.frozen import freeze  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OBJECTIVES = ("vanilla_kd", "hid_seq", "att_kl+val_kl")
-# the phases every implementation times (kdbench's records name them so): the rest of a study's wall time is
-# imports, data, the caches' tables, Hydra and the records
-RECORD_PHASES = {"teacher": "teacher_finetune_s", "stage1": "stage1_s", "stage2": "stage2_s", "eval": "eval_s"}
+# the phases every implementation times (kdbench's records name them so): the rest of a study's wall
+# time is imports, data, the caches' tables, Hydra and the records
+RECORD_PHASES = {
+    "teacher": "teacher_finetune_s",
+    "stage1": "stage1_s",
+    "stage2": "stage2_s",
+    "eval": "eval_s",
+}
 PRESET = "+experiment=mini_table1"
 
 
@@ -60,13 +71,33 @@ def run_kdbench(objectives: list[str], seeds: list[int], overrides: list[str]) -
     """kdbench's sweep over the study from an empty cache; the jobs' records."""
     with tempfile.TemporaryDirectory() as scratch:
         sweep = Path(scratch) / "sweep"
-        command = [sys.executable, "-m", "kdbench.run", "-m", PRESET, f"objective={','.join(objectives)}",
-                   f"seed={','.join(map(str, seeds))}", f"hydra.sweep.dir={sweep}", *overrides]
-        subprocess.run(command, check=True, env={**os.environ, "KDBENCH_CACHE": str(Path(scratch) / "cache")},
-                       stdout=subprocess.DEVNULL)
+        command = [
+            sys.executable,
+            "-m",
+            "kdbench.run",
+            "-m",
+            PRESET,
+            f"objective={','.join(objectives)}",
+            f"seed={','.join(map(str, seeds))}",
+            f"hydra.sweep.dir={sweep}",
+            *overrides,
+        ]
+        subprocess.run(
+            command,
+            check=True,
+            env={**os.environ, "KDBENCH_CACHE": str(Path(scratch) / "cache")},
+            stdout=subprocess.DEVNULL,
+        )
         records = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/result.json"))]
-    return [{"objective": r["objective"], "seed": r["seed"], "accuracy": r["score"],
-             "seconds": {phase: r["timing"][key] for phase, key in RECORD_PHASES.items()}} for r in records]
+    return [
+        {
+            "objective": r["objective"],
+            "seed": r["seed"],
+            "accuracy": r["score"],
+            "seconds": {phase: r["timing"][key] for phase, key in RECORD_PHASES.items()},
+        }
+        for r in records
+    ]
 
 
 class Study:
@@ -77,16 +108,27 @@ class Study:
         self.plan = self.job("vanilla_kd", 1)
         self.tokenizer = teacher_tokenizer(self.plan.teacher, self.plan.cache_dir)
         plan = self.plan
-        self.train, dev = task_datasets(plan.task, plan.data, self.tokenizer, plan.trainer.max_length)
+        self.train, dev = task_datasets(
+            plan.task, plan.data, self.tokenizer, plan.trainer.max_length
+        )
         self.dev = dev[""]
 
     def job(self, objective: str, seed: int):
-        return make_plan(compose([PRESET, f"objective={objective}", f"seed={seed}", *self.overrides]))
+        return make_plan(
+            compose([PRESET, f"objective={objective}", f"seed={seed}", *self.overrides])
+        )
 
     def batches(self, seed: int, epoch: int, tokens_only: bool = False) -> list[dict]:
-        """One epoch of kdbench's training batches (length-grouped, dynamic padding, seeded shuffle)."""
-        loader = make_loader(self.train, self.tokenizer, self.plan.trainer.batch_size, shuffle=True, seed=seed,
-                             group_by_length=True)
+        """One epoch of kdbench's training batches (length-grouped, dynamic padding, seeded
+        shuffle)."""
+        loader = make_loader(
+            self.train,
+            self.tokenizer,
+            self.plan.trainer.batch_size,
+            shuffle=True,
+            seed=seed,
+            group_by_length=True,
+        )
         loader.batch_sampler.set_epoch(epoch)
         keep = peers.TOKEN_INPUTS + (() if tokens_only else ("labels",))
         return [{k: v for k, v in batch.items() if k in keep} for batch in loader]
@@ -96,7 +138,9 @@ class Study:
 
     def accuracy(self, model) -> float:
         model.eval()
-        loader = make_loader(self.dev, self.tokenizer, self.plan.trainer.eval_batch_size, shuffle=False)
+        loader = make_loader(
+            self.dev, self.tokenizer, self.plan.trainer.eval_batch_size, shuffle=False
+        )
         right = 0
         with torch.inference_mode():
             for batch in loader:
@@ -107,11 +151,17 @@ class Study:
 
 
 def optimizer(modules, lr: float, trainer) -> torch.optim.AdamW:
-    """kdbench's optimizer settings (AdamW, its betas, eps and weight decay), fused as kdbench's and the Hugging
-    Face Trainer's (its default with torch >= 2.8)."""
+    """kdbench's optimizer settings (AdamW, its betas, eps and weight decay), fused as kdbench's and
+    the Hugging Face Trainer's (its default with torch >= 2.8)."""
     parameters = [p for m in modules for p in m.parameters() if p.requires_grad]
-    return torch.optim.AdamW(parameters, lr=lr, betas=tuple(trainer.adam_betas), eps=trainer.adam_eps,
-                             weight_decay=trainer.weight_decay, fused=True)
+    return torch.optim.AdamW(
+        parameters,
+        lr=lr,
+        betas=tuple(trainer.adam_betas),
+        eps=trainer.adam_eps,
+        weight_decay=trainer.weight_decay,
+        fused=True,
+    )
 
 
 def schedule(steps: int, trainer) -> dict:
@@ -137,10 +187,20 @@ def fine_tuned_teacher(study: Study, impl: str):
     teacher.set_attn_implementation("sdpa")
     batches = study.epochs(plan.trainer.teacher_seed, plan.trainer.teacher_epochs)
     if impl == "textbrewer":
-        peers.textbrewer_finetune(teacher, batches, partial(optimizer, lr=plan.trainer.teacher_lr, trainer=plan.trainer),
-                                  schedule(len(batches), plan.trainer))
+        peers.textbrewer_finetune(
+            teacher,
+            batches,
+            partial(optimizer, lr=plan.trainer.teacher_lr, trainer=plan.trainer),
+            schedule(len(batches), plan.trainer),
+        )
     else:
-        train_loop(lambda batch: teacher(**batch).loss, [teacher], batches, plan.trainer.teacher_lr, plan.trainer)
+        train_loop(
+            lambda batch: teacher(**batch).loss,
+            [teacher],
+            batches,
+            plan.trainer.teacher_lr,
+            plan.trainer,
+        )
     return freeze(teacher)
 
 
@@ -157,7 +217,9 @@ class Clock:
         return result
 
 
-def run_peer(impl: str, objectives: list[str], seeds: list[int], overrides: list[str]) -> list[dict]:
+def run_peer(
+    impl: str, objectives: list[str], seeds: list[int], overrides: list[str]
+) -> list[dict]:
     study = Study(overrides)
     clock = Clock()
     teacher = clock.time("teacher", fine_tuned_teacher, study, impl)
@@ -167,14 +229,28 @@ def run_peer(impl: str, objectives: list[str], seeds: list[int], overrides: list
             plan = study.job(objective, seed)
             student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed)
             init_from_teacher(student, teacher, plan.init)
-            setup = SimpleNamespace(teacher=teacher, student=student, plan=plan, device=plan.device,
-                                    spec={"objective": objective},
-                                    pairs=list(zip(range(1, len(plan.init.layers) + 1), plan.init.layers)))
+            setup = SimpleNamespace(
+                teacher=teacher,
+                student=student,
+                plan=plan,
+                device=plan.device,
+                spec={"objective": objective},
+                pairs=list(zip(range(1, len(plan.init.layers) + 1), plan.init.layers)),
+            )
             job_clock = Clock()
             run_stages(impl, study, setup, plan, job_clock)
             accuracy = job_clock.time("eval", study.accuracy, student)
-            jobs.append({"objective": objective, "seed": seed, "accuracy": accuracy, "seconds": job_clock.seconds})
-    jobs[0]["seconds"]["teacher"] = clock.seconds["teacher"]  # as kdbench's records: the job that fine-tuned it
+            jobs.append(
+                {
+                    "objective": objective,
+                    "seed": seed,
+                    "accuracy": accuracy,
+                    "seconds": job_clock.seconds,
+                }
+            )
+    jobs[0]["seconds"]["teacher"] = clock.seconds[
+        "teacher"
+    ]  # as kdbench's records: the job that fine-tuned it
     return jobs
 
 
@@ -191,8 +267,15 @@ def run_stages(impl: str, study: Study, setup, plan, clock: Clock) -> None:
         if impl == "textbrewer":
             setup.teacher.set_attn_implementation("eager" if stage1 else "sdpa")
             setup.student.set_attn_implementation("eager" if stage1 else "sdpa")
-            clock.time(phase, peers.textbrewer_train, setup, batches, partial(optimizer, lr=lr, trainer=trainer),
-                       len(batches), schedule(len(batches), trainer))
+            clock.time(
+                phase,
+                peers.textbrewer_train,
+                setup,
+                batches,
+                partial(optimizer, lr=lr, trainer=trainer),
+                len(batches),
+                schedule(len(batches), trainer),
+            )
         else:
             step, modules = make_step(setup)
             clock.time(phase, train_loop, step, modules, batches, lr, trainer)
@@ -203,23 +286,57 @@ def main() -> None:
     parser.add_argument("impl", choices=("kdbench", "tuned", "textbrewer"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=OBJECTIVES)
-    parser.add_argument("--overrides", nargs="*", default=[], help="config overrides of the study (tests: a tiny one)")
-    parser.add_argument("--inner", action="store_true", help="run a peer in this process (the timed child)")
+    parser.add_argument(
+        "--overrides",
+        nargs="*",
+        default=[],
+        help="config overrides of the study (tests: a tiny one)",
+    )
+    parser.add_argument(
+        "--inner", action="store_true", help="run a peer in this process (the timed child)"
+    )
     args = parser.parse_args()
     if args.inner:
-        print(json.dumps(run_peer(args.impl, args.objectives, args.seeds, args.overrides)), flush=True)
+        print(
+            json.dumps(run_peer(args.impl, args.objectives, args.seeds, args.overrides)), flush=True
+        )
         return
     start = time.perf_counter()
     if args.impl == "kdbench":
         jobs = run_kdbench(args.objectives, args.seeds, args.overrides)
     else:
-        child = subprocess.run([sys.executable, __file__, args.impl, "--inner", "--seeds", *map(str, args.seeds),
-                                "--objectives", *args.objectives, "--overrides", *args.overrides],
-                               check=True, capture_output=True, text=True)
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                args.impl,
+                "--inner",
+                "--seeds",
+                *map(str, args.seeds),
+                "--objectives",
+                *args.objectives,
+                "--overrides",
+                *args.overrides,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         jobs = json.loads(child.stdout.strip().splitlines()[-1])
     seconds = time.perf_counter() - start
-    print(json.dumps({"impl": args.impl, "seconds": seconds, "seeds": args.seeds, "objectives": args.objectives,
-                      "overrides": args.overrides, "jobs": jobs}), flush=True)
+    print(
+        json.dumps(
+            {
+                "impl": args.impl,
+                "seconds": seconds,
+                "seeds": args.seeds,
+                "objectives": args.objectives,
+                "overrides": args.overrides,
+                "jobs": jobs,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -24,13 +24,17 @@ def cases(root: Path) -> dict[str, list[str]]:
     agnostic = ("trainer.max_steps=7", "trainer.eval_every=0", *TRAINER)
     return {
         "task-specific att_kl+val_kl, features cache": tiny_overrides(
-            glue, root / "a", "objective=att_kl+val_kl", "trainer.teacher_features_gib=4", *specific),
+            glue, root / "a", "objective=att_kl+val_kl", "trainer.teacher_features_gib=4", *specific
+        ),
         "task-specific hid_seq, teacher every step": tiny_overrides(
-            glue, root / "b", "objective=hid_seq", "trainer.teacher_features_gib=0", *specific),
+            glue, root / "b", "objective=hid_seq", "trainer.teacher_features_gib=0", *specific
+        ),
         "task-agnostic att_kl+val_kl": agnostic_overrides(
-            corpus, root / "c", "objective=att_kl+val_kl", *agnostic),
+            corpus, root / "c", "objective=att_kl+val_kl", *agnostic
+        ),
         "task-agnostic distilbert (MLM)": agnostic_overrides(
-            corpus, root / "d", "objective=distilbert", *agnostic),
+            corpus, root / "d", "objective=distilbert", *agnostic
+        ),
     }
 
 
@@ -48,9 +52,11 @@ def main() -> None:
             if step % LOG_EVERY and not last:
                 between.append(calls)
         for stage, (between, every) in stages.items():
-            print(f"{name:46s} {stage:8s} steps={len(every):2d} "
-                  f"between log steps={sum(between) / len(between):5.1f} "
-                  f"all steps={sum(every) / len(every):5.1f}")
+            print(
+                f"{name:46s} {stage:8s} steps={len(every):2d} "
+                f"between log steps={sum(between) / len(between):5.1f} "
+                f"all steps={sum(every) / len(every):5.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -20,11 +20,11 @@ def isolated_cache(tmp_path_factory):
     """Tests never touch the user's cache; wandb never goes online."""
     os.environ["KDBENCH_CACHE"] = str(tmp_path_factory.mktemp("kdbench-cache"))
     os.environ["WANDB_MODE"] = "offline"
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no network here: fail fast instead of retrying the Hub
+    os.environ.setdefault(
+        "HF_HUB_OFFLINE", "1"
+    )  # no network here: fail fast instead of retrying the Hub
     os.environ.setdefault("WANDB_SILENT", "true")
     yield
-
-
 
 
 @pytest.fixture(scope="session")

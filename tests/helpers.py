@@ -1,4 +1,5 @@
-"""Test helpers: a tiny GLUE directory in the TSV layout, Hydra composition, the real-data marker."""
+"""Test helpers: a tiny GLUE directory in the TSV layout, Hydra composition, the real-data
+marker."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import torch
 
 from kdbench.hydra_config import config_dir
 
-POSITIVE = ["a good movie", "great fun", "i loved it", "wonderful acting", "a fine story", "very nice"]
+POSITIVE = [
+    "a good movie",
+    "great fun",
+    "i loved it",
+    "wonderful acting",
+    "a fine story",
+    "very nice",
+]
 NEGATIVE = ["a bad movie", "awful plot", "i hated it", "boring scenes", "a poor story", "very dull"]
 
 
@@ -24,7 +32,8 @@ def _rows(n: int, seed: int):
 
 
 def write_tiny_glue(root: Path, train: int = 48, dev: int = 16) -> Path:
-    """SST-2, RTE, STS-B, MRPC and CoLA files in download_glue_data.py's layout, with a few examples each."""
+    """SST-2, RTE, STS-B, MRPC and CoLA files in download_glue_data.py's layout, with a few examples
+    each."""
     for split, n, seed in (("train", train, 0), ("dev", dev, 1)):
         rows = list(_rows(n, seed))
         (root / "SST-2").mkdir(parents=True, exist_ok=True)
@@ -32,7 +41,9 @@ def write_tiny_glue(root: Path, train: int = 48, dev: int = 16) -> Path:
             "sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for _, s, y in rows)
         )
         (root / "CoLA").mkdir(exist_ok=True)
-        (root / "CoLA" / f"{split}.tsv").write_text("".join(f"src{i}\t{y}\t\t{s}\n" for i, s, y in rows))
+        (root / "CoLA" / f"{split}.tsv").write_text(
+            "".join(f"src{i}\t{y}\t\t{s}\n" for i, s, y in rows)
+        )
         (root / "RTE").mkdir(exist_ok=True)
         names = ["entailment", "not_entailment"]
         (root / "RTE" / f"{split}.tsv").write_text(
@@ -42,7 +53,10 @@ def write_tiny_glue(root: Path, train: int = 48, dev: int = 16) -> Path:
         (root / "STS-B").mkdir(exist_ok=True)
         (root / "STS-B" / f"{split}.tsv").write_text(
             "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
-            + "".join(f"{i}\tg\tf\t2012\t{i}\tnone\tnone\t{s}\t{s[::-1]}\t{(i % 6) * 1.0:.3f}\n" for i, s, _ in rows)
+            + "".join(
+                f"{i}\tg\tf\t2012\t{i}\tnone\tnone\t{s}\t{s[::-1]}\t{(i % 6) * 1.0:.3f}\n"
+                for i, s, _ in rows
+            )
         )
         (root / "MRPC").mkdir(exist_ok=True)
         (root / "MRPC" / f"{split}.tsv").write_text(
@@ -61,7 +75,10 @@ def write_tiny_corpus(root: Path, docs: int = 60) -> Path:
         blocks = []
         for i in range(docs // 2):
             doc_id = shard * 1000 + i
-            lines = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) for _ in range(rng.randint(1, 4))]
+            lines = [
+                " ".join(rng.choice(words) for _ in range(rng.randint(8, 30)))
+                for _ in range(rng.randint(1, 4))
+            ]
             header = f'<doc id="{doc_id}" url="x?curid={doc_id}" title="t{doc_id}">'
             blocks.append(f"{header}\nt{doc_id}\n" + "\n".join(lines) + "\n</doc>")
         (root / "AA" / f"wiki_{shard:02d}").write_text("\n".join(blocks) + "\n")
@@ -69,17 +86,33 @@ def write_tiny_corpus(root: Path, docs: int = 60) -> Path:
 
 
 def agnostic_overrides(corpus: Path, run_dir: Path, *extra: str) -> list[str]:
-    """A tiny task-agnostic distillation: tiny teacher (4x32) -> tiny student, a few steps on a made-up corpus."""
+    """A tiny task-agnostic distillation: tiny teacher (4x32) -> tiny student, a few steps on a
+    made-up corpus."""
     return [
-        "setting=task_agnostic", "teacher=tiny", "student=tiny", "init=random", f"corpus.path={corpus}",
-        "corpus.seq_len=32", "trainer.max_steps=6", "trainer.batch_size=8", "trainer.device_batch_size=4",
-        "trainer.eval_every=3", "trainer.heldout_batches=4", "trainer.log_every=1", "trainer.progress_bar=false",
-        "corpus.heldout_fraction=0.2", f"paths.run_dir={run_dir}", *extra,
+        "setting=task_agnostic",
+        "teacher=tiny",
+        "student=tiny",
+        "init=random",
+        f"corpus.path={corpus}",
+        "corpus.seq_len=32",
+        "trainer.max_steps=6",
+        "trainer.batch_size=8",
+        "trainer.device_batch_size=4",
+        "trainer.eval_every=3",
+        "trainer.heldout_batches=4",
+        "trainer.log_every=1",
+        "trainer.progress_bar=false",
+        "corpus.heldout_fraction=0.2",
+        f"paths.run_dir={run_dir}",
+        *extra,
     ]
 
 
 def compose_config(overrides: list[str] | None = None):
-    from hydra import compose, initialize_config_dir  # here: the GPU tier runs where Hydra is not installed
+    from hydra import (
+        compose,
+        initialize_config_dir,
+    )  # here: the GPU tier runs where Hydra is not installed
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
@@ -88,10 +121,17 @@ def compose_config(overrides: list[str] | None = None):
 
 
 def tiny_overrides(glue: Path, run_dir: Path, *extra: str) -> list[str]:
-    """A complete tiny run: random tiny BERT teacher (4x32) to a 2x32 student on the tiny SST-2 files."""
+    """A complete tiny run: random tiny BERT teacher (4x32) to a 2x32 student on the tiny SST-2
+    files."""
     return [
-        "teacher=tiny", "student=tiny", "task=sst2", "trainer=smoke", "init=every_kth",
-        f"data.glue_dir={glue}", f"paths.run_dir={run_dir}", *extra,
+        "teacher=tiny",
+        "student=tiny",
+        "task=sst2",
+        "trainer=smoke",
+        "init=every_kth",
+        f"data.glue_dir={glue}",
+        f"paths.run_dir={run_dir}",
+        *extra,
     ]
 
 
@@ -104,18 +144,22 @@ realdata = pytest.mark.skipif(
 
 
 def tiny_models(cfg, num_labels: int = 2, teacher_seed: int = 0, student_seed: int = 1):
-    """The config's tiny teacher (random, no fine-tuning) and a random student of its `student` shape."""
+    """The config's tiny teacher (random, no fine-tuning) and a random student of its `student`
+    shape."""
     from kdbench.models.pretrained import pretrained_teacher
     from kdbench.models.student import build_student
     from kdbench.plan_groups import shape_spec, teacher_spec
 
     teacher = pretrained_teacher(teacher_spec(cfg.teacher), num_labels, teacher_seed)
-    student = build_student(teacher.config, shape_spec(cfg.student, "student"), num_labels, student_seed)
+    student = build_student(
+        teacher.config, shape_spec(cfg.student, "student"), num_labels, student_seed
+    )
     return teacher, student
 
 
 def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
-    """A tiny run's plan, tokenizer, training set, a shuffled loader of batches of 8 and its fine-tuned teacher."""
+    """A tiny run's plan, tokenizer, training set, a shuffled loader of batches of 8 and its
+    fine-tuned teacher."""
     from kdbench.data.batches import make_loader
     from kdbench.data.glue import task_datasets
     from kdbench.models.pretrained import teacher_tokenizer
@@ -132,10 +176,19 @@ def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
     return plan, tokenizer, train_set, loader, teacher
 
 
-def stage1_losses_and_grads(plan, student, teacher_model, train_labels, batches, feature_table=None, *,
-                            saved_bytes: bool = False) -> list[tuple]:
-    """Per batch, one stage-1 step (from the same RNG state, no optimizer): its loss terms, the student's gradients,
-    the bytes autograd saved for backward (with `saved_bytes`, else None) and the RNG state after it."""
+def stage1_losses_and_grads(
+    plan,
+    student,
+    teacher_model,
+    train_labels,
+    batches,
+    feature_table=None,
+    *,
+    saved_bytes: bool = False,
+) -> list[tuple]:
+    """Per batch, one stage-1 step (from the same RNG state, no optimizer): its loss terms, the
+    student's gradients, the bytes autograd saved for backward (with `saved_bytes`, else None) and
+    the RNG state after it."""
     from contextlib import nullcontext
 
     import torch
@@ -153,12 +206,25 @@ def stage1_losses_and_grads(plan, student, teacher_model, train_labels, batches,
             student.zero_grad(set_to_none=True)
             saved.clear()
             torch.manual_seed(7)  # the same dropout masks for every variant
-            with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t) if saved_bytes else nullcontext():
+            with (
+                torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t)
+                if saved_bytes
+                else nullcontext()
+            ):
                 losses = step(batch)
             losses["total"].backward()
-            results.append(({k: v.detach() for k, v in losses.items()},
-                            {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None},
-                            sum(saved.values()) if saved_bytes else None, torch.get_rng_state()))
+            results.append(
+                (
+                    {k: v.detach() for k, v in losses.items()},
+                    {
+                        n: p.grad.clone()
+                        for n, p in student.named_parameters()
+                        if p.grad is not None
+                    },
+                    sum(saved.values()) if saved_bytes else None,
+                    torch.get_rng_state(),
+                )
+            )
     return results
 
 
@@ -176,27 +242,40 @@ def write_user_data(root: Path, train: int = 40, dev: int = 12) -> dict[str, Pat
         with paths[name].open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["review", "sentiment", "stars"])
-            writer.writerows((text, "pos" if label else "neg", 4 + label)
-                             for _, text, label in _rows(n, seed))
+            writer.writerows(
+                (text, "pos" if label else "neg", 4 + label) for _, text, label in _rows(n, seed)
+            )
     paths["jsonl"] = root / "pairs.jsonl"
-    pairs = ({"question": f"is {text} good?", "answer": text, "label": "yes" if label else "no"}
-             for _, text, label in _rows(train, 2))
+    pairs = (
+        {"question": f"is {text} good?", "answer": text, "label": "yes" if label else "no"}
+        for _, text, label in _rows(train, 2)
+    )
     paths["jsonl"].write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
     paths["scores"] = root / "scores.csv"
-    paths["scores"].write_text("first,second,score\n" + "".join(
-        f"{text},{text[::-1]},{(i % 6) * 0.5}\n" for i, text, _ in _rows(train, 3)))
+    paths["scores"].write_text(
+        "first,second,score\n"
+        + "".join(f"{text},{text[::-1]},{(i % 6) * 0.5}\n" for i, text, _ in _rows(train, 3))
+    )
     return paths
 
 
 def custom_overrides(run_dir: Path, *extra: str) -> list[str]:
     """A complete tiny run of task=custom (the data comes with `extra`): tiny teacher (4x32) to a
     2x32 student."""
-    return ["task=custom", "teacher=tiny", "student=tiny", "trainer=smoke", "init=every_kth",
-            f"paths.run_dir={run_dir}", *extra]
+    return [
+        "task=custom",
+        "teacher=tiny",
+        "student=tiny",
+        "trainer=smoke",
+        "init=every_kth",
+        f"paths.run_dir={run_dir}",
+        *extra,
+    ]
 
 
-def assert_same_losses_and_grads(expected: tuple[dict, dict], actual: tuple[dict, dict],
-                                 rtol: float) -> None:
+def assert_same_losses_and_grads(
+    expected: tuple[dict, dict], actual: tuple[dict, dict], rtol: float
+) -> None:
     """Two steps' (losses, gradients) by name: losses within `rtol`, gradients within 10 `rtol`
     (absolute slack scaled by the largest gradient, for entries near zero)."""
     (losses, grads), (other_losses, other_grads) = expected, actual
@@ -205,4 +284,6 @@ def assert_same_losses_and_grads(expected: tuple[dict, dict], actual: tuple[dict
         torch.testing.assert_close(other_losses[name], losses[name], rtol=rtol, atol=rtol / 100)
     scale = max(float(g.abs().max()) for g in grads.values())
     for name in grads:
-        torch.testing.assert_close(other_grads[name], grads[name], rtol=10 * rtol, atol=1e-5 * scale)
+        torch.testing.assert_close(
+            other_grads[name], grads[name], rtol=10 * rtol, atol=1e-5 * scale
+        )

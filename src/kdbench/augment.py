@@ -1,8 +1,8 @@
 """The command that builds a task's augmented training set alone (the work is
 `kdbench.data.augmentation`): `python -m kdbench.augment task=sst2 augment=tinybert [...]`.
 
-The same overrides as a run (task, data.*, augment.*, paths.cache_dir) name the same cache entry, so a run with
-them reuses what this built. Prints where the entry is and how many examples it holds.
+The same overrides as a run (task, data.*, augment.*, paths.cache_dir) name the same cache entry, so
+a run with them reuses what this built. Prints where the entry is and how many examples it holds.
 """
 
 from __future__ import annotations
@@ -27,14 +27,24 @@ def build(overrides: list[str]) -> str:
     check_data_files(task, data)
     spec = augment_spec(cfg.augment, cfg.setting.name)
     if spec is None:
-        raise ConfigError("augment=none builds nothing: give augment=tinybert (and its augment.* settings)")
+        raise ConfigError(
+            "augment=none builds nothing: give augment=tinybert (and its augment.* settings)"
+        )
     originals = train_subset(task, data)
     start = time.perf_counter()
-    augmented, path = augmented_train_set(originals, task, spec, Path(cfg.paths.cache_dir).expanduser(),
-                                          str(data.glue_dir or data.hf_dataset), resolve_device(cfg.trainer.device))
+    augmented, path = augmented_train_set(
+        originals,
+        task,
+        spec,
+        Path(cfg.paths.cache_dir).expanduser(),
+        str(data.glue_dir or data.hf_dataset),
+        resolve_device(cfg.trainer.device),
+    )
     seconds = time.perf_counter() - start
-    return (f"augmented {task.name}: {len(originals)} originals -> {len(augmented)} examples "
-            f"({seconds:.1f} s; a cached set is only read): {path}")
+    return (
+        f"augmented {task.name}: {len(originals)} originals -> {len(augmented)} examples "
+        f"({seconds:.1f} s; a cached set is only read): {path}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with graceful_stop():
             print(build(argv))
-    except Interrupted as exc:  # a stop signal: nothing of the entry is kept, the same command builds it again
+    except (
+        Interrupted
+    ) as exc:  # a stop signal: nothing of the entry is kept, the same command builds it again
         print(f"kdbench: {exc}", file=sys.stderr)
         raise SystemExit(exc.exit_code) from None
     except KdbenchError as exc:

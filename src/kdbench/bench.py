@@ -1,22 +1,28 @@
-"""Throughput, FLOPs and MFU of kdbench's steps: `python -m kdbench.bench [--mode MODE] [OVERRIDES ...] [options]`.
+"""Throughput, FLOPs and MFU of kdbench's steps: `python -m kdbench.bench [--mode MODE] [OVERRIDES
+...] [options]`.
 
 Modes (one JSON line per objective):
 
-- `stage1` (default): the configured task-specific teacher and student (Hydra overrides, e.g. `teacher=minilm_l6
+- `stage1` (default): the configured task-specific teacher and student (Hydra overrides, e.g.
+  `teacher=minilm_l6
   student=3x384 task=sst2`), a few warm-up steps of stage 1, then `--steps` timed optimizer steps;
-- `agnostic`: the task-agnostic recipe through the real loop (`kdbench.training.loop.train`) on random token
-  sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher with random weights, a 6x768
-  student, sequences of 128, micro-batches of 64, 16 per optimizer step (`--micro-batch`, `--accumulation`,
-  `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor datasets;
-- `host`: the same loop with tiny widths and vocabulary (the paper's depths): its main thread's CPU time per
-  micro-step is the host's (Python, dispatch, hooks), what a GPU would wait for; with the time of collating
-  one paper micro-batch on the main thread (none with `--workers`), and the target it is held to (half the
-  GPU time of a paper micro-batch at 40 % MFU on an H100 SXM, from the analytic FLOP count).
+- `agnostic`: the task-agnostic recipe through the real loop (`kdbench.training.loop.train`) on
+  random token
+  sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher with random
+  weights, a 6x768 student, sequences of 128, micro-batches of 64, 16 per optimizer step
+  (`--micro-batch`, `--accumulation`, `--teacher`, `--student`, `--length` change them). Needs
+  neither Hydra nor datasets;
+- `host`: the same loop with tiny widths and vocabulary (the paper's depths): its main thread's CPU
+  time per
+  micro-step is the host's (Python, dispatch, hooks), what a GPU would wait for; with the time of
+  collating one paper micro-batch on the main thread (none with `--workers`), and the target it is
+  held to (half the GPU time of a paper micro-batch at 40 % MFU on an H100 SXM, from the analytic
+  FLOP count).
 
-Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over one real
-micro-step, forward and backward), MFU against the device's dense peak (the datasheet table of `kdbench.flops`
-for a known GPU, else a measured matmul peak; on the CPU both per CPU-second, so that other processes sharing the
-cores lower neither), peak memory, and on CUDA the synchronisations
+Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over
+one real micro-step, forward and backward), MFU against the device's dense peak (the datasheet table
+of `kdbench.flops` for a known GPU, else a measured matmul peak; on the CPU both per CPU-second, so
+that other processes sharing the cores lower neither), peak memory, and on CUDA the synchronisations
 seen (`torch.cuda.set_sync_debug_mode("warn")`) and the attention kernel chosen.
 """
 
@@ -47,21 +53,31 @@ from kdbench.training.steps import to_device
 MODES = ("stage1", "agnostic", "host")
 TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # host mode: the compute is negligible
 TINY_VOCAB = 1024  # host mode: no vocabulary-sized tensors (embedding gradients, MLM logits) either
-TARGET_MFU, TARGET_DEVICE = 0.4, "H100 SXM"  # the host target: half a paper micro-batch's GPU time at this MFU
+TARGET_MFU, TARGET_DEVICE = (
+    0.4,
+    "H100 SXM",
+)  # the host target: half a paper micro-batch's GPU time at this MFU
 
 
 @functools.cache
 def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
-    """The dense peak FLOP/s for the precision used, and where it comes from (datasheet or measured once)."""
+    """The dense peak FLOP/s for the precision used, and where it comes from (datasheet or measured
+    once)."""
     if device.type == "cuda":
-        kind = precision if precision == "bf16" else ("tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
+        kind = (
+            precision
+            if precision == "bf16"
+            else ("tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
+        )
         name = torch.cuda.get_device_name(device)
         if (peak := flops.datasheet_peak(name, kind)) is not None:
             return peak, f"datasheet {name} {kind}"
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     if device.type == "cpu":  # per CPU-second: the cores may be shared
-        return (flops.measured_matmul_peak(device, dtype, seconds=3.0, clock=time.process_time),
-                f"measured cpu {dtype} matmul per CPU-second")
+        return (
+            flops.measured_matmul_peak(device, dtype, seconds=3.0, clock=time.process_time),
+            f"measured cpu {dtype} matmul per CPU-second",
+        )
     return flops.measured_matmul_peak(device, dtype), f"measured {device.type} {dtype} matmul"
 
 
@@ -70,12 +86,17 @@ def attention_kernels(run) -> list[str]:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
         run()
     names = {event.name for event in profiler.events()}
-    return sorted(n.removeprefix("aten::") for n in names
-                  if "scaled_dot_product" in n or "flash_attention" in n or "efficient_attention" in n)
+    return sorted(
+        n.removeprefix("aten::")
+        for n in names
+        if "scaled_dot_product" in n or "flash_attention" in n or "efficient_attention" in n
+    )
 
 
 def flops_per_example(step, batch: dict, modules) -> tuple[float, list[str]]:
-    """FLOPs per example of one micro-step (forward and backward) and the attention kernels it used."""
+    """FLOPs per example of one micro-step (forward and backward) and the attention kernels it
+    used."""
+
     def run():
         step(batch)["total"].backward()
 
@@ -86,9 +107,16 @@ def flops_per_example(step, batch: dict, modules) -> tuple[float, list[str]]:
     return counted, kernels
 
 
-def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.device, precision: str, steps: int,
-                     warmup: int) -> dict:
-    """The task-agnostic distillation through `loop.train`: `warmup` steps, then `steps` timed ones."""
+def measure_agnostic(
+    objective: str,
+    shapes: synthetic.Shapes,
+    device: torch.device,
+    precision: str,
+    steps: int,
+    warmup: int,
+) -> dict:
+    """The task-agnostic distillation through `loop.train`: `warmup` steps, then `steps` timed
+    ones."""
     with synthetic.distillation(objective, shapes, device, precision, warmup + steps) as stage:
         batch = to_device(next(iter(stage.loader)), device)
         per_example, kernels = flops_per_example(stage.step, batch, stage.modules)
@@ -99,35 +127,63 @@ def measure_agnostic(objective: str, shapes: synthetic.Shapes, device: torch.dev
         with synchronisations(device) as syncs:
             loop.train(stage, [timer])
     examples = steps * shapes.micro_batch * shapes.accumulation
-    result = {"mode": "agnostic", "objective": objective, "teacher": shapes.teacher.name,
-              "student": shapes.student.name, "length": shapes.length, "micro_batch": shapes.micro_batch,
-              "accumulation": shapes.accumulation, "device": device_name(device), "precision": precision,
-              "steps": steps, "seconds": timer.seconds, "cpu_seconds": timer.cpu_seconds,
-              "examples_per_s": examples / timer.seconds,
-              "tokens_per_s": examples * shapes.length / timer.seconds, "flops_per_example": per_example,
-              "analytic_flops_per_example": analytic, "attention_kernels": kernels, **peak_memory_gib(device)}
+    result = {
+        "mode": "agnostic",
+        "objective": objective,
+        "teacher": shapes.teacher.name,
+        "student": shapes.student.name,
+        "length": shapes.length,
+        "micro_batch": shapes.micro_batch,
+        "accumulation": shapes.accumulation,
+        "device": device_name(device),
+        "precision": precision,
+        "steps": steps,
+        "seconds": timer.seconds,
+        "cpu_seconds": timer.cpu_seconds,
+        "examples_per_s": examples / timer.seconds,
+        "tokens_per_s": examples * shapes.length / timer.seconds,
+        "flops_per_example": per_example,
+        "analytic_flops_per_example": analytic,
+        "attention_kernels": kernels,
+        **peak_memory_gib(device),
+    }
     if device.type == "cuda":
         result["syncs_per_step"] = len(syncs) / (warmup + steps)
     return result | utilisation(result, device, precision)
 
 
 def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> float:
-    """The analytic count per example of the stage's step (`kdbench.flops.step_flops`) on this batch."""
+    """The analytic count per example of the stage's step (`kdbench.flops.step_flops`) on this
+    batch."""
     student, objective = stage.modules
     where = "attended_positions" if objective.logit_positions == "attended" else "mlm_positions"
     masked = batch[where].numel() / shapes.micro_batch if where in batch else 0.0  # the head's rows
-    return flops.step_flops(objective, student.config, synthetic.teacher_config(shapes), shapes.length,
-                            agnostic=True, masked=masked).total
+    return flops.step_flops(
+        objective,
+        student.config,
+        synthetic.teacher_config(shapes),
+        shapes.length,
+        agnostic=True,
+        masked=masked,
+    ).total
 
 
 def utilisation(result: dict, device: torch.device, precision: str) -> dict:
-    """Achieved FLOP/s and MFU; on the CPU per CPU-second (the examples over the steps' CPU time), as its peak."""
+    """Achieved FLOP/s and MFU; on the CPU per CPU-second (the examples over the steps' CPU time),
+    as its peak."""
     peak, source = peak_flops(device, precision)
-    rate = result["examples_per_s"] * result["seconds"] / result["cpu_seconds"] if device.type == "cpu" else (
-        result["examples_per_s"])
+    rate = (
+        result["examples_per_s"] * result["seconds"] / result["cpu_seconds"]
+        if device.type == "cpu"
+        else (result["examples_per_s"])
+    )
     achieved = result["flops_per_example"] * rate
-    return {"achieved_tflops": achieved / 1e12, "peak_tflops": peak / 1e12, "peak_source": source,
-            "mfu": achieved / peak}
+    return {
+        "achieved_tflops": achieved / 1e12,
+        "peak_tflops": peak / 1e12,
+        "peak_source": source,
+        "mfu": achieved / peak,
+    }
 
 
 def device_name(device: torch.device) -> str:
@@ -135,70 +191,113 @@ def device_name(device: torch.device) -> str:
 
 
 def host_target_ms(objective: str) -> dict:
-    """Half the GPU time of one paper micro-batch at TARGET_MFU on TARGET_DEVICE, from the analytic count."""
+    """Half the GPU time of one paper micro-batch at TARGET_MFU on TARGET_DEVICE, from the analytic
+    count."""
     paper = synthetic.Shapes()
     teacher = synthetic.teacher_config(paper)
     student = student_config(teacher, paper.student, 2)
     model = Objective(synthetic.objective_terms(objective, student, teacher), student, teacher)
     masked = 0.15 * paper.length if model.uses_logits else 0.0
-    per_example = flops.step_flops(model, student, teacher, paper.length, agnostic=True, masked=masked).total
-    gpu_s = paper.micro_batch * per_example / (TARGET_MFU * flops.PEAK_TFLOPS[TARGET_DEVICE]["bf16"] * 1e12)
-    return {"paper_flops_per_example": per_example, "paper_micro_batch_gpu_ms": 1e3 * gpu_s,
-            "target_host_ms": 500 * gpu_s}
+    per_example = flops.step_flops(
+        model, student, teacher, paper.length, agnostic=True, masked=masked
+    ).total
+    gpu_s = (
+        paper.micro_batch
+        * per_example
+        / (TARGET_MFU * flops.PEAK_TFLOPS[TARGET_DEVICE]["bf16"] * 1e12)
+    )
+    return {
+        "paper_flops_per_example": per_example,
+        "paper_micro_batch_gpu_ms": 1e3 * gpu_s,
+        "target_host_ms": 500 * gpu_s,
+    }
 
 
-def measure_host(objective: str, shapes: synthetic.Shapes, device: torch.device, steps: int, warmup: int,
-                 workers: int = 0) -> dict:
-    """Host time per micro-step with tiny widths and vocabulary, the paper's depths and accumulation,
-    2 sequences of 16 tokens (the host's work does not grow with them), and the time of collating one
-    micro-batch of `shapes` on the main thread (none with `workers` DataLoader workers: they collate).
+def measure_host(
+    objective: str,
+    shapes: synthetic.Shapes,
+    device: torch.device,
+    steps: int,
+    warmup: int,
+    workers: int = 0,
+) -> dict:
+    """Host time per micro-step with tiny widths and vocabulary, the paper's depths and
+    accumulation, 2 sequences of 16 tokens (the host's work does not grow with them), and the time
+    of collating one micro-batch of `shapes` on the main thread (none with `workers` DataLoader
+    workers: they collate).
 
-    The time is the main thread's CPU time (`time.thread_time`) with one intra-op thread, the fastest
-    optimizer step's over its micro-steps: a host that feeds a GPU runs no kernels of size, the work
-    of worker processes and of other processes sharing the cores is not counted, and the minimum
-    drops steps slowed by them (caches, memory bandwidth)."""
-    tiny = replace(shapes, teacher=replace(shapes.teacher, name="tiny teacher", **TINY_WIDTH),
-                   student=replace(shapes.student, name="tiny student", **TINY_WIDTH), micro_batch=2,
-                   length=16, vocab=TINY_VOCAB)
+    The time is the main thread's CPU time (`time.thread_time`) with one intra-op thread, the
+    fastest optimizer step's over its micro-steps: a host that feeds a GPU runs no kernels of size,
+    the work of worker processes and of other processes sharing the cores is not counted, and the
+    minimum drops steps slowed by them (caches, memory bandwidth)."""
+    tiny = replace(
+        shapes,
+        teacher=replace(shapes.teacher, name="tiny teacher", **TINY_WIDTH),
+        student=replace(shapes.student, name="tiny student", **TINY_WIDTH),
+        micro_batch=2,
+        length=16,
+        vocab=TINY_VOCAB,
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1 if device.type == "cpu" else threads)
     try:
-        with synthetic.distillation(objective, tiny, device, "fp32", warmup + steps,
-                                    loading=LoadingSpec(workers)) as stage:
+        with synthetic.distillation(
+            objective, tiny, device, "fp32", warmup + steps, loading=LoadingSpec(workers)
+        ) as stage:
             timer = Timer(device, warmup, time.thread_time)
             loop.train(stage, [timer])
         masking = stage.loader.collate_fn.masking
         collate = CorpusCollator(masking and replace(masking, vocab_size=shapes.vocab), 0)
-        sequences = [{**s, "epoch": 0, "example": i} for i, s in enumerate(synthetic.random_sequences(
-            shapes.micro_batch, shapes))]
+        sequences = [
+            {**s, "epoch": 0, "example": i}
+            for i, s in enumerate(synthetic.random_sequences(shapes.micro_batch, shapes))
+        ]
         start = time.thread_time()
         collate(sequences)
         collate_ms = 1e3 * (time.thread_time() - start) if workers == 0 else 0.0
     finally:
         torch.set_num_threads(threads)
     step_ms = 1e3 * min(timer.laps) / tiny.accumulation
-    return {"mode": "host", "objective": objective, "device": device_name(device),
-            "clock": "thread_time, fastest step", "workers": workers,
-            "layers": [tiny.teacher.num_layers, tiny.student.num_layers],
-            "width": TINY_WIDTH["hidden_size"], "vocab": TINY_VOCAB, "micro_steps": steps * tiny.accumulation,
-            "micro_step_ms": step_ms, f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate_ms,
-            "host_ms": step_ms + collate_ms, **host_target_ms(objective)}
+    return {
+        "mode": "host",
+        "objective": objective,
+        "device": device_name(device),
+        "clock": "thread_time, fastest step",
+        "workers": workers,
+        "layers": [tiny.teacher.num_layers, tiny.student.num_layers],
+        "width": TINY_WIDTH["hidden_size"],
+        "vocab": TINY_VOCAB,
+        "micro_steps": steps * tiny.accumulation,
+        "micro_step_ms": step_ms,
+        f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate_ms,
+        "host_ms": step_ms + collate_ms,
+        **host_target_ms(objective),
+    }
 
 
 def stage1_setup(overrides: list[str]):
-    """The plan, its training loader, and the teacher and student as stage 1 gets them (the teacher as loaded:
-    throughput does not depend on its weights). Hydra and datasets are imported here only."""
+    """The plan, its training loader, and the teacher and student as stage 1 gets them (the teacher
+    as loaded: throughput does not depend on its weights). Hydra and datasets are imported here
+    only."""
     from kdbench.data.batches import make_loader
     from kdbench.data.glue import task_datasets
     from kdbench.hydra_config import compose
     from kdbench.plan import make_plan
     from kdbench.teacher.frozen import freeze
 
-    plan = make_plan(compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"]))
+    plan = make_plan(
+        compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"])
+    )
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     train_set, _ = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
-    loader = make_loader(train_set, tokenizer, plan.trainer.batch_size, shuffle=True, seed=plan.seed,
-                         group_by_length=plan.trainer.group_by_length)
+    loader = make_loader(
+        train_set,
+        tokenizer,
+        plan.trainer.batch_size,
+        shuffle=True,
+        seed=plan.seed,
+        group_by_length=plan.trainer.group_by_length,
+    )
     teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, 0)).to(plan.device)
     student = student_for(plan, teacher)
     compile_if_asked(plan.trainer, student, teacher)
@@ -207,8 +306,8 @@ def stage1_setup(overrides: list[str]):
 
 @contextmanager
 def stage1_step(plan, student, teacher, train_labels, features=None):
-    """The stage-1 step and the modules it trains, as a task-specific run builds them (`features`: the
-    teacher-features table function, or None for a teacher forward at every step)."""
+    """The stage-1 step and the modules it trains, as a task-specific run builds them (`features`:
+    the teacher-features table function, or None for a teacher forward at every step)."""
     from kdbench.recipes.task_specific import stage1
 
     with stage1(plan, student, teacher, train_labels, features) as (step, modules):
@@ -219,20 +318,34 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
     plan, train_set, loader, teacher, student = stage1_setup(overrides)
     batches = itertools.cycle(loader)
     with stage1_step(plan, student, teacher, train_set["labels"]) as (step, modules):
-        per_example, kernels = flops_per_example(step, to_device(next(batches), plan.device), modules)
+        per_example, kernels = flops_per_example(
+            step, to_device(next(batches), plan.device), modules
+        )
         loaded = [to_device(next(batches), plan.device) for _ in range(warmup + steps)]
         timed = TimedBatches(loaded[:warmup], loaded[warmup:], [], plan.device)
         train_steps(step, modules, timed, plan.trainer.lr)
     seconds, counted = timed.seconds, loaded[warmup:]
     examples = sum(batch["input_ids"].shape[0] for batch in counted)
     tokens = sum(int(batch["attention_mask"].sum()) for batch in counted)
-    result = {"mode": "stage1", "objective": plan.objective, "teacher": plan.teacher.name,
-              "student": plan.student.name, "task": plan.task.name, "device": device_name(plan.device),
-              "precision": plan.precision, "batch_size": plan.trainer.batch_size, "steps": steps,
-              "seconds": seconds, "cpu_seconds": timed.cpu_seconds, "examples_per_s": examples / seconds,
-              "tokens_per_s": tokens / seconds, "s_per_step": seconds / steps,
-              "flops_per_example": per_example, "attention_kernels": kernels,
-              **peak_memory_gib(plan.device)}
+    result = {
+        "mode": "stage1",
+        "objective": plan.objective,
+        "teacher": plan.teacher.name,
+        "student": plan.student.name,
+        "task": plan.task.name,
+        "device": device_name(plan.device),
+        "precision": plan.precision,
+        "batch_size": plan.trainer.batch_size,
+        "steps": steps,
+        "seconds": seconds,
+        "cpu_seconds": timed.cpu_seconds,
+        "examples_per_s": examples / seconds,
+        "tokens_per_s": tokens / seconds,
+        "s_per_step": seconds / steps,
+        "flops_per_example": per_example,
+        "attention_kernels": kernels,
+        **peak_memory_gib(plan.device),
+    }
     return result | utilisation(result, plan.device, plan.precision)
 
 
@@ -241,26 +354,37 @@ def shapes_of(args) -> synthetic.Shapes:
         layers, width = (int(n) for n in text.split("x"))
         return ShapeSpec(text, layers, width, max(1, width // 64), 4 * width)
 
-    return synthetic.Shapes(shape(args.teacher), shape(args.student), length=args.length,
-                            micro_batch=args.micro_batch, accumulation=args.accumulation)
+    return synthetic.Shapes(
+        shape(args.teacher),
+        shape(args.student),
+        length=args.length,
+        micro_batch=args.micro_batch,
+        accumulation=args.accumulation,
+    )
 
 
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kdbench.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("overrides", nargs="*", help="stage1 mode: Hydra overrides (teacher=..., student=...)")
+    parser.add_argument(
+        "overrides", nargs="*", help="stage1 mode: Hydra overrides (teacher=..., student=...)"
+    )
     parser.add_argument("--mode", choices=MODES, default="stage1")
     parser.add_argument("--objectives", default="att_kl", help="comma-separated objective options")
     parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
     parser.add_argument("--warmup", type=int, default=3, help="untimed optimizer steps first")
     paper = synthetic.Shapes()
-    parser.add_argument("--teacher", default="12x768", help="agnostic/host: LAYERSxWIDTH (64-wide heads)")
+    parser.add_argument(
+        "--teacher", default="12x768", help="agnostic/host: LAYERSxWIDTH (64-wide heads)"
+    )
     parser.add_argument("--student", default="6x768", help="agnostic/host: LAYERSxWIDTH")
     parser.add_argument("--length", type=int, default=paper.length)
     parser.add_argument("--micro-batch", type=int, default=paper.micro_batch)
     parser.add_argument("--accumulation", type=int, default=paper.accumulation)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
-    parser.add_argument("--workers", type=int, default=0, help="host: DataLoader workers (they collate)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="host: DataLoader workers (they collate)"
+    )
     return parser
 
 
@@ -269,7 +393,9 @@ def measure(args, objective: str) -> dict:
         return measure_stage1([*args.overrides, f"objective={objective}"], args.steps, args.warmup)
     device = torch.device(args.device)
     if args.mode == "host":
-        return measure_host(objective, shapes_of(args), device, args.steps, args.warmup, args.workers)
+        return measure_host(
+            objective, shapes_of(args), device, args.steps, args.warmup, args.workers
+        )
     precision = resolve_precision(args.precision, device)
     return measure_agnostic(objective, shapes_of(args), device, precision, args.steps, args.warmup)
 
@@ -277,7 +403,10 @@ def measure(args, objective: str) -> dict:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.mode != "stage1" and args.overrides:
-        parser().error(f"--mode {args.mode} takes no Hydra overrides (got {args.overrides[0]}): use its options")
+        parser().error(
+            f"--mode {args.mode} takes no Hydra overrides (got {args.overrides[0]}): use its "
+            "options"
+        )
     torch.manual_seed(0)
     for objective in args.objectives.split(","):
         print(json.dumps(measure(args, objective)), flush=True)

@@ -10,7 +10,8 @@ import yaml
 from kdbench.metrics import scores_only
 
 COST_ROWS = (  # (label, the cost field, its format)
-    ("parameters", "params", "{:,}"), ("FLOPs per example", "flops_per_example", "{:.3g}"),
+    ("parameters", "params", "{:,}"),
+    ("FLOPs per example", "flops_per_example", "{:.3g}"),
     ("latency, batch 1 (ms)", "latency_ms", "{:.2f}"),
     ("throughput, batch 32 (examples/s)", "throughput_per_s", "{:.1f}"),
 )
@@ -29,18 +30,30 @@ def data_names(plan) -> list[str]:
 def model_index(plan, metrics: dict) -> list[dict]:
     """The Hub's `model-index`: the student's dev scores on the task."""
     scores = [{"type": name, "value": round(value, 2)} for name, value in metrics.items()]
-    return [{"name": f"{plan.task.name}-{plan.student.name}-{plan.objective}", "results": [{
-        "task": {"type": "text-classification"},
-        "dataset": {"name": plan.task.name, "type": data_names(plan)[0]}, "metrics": scores}]}]
+    return [
+        {
+            "name": f"{plan.task.name}-{plan.student.name}-{plan.objective}",
+            "results": [
+                {
+                    "task": {"type": "text-classification"},
+                    "dataset": {"name": plan.task.name, "type": data_names(plan)[0]},
+                    "metrics": scores,
+                }
+            ],
+        }
+    ]
 
 
 def metadata(plan, outcome: dict) -> dict:
     """The card's header: what the Hub indexes (library, task, base model, data, metrics and their
     values)."""
-    header = {"library_name": "transformers", "pipeline_tag": "text-classification",
-              "tags": ["text-classification", "knowledge-distillation", "kdbench", plan.objective],
-              "datasets": data_names(plan),
-              "metrics": sorted({name.split("_")[0] for name in scores_only(outcome["metrics"])})}
+    header = {
+        "library_name": "transformers",
+        "pipeline_tag": "text-classification",
+        "tags": ["text-classification", "knowledge-distillation", "kdbench", plan.objective],
+        "datasets": data_names(plan),
+        "metrics": sorted({name.split("_")[0] for name in scores_only(outcome["metrics"])}),
+    }
     teacher = plan.teacher.name_or_path
     if teacher and not Path(teacher).exists():  # a Hub id: a local folder is no base model there
         header["base_model"] = teacher
@@ -49,25 +62,32 @@ def metadata(plan, outcome: dict) -> dict:
 
 def score_rows(outcome: dict) -> list[str]:
     teacher = outcome.get("teacher_metrics") or {}
-    return [f"| {name} (dev) | {teacher[name]:.2f} | {value:.2f} |" if name in teacher
-            else f"| {name} (dev) | | {value:.2f} |"
-            for name, value in scores_only(outcome["metrics"]).items()]
+    return [
+        f"| {name} (dev) | {teacher[name]:.2f} | {value:.2f} |"
+        if name in teacher
+        else f"| {name} (dev) | | {value:.2f} |"
+        for name, value in scores_only(outcome["metrics"]).items()
+    ]
 
 
 def cost_rows(cost: dict | None) -> list[str]:
     if cost is None:
         return []
-    return [f"| {label} | {fmt.format(cost['teacher'][key])} | {fmt.format(cost['student'][key])} |"
-            for label, key, fmt in COST_ROWS]
+    return [
+        f"| {label} | {fmt.format(cost['teacher'][key])} | {fmt.format(cost['student'][key])} |"
+        for label, key, fmt in COST_ROWS
+    ]
 
 
 def speed_line(cost: dict | None) -> str:
     if cost is None:
         return "Cost not measured (measure_cost=false)."
-    return (f"Measured on {cost['device']} at the task's median length ({cost['length']} "
-            f"tokens): the student is {cost['speedup_latency']:.2f}x as fast as its teacher at "
-            f"batch 1 and {cost['speedup_throughput']:.2f}x at batch 32, with "
-            f"{100 * cost['params_fraction']:.0f}% of its parameters.")
+    return (
+        f"Measured on {cost['device']} at the task's median length ({cost['length']} "
+        f"tokens): the student is {cost['speedup_latency']:.2f}x as fast as its teacher at "
+        f"batch 1 and {cost['speedup_throughput']:.2f}x at batch 32, with "
+        f"{100 * cost['params_fraction']:.0f}% of its parameters."
+    )
 
 
 def recipe_lines(plan) -> list[str]:
@@ -76,31 +96,60 @@ def recipe_lines(plan) -> list[str]:
     stage2 = f"vanilla KD on the logits (T={kd.temperature}, alpha={kd.alpha})"
     objective = f"{plan.objective} (intermediate layers), then {stage2}" if plan.terms else stage2
     labels = list(plan.task.labels) or "a score (regression)"
-    return [f"- **Teacher**: {plan.teacher.name} "
-            f"({plan.teacher.finetuned_path or plan.teacher.name_or_path})",
-            f"- **Objective**: {objective}", f"- **Init**: {plan.init.name} ({plan.init.label})",
-            f"- **Data**: {', '.join(data_names(plan))}; labels {labels}",
-            f"- **Chain**: {' -> '.join(plan.chain)}"]
+    return [
+        f"- **Teacher**: {plan.teacher.name} "
+        f"({plan.teacher.finetuned_path or plan.teacher.name_or_path})",
+        f"- **Objective**: {objective}",
+        f"- **Init**: {plan.init.name} ({plan.init.label})",
+        f"- **Data**: {', '.join(data_names(plan))}; labels {labels}",
+        f"- **Chain**: {' -> '.join(plan.chain)}",
+    ]
 
 
 def usage_lines(plan) -> list[str]:
     pair = len(plan.task.text_fields) == 2
-    call = 'classifier({"text": "first text", "text_pair": "second text"})' if pair \
+    call = (
+        'classifier({"text": "first text", "text_pair": "second text"})'
+        if pair
         else 'classifier("some text")'
-    return ["## Use", "", "```python", "from transformers import pipeline", "",
-            'classifier = pipeline("text-classification", model="path/to/this/folder")',
-            f"print({call})", "```", ""]
+    )
+    return [
+        "## Use",
+        "",
+        "```python",
+        "from transformers import pipeline",
+        "",
+        'classifier = pipeline("text-classification", model="path/to/this/folder")',
+        f"print({call})",
+        "```",
+        "",
+    ]
 
 
 def model_card(plan, outcome: dict) -> str:
     """README.md for the saved student: header, scores and costs beside the teacher's, how it was
     made, how to use it."""
     header = yaml.safe_dump(metadata(plan, outcome), sort_keys=False)
-    title = (f"# {plan.student.name} student for {plan.task.name}, distilled from "
-             f"{plan.teacher.name}")
-    lines = [f"---\n{header}---", "", title, "",
-             "Distilled with kdbench (a reproduction of *How to Distill your BERT*, Wang et al., "
-             "ACL 2023).", "", "| | teacher | student |", "|---|---|---|", *score_rows(outcome),
-             *cost_rows(outcome.get("cost")), "", speed_line(outcome.get("cost")), "",
-             *recipe_lines(plan), "", *usage_lines(plan)]
+    title = (
+        f"# {plan.student.name} student for {plan.task.name}, distilled from {plan.teacher.name}"
+    )
+    lines = [
+        f"---\n{header}---",
+        "",
+        title,
+        "",
+        "Distilled with kdbench (a reproduction of *How to Distill your BERT*, Wang et al., "
+        "ACL 2023).",
+        "",
+        "| | teacher | student |",
+        "|---|---|---|",
+        *score_rows(outcome),
+        *cost_rows(outcome.get("cost")),
+        "",
+        speed_line(outcome.get("cost")),
+        "",
+        *recipe_lines(plan),
+        "",
+        *usage_lines(plan),
+    ]
     return "\n".join(lines)

@@ -58,9 +58,12 @@ def model_cost(model, length: int, device, precision: str) -> dict[str, float]:
     latency = seconds_per_pass(model, single, device, precision)
     batch = dummy_batch(model, THROUGHPUT_BATCH, length, device)
     batch_time = seconds_per_pass(model, batch, device, precision)
-    return {"params": sum(p.numel() for p in model.parameters()),
-            "flops_per_example": flops_per_example(model, length, device),
-            "latency_ms": 1000 * latency, "throughput_per_s": THROUGHPUT_BATCH / batch_time}
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "flops_per_example": flops_per_example(model, length, device),
+        "latency_ms": 1000 * latency,
+        "throughput_per_s": THROUGHPUT_BATCH / batch_time,
+    }
 
 
 def compare_costs(teacher, student, lengths, device, precision: str) -> dict:
@@ -70,8 +73,13 @@ def compare_costs(teacher, student, lengths, device, precision: str) -> dict:
     length = max(1, int(statistics.median(int(n) for n in lengths)))
     mine = model_cost(student, length, device, precision)
     theirs = model_cost(teacher, length, device, precision)
-    return {"length": length, "device": device_name(device), "teacher": theirs, "student": mine,
-            "speedup_latency": theirs["latency_ms"] / mine["latency_ms"],
-            "speedup_throughput": mine["throughput_per_s"] / theirs["throughput_per_s"],
-            "params_fraction": mine["params"] / theirs["params"],
-            "flops_fraction": mine["flops_per_example"] / theirs["flops_per_example"]}
+    return {
+        "length": length,
+        "device": device_name(device),
+        "teacher": theirs,
+        "student": mine,
+        "speedup_latency": theirs["latency_ms"] / mine["latency_ms"],
+        "speedup_throughput": mine["throughput_per_s"] / theirs["throughput_per_s"],
+        "params_fraction": mine["params"] / theirs["params"],
+        "flops_fraction": mine["flops_per_example"] / theirs["flops_per_example"],
+    }

@@ -18,9 +18,12 @@ def compute_on(trainer: ComputeSpec) -> dict:
     """The plan's device (this process's), precision, tf32 and DataLoader loading."""
     device = distributed.device_for(distributed.current(), resolve_device(trainer.device))
     precision = resolve_precision(trainer.precision, device)
-    return {"device": device, "precision": precision,
-            "tf32": resolve_tf32(trainer.tf32, device, precision),
-            "loading": loading_spec(trainer.num_workers, device)}
+    return {
+        "device": device,
+        "precision": precision,
+        "tf32": resolve_tf32(trainer.tf32, device, precision),
+        "loading": loading_spec(trainer.num_workers, device),
+    }
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -30,11 +33,14 @@ def resolve_device(requested: str) -> torch.device:
     try:
         device = torch.device(requested)
     except RuntimeError:
-        raise ConfigError(f"trainer.device={requested!r} is not a device: "
-                          "use auto, cpu, cuda or cuda:N") from None
+        raise ConfigError(
+            f"trainer.device={requested!r} is not a device: use auto, cpu, cuda or cuda:N"
+        ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"trainer.device={requested} but no CUDA GPU is available: "
-                          "use trainer.device=auto or cpu")
+        raise ConfigError(
+            f"trainer.device={requested} but no CUDA GPU is available: "
+            "use trainer.device=auto or cpu"
+        )
     return device
 
 

@@ -1,10 +1,11 @@
-"""Data-parallel plumbing on torch.distributed: `torchrun --nproc_per_node=N -m kdbench.run ...`, or the tasks of
-one SLURM / submitit job (`hydra/launcher=slurm_ddp`, `srun -n N python -m kdbench.run ...`).
+"""Data-parallel plumbing on torch.distributed: `torchrun --nproc_per_node=N -m kdbench.run ...`, or
+the tasks of one SLURM / submitit job (`hydra/launcher=slurm_ddp`, `srun -n N python -m kdbench.run
+...`).
 
 With WORLD_SIZE > 1 each process joins the group (nccl on GPUs, gloo on CPU) and trains a
-DistributedDataParallel replica on its own shard of every global batch; only rank 0 writes logs, checkpoints
-and results. A task of a multi-task job without torchrun's variables first takes them from its job
-(:func:`adopt_job_environment`). For a single process everything here is a no-op.
+DistributedDataParallel replica on its own shard of every global batch; only rank 0 writes logs,
+checkpoints and results. A task of a multi-task job without torchrun's variables first takes them
+from its job (:func:`adopt_job_environment`). For a single process everything here is a no-op.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class World:
 
 
 def job_environment():
-    """submitit's view of this task's job (SLURM through submitit or srun, or submitit's local executor) when the
-    job has several tasks; None otherwise."""
+    """submitit's view of this task's job (SLURM through submitit or srun, or submitit's local
+    executor) when the job has several tasks; None otherwise."""
     from submitit import JobEnvironment
     from submitit.slurm.slurm import SlurmJobEnvironment
 
@@ -50,23 +51,35 @@ def job_environment():
 
 
 def adopt_job_environment() -> None:
-    """In a multi-task job without torchrun's variables, export the job's as torchrun's: RANK, WORLD_SIZE,
-    LOCAL_RANK and the rendezvous, the first host of the job's node list (SLURM's forms: gpu[01-04],
-    gpu01,gpu07) with a port drawn from the job id unless MASTER_PORT is set, so every task of the job joins one
-    data-parallel group and finds the same master."""
+    """In a multi-task job without torchrun's variables, export the job's as torchrun's: RANK,
+    WORLD_SIZE, LOCAL_RANK and the rendezvous, the first host of the job's node list (SLURM's forms:
+    gpu[01-04], gpu01,gpu07) with a port drawn from the job id unless MASTER_PORT is set, so every
+    task of the job joins one data-parallel group and finds the same master."""
     if "WORLD_SIZE" in os.environ:
         return
     job = job_environment()
     if job is None:
         return
-    port = os.environ.get("MASTER_PORT") or str(random.Random(str(job.job_id)).randint(20000, 60000))
-    os.environ.update(MASTER_ADDR=job.hostnames[0], MASTER_PORT=port, RANK=str(job.global_rank),
-                      WORLD_SIZE=str(job.num_tasks), LOCAL_RANK=str(job.local_rank))
+    port = os.environ.get("MASTER_PORT") or str(
+        random.Random(str(job.job_id)).randint(20000, 60000)
+    )
+    os.environ.update(
+        MASTER_ADDR=job.hostnames[0],
+        MASTER_PORT=port,
+        RANK=str(job.global_rank),
+        WORLD_SIZE=str(job.num_tasks),
+        LOCAL_RANK=str(job.local_rank),
+    )
 
 
 def current() -> World:
-    """The process's place in a data-parallel launch (rank 0 of 1 otherwise); reads the environment only."""
-    return World(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0)))
+    """The process's place in a data-parallel launch (rank 0 of 1 otherwise); reads the environment
+    only."""
+    return World(
+        int(os.environ.get("RANK", 0)),
+        int(os.environ.get("WORLD_SIZE", 1)),
+        int(os.environ.get("LOCAL_RANK", 0)),
+    )
 
 
 def init(device: torch.device) -> World:
@@ -89,9 +102,11 @@ def device_for(world: World, device: torch.device) -> torch.device:
     if visible == 1:
         return torch.device("cuda", 0)
     if world.local_rank >= visible:
-        raise ConfigError(f"the process of LOCAL_RANK={world.local_rank} sees {visible} GPUs: "
-                          f"start at most {visible} processes per node, or bind one GPU to each "
-                          "(CUDA_VISIBLE_DEVICES)")
+        raise ConfigError(
+            f"the process of LOCAL_RANK={world.local_rank} sees {visible} GPUs: "
+            f"start at most {visible} processes per node, or bind one GPU to each "
+            "(CUDA_VISIBLE_DEVICES)"
+        )
     return torch.device("cuda", world.local_rank)
 
 
@@ -106,11 +121,14 @@ def wrap(module: torch.nn.Module, world: World, device: torch.device) -> torch.n
     if not world.distributed:
         return module
     ids = [device.index] if device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(module, device_ids=ids,
-                                                     gradient_as_bucket_view=True)
+    return torch.nn.parallel.DistributedDataParallel(
+        module, device_ids=ids, gradient_as_bucket_view=True
+    )
 
 
-def mean_over_ranks(values: dict[str, float], world: World, device: torch.device) -> dict[str, float]:
+def mean_over_ranks(
+    values: dict[str, float], world: World, device: torch.device
+) -> dict[str, float]:
     """Average scalar metrics over processes (held-out losses computed on each rank's shard)."""
     if not world.distributed:
         return values
@@ -126,8 +144,8 @@ def is_distributed() -> bool:
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:
-    """Whether `flag` is set on any process (every process must call this at the same point); `flag` alone
-    outside a data-parallel run."""
+    """Whether `flag` is set on any process (every process must call this at the same point); `flag`
+    alone outside a data-parallel run."""
     if not is_distributed():
         return flag
     value = torch.tensor([int(flag)], device=device)

@@ -1,15 +1,22 @@
-"""The FLOP and MFU model: a step's FLOPs, counted and analytic, and the peak rate they are measured against.
+"""The FLOP and MFU model: a step's FLOPs, counted and analytic, and the peak rate they are measured
+against.
 
-Counted: `torch.utils.flop_counter.FlopCounterMode` over the real step (matmuls and attention, forward and
-backward). Analytic, per sequence of `length` tokens (a matmul [m, k] @ [k, n] is 2mkn FLOPs):
+Counted: `torch.utils.flop_counter.FlopCounterMode` over the real step (matmuls and attention,
+forward and backward). Analytic, per sequence of `length` tokens (a matmul [m, k] @ [k, n] is 2mkn
+FLOPs):
 
-- a transformer block of width D and feed-forward width F: 2L(4D^2 + 2DF) for its linears + 4L^2 D for
-  attention; a last layer read at its projections only runs those (2LD^2 each, in query, key, value order);
-- the heads: pooler and classifier (2D^2 + 2DC) when a task-specific step reads logits, the MLM head at the
+- a transformer block of width D and feed-forward width F: 2L(4D^2 + 2DF) for its linears + 4L^2 D
+  for
+  attention; a last layer read at its projections only runs those (2LD^2 each, in query, key, value
+  order);
+- the heads: pooler and classifier (2D^2 + 2DC) when a task-specific step reads logits, the MLM head
+  at the
   masked positions only (M(2D^2 + 2DV)) when a task-agnostic one does;
-- the losses: a score map (q k^T, or a relation x x^T) is 2L^2 D per side, its gradient two more on the
+- the losses: a score map (q k^T, or a relation x x^T) is 2L^2 D per side, its gradient two more on
+  the
   student's; a width projection W_h is 2 L D_S D_T (one token for [CLS]), 3x with its backward;
-- the student runs forward and backward (3x its forward: each matmul's backward is two of the same size; less
+- the student runs forward and backward (3x its forward: each matmul's backward is two of the same
+  size; less
   the backward of projections that run but are not read), the frozen teacher forward only.
 
 Model FLOPs utilisation (MFU) = FLOPs per second / the device's dense peak for the precision used.
@@ -29,8 +36,9 @@ from kdbench.objectives.features import PROJECTION_NAMES
 from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
 
-# Dense (not sparse) peak TFLOP/s from the vendors' datasheets: bf16 tensor cores, TF32 tensor cores, fp32 (no
-# tensor cores). V100 and T4 have no bf16 or TF32: their fp16 tensor-core rate is not used for bf16.
+# Dense (not sparse) peak TFLOP/s from the vendors' datasheets: bf16 tensor cores, TF32 tensor
+# cores, fp32 (no tensor cores). V100 and T4 have no bf16 or TF32: their fp16 tensor-core rate is
+# not used for bf16.
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "H200": {"bf16": 989.0, "tf32": 494.0, "fp32": 67.0},  # NVIDIA H200 datasheet (SXM)
     "H100 SXM": {"bf16": 989.0, "tf32": 494.0, "fp32": 67.0},  # NVIDIA H100 datasheet (SXM5)
@@ -39,20 +47,35 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "L4": {"bf16": 121.0, "tf32": 60.0, "fp32": 30.3},  # NVIDIA L4 datasheet
     "A10": {"bf16": 125.0, "tf32": 62.5, "fp32": 31.2},  # NVIDIA A10 datasheet
     "RTX 4090": {"bf16": 165.2, "tf32": 82.6, "fp32": 82.6},  # Ada whitepaper (fp32 accumulate)
-    "RTX 3090": {"bf16": 71.0, "tf32": 35.6, "fp32": 35.6},  # Ampere GA102 whitepaper (fp32 accumulate)
+    "RTX 3090": {
+        "bf16": 71.0,
+        "tf32": 35.6,
+        "fp32": 35.6,
+    },  # Ampere GA102 whitepaper (fp32 accumulate)
     "V100": {"fp32": 15.7},  # NVIDIA V100 datasheet (SXM2)
     "T4": {"fp32": 8.1},  # NVIDIA T4 datasheet
 }
 
 
-# The words of a CUDA device name that pick its row, most specific first ("NVIDIA H100 80GB HBM3" -> H100 SXM).
-DEVICE_WORDS = (("H200", {"H200"}), ("H100 PCIe", {"H100", "PCIE"}), ("H100 SXM", {"H100"}), ("A100", {"A100"}),
-                ("L4", {"L4"}), ("A10", {"A10"}), ("RTX 4090", {"4090"}), ("RTX 3090", {"3090"}),
-                ("V100", {"V100"}), ("T4", {"T4"}))
+# The words of a CUDA device name that pick its row, most specific first ("NVIDIA H100 80GB HBM3" ->
+# H100 SXM).
+DEVICE_WORDS = (
+    ("H200", {"H200"}),
+    ("H100 PCIe", {"H100", "PCIE"}),
+    ("H100 SXM", {"H100"}),
+    ("A100", {"A100"}),
+    ("L4", {"L4"}),
+    ("A10", {"A10"}),
+    ("RTX 4090", {"4090"}),
+    ("RTX 3090", {"3090"}),
+    ("V100", {"V100"}),
+    ("T4", {"T4"}),
+)
 
 
 def datasheet_peak(device_name: str, precision: str) -> float | None:
-    """The table's dense peak in FLOP/s for a CUDA device name and precision (bf16, tf32, fp32); None if unknown."""
+    """The table's dense peak in FLOP/s for a CUDA device name and precision (bf16, tf32, fp32);
+    None if unknown."""
     words = set(re.split(r"[\s_-]+", device_name.upper()))
     for row, needed in DEVICE_WORDS:
         if needed <= words:
@@ -61,10 +84,16 @@ def datasheet_peak(device_name: str, precision: str) -> float | None:
     return None
 
 
-def measured_matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 1.0,
-                         clock: Callable[[], float] = time.perf_counter) -> float:
-    """The best FLOP/s of square `size` matmuls on `device` in `dtype` over about `seconds` (after a warm-up),
-    timed by `clock` (`time.process_time`: FLOPs per CPU-second, which other processes on the cores do not lower)."""
+def measured_matmul_peak(
+    device: torch.device,
+    dtype: torch.dtype,
+    size: int = 1024,
+    seconds: float = 1.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """The best FLOP/s of square `size` matmuls on `device` in `dtype` over about `seconds` (after a
+    warm-up), timed by `clock` (`time.process_time`: FLOPs per CPU-second, which other processes on
+    the cores do not lower)."""
     a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
     best = 0.0
     deadline = time.perf_counter() + seconds
@@ -90,7 +119,8 @@ def _cpu_flash_attention(query_shape, key_shape, value_shape, *args, **kwargs) -
 
 
 def flop_counter() -> FlopCounterMode:
-    """FlopCounterMode, counting the CPU's fused attention kernel too (its own formula is missing in torch)."""
+    """FlopCounterMode, counting the CPU's fused attention kernel too (its own formula is missing in
+    torch)."""
     cpu_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     return FlopCounterMode(display=False, custom_mapping={cpu_flash: _cpu_flash_attention})
 
@@ -113,7 +143,9 @@ class Shape:
 
     @classmethod
     def of(cls, config) -> Shape:
-        return cls(config.hidden_size, config.intermediate_size, config.vocab_size, config.num_labels)
+        return cls(
+            config.hidden_size, config.intermediate_size, config.vocab_size, config.num_labels
+        )
 
 
 def block_flops(shape: Shape, length: int) -> int:
@@ -121,10 +153,17 @@ def block_flops(shape: Shape, length: int) -> int:
     return 2 * length * (4 * d * d + 2 * d * shape.ffn) + 4 * length * length * d
 
 
-def forward_flops(shape: Shape, layers: int, length: int, needs: Mapping[int, set[str]], stop_after: int | None,
-                  head: float) -> tuple[float, float]:
-    """One sequence's forward through `layers` blocks, or up to `stop_after`, plus `head` FLOPs; and the part of
-    it no loss reads (projections that run before the last needed one: no backward goes through them)."""
+def forward_flops(
+    shape: Shape,
+    layers: int,
+    length: int,
+    needs: Mapping[int, set[str]],
+    stop_after: int | None,
+    head: float,
+) -> tuple[float, float]:
+    """One sequence's forward through `layers` blocks, or up to `stop_after`, plus `head` FLOPs; and
+    the part of it no loss reads (projections that run before the last needed one: no backward goes
+    through them)."""
     if stop_after is None:
         return layers * block_flops(shape, length) + head, 0.0
     flops = (stop_after - 1) * block_flops(shape, length) + head
@@ -179,22 +218,28 @@ class StepFlops:
         return student + self.teacher_forward + self.student_losses + self.teacher_losses
 
 
-def step_flops(objective, student_conf, teacher_conf, length: int, *, agnostic: bool,
-               masked: float = 0.0) -> StepFlops:
-    """The analytic count of one sequence of `length` tokens in a stage-1 (`agnostic=False`) or task-agnostic step
-    with `objective` (an `Objective`); `masked`: the MLM head's rows per sequence in a task-agnostic step
-    (its masked positions, or every attended token for soft targets there)."""
+def step_flops(
+    objective, student_conf, teacher_conf, length: int, *, agnostic: bool, masked: float = 0.0
+) -> StepFlops:
+    """The analytic count of one sequence of `length` tokens in a stage-1 (`agnostic=False`) or
+    task-agnostic step with `objective` (an `Objective`); `masked`: the MLM head's rows per sequence
+    in a task-agnostic step (its masked positions, or every attended token for soft targets
+    there)."""
     sides = {}
     for side, conf in (("student", student_conf), ("teacher", teacher_conf)):
         shape, needs = Shape.of(conf), objective.needs(side)
         layers = conf.num_hidden_layers
-        if agnostic:  # the recipe's recorder: the MLM head on the last layer's output when logits are read
+        if (
+            agnostic
+        ):  # the recipe's recorder: the MLM head on the last layer's output when logits are read
             if objective.uses_logits:
                 needs.setdefault(layers, set()).add("hidden")
             head = mlm_head_flops(shape, masked) if objective.uses_logits else 0
             sides[side] = forward_flops(shape, layers, length, needs, max(needs), head)
         else:
             head = classifier_flops(shape) if objective.uses_logits else 0
-            sides[side] = forward_flops(shape, layers, length, needs, objective.last_layer(side), head)
+            sides[side] = forward_flops(
+                shape, layers, length, needs, objective.last_layer(side), head
+            )
     losses = loss_flops(objective.terms, Shape.of(student_conf), Shape.of(teacher_conf), length)
     return StepFlops(*sides["student"], sides["teacher"][0], *losses)

@@ -1,8 +1,8 @@
 """Hydra plumbing: the config folder, composing a config, the sweep's resolvers and job folders,
 and validation of Hydra overrides before Hydra runs, with one-line errors.
 
-Hydra's own errors are multi-line tracebacks-with-advice; a user who typed `objective=att_kll` should read one
-line that names the problem and lists the valid choices, and get exit code 2.
+Hydra's own errors are multi-line tracebacks-with-advice; a user who typed `objective=att_kll`
+should read one line that names the problem and lists the valid choices, and get exit code 2.
 """
 
 from __future__ import annotations
@@ -14,8 +14,22 @@ from pathlib import Path
 from kdbench.errors import ConfigError
 
 # Hydra flags that take a value (the value is not an override).
-_VALUE_FLAGS = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--cfg", "-c",
-                "--package", "-p", "--info", "--experimental-rerun", "--shell-completion", "-sc"}
+_VALUE_FLAGS = {
+    "--config-name",
+    "-cn",
+    "--config-path",
+    "-cp",
+    "--config-dir",
+    "-cd",
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--info",
+    "--experimental-rerun",
+    "--shell-completion",
+    "-sc",
+}
 _CUSTOM_CONFIG = {"--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd"}
 
 
@@ -23,8 +37,9 @@ MAX_JOB_DIR_BYTES = 200  # file systems refuse names over 255 bytes
 
 
 def job_dir_name(overrides: str, seed) -> str:
-    """A sweep job's folder: its overrides (Hydra's override_dirname, seed excluded) with the seed last; a name too
-    long for a file system keeps its beginning and ends in a hash of the whole, so it stays unique and stable."""
+    """A sweep job's folder: its overrides (Hydra's override_dirname, seed excluded) with the seed
+    last; a name too long for a file system keeps its beginning and ends in a hash of the whole, so
+    it stays unique and stable."""
     safe = overrides.replace("/", "_")
     if len(safe.encode()) > MAX_JOB_DIR_BYTES:
         digest = hashlib.sha256(safe.encode()).hexdigest()[:12]
@@ -58,12 +73,16 @@ def searchpath_dirs(override) -> tuple[Path, ...]:
     """The local folders a `hydra.searchpath=[file://...]` override adds (`pkg://` entries have no
     folder)."""
     entries = override.value() if isinstance(override.value(), list) else [override.value()]
-    return tuple(Path(str(entry).removeprefix("file://")) for entry in entries
-                 if not str(entry).startswith("pkg://"))
+    return tuple(
+        Path(str(entry).removeprefix("file://"))
+        for entry in entries
+        if not str(entry).startswith("pkg://")
+    )
 
 
 def overrides_of(argv: list[str]) -> list[str] | None:
-    """The override strings of a command line, or None when it uses a custom config (then Hydra checks it)."""
+    """The override strings of a command line, or None when it uses a custom config (then Hydra
+    checks it)."""
     overrides, skip = [], False
     for token in argv:
         if skip:
@@ -79,7 +98,8 @@ def overrides_of(argv: list[str]) -> list[str] | None:
 
 
 def check_overrides(argv: list[str]) -> None:
-    """Validate group choices and keys of a command line (each value of a sweep); exit 2 with one line."""
+    """Validate group choices and keys of a command line (each value of a sweep); exit 2 with one
+    line."""
     try:
         compose_check(sweep_point(argv))
     except ConfigError as exc:
@@ -87,9 +107,9 @@ def check_overrides(argv: list[str]) -> None:
 
 
 def sweep_point(argv: list[str]) -> list[str]:
-    """The overrides of a command line with each sweep at its first value, less Hydra's own keys (`hydra.*`,
-    `hydra/launcher=...`) but `hydra.searchpath` (whose folders add group options), after checking
-    every value of every group choice; a ConfigError names the bad one."""
+    """The overrides of a command line with each sweep at its first value, less Hydra's own keys
+    (`hydra.*`, `hydra/launcher=...`) but `hydra.searchpath` (whose folders add group options),
+    after checking every value of every group choice; a ConfigError names the bad one."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     tokens = overrides_of(argv)
@@ -106,30 +126,42 @@ def sweep_point(argv: list[str]) -> list[str]:
         key = override.get_key_element()
         if key.lstrip("+~").startswith("hydra"):
             continue
-        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        values = (
+            list(override.sweep_string_iterator())
+            if override.is_sweep_override()
+            else [override.value()]
+        )
         group = override.key_or_group
         if (config_dir() / group).is_dir() and not override.is_delete():
             valid = group_options(group, searchpath)
             for value in values:
                 if str(value) not in valid:
-                    raise ConfigError(f"unknown {group} {value!r}; valid {group} options: {', '.join(valid)}")
+                    raise ConfigError(
+                        f"unknown {group} {value!r}; valid {group} options: {', '.join(valid)}"
+                    )
         if override.is_delete():
             first_values.append(key)
         elif not override.is_sweep_override():
-            first_values.append(override.input_line)  # as typed: a quoted value (a path holding `=`) keeps its quotes
+            first_values.append(
+                override.input_line
+            )  # as typed: a quoted value (a path holding `=`) keeps its quotes
         elif values:
-            first_values.append(f"{key}={values[0]}")  # a sweep's elements come in override syntax, quotes kept
+            first_values.append(
+                f"{key}={values[0]}"
+            )  # a sweep's elements come in override syntax, quotes kept
     return first_values
 
 
 def compose(overrides: list[str], *, hydra_config: bool = False):
-    """The config as Hydra composes it for these overrides (with the `hydra` node when `hydra_config`): the one
-    place outside a Hydra main that composes, for validation, the benchmarks and the study."""
+    """The config as Hydra composes it for these overrides (with the `hydra` node when
+    `hydra_config`): the one place outside a Hydra main that composes, for validation, the
+    benchmarks and the study."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    GlobalHydra.instance().clear()  # a composition left initialised (tests, an earlier call) would refuse a new one
+    # a composition left initialised (tests, an earlier call) would refuse a new one
+    GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(config_dir()), version_base="1.3"):
             return hydra_compose("config", overrides=overrides, return_hydra_config=hydra_config)
@@ -138,7 +170,8 @@ def compose(overrides: list[str], *, hydra_config: bool = False):
 
 
 def compose_check(overrides: list[str]) -> None:
-    """Compose the config as Hydra will (first value of each sweep) and report a failure as one line."""
+    """Compose the config as Hydra will (first value of each sweep) and report a failure as one
+    line."""
     try:
         compose(overrides)
     except Exception as exc:
@@ -146,8 +179,12 @@ def compose_check(overrides: list[str]) -> None:
 
 
 def one_line(exc: BaseException) -> str:
-    while not str(exc).strip() and exc.__cause__ is not None:  # Hydra wraps the real error without a message
+    while (
+        not str(exc).strip() and exc.__cause__ is not None
+    ):  # Hydra wraps the real error without a message
         exc = exc.__cause__
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    keep = [line for line in lines if not line.startswith(("full_key", "object_type", "reference_type"))]
+    keep = [
+        line for line in lines if not line.startswith(("full_key", "object_type", "reference_type"))
+    ]
     return "; ".join(keep[:3]) or type(exc).__name__

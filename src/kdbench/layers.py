@@ -1,5 +1,5 @@
-"""Which teacher layers: the student's initialisation (the paper's 4,8,12 / 1,8,12 / 1,2,3) and the layer pairs an
-objective maps, validated once.
+"""Which teacher layers: the student's initialisation (the paper's 4,8,12 / 1,8,12 / 1,2,3) and the
+layer pairs an objective maps, validated once.
 
 Layer numbers are 1-based transformer blocks, as the paper writes them; 0 is the embedding output.
 """
@@ -13,8 +13,10 @@ def every_kth(teacher_layers: int, student_layers: int) -> list[int]:
     """k, 2k, ..., with k = teacher layers / student layers (4,8,12 for 12 -> 3)."""
     if teacher_layers % student_layers:
         raise ConfigError(
-            f"every k-th teacher layer (init=every_kth, the uniform mapping) needs the teacher's {teacher_layers} "
-            f"layers to be a multiple of student.num_layers={student_layers}: give the layers explicitly "
+            "every k-th teacher layer (init=every_kth, the uniform mapping) needs the teacher's "
+            f"{teacher_layers} "
+            f"layers to be a multiple of student.num_layers={student_layers}: give the layers "
+            "explicitly "
             "(init=layers 'init.layers=[...]')"
         )
     k = teacher_layers // student_layers
@@ -29,7 +31,9 @@ def bottom(teacher_layers: int, student_layers: int) -> list[int]:
 INIT_PRESETS = {"every_kth": every_kth, "bottom": bottom}
 
 
-def resolve_init_layers(name: str, layers: list | None, teacher_layers: int, student_layers: int) -> list[int] | None:
+def resolve_init_layers(
+    name: str, layers: list | None, teacher_layers: int, student_layers: int
+) -> list[int] | None:
     """The teacher layers the student is initialised from (validated), or None for random init.
 
     `name`: random, a preset (every_kth, bottom), or layers with the explicit list `layers`."""
@@ -43,32 +47,46 @@ def resolve_init_layers(name: str, layers: list | None, teacher_layers: int, stu
     return layers
 
 
-def validate_layer_list(layers: list, teacher_layers: int, student_layers: int, *, what: str) -> None:
+def validate_layer_list(
+    layers: list, teacher_layers: int, student_layers: int, *, what: str
+) -> None:
     """One teacher layer per student layer, integers in 1..teacher_layers, strictly ascending."""
     if len(layers) != student_layers:
         raise ConfigError(
-            f"{what}={layers} has {len(layers)} entries but the student has {student_layers} layers: "
+            f"{what}={layers} has {len(layers)} entries but the student has {student_layers} "
+            "layers: "
             f"give one teacher layer per student layer"
         )
     for layer in layers:
         if isinstance(layer, bool) or not isinstance(layer, int):
-            raise ConfigError(f"{what}={layers}: {layer!r} is not an integer layer number (1..{teacher_layers})")
+            raise ConfigError(
+                f"{what}={layers}: {layer!r} is not an integer layer number (1..{teacher_layers})"
+            )
         if not 1 <= layer <= teacher_layers:
-            raise ConfigError(f"{what}={layers}: layer {layer} does not exist; the teacher has layers 1..{teacher_layers}")
+            raise ConfigError(
+                f"{what}={layers}: layer {layer} does not exist; the teacher has layers "
+                f"1..{teacher_layers}"
+            )
     if any(b <= a for a, b in zip(layers, layers[1:])):
-        raise ConfigError(f"{what}={layers} must be strictly ascending without repeats, e.g. [4,8,12]")
+        raise ConfigError(
+            f"{what}={layers} must be strictly ascending without repeats, e.g. [4,8,12]"
+        )
 
 
 def check_width(student_hidden: int, teacher_hidden: int, init_name: str) -> None:
     if student_hidden != teacher_hidden:
         raise ConfigError(
-            f"init={init_name} copies teacher layers, which needs the student's hidden size ({student_hidden}) "
-            f"to equal the teacher's ({teacher_hidden}): use init=random or a student of width {teacher_hidden} "
+            f"init={init_name} copies teacher layers, which needs the student's hidden size "
+            f"({student_hidden}) "
+            f"to equal the teacher's ({teacher_hidden}): use init=random or a student of width "
+            f"{teacher_hidden} "
             f"(student.hidden_size={teacher_hidden})"
         )
 
 
-def resolve_pairs(mapping, init_layers: list[int] | None, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
+def resolve_pairs(
+    mapping, init_layers: list[int] | None, student_layers: int, teacher_layers: int
+) -> list[tuple[int, int]]:
     """(student layer, teacher layer) pairs of a layer mapping, validated.
 
     `mapping`: init (the layers the student was initialised from; uniform for random init), uniform

@@ -1,4 +1,5 @@
-"""Experiment loggers: none, or wandb (offline unless configured otherwise). Secrets never enter configs."""
+"""Experiment loggers: none, or wandb (offline unless configured otherwise). Secrets never enter
+configs."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ LOGGERS = {"none": None, "wandb": WandbLogger}
 
 
 def make_logger(spec: LoggerSpec, config: dict, run_dir: Path):
-    """The configured logger (None for logger=none); `config` is the resolved run config it records."""
+    """The configured logger (None for logger=none); `config` is the resolved run config it
+    records."""
     factory = lookup(LOGGERS, spec.name, "logger")
     return factory(spec, config, run_dir) if factory else None

@@ -110,45 +110,72 @@ class Plan:
 def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
     checked(init, "init")
     if init.name == "pretrained":
-        return InitSpec("pretrained", None, path=pretrained_student(init.path, student),
-                        carry_projections=init.get("carry_projections", False))
+        return InitSpec(
+            "pretrained",
+            None,
+            path=pretrained_student(init.path, student),
+            carry_projections=init.get("carry_projections", False),
+        )
     name = auto_init(teacher_conf, student) if init.name == "auto" else init.name
-    layers = resolve_init_layers(name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers)
+    layers = resolve_init_layers(
+        name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers
+    )
     if layers is not None:
         check_width(student.hidden_size, teacher_conf.hidden_size, name)
-    return InitSpec(name, None if layers is None else tuple(layers),
-                    init.get("copy_embeddings", True), init.get("copy_head", False))
+    return InitSpec(
+        name,
+        None if layers is None else tuple(layers),
+        init.get("copy_embeddings", True),
+        init.get("copy_head", False),
+    )
 
 
-SHAPE_KEYS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
-              "ffn_size": "intermediate_size"}
+SHAPE_KEYS = {
+    "num_layers": "num_hidden_layers",
+    "hidden_size": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "ffn_size": "intermediate_size",
+}
 
 
 def pretrained_student(path: str | None, student: ShapeSpec) -> Path:
     """init=pretrained's saved student, checked to be a model of the student's shape."""
     folder = local_path(path)
     if not path or not (folder / "config.json").is_file():
-        raise ConfigError(f"init=pretrained needs init.path, a folder written by save_pretrained (a task-agnostic "
-                          f"run's student/); {path} holds no config.json")
+        raise ConfigError(
+            "init=pretrained needs init.path, a folder written by save_pretrained (a "
+            "task-agnostic "
+            f"run's student/); {path} holds no config.json"
+        )
     saved = saved_config(folder, "a distilled student")
-    differ = [f"{key} {getattr(saved, theirs)} vs {getattr(student, key)}" for key, theirs in SHAPE_KEYS.items()
-              if getattr(saved, theirs, None) != getattr(student, key)]
+    differ = [
+        f"{key} {getattr(saved, theirs)} vs {getattr(student, key)}"
+        for key, theirs in SHAPE_KEYS.items()
+        if getattr(saved, theirs, None) != getattr(student, key)
+    ]
     if differ:
-        raise ConfigError(f"init.path={path} holds a model of another shape than student={student.name} "
-                          f"({'; '.join(differ)}): choose the student config it was saved as")
+        raise ConfigError(
+            f"init.path={path} holds a model of another shape than student={student.name} "
+            f"({'; '.join(differ)}): choose the student config it was saved as"
+        )
     return folder
 
 
 def auto_init(teacher_conf: PretrainedConfig, student: ShapeSpec) -> str:
-    """init=auto: every k-th teacher layer when the student can take them (same width, depth dividing the
-    teacher's), random otherwise; the choice is logged in one line."""
+    """init=auto: every k-th teacher layer when the student can take them (same width, depth
+    dividing the teacher's), random otherwise; the choice is logged in one line."""
     teacher_layers, width = teacher_conf.num_hidden_layers, teacher_conf.hidden_size
     if student.hidden_size != width:
         reason = f"the student's width {student.hidden_size} differs from the teacher's {width}"
     elif teacher_layers % student.num_layers:
-        reason = f"the teacher's {teacher_layers} layers are not a multiple of the student's {student.num_layers}"
+        reason = (
+            f"the teacher's {teacher_layers} layers are not "
+            f"a multiple of the student's {student.num_layers}"
+        )
     else:
-        log.info("init=auto: every_kth (teacher layers copied: the student has the teacher's width)")
+        log.info(
+            "init=auto: every_kth (teacher layers copied: the student has the teacher's width)"
+        )
         return "every_kth"
     log.info("init=auto: random (%s)", reason)
     return "random"
@@ -158,27 +185,34 @@ def check_agnostic_trainer(trainer: TrainerSpec) -> None:
     """The task-agnostic recipe counts steps, not epochs, and caps each device's batch."""
     missing = [key for key in ("max_steps", "device_batch_size") if getattr(trainer, key) is None]
     if missing:
-        raise ConfigError(f"setting=task_agnostic needs {' and '.join(f'trainer.{k}' for k in missing)}, which "
-                          f"trainer={trainer.name} does not set: add trainer=agnostic (the paper's task-agnostic "
-                          "recipe) or set them")
+        raise ConfigError(
+            f"setting=task_agnostic needs {' and '.join(f'trainer.{k}' for k in missing)}, which "
+            f"trainer={trainer.name} does not set: add trainer=agnostic (the paper's task-agnostic "
+            "recipe) or set them"
+        )
 
 
 def batch_layout(global_batch: int, world_size: int, device_batch: int) -> BatchLayout:
-    """Micro-batches per process and gradient-accumulation steps giving exactly `global_batch` per step."""
+    """Micro-batches per process and gradient-accumulation steps giving exactly `global_batch` per
+    step."""
     per_process, remainder = divmod(global_batch, world_size)
     if remainder:
-        raise ConfigError(f"trainer.batch_size={global_batch} is not divisible by {world_size} processes")
+        raise ConfigError(
+            f"trainer.batch_size={global_batch} is not divisible by {world_size} processes"
+        )
     micro = min(device_batch, per_process)
     if per_process % micro:
         raise ConfigError(
-            f"trainer.batch_size={global_batch} over {world_size} process(es) is {per_process} per process, not a "
+            f"trainer.batch_size={global_batch} over {world_size} process(es) is {per_process} per "
+            "process, not a "
             f"multiple of trainer.device_batch_size={device_batch}: choose sizes that divide"
         )
     return BatchLayout(global_batch, micro, per_process // micro, world_size)
 
 
 def config_fingerprint(resolved: dict) -> str:
-    """Identifies the run's resolved config, less where it is written and how it computes (`COMPUTATION_ONLY`)."""
+    """Identifies the run's resolved config, less where it is written and how it computes
+    (`COMPUTATION_ONLY`)."""
     resolved = json.loads(json.dumps(resolved, default=str))
     resolved.get("paths", {}).pop("run_dir", None)
     trainer = resolved.get("trainer", {})
@@ -187,9 +221,16 @@ def config_fingerprint(resolved: dict) -> str:
     return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def objective_terms(cfg: DictConfig, init: InitSpec, student_conf, teacher_conf, teacher: TeacherSpec,
-                    task: TaskSpec) -> list[Term]:
-    """The objective's terms for this setting: raw text uses `terms_task_agnostic` and the setting's mapping."""
+def objective_terms(
+    cfg: DictConfig,
+    init: InitSpec,
+    student_conf,
+    teacher_conf,
+    teacher: TeacherSpec,
+    task: TaskSpec,
+) -> list[Term]:
+    """The objective's terms for this setting: raw text uses `terms_task_agnostic` and the setting's
+    mapping."""
     checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
     agnostic = cfg.setting.name == "task_agnostic"
     specs = cfg.objective.terms
@@ -198,8 +239,17 @@ def objective_terms(cfg: DictConfig, init: InitSpec, student_conf, teacher_conf,
     mapping = cfg.setting.get("mapping") or cfg.objective.mapping
     mapping = container(mapping) if OmegaConf.is_config(mapping) else mapping
     layers = None if init.layers is None else list(init.layers)
-    return build_terms(cfg.objective.name, container(specs), mapping, layers, student_conf, teacher_conf,
-                       regression=task.regression, agnostic=agnostic, teacher_has_mlm_head=teacher.has_mlm_head)
+    return build_terms(
+        cfg.objective.name,
+        container(specs),
+        mapping,
+        layers,
+        student_conf,
+        teacher_conf,
+        regression=task.regression,
+        agnostic=agnostic,
+        teacher_has_mlm_head=teacher.has_mlm_head,
+    )
 
 
 # the config's keys outside the groups
@@ -207,17 +257,21 @@ RUN_KEYS = ("seed", "save_student", "measure_cost", "prediction_kd", "kdbench")
 
 
 def check_required(cfg: DictConfig) -> None:
-    """Every value an option leaves to the user (`???`: init.path, setting.student_path, ...) is set."""
+    """Every value an option leaves to the user (`???`: init.path, setting.student_path, ...) is
+    set."""
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
-        raise ConfigError(f"{missing[0]} is not set, and the options chosen need it: add {missing[0]}=... to the "
-                          "command line")
+        raise ConfigError(
+            f"{missing[0]} is not set, and the options chosen need it: add {missing[0]}=... to the "
+            "command line"
+        )
 
 
 def make_plan(cfg: DictConfig) -> Plan:
     if cfg.setting.name not in SETTINGS:
-        raise ConfigError(f"setting={cfg.setting.name} is not implemented yet; "
-                          f"available: {', '.join(SETTINGS)}")
+        raise ConfigError(
+            f"setting={cfg.setting.name} is not implemented yet; available: {', '.join(SETTINGS)}"
+        )
     check_required(cfg)
     resolved = container(cfg)
     check_ranges({key: resolved[key] for key in RUN_KEYS if key in resolved})
@@ -238,23 +292,34 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
     if corpus is None:
         check_data_files(task, data)
-    return dict(setting=cfg.setting.name, seed=cfg.seed, task=task, data=data, teacher=teacher,
-                student=shape_spec(cfg.student, "student"), objective=cfg.objective.name,
-                trainer=trainer, corpus=corpus,
-                kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"),
-                augment=augment_spec(cfg.augment, cfg.setting.name),
-                logger=logger_spec(cfg), **compute,
-                cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir",
-                                          " (or $KDBENCH_CACHE)"),
-                save_student=cfg.save_student, measure_cost=cfg.measure_cost,
-                fingerprint=config_fingerprint(resolved), config=resolved)
+    return dict(
+        setting=cfg.setting.name,
+        seed=cfg.seed,
+        task=task,
+        data=data,
+        teacher=teacher,
+        student=shape_spec(cfg.student, "student"),
+        objective=cfg.objective.name,
+        trainer=trainer,
+        corpus=corpus,
+        kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"),
+        augment=augment_spec(cfg.augment, cfg.setting.name),
+        logger=logger_spec(cfg),
+        **compute,
+        cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir", " (or $KDBENCH_CACHE)"),
+        save_student=cfg.save_student,
+        measure_cost=cfg.measure_cost,
+        fingerprint=config_fingerprint(resolved),
+        config=resolved,
+    )
 
 
 def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     """The `Plan` fields of the distillation settings beyond those every setting has: the teacher's
     and the student's model configs, the init, the objective's terms, the global batch."""
-    teacher, student, trainer, corpus = (common[key] for key in ("teacher", "student", "trainer",
-                                                                  "corpus"))
+    teacher, student, trainer, corpus = (
+        common[key] for key in ("teacher", "student", "trainer", "corpus")
+    )
     teacher_conf = teacher_config(teacher)
     check_positions(teacher_conf, trainer, corpus)
     student_conf = student_config(teacher_conf, student, common["task"].num_labels)
@@ -263,15 +328,25 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     batches = None
     if corpus is not None:
         check_agnostic_trainer(trainer)
-        batches = batch_layout(trainer.batch_size, distributed.current().size,
-                               trainer.device_batch_size)
-    return dict(init=init, terms=terms, batches=batches, teacher_conf=teacher_conf,
-                student_conf=student_conf, student_path=None,
-                chain=distillation_chain(teacher, student, init, cfg))
+        batches = batch_layout(
+            trainer.batch_size, distributed.current().size, trainer.device_batch_size
+        )
+    return dict(
+        init=init,
+        terms=terms,
+        batches=batches,
+        teacher_conf=teacher_conf,
+        student_conf=student_conf,
+        student_path=None,
+        chain=distillation_chain(teacher, student, init, cfg),
+    )
 
 
-def distillation_chain(teacher: TeacherSpec, student: ShapeSpec, init: InitSpec, cfg: DictConfig) -> tuple[str, ...]:
-    """Teacher -> (assistant ->) student: a distilled teacher brings its own chain; a pretrained init is named."""
+def distillation_chain(
+    teacher: TeacherSpec, student: ShapeSpec, init: InitSpec, cfg: DictConfig
+) -> tuple[str, ...]:
+    """Teacher -> (assistant ->) student: a distilled teacher brings its own chain; a pretrained
+    init is named."""
     me = f"{student.name} ({cfg.objective.name}, {cfg.setting.name})"
     if init.path is not None:
         me += f" from [{' -> '.join(chain_of(init.path, 'pretrained'))}]"

@@ -20,10 +20,18 @@ def finetune_parts(cfg: DictConfig, trainer: TrainerSpec, task: TaskSpec) -> dic
     """The `Plan` fields of setting=finetune beyond those every setting has."""
     student_path = local_path(cfg.setting.student_path)
     if not (student_path / "config.json").is_file():
-        raise ConfigError(f"setting.student_path={cfg.setting.student_path} is not a saved model "
-                          "(no config.json): give the student/ folder of a task-agnostic run")
+        raise ConfigError(
+            f"setting.student_path={cfg.setting.student_path} is not a saved model "
+            "(no config.json): give the student/ folder of a task-agnostic run"
+        )
     student_conf = saved_config(student_path, "a distilled student")
     check_positions(student_conf, trainer, None)
-    return dict(init=InitSpec("pretrained", None, path=student_path), terms=[], batches=None,
-                teacher_conf=None, student_conf=student_conf, student_path=student_path,
-                chain=(*chain_of(student_path, "student"), f"fine-tuned on {task.name}"))
+    return dict(
+        init=InitSpec("pretrained", None, path=student_path),
+        terms=[],
+        batches=None,
+        teacher_conf=None,
+        student_conf=student_conf,
+        student_path=student_path,
+        chain=(*chain_of(student_path, "student"), f"fine-tuned on {task.name}"),
+    )

@@ -71,9 +71,13 @@ def read_finetune_epochs(trainer: DictConfig, values: dict) -> None:
     if "stage2_epochs" not in values or OmegaConf.is_interpolation(trainer, "stage2_epochs"):
         return
     epochs = values["finetune_epochs"] = values["stage2_epochs"]
-    log.warning("trainer.stage2_epochs=%s is the old name of trainer.finetune_epochs in "
-                "setting=finetune: fine-tuning for %s epochs; write trainer.finetune_epochs=%s",
-                epochs, epochs, epochs)
+    log.warning(
+        "trainer.stage2_epochs=%s is the old name of trainer.finetune_epochs in "
+        "setting=finetune: fine-tuning for %s epochs; write trainer.finetune_epochs=%s",
+        epochs,
+        epochs,
+        epochs,
+    )
 
 
 def task_spec(task: DictConfig) -> TaskSpec:
@@ -85,11 +89,21 @@ def task_spec(task: DictConfig) -> TaskSpec:
     tsv = values["tsv"]
     for field, column in tsv["columns"].items():
         if isinstance(column, str) != tsv["header"]:
-            raise ConfigError(f"task.tsv.columns.{field}={shown(column)} does not fit task.tsv.header="
-                              f"{shown(tsv['header'])}: name the columns of a file with a header, number those of "
-                              "a file without one (from 0)")
-    return TaskSpec(task.name, task.hf_config, tuple(task.text_fields), tuple(task.labels), tuple(task.metrics),
-                    dict(task.eval_splits), TsvLayout(tsv["dir"], tsv["header"], tsv["columns"], tsv["files"]))
+            raise ConfigError(
+                f"task.tsv.columns.{field}={shown(column)} does not fit task.tsv.header="
+                f"{shown(tsv['header'])}: name the columns of a file with a header, number those "
+                "of "
+                "a file without one (from 0)"
+            )
+    return TaskSpec(
+        task.name,
+        task.hf_config,
+        tuple(task.text_fields),
+        tuple(task.labels),
+        tuple(task.metrics),
+        dict(task.eval_splits),
+        TsvLayout(tsv["dir"], tsv["header"], tsv["columns"], tsv["files"]),
+    )
 
 
 def user_task_spec(values: dict) -> TaskSpec:
@@ -99,8 +113,17 @@ def user_task_spec(values: dict) -> TaskSpec:
 
     where, labels, metrics, content = describe(values)
     evals = dict(values["eval_splits"]) | ({"test": "test"} if "test" in where.files else {})
-    return TaskSpec(values["name"], None, tuple(values["text_columns"]), labels, metrics, evals,
-                    None, where, content)
+    return TaskSpec(
+        values["name"],
+        None,
+        tuple(values["text_columns"]),
+        labels,
+        metrics,
+        evals,
+        None,
+        where,
+        content,
+    )
 
 
 def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
@@ -113,8 +136,10 @@ def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
     names = tuple(str(conf.id2label[i]) for i in range(conf.num_labels))
     where = f"teacher.finetuned_path={teacher.finetuned_path}"
     if conf.num_labels != task.num_labels:
-        raise ConfigError(f"{where} has {conf.num_labels} output(s) and task {task.name} needs "
-                          f"{task.num_labels}: give a teacher fine-tuned on this task")
+        raise ConfigError(
+            f"{where} has {conf.num_labels} output(s) and task {task.name} needs "
+            f"{task.num_labels}: give a teacher fine-tuned on this task"
+        )
     if task.regression or all(name == f"LABEL_{i}" for i, name in enumerate(names)):
         return task
     folded, ours = [name.casefold() for name in names], [label.casefold() for label in task.labels]
@@ -123,9 +148,11 @@ def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
     if sorted(folded) == sorted(ours) and task.user_data is not None:
         by_name = {label.casefold(): label for label in task.labels}
         return replace(task, labels=tuple(by_name[name] for name in folded))
-    raise ConfigError(f"{where} predicts the labels {list(names)} and task {task.name} has "
-                      f"{list(task.labels)}: give a teacher fine-tuned on these labels, or set "
-                      "task.label_names in the teacher's order")
+    raise ConfigError(
+        f"{where} predicts the labels {list(names)} and task {task.name} has "
+        f"{list(task.labels)}: give a teacher fine-tuned on these labels, or set "
+        "task.label_names in the teacher's order"
+    )
 
 
 def local_path(value) -> Path:
@@ -144,88 +171,128 @@ def writable_folder(value, key: str, where: str = "") -> Path:
 
 
 def data_spec(data: DictConfig) -> DataSpec:
-    """The data source: the configured GLUE folder, else $KDBENCH_GLUE_DIR, else (None) the Hugging Face Hub."""
+    """The data source: the configured GLUE folder, else $KDBENCH_GLUE_DIR, else (None) the Hugging
+    Face Hub."""
     checked(data, "data")
     chosen = data.get("glue_dir") or os.environ.get(GLUE_DIR_ENV)
     glue_dir = local_path(chosen) if chosen else None
     if glue_dir is not None and not glue_dir.is_dir():
         raise DataError(
-            f"GLUE directory {glue_dir} does not exist: point data.glue_dir or ${GLUE_DIR_ENV} at a folder "
+            f"GLUE directory {glue_dir} does not exist: point data.glue_dir or ${GLUE_DIR_ENV} at "
+            "a folder "
             "in the download_glue_data.py layout (CoLA/train.tsv, SST-2/dev.tsv, ...)"
         )
     return DataSpec(glue_dir, data.hf_dataset, data.train_limit, data.eval_limit, data.subset_seed)
 
 
 def shape_spec(shape: DictConfig, at: str, name: str | None = None) -> ShapeSpec:
-    """The model shape at config path `at` (student, teacher.shape, augment.mlm_shape), named `name` (default: `at`)
-    where it has no name of its own."""
+    """The model shape at config path `at` (student, teacher.shape, augment.mlm_shape), named `name`
+    (default: `at`) where it has no name of its own."""
     values = checked(shape, at)
     values.setdefault("name", name or at)
     spec = from_mapping(ShapeSpec, values, at)
     if spec.hidden_size % spec.num_heads:
-        raise ConfigError(f"{at}.hidden_size={spec.hidden_size} is not divisible by {at}.num_heads={spec.num_heads}: "
-                          "choose a head count that divides the width")
+        raise ConfigError(
+            f"{at}.hidden_size={spec.hidden_size} is not divisible by "
+            f"{at}.num_heads={spec.num_heads}: "
+            "choose a head count that divides the width"
+        )
     return spec
 
 
 def teacher_spec(teacher: DictConfig) -> TeacherSpec:
     checked(teacher, "teacher")
-    shape = shape_spec(teacher.shape, "teacher.shape", f"teacher {teacher.name}") if teacher.get("shape") is not None else None
+    shape = (
+        shape_spec(teacher.shape, "teacher.shape", f"teacher {teacher.name}")
+        if teacher.get("shape") is not None
+        else None
+    )
     finetuned = local_path(teacher.finetuned_path) if teacher.get("finetuned_path") else None
     if finetuned is not None and not (finetuned / "config.json").is_file():
-        raise ConfigError(f"cannot load the fine-tuned teacher from teacher.finetuned_path={teacher.finetuned_path}: "
-                          "no config.json there; give a folder written by save_pretrained, or null to fine-tune the teacher")
+        raise ConfigError(
+            "cannot load the fine-tuned teacher from "
+            f"teacher.finetuned_path={teacher.finetuned_path}: "
+            "no config.json there; give a folder written by save_pretrained, or null to fine-tune "
+            "the teacher"
+        )
     if finetuned is not None:
         check_saved_model(finetuned, "the fine-tuned teacher")
-    return TeacherSpec(teacher.name, teacher.get("name_or_path"), shape, teacher.get("has_mlm_head", False),
-                       finetuned, container(teacher))
+    return TeacherSpec(
+        teacher.name,
+        teacher.get("name_or_path"),
+        shape,
+        teacher.get("has_mlm_head", False),
+        finetuned,
+        container(teacher),
+    )
 
 
 def corpus_spec(corpus: DictConfig) -> CorpusSpec:
-    """The raw text, validated before any work: a local corpus names an existing path and a known format."""
+    """The raw text, validated before any work: a local corpus names an existing path and a known
+    format."""
     from kdbench.data.readers import READERS
 
     checked(corpus, "corpus")
-    common = dict(name=corpus.name, seq_len=corpus.seq_len, heldout_fraction=corpus.heldout_fraction,
-                  max_docs=corpus.max_docs)
+    common = dict(
+        name=corpus.name,
+        seq_len=corpus.seq_len,
+        heldout_fraction=corpus.heldout_fraction,
+        max_docs=corpus.max_docs,
+    )
     if corpus.get("hf_datasets"):
         return CorpusSpec(**common, hf_datasets=tuple(container(corpus.hf_datasets)))
     if corpus.format not in READERS:
         raise ConfigError(f"corpus.format={corpus.format!r}; valid: {', '.join(sorted(READERS))}")
     if not corpus.get("path"):
-        raise ConfigError("corpus=local needs corpus.path (a text file or a folder of them) or $KDBENCH_CORPUS")
+        raise ConfigError(
+            "corpus=local needs corpus.path (a text file or a folder of them) or $KDBENCH_CORPUS"
+        )
     path = local_path(corpus.path)
     if not path.exists():
-        raise ConfigError(f"corpus.path={corpus.path} does not exist: give a text file or a folder of them")
+        raise ConfigError(
+            f"corpus.path={corpus.path} does not exist: give a text file or a folder of them"
+        )
     return CorpusSpec(**common, path=path, format=corpus.format)
 
 
 def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
-    """The `augment` group checked: its numbers in range (`kdbench.ranges`), a word-vectors file that exists."""
+    """The `augment` group checked: its numbers in range (`kdbench.ranges`), a word-vectors file
+    that exists."""
     if augment.name == "none":
         return None
     if setting != "task_specific":
-        raise ConfigError(f"augment={augment.name} augments a task's training set: it needs setting=task_specific, "
-                          f"not {setting}; use augment=none")
+        raise ConfigError(
+            f"augment={augment.name} augments a task's training set: it needs "
+            "setting=task_specific, "
+            f"not {setting}; use augment=none"
+        )
     values = {k: v for k, v in checked(augment, "augment").items() if k != "name"}
     if values.get("mlm_shape") is not None:
         values["mlm_shape"] = shape_spec(augment.mlm_shape, "augment.mlm_shape")
     if values.get("word_vectors"):
         values["word_vectors"] = local_path(values["word_vectors"])
         if not values["word_vectors"].is_file():
-            raise ConfigError(f"augment.word_vectors={augment.word_vectors} does not exist: give a GloVe text file "
-                              "(e.g. glove.42B.300d.txt from nlp.stanford.edu/projects/glove), or null to keep "
-                              "multi-piece words")
+            raise ConfigError(
+                f"augment.word_vectors={augment.word_vectors} does not exist: give a GloVe text "
+                "file "
+                "(e.g. glove.42B.300d.txt from nlp.stanford.edu/projects/glove), or null to keep "
+                "multi-piece words"
+            )
     return from_mapping(AugmentSpec, values, "augment")
 
 
 def logger_spec(cfg: DictConfig) -> LoggerSpec:
     settings = {k: v for k, v in container(cfg.logger).items() if k != "name"}
-    return LoggerSpec(cfg.logger.name, settings, f"{cfg.task.name}-{cfg.objective.name}-{cfg.student.name}-s{cfg.seed}")
+    return LoggerSpec(
+        cfg.logger.name,
+        settings,
+        f"{cfg.task.name}-{cfg.objective.name}-{cfg.student.name}-s{cfg.seed}",
+    )
 
 
 def check_data_files(task: TaskSpec, data: DataSpec) -> None:
-    """With a local GLUE directory, every split the run reads must exist (read errors come with line numbers later)."""
+    """With a local GLUE directory, every split the run reads must exist (read errors come with line
+    numbers later)."""
     if data.glue_dir is None or task.tsv is None:
         return
     for split in ["train", *task.eval_splits.values()]:
@@ -233,15 +300,26 @@ def check_data_files(task: TaskSpec, data: DataSpec) -> None:
         if split not in files or not (data.glue_dir / task.tsv.dir / files[split]).is_file():
             where = data.glue_dir / task.tsv.dir / files.get(split, f"<{split}>")
             raise ConfigError(
-                f"task {task.name} needs {where}, which is missing: the local GLUE directory lacks this "
-                "task or split; choose another task, or unset data.glue_dir / $KDBENCH_GLUE_DIR to use the Hub"
+                f"task {task.name} needs {where}, which is missing: the local GLUE directory lacks "
+                "this "
+                "task or split; choose another task, or unset data.glue_dir / $KDBENCH_GLUE_DIR to "
+                "use the Hub"
             )
 
 
-def check_positions(conf: PretrainedConfig, trainer: TrainerSpec, corpus: CorpusSpec | None) -> None:
-    """The sequences fit the model's position embeddings (RoBERTa's positions start after its padding id)."""
-    key, length = ("corpus.seq_len", corpus.seq_len) if corpus else ("trainer.max_length", trainer.max_length)
-    positions = conf.max_position_embeddings - (conf.pad_token_id + 1 if "roberta" in conf.model_type else 0)
+def check_positions(
+    conf: PretrainedConfig, trainer: TrainerSpec, corpus: CorpusSpec | None
+) -> None:
+    """The sequences fit the model's position embeddings (RoBERTa's positions start after its
+    padding id)."""
+    key, length = (
+        ("corpus.seq_len", corpus.seq_len) if corpus else ("trainer.max_length", trainer.max_length)
+    )
+    positions = conf.max_position_embeddings - (
+        conf.pad_token_id + 1 if "roberta" in conf.model_type else 0
+    )
     if length > positions:
-        raise ConfigError(f"{key}={length} is longer than the model's {positions} positions (its max_positions): "
-                          f"lower {key}")
+        raise ConfigError(
+            f"{key}={length} is longer than the model's {positions} positions (its max_positions): "
+            f"lower {key}"
+        )

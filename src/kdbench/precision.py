@@ -30,8 +30,10 @@ def resolve_precision(requested: str, device: torch.device) -> str:
     if requested == "auto":
         return "bf16" if native_bf16(device) else "fp32"
     if requested == "bf16" and device.type == "cpu" and not torch.backends.mkldnn.is_available():
-        raise ConfigError("trainer.precision=bf16 needs a GPU or a CPU with bf16 support: "
-                          "use trainer.precision=fp32")
+        raise ConfigError(
+            "trainer.precision=bf16 needs a GPU or a CPU with bf16 support: "
+            "use trainer.precision=fp32"
+        )
     return requested
 
 

@@ -15,17 +15,30 @@ from kdbench.trainer_specs import COMPUTATION_ONLY
 
 SCHEMA_VERSION = 1
 RESULT_FILE = "result.json"
-CHAIN_FILE = "kdbench_chain.json"  # in a saved student's folder: the models it was distilled from, and itself
+# in a saved student's folder: the models it was distilled from, and itself
+CHAIN_FILE = "kdbench_chain.json"
 # What identifies a run in the tables: the design, one seed.
 KEY_FIELDS = ("setting", "teacher", "student", "task", "objective", "init", "seed")
-# What every completed record holds (a task-agnostic distillation has task None: its fine-tuning runs carry scores).
+# What every completed record holds (a task-agnostic distillation has task None: its fine-tuning
+# runs carry scores).
 COMPLETED_FIELDS = ("status", *KEY_FIELDS, "score", "metrics")
-# Resolved config keys that do not change what a run measures: where it reads and writes, on which device, how it
-# computes, how it logs, and labels. Runs that differ only in these (and the seed) are averaged together.
-NOT_DESIGN = ("seed", "paths", "kdbench", "logger", "save_student", "measure_cost",
-              "paper_analogue", "data.glue_dir", "setting.student_path", "trainer.device",
-              "trainer.eval_batch_size",
-              *(f"trainer.{how}" for how in COMPUTATION_ONLY))
+# Resolved config keys that do not change what a run measures: where it reads and writes, on which
+# device, how it computes, how it logs, and labels. Runs that differ only in these (and the seed)
+# are averaged together.
+NOT_DESIGN = (
+    "seed",
+    "paths",
+    "kdbench",
+    "logger",
+    "save_student",
+    "measure_cost",
+    "paper_analogue",
+    "data.glue_dir",
+    "setting.student_path",
+    "trainer.device",
+    "trainer.eval_batch_size",
+    *(f"trainer.{how}" for how in COMPUTATION_ONLY),
+)
 
 
 @dataclass
@@ -33,8 +46,8 @@ class RunRecord:
     """A run's record, as result.json holds it: what was run, how it ended, where it ran, what it
     measured and its resolved config.
 
-    `outcome` is what the recipe returned (its metrics, teacher metrics, timing and the fields of its
-    own), in the recipe's order; a fine-tuning run's outcome also names the distillation whose
+    `outcome` is what the recipe returned (its metrics, teacher metrics, timing and the fields of
+    its own), in the recipe's order; a fine-tuning run's outcome also names the distillation whose
     student it fine-tunes (its setting, teacher, student, init, objective and seed stand for the
     run's own in result.json). A field that is None is not written, except those naming the run."""
 
@@ -61,8 +74,19 @@ class RunRecord:
     wall_s: float | None = None
     config: dict | None = None  # the resolved config, written last (it is long)
 
-    NAMING = ("schema", "status", "setting", "task", "teacher", "student", "init", "init_name",
-              "objective", "seed", "kdbench_version")
+    NAMING = (
+        "schema",
+        "status",
+        "setting",
+        "task",
+        "teacher",
+        "student",
+        "init",
+        "init_name",
+        "objective",
+        "seed",
+        "kdbench_version",
+    )
     ENDING = ("stopped_in", "error", "score", "score_metric", "wall_s", "config")
 
     @property
@@ -95,18 +119,30 @@ class RunRecord:
     def completed(self, outcome: dict, wall_s: float, config: dict) -> RunRecord:
         """This record once its recipe returned `outcome`: scored by its first metric."""
         score_metric = next(iter(outcome["metrics"]))
-        return replace(self, outcome=outcome, status="completed", score=outcome["metrics"][score_metric],
-                       score_metric=score_metric, wall_s=wall_s, config=config)
+        return replace(
+            self,
+            outcome=outcome,
+            status="completed",
+            score=outcome["metrics"][score_metric],
+            score_metric=score_metric,
+            wall_s=wall_s,
+            config=config,
+        )
 
     def as_json(self) -> dict:
         """The record as result.json holds it."""
         record = {name: getattr(self, name) for name in self.NAMING}
         record |= {"chain": self.chain} if self.chain is not None else {}
         if self.provenance is not None:
-            record |= {"provenance": self.provenance, "precision": self.precision, "tf32": self.tf32}
+            record |= {
+                "provenance": self.provenance,
+                "precision": self.precision,
+                "tf32": self.tf32,
+            }
         record |= self.outcome
-        return record | {name: getattr(self, name) for name in self.ENDING
-                         if getattr(self, name) is not None}
+        return record | {
+            name: getattr(self, name) for name in self.ENDING if getattr(self, name) is not None
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> RunRecord:
@@ -121,13 +157,16 @@ class RunRecord:
 
     @classmethod
     def read(cls, path: Path) -> RunRecord | None:
-        """The record at `path` (a result.json), or None when there is none or it is not a record."""
+        """The record at `path` (a result.json), or None when there is none or it is not a
+        record."""
         data = read_json(path)
         return cls.from_json(data) if isinstance(data, dict) else None
 
 
 def write_json(path: Path, payload: dict) -> None:
-    atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False, default=_jsonable) + "\n")
+    atomic_write_text(
+        path, json.dumps(payload, indent=2, sort_keys=False, default=_jsonable) + "\n"
+    )
 
 
 def _jsonable(value):
@@ -170,15 +209,16 @@ class StepLog:
 
 
 def chain_of(folder: str | Path | None, name: str) -> list[str]:
-    """The chain of distillations behind a model folder (teacher first, the model last), or just its name."""
+    """The chain of distillations behind a model folder (teacher first, the model last), or just its
+    name."""
     path = Path(str(folder)).expanduser() if folder else None
     saved = read_json(path / CHAIN_FILE) if path is not None and path.is_dir() else None
     return list(saved["chain"]) if saved else [name]
 
 
 def design(config: dict, grid: dict | None = None) -> dict:
-    """The resolved config flattened to dotted keys, less `NOT_DESIGN` and the fine-tuning grid point's keys:
-    what two runs must share to be seeds of one design."""
+    """The resolved config flattened to dotted keys, less `NOT_DESIGN` and the fine-tuning grid
+    point's keys: what two runs must share to be seeds of one design."""
     skipped = set(NOT_DESIGN) | {f"trainer.{key}" for key in grid or {}}
 
     def flat(node: dict, prefix: str) -> dict:
@@ -194,8 +234,8 @@ def design(config: dict, grid: dict | None = None) -> dict:
 
 
 def provenance(device, world_size: int) -> dict:
-    """Where a record came from: the code (git commit when run from a checkout), the library versions, the
-    machine and when it started."""
+    """Where a record came from: the code (git commit when run from a checkout), the library
+    versions, the machine and when it started."""
 
     def installed(name: str) -> str | None:
         try:
@@ -204,18 +244,29 @@ def provenance(device, world_size: int) -> dict:
             return None
 
     commit, dirty = git_state(Path(__file__).parent)
-    return {"git_commit": commit, "git_dirty": dirty, "kdbench": installed("kdbench"), "torch": installed("torch"),
-            "transformers": installed("transformers"), "datasets": installed("datasets"),
-            "python": platform.python_version(), "device": device_name(device), "world_size": world_size,
-            "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "kdbench": installed("kdbench"),
+        "torch": installed("torch"),
+        "transformers": installed("transformers"),
+        "datasets": installed("datasets"),
+        "python": platform.python_version(),
+        "device": device_name(device),
+        "world_size": world_size,
+        "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def git_state(folder: Path) -> tuple[str | None, bool | None]:
-    """(commit, whether tracked files differ from it) of the checkout holding `folder`; (None, None) outside one."""
+    """(commit, whether tracked files differ from it) of the checkout holding `folder`; (None, None)
+    outside one."""
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
+            done = subprocess.run(
+                ["git", *args], cwd=folder, capture_output=True, text=True, timeout=10
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None

@@ -19,8 +19,9 @@ class Rule:
     text: str  # completes "must be ...", e.g. "a positive integer"
 
     def or_null(self, meaning: str) -> Rule:
-        return Rule(lambda value: value is None or self.admits(value),
-                    f"{self.text}, or null ({meaning})")
+        return Rule(
+            lambda value: value is None or self.admits(value), f"{self.text}, or null ({meaning})"
+        )
 
 
 def is_integer(value) -> bool:
@@ -41,8 +42,14 @@ def integer(low: int, high: int | None = None, text: str | None = None) -> Rule:
     return Rule(admits, text or default)
 
 
-def number(low: float, high: float | None = None, *, open_low: bool = False,
-           open_high: bool = False, text: str | None = None) -> Rule:
+def number(
+    low: float,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+    text: str | None = None,
+) -> Rule:
     """A finite number from `low` (excluded with `open_low`) to `high` (excluded with
     `open_high`; None: no bound)."""
 
@@ -58,16 +65,19 @@ def number(low: float, high: float | None = None, *, open_low: bool = False,
 
 
 def choice(*values: str, meaning: str) -> Rule:
-    return Rule(lambda value: isinstance(value, str) and value in values,
-                f"one of {', '.join(values)} ({meaning})")
+    return Rule(
+        lambda value: isinstance(value, str) and value in values,
+        f"one of {', '.join(values)} ({meaning})",
+    )
 
 
 def entries(rule: Rule, count: int | None = None, text: str | None = None) -> Rule:
     """A list whose every entry `rule` admits (exactly `count` of them when given)."""
 
     def admits(value) -> bool:
-        return (isinstance(value, list) and count in (None, len(value))
-                and all(map(rule.admits, value)))
+        return (
+            isinstance(value, list) and count in (None, len(value)) and all(map(rule.admits, value))
+        )
 
     return Rule(admits, text or f"a list of {count or 'any number of'} entries, each {rule.text}")
 
@@ -83,8 +93,10 @@ LEARNING_RATE = number(0, open_low=True, text="a positive learning rate, e.g. 1e
 FLAG = Rule(lambda value: isinstance(value, bool), "true or false")
 TEXT = Rule(lambda value: isinstance(value, str) and bool(value), "a non-empty name")
 NAME_OR_NUMBER = Rule(lambda value: isinstance(value, (str, int)) and value != "", "a name")
-COLUMN = Rule(lambda value: NON_NEGATIVE_COUNT.admits(value) or isinstance(value, str),
-              "a column name, or a column position from 0 in a file without a header")
+COLUMN = Rule(
+    lambda value: NON_NEGATIVE_COUNT.admits(value) or isinstance(value, str),
+    "a column name, or a column position from 0 in a file without a header",
+)
 
 
 def key(rule: Rule | None, default=MISSING, *, each: bool = False, how: bool = False):
@@ -94,5 +106,7 @@ def key(rule: Rule | None, default=MISSING, *, each: bool = False, how: bool = F
 
 
 DEVICE = Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N")
-WORKERS = Rule(lambda value: value == "auto" or NON_NEGATIVE_COUNT.admits(value),
-               "auto or a number of DataLoader worker processes (0: none)")
+WORKERS = Rule(
+    lambda value: value == "auto" or NON_NEGATIVE_COUNT.admits(value),
+    "auto or a number of DataLoader worker processes (0: none)",
+)

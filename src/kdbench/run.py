@@ -1,6 +1,7 @@
 """Entry point: `python -m kdbench.run objective=att_kl+val_kl student=6x384 ...`.
 
-`run(cfg)` is a plain function (tests call it with a composed config); `main` is the thin Hydra wrapper.
+`run(cfg)` is a plain function (tests call it with a composed config); `main` is the thin Hydra
+wrapper.
 """
 
 from __future__ import annotations
@@ -30,8 +31,13 @@ from kdbench.record import RESULT_FILE, RunRecord, StepLog, provenance, write_js
 from kdbench.storage import DiskFullError
 from kdbench.training.signals import SIGINT_EXIT, Interrupted, StoppedAtOnce, graceful_stop
 
-RECIPES = {"task_specific": run_task_specific, "task_agnostic": run_task_agnostic, "finetune": run_finetune}
-register_resolvers()  # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
+RECIPES = {
+    "task_specific": run_task_specific,
+    "task_agnostic": run_task_agnostic,
+    "finetune": run_finetune,
+}
+# the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
+register_resolvers()
 
 
 def identity(cfg: DictConfig, plan: Plan | None) -> RunRecord:
@@ -40,23 +46,31 @@ def identity(cfg: DictConfig, plan: Plan | None) -> RunRecord:
     return RunRecord(
         setting=cfg.setting.name,
         task=None if cfg.setting.name == "task_agnostic" else cfg.task.name,  # raw text: no task
-        teacher=cfg.teacher.name, student=cfg.student.name,
-        init=plan.init.label if plan is not None else cfg.init.name, init_name=cfg.init.name,
-        objective=cfg.objective.name, seed=cfg.seed, kdbench_version=__version__,
-        chain=" -> ".join(plan.chain) if plan is not None else None)
+        teacher=cfg.teacher.name,
+        student=cfg.student.name,
+        init=plan.init.label if plan is not None else cfg.init.name,
+        init_name=cfg.init.name,
+        objective=cfg.objective.name,
+        seed=cfg.seed,
+        kdbench_version=__version__,
+        chain=" -> ".join(plan.chain) if plan is not None else None,
+    )
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Validate, run the configured setting, and write result.json; returns the record.
 
-    The job is claimed first (`kdbench.joblock`): while another process runs it, this returns at once with
-    `status: "claimed"` and writes nothing. Bad input raises KdbenchError before any heavy work. A failure is
-    recorded as `status: "failed"` (with the error) before it propagates.
+    The job is claimed first (`kdbench.joblock`): while another process runs it, this returns at
+    once with `status: "claimed"` and writes nothing. Bad input raises KdbenchError before any heavy
+    work. A failure is recorded as `status: "failed"` (with the error) before it propagates.
     """
     run_dir = writable_folder(run_dir or cfg.paths.run_dir or ".", "paths.run_dir")
-    distributed.adopt_job_environment()  # a task of a multi-task SLURM/submitit job joins its job's group
+    # a task of a multi-task SLURM/submitit job joins its job's group
+    distributed.adopt_job_environment()
     with claim(run_dir, distributed.current().rank) as holder:
-        if holder is not None:  # another process runs this job now: a sweep started twice splits its jobs
+        if (
+            holder is not None
+        ):  # another process runs this job now: a sweep started twice splits its jobs
             return {"status": "claimed", "claimed_by": holder, "skipped": True}
         return run_claimed(cfg, run_dir)
 
@@ -73,35 +87,48 @@ def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
     try:
         plan = make_plan(cfg)  # bad input fails here, before anything is loaded
     except Exception as exc:
-        write(result_path, replace(identity(cfg, None), status="failed", error=error_text(exc),
-                                   config=resolved))
+        write(
+            result_path,
+            replace(identity(cfg, None), status="failed", error=error_text(exc), config=resolved),
+        )
         raise
-    plan.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # caches hold weights: the user's eyes only
+    plan.cache_dir.mkdir(
+        parents=True, exist_ok=True, mode=0o700
+    )  # caches hold weights: the user's eyes only
     if main_process:
         write_json(run_dir / "config.json", resolved)
     return execute(plan, identity(cfg, plan), run_dir, main_process)
 
 
 def error_text(exc: BaseException) -> str:
-    """How a record states a failure: the message of bad input, the exception's type and message of a bug."""
+    """How a record states a failure: the message of bad input, the exception's type and message of
+    a bug."""
     return str(exc) if isinstance(exc, KdbenchError) else f"{type(exc).__name__}: {exc}"
 
 
 def writer(main_process: bool):
     """Writes a record in the main process; other data-parallel ranks write nothing."""
-    return (lambda path, record: record.write(path)) if main_process else (lambda path, record: None)
+    return (
+        (lambda path, record: record.write(path)) if main_process else (lambda path, record: None)
+    )
 
 
 def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) -> dict:
     """Run the plan's recipe under the stop signals, keeping result.json current: running, then
     completed, failed or stopped. Returns the record as result.json holds it."""
     result_path, write = run_dir / RESULT_FILE, writer(main_process)
-    record = replace(record, provenance=provenance(plan.device, distributed.current().size),
-                     precision=plan.precision, tf32=plan.tf32)  # as resolved for the device
+    record = replace(
+        record,
+        provenance=provenance(plan.device, distributed.current().size),
+        precision=plan.precision,
+        tf32=plan.tf32,
+    )  # as resolved for the device
     apply_matmul_precision(plan.device, plan.tf32)
     write(result_path, replace(record, config=plan.config))
     logger = make_logger(plan.logger, plan.config, run_dir) if main_process else None
-    log = StepLog(run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else [])
+    log = StepLog(
+        run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else []
+    )
     start = time.perf_counter()
     try:
         with graceful_stop():
@@ -111,8 +138,12 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
         if logger:
             logger.summary(record)
     except BaseException as exc:
-        record = replace(record, **ending(exc), wall_s=time.perf_counter() - start, config=plan.config)
-        with suppress(DiskFullError):  # a full disk keeps the last record written: the error is raised below
+        record = replace(
+            record, **ending(exc), wall_s=time.perf_counter() - start, config=plan.config
+        )
+        with suppress(
+            DiskFullError
+        ):  # a full disk keeps the last record written: the error is raised below
             write(result_path, record)
         raise
     finally:
@@ -124,8 +155,8 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
 
 
 def ending(exc: BaseException) -> dict:
-    """The record's status and error for a run that did not complete: stopped (by a signal, and in which
-    phase) or failed."""
+    """The record's status and error for a run that did not complete: stopped (by a signal, and in
+    which phase) or failed."""
     if isinstance(exc, Interrupted):
         return {"status": "stopped", "stopped_in": exc.phase, "error": error_text(exc)}
     if isinstance(exc, StoppedAtOnce):
@@ -138,8 +169,8 @@ INTERNAL_ERROR_EXIT = 1  # bad input exits with KdbenchError.exit_code (2)
 
 
 def stop(line: str, exc: Exception, cfg: DictConfig, run_dir) -> None:
-    """End a failed job with one line (and the traceback with kdbench.debug=true). In a sweep, Hydra records the
-    job as failed, runs the rest, then exits non-zero."""
+    """End a failed job with one line (and the traceback with kdbench.debug=true). In a sweep, Hydra
+    records the job as failed, runs the rest, then exits non-zero."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -149,7 +180,9 @@ def stop(line: str, exc: Exception, cfg: DictConfig, run_dir) -> None:
         print(f"{line} [job {run_dir}]", file=sys.stderr)
         raise exc
     print(line, file=sys.stderr)
-    raise SystemExit(exc.exit_code if isinstance(exc, KdbenchError) else INTERNAL_ERROR_EXIT) from None
+    raise SystemExit(
+        exc.exit_code if isinstance(exc, KdbenchError) else INTERNAL_ERROR_EXIT
+    ) from None
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
@@ -159,20 +192,34 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     run_dir = cfg.paths.run_dir or HydraConfig.get().runtime.output_dir
     try:
         record = run(cfg, run_dir)
-    except Interrupted as exc:  # a clean, resumable stop, not an error; in a sweep it stops the whole sweep
+    except (
+        Interrupted
+    ) as exc:  # a clean, resumable stop, not an error; in a sweep it stops the whole sweep
         print(f"kdbench: {exc}", file=sys.stderr)
-        exc.hand_over()  # under submitit: its handler requeues the job (the requeued job resumes) and exits
+        # under submitit: its handler requeues the job (the requeued job resumes) and exits
+        exc.hand_over()
         raise SystemExit(exc.exit_code) from None
     except StoppedAtOnce as exc:
-        print(f"kdbench: {SECOND_CTRL_C} in {exc.phase}: re-run the same command (same run directory) to "
-              "resume from the last checkpoint", file=sys.stderr)
+        print(
+            f"kdbench: {SECOND_CTRL_C} in {exc.phase}: re-run the same command (same run "
+            "directory) to "
+            "resume from the last checkpoint",
+            file=sys.stderr,
+        )
         raise SystemExit(SIGINT_EXIT) from None
     except KdbenchError as exc:
         stop(f"kdbench: error: {exc}", exc, cfg, run_dir)
     except Exception as exc:  # a bug, not bad input: bad input is a KdbenchError
-        stop(f"kdbench: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in kdbench, not in the input); "
-             f"the record {Path(run_dir) / RESULT_FILE} says failed; re-run with kdbench.debug=true for the "
-             "traceback", exc, cfg, run_dir)
+        stop(
+            f"kdbench: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in kdbench, "
+            "not in the input); "
+            f"the record {Path(run_dir) / RESULT_FILE} says failed; re-run with kdbench.debug=true "
+            "for the "
+            "traceback",
+            exc,
+            cfg,
+            run_dir,
+        )
     if record.get("status") == "claimed":
         print(f"skipped: {run_dir} is being run by {describe(record['claimed_by'])}")
         return None
@@ -181,10 +228,16 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         return record["score"]
     if not distributed.current().is_main:
         return record["score"]
-    teacher = ", ".join(f"{k} {v:.2f}" for k, v in scores_only(record["teacher_metrics"]).items()) or "pre-trained"
+    teacher = (
+        ", ".join(f"{k} {v:.2f}" for k, v in scores_only(record["teacher_metrics"]).items())
+        or "pre-trained"
+    )
     student = ", ".join(f"{k} {v:.4g}" for k, v in scores_only(record["metrics"]).items())
-    print(f"teacher ({record['teacher']}): {teacher}\nstudent ({record['student']}, {record['objective']}, "
-          f"init {record['init']}): {student}\nrecord: {Path(run_dir) / RESULT_FILE}")
+    print(
+        f"teacher ({record['teacher']}): {teacher}\nstudent ({record['student']}, "
+        f"{record['objective']}, "
+        f"init {record['init']}): {student}\nrecord: {Path(run_dir) / RESULT_FILE}"
+    )
     return record["score"]
 
 

@@ -24,13 +24,19 @@ def from_mapping(cls, values: dict, group: str, elsewhere: Collection[str] = ())
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known - set(elsewhere))
     if unknown:
-        raise ConfigError(f"{group} has no key {', '.join(unknown)}; "
-                          f"valid keys: {', '.join(sorted(known | set(elsewhere)))}")
-    lacking = [f.name for f in fields(cls)
-               if f.name not in values and MISSING is f.default is f.default_factory]
+        raise ConfigError(
+            f"{group} has no key {', '.join(unknown)}; "
+            f"valid keys: {', '.join(sorted(known | set(elsewhere)))}"
+        )
+    lacking = [
+        f.name
+        for f in fields(cls)
+        if f.name not in values and MISSING is f.default is f.default_factory
+    ]
     if lacking:
-        raise ConfigError(f"{group} lacks the key {', '.join(lacking)}: "
-                          f"set {group}.{lacking[0]}=...")
+        raise ConfigError(
+            f"{group} lacks the key {', '.join(lacking)}: set {group}.{lacking[0]}=..."
+        )
     return cls(**{name: value for name, value in values.items() if name in known})
 
 
@@ -45,8 +51,11 @@ class LoadingSpec:
 
     def options(self) -> dict:
         """The DataLoader arguments."""
-        return {"num_workers": self.workers, "pin_memory": self.pin_memory,
-                "persistent_workers": self.workers > 0}
+        return {
+            "num_workers": self.workers,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.workers > 0,
+        }
 
 
 @dataclass(frozen=True)
@@ -63,13 +72,21 @@ class OptimizerSpec:
 
     @classmethod
     def of(cls, trainer: TrainerSpec, lr: float, schedule: str = "linear") -> OptimizerSpec:
-        return cls(lr, trainer.weight_decay, trainer.adam_betas, trainer.adam_eps, trainer.warmup_ratio,
-                   trainer.max_grad_norm, schedule)
+        return cls(
+            lr,
+            trainer.weight_decay,
+            trainer.adam_betas,
+            trainer.adam_eps,
+            trainer.warmup_ratio,
+            trainer.max_grad_norm,
+            schedule,
+        )
 
 
 @dataclass(frozen=True)
 class TsvLayout:
-    """Where a task's splits are in the download_glue_data.py layout, and which columns hold what."""
+    """Where a task's splits are in the download_glue_data.py layout, and which columns hold
+    what."""
 
     dir: str
     header: bool
@@ -141,21 +158,30 @@ class TeacherSpec:
     shape: ShapeSpec | None  # a random model of this shape instead of a checkpoint (tests)
     has_mlm_head: bool
     finetuned_path: Path | None
-    identity: dict = field(compare=False)  # the resolved group: keys the fine-tuned teacher's cache entry
+    identity: dict = field(
+        compare=False
+    )  # the resolved group: keys the fine-tuned teacher's cache entry
 
 
 @dataclass(frozen=True)
 class InitSpec:
     name: str
     layers: tuple[int, ...] | None  # the teacher layers copied into the student; None: random
-    copy_embeddings: bool = True  # and the MLM head where both models have one (its decoder is tied to them)
-    copy_head: bool = False  # the fine-tuned task head (pooler, classifier): the paper's code starts it fresh
-    path: Path | None = None  # init=pretrained: a saved student whose weights the student starts from
+    copy_embeddings: bool = (
+        True  # and the MLM head where both models have one (its decoder is tied to them)
+    )
+    copy_head: bool = (
+        False  # the fine-tuned task head (pooler, classifier): the paper's code starts it fresh
+    )
+    path: Path | None = (
+        None  # init=pretrained: a saved student whose weights the student starts from
+    )
     carry_projections: bool = False  # init=pretrained: W_e/W_h start from the saved student's
 
     @property
     def label(self) -> str:
-        """How records and tables name the init: "random", "pretrained" or the teacher layers, "4,8,12"."""
+        """How records and tables name the init: "random", "pretrained" or the teacher layers,
+        "4,8,12"."""
         if self.path is not None:
             return "pretrained"
         return "random" if self.layers is None else ",".join(map(str, self.layers))
@@ -163,7 +189,8 @@ class InitSpec:
 
 @dataclass(frozen=True)
 class KDSpec:
-    """Stage 2's vanilla KD: temperature, and the soft term's weight alpha (1 - alpha on the hard labels)."""
+    """Stage 2's vanilla KD: temperature, and the soft term's weight alpha (1 - alpha on the hard
+    labels)."""
 
     temperature: float
     alpha: float
@@ -182,7 +209,8 @@ class CorpusSpec:
 
 @dataclass(frozen=True)
 class BatchLayout:
-    """The task-agnostic global batch split over processes and gradient-accumulation micro-batches."""
+    """The task-agnostic global batch split over processes and gradient-accumulation
+    micro-batches."""
 
     global_batch: int
     per_process: int  # one micro-batch
@@ -199,10 +227,13 @@ class LoggerSpec:
 
 @dataclass(frozen=True)
 class AugmentSpec:
-    """TinyBERT's data augmentation of a task's training set (the `augment` group; None in the plan: none)."""
+    """TinyBERT's data augmentation of a task's training set (the `augment` group; None in the plan:
+    none)."""
 
     mlm_model: str  # the masked language model proposing single-piece words (and its tokenizer)
-    mlm_shape: ShapeSpec | None  # a random MLM of this shape with `mlm_model`'s tokenizer (tests, CPU demos)
+    mlm_shape: (
+        ShapeSpec | None
+    )  # a random MLM of this shape with `mlm_model`'s tokenizer (tests, CPU demos)
     word_vectors: Path | None  # GloVe text file proposing multi-piece words; None: those words stay
     n_per_example: int
     p_replace: float

@@ -1,10 +1,13 @@
 """Files that are written whole and checked when read.
 
-- `atomic_write`: a temp file in the same folder, fsync, rename: a reader (or a process killed mid-write) never
-  sees half a file; a full disk leaves the previous version and fails with one line (`DiskFullError`).
-- Manifests: a cache entry or checkpoint (a file or a folder) records the size and SHA-256 of each of its files
-  when it is complete (`publish`); `damage` re-reads them when it is opened. A folder's manifest is the file
-  `kdbench_manifest.json` inside it, a file's the sibling `<name>.manifest.json`.
+- `atomic_write`: a temp file in the same folder, fsync, rename: a reader (or a process killed
+  mid-write) never
+  sees half a file; a full disk leaves the previous version and fails with one line
+  (`DiskFullError`).
+- Manifests: a cache entry or checkpoint (a file or a folder) records the size and SHA-256 of each
+  of its files
+  when it is complete (`publish`); `damage` re-reads them when it is opened. A folder's manifest is
+  the file `kdbench_manifest.json` inside it, a file's the sibling `<name>.manifest.json`.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ def human(size: float) -> str:
 
 
 def tensor_bytes(state) -> int:
-    """The bytes of the tensors in a nested state (a state dict, an optimizer's): what saving it takes on disk,
-    near enough."""
+    """The bytes of the tensors in a nested state (a state dict, an optimizer's): what saving it
+    takes on disk, near enough."""
     if hasattr(state, "element_size"):
         return state.numel() * state.element_size()
     if isinstance(state, dict):
@@ -62,9 +65,9 @@ def size_of(path: Path) -> int:
 
 @contextmanager
 def space_for(path: Path, need: int = 0, partial: Path | None = None) -> Iterator[None]:
-    """Turns running out of space while writing `path` into a DiskFullError naming it, the space it needs (at least
-    `need` bytes, or what was written of it, `partial`, when that is more) and the space free there; the partial
-    file or folder is removed."""
+    """Turns running out of space while writing `path` into a DiskFullError naming it, the space it
+    needs (at least `need` bytes, or what was written of it, `partial`, when that is more) and the
+    space free there; the partial file or folder is removed."""
     try:
         yield
     except OSError as exc:
@@ -76,9 +79,12 @@ def space_for(path: Path, need: int = 0, partial: Path | None = None) -> Iterato
         existing = next(p for p in (path, *path.parents) if p.exists())
         free = shutil.disk_usage(existing).free
         raise DiskFullError(
-            f"no space left on the device writing {path}: it needs about {human(max(need, written))} and "
-            f"{human(free)} are free there; the previous version is unchanged: free some space (or point "
-            "paths.cache_dir / the run directory at a larger disk) and re-run the same command to resume"
+            f"no space left on the device writing {path}: it needs about "
+            f"{human(max(need, written))} and "
+            f"{human(free)} are free there; the previous version is unchanged: free some space (or "
+            "point "
+            "paths.cache_dir / the run directory at a larger disk) and re-run the same command to "
+            "resume"
         ) from None
 
 
@@ -93,8 +99,11 @@ def folder_problem(path: Path) -> str | None:
     return None
 
 
-def atomic_write(path: Path, write: Callable[[IO], None], *, binary: bool = False, need: int = 0) -> None:
-    """Write through `write(handle)` to a temp file in the same folder, fsync, then rename over `path`."""
+def atomic_write(
+    path: Path, write: Callable[[IO], None], *, binary: bool = False, need: int = 0
+) -> None:
+    """Write through `write(handle)` to a temp file in the same folder, fsync, then rename over
+    `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -112,7 +121,8 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda handle: handle.write(text), need=len(text.encode()))
 
 
-# ------------------------------------------------------------------------------------------------ manifests
+# ------------------------------------------------------------------------------------------------
+# manifests
 
 
 def sha256_of(path: Path) -> str:
@@ -131,15 +141,23 @@ def contents(entry: Path) -> dict[str, Path]:
     """The entry's files by name relative to it (a file entry: itself, named "")."""
     if not entry.is_dir():
         return {"": entry}
-    return {p.relative_to(entry).as_posix(): p for p in sorted(entry.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    return {
+        p.relative_to(entry).as_posix(): p
+        for p in sorted(entry.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
 
 
 def listing(entry: Path) -> dict[str, dict]:
-    return {name: {"bytes": p.stat().st_size, "sha256": sha256_of(p)} for name, p in contents(entry).items()}
+    return {
+        name: {"bytes": p.stat().st_size, "sha256": sha256_of(p)}
+        for name, p in contents(entry).items()
+    }
 
 
 def publish(tmp: Path, entry: Path) -> None:
-    """Seal the finished `tmp` (a file or folder) with its manifest and rename it to `entry`, replacing a file."""
+    """Seal the finished `tmp` (a file or folder) with its manifest and rename it to `entry`,
+    replacing a file."""
     files = listing(tmp)
     if tmp.is_dir():
         atomic_write_text(tmp / MANIFEST, json.dumps(files, indent=1) + "\n")
@@ -150,12 +168,16 @@ def publish(tmp: Path, entry: Path) -> None:
 
 
 def damage(entry: Path) -> str | None:
-    """What is wrong with an existing entry, by its manifest (None: every file has its recorded size and hash)."""
+    """What is wrong with an existing entry, by its manifest (None: every file has its recorded size
+    and hash)."""
     manifest = manifest_of(entry)
     try:
         recorded = json.loads(manifest.read_text())
     except (OSError, ValueError):
-        return f"its manifest {manifest.name} is missing or unreadable (the entry was cut short or is not kdbench's)"
+        return (
+            f"its manifest {manifest.name} is missing or unreadable "
+            "(the entry was cut short or is not kdbench's)"
+        )
     for name, expected in recorded.items():
         path = entry / name if name else entry
         if not path.is_file():
@@ -176,8 +198,8 @@ def remove(entry: Path) -> None:
 
 
 def intact(entry: Path, what: str) -> bool:
-    """Whether the cache entry exists and matches its manifest; a damaged one is removed with a warning naming it,
-    so the caller (holding the entry's lock) rebuilds it."""
+    """Whether the cache entry exists and matches its manifest; a damaged one is removed with a
+    warning naming it, so the caller (holding the entry's lock) rebuilds it."""
     if not entry.exists():
         return False
     problem = damage(entry)
@@ -189,11 +211,14 @@ def intact(entry: Path, what: str) -> bool:
 
 
 def check_saved(folder: Path, what: str) -> None:
-    """A folder kdbench wrote and cannot rebuild (a saved student, a teacher given by path): when it carries a
-    manifest, every file must match it; a mismatch is refused with one line naming the file."""
+    """A folder kdbench wrote and cannot rebuild (a saved student, a teacher given by path): when it
+    carries a manifest, every file must match it; a mismatch is refused with one line naming the
+    file."""
     if not (folder / MANIFEST).is_file():
         return
     problem = damage(folder)
     if problem is not None:
-        raise ModelNotFoundError(f"{what} in {folder} is damaged: {problem}; copy it again from where it was "
-                                 "written, or re-run the run that saved it")
+        raise ModelNotFoundError(
+            f"{what} in {folder} is damaged: {problem}; copy it again from where it was "
+            "written, or re-run the run that saved it"
+        )

@@ -1,8 +1,9 @@
-"""A task-agnostic distillation built without a config: a random BERT-shaped teacher, a random student, random
-token sequences, through the recipe's own parts (recorders, step, collator, loop).
+"""A task-agnostic distillation built without a config: a random BERT-shaped teacher, a random
+student, random token sequences, through the recipe's own parts (recorders, step, collator, loop).
 
-The bench and the GPU checks use it: they run where Hydra, omegaconf and datasets may not be installed, so
-nothing here imports them. The objective is read from its packaged YAML (`conf/objective/NAME.yaml`).
+The bench and the GPU checks use it: they run where Hydra, omegaconf and datasets may not be
+installed, so nothing here imports them. The objective is read from its packaged YAML
+(`conf/objective/NAME.yaml`).
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ from kdbench.training.steps import StudentSide, teacher_records_now
 BERT_VOCAB = 30522
 SPECIAL_IDS = (0, 100, 101, 102, 103)  # BERT's [PAD], [UNK], [CLS], [SEP], [MASK]
 MASK_ID = 103
-# The paper's Table 5 recipe (conf/trainer/agnostic.yaml): AdamW, lr 5e-4, betas (0.9, 0.99), eps 1e-6.
+# The paper's Table 5 recipe (conf/trainer/agnostic.yaml): AdamW, lr 5e-4, betas (0.9, 0.99), eps
+# 1e-6.
 SINGLE = World()  # one process
 AGNOSTIC_OPTIMIZER = OptimizerSpec(5e-4, 0.01, (0.9, 0.99), 1e-6, 0.06, None)
 
 
 @dataclass(frozen=True)
 class Shapes:
-    """The models and batches of a synthetic distillation; the defaults are the paper's Table 2 run."""
+    """The models and batches of a synthetic distillation; the defaults are the paper's Table 2
+    run."""
 
     teacher: ShapeSpec = ShapeSpec("12x768", 12, 768, 12, 3072)
     student: ShapeSpec = ShapeSpec("6x768", 6, 768, 12, 3072)
@@ -48,22 +51,38 @@ class Shapes:
 
 def teacher_config(shapes: Shapes) -> BertConfig:
     shape = shapes.teacher
-    return BertConfig(vocab_size=shapes.vocab, hidden_size=shape.hidden_size, num_hidden_layers=shape.num_layers,
-                      num_attention_heads=shape.num_heads, intermediate_size=shape.ffn_size,
-                      max_position_embeddings=max(512, shapes.length), attn_implementation="sdpa")
+    return BertConfig(
+        vocab_size=shapes.vocab,
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        intermediate_size=shape.ffn_size,
+        max_position_embeddings=max(512, shapes.length),
+        attn_implementation="sdpa",
+    )
 
 
 def objective_terms(name: str, student_conf, teacher_conf, *, agnostic: bool = True) -> list:
-    """The objective's terms from its packaged YAML: task-agnostic ones last layer to last layer, or its
-    task-specific (stage-1) ones by its own mapping (uniform for a random student)."""
+    """The objective's terms from its packaged YAML: task-agnostic ones last layer to last layer, or
+    its task-specific (stage-1) ones by its own mapping (uniform for a random student)."""
     spec = yaml.safe_load((config_dir() / "objective" / f"{name}.yaml").read_text())
     terms = (spec.get("terms_task_agnostic") or spec["terms"]) if agnostic else spec["terms"]
-    return build_terms(name, terms, "last" if agnostic else spec["mapping"], None, student_conf, teacher_conf,
-                       regression=False, agnostic=agnostic, teacher_has_mlm_head=agnostic)
+    return build_terms(
+        name,
+        terms,
+        "last" if agnostic else spec["mapping"],
+        None,
+        student_conf,
+        teacher_conf,
+        regression=False,
+        agnostic=agnostic,
+        teacher_has_mlm_head=agnostic,
+    )
 
 
 def random_sequences(count: int, shapes: Shapes, seed: int = 0) -> list[dict]:
-    """Packed, unpadded sequences of random ordinary tokens, [CLS] first and [SEP] last, as the corpus holds."""
+    """Packed, unpadded sequences of random ordinary tokens, [CLS] first and [SEP] last, as the
+    corpus holds."""
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(999, shapes.vocab, (count, shapes.length), generator=generator)
     ids[:, 0], ids[:, -1] = 101, 102
@@ -71,29 +90,49 @@ def random_sequences(count: int, shapes: Shapes, seed: int = 0) -> list[dict]:
     return [{"input_ids": row, "attention_mask": mask} for row in ids]
 
 
-def loader(shapes: Shapes, masking: MaskingSpec | None, steps: int, seed: int = 0,
-           world: World = SINGLE, loading: LoadingSpec = IN_PROCESS) -> torch.utils.data.DataLoader:
-    """This process's micro-batches of `steps` global batches of random sequences, collated and masked by the
-    recipe's collator (a global batch is `micro_batch * accumulation * world.size` sequences), loaded as
-    `loading` says."""
+def loader(
+    shapes: Shapes,
+    masking: MaskingSpec | None,
+    steps: int,
+    seed: int = 0,
+    world: World = SINGLE,
+    loading: LoadingSpec = IN_PROCESS,
+) -> torch.utils.data.DataLoader:
+    """This process's micro-batches of `steps` global batches of random sequences, collated and
+    masked by the recipe's collator (a global batch is `micro_batch * accumulation * world.size`
+    sequences), loaded as `loading` says."""
     global_batch = shapes.micro_batch * shapes.accumulation * world.size
     sampler = ShardedBatches(global_batch * steps, global_batch, shapes.micro_batch, world, seed)
-    return torch.utils.data.DataLoader(KeyedCorpus(random_sequences(global_batch * steps, shapes, seed)),
-                                       batch_sampler=sampler, collate_fn=CorpusCollator(masking, seed),
-                                       generator=torch.Generator().manual_seed(seed),  # not the global RNG
-                                       **loading.options())
+    return torch.utils.data.DataLoader(
+        KeyedCorpus(random_sequences(global_batch * steps, shapes, seed)),
+        batch_sampler=sampler,
+        collate_fn=CorpusCollator(masking, seed),
+        generator=torch.Generator().manual_seed(seed),  # not the global RNG
+        **loading.options(),
+    )
 
 
 @contextmanager
-def distillation(objective_name: str, shapes: Shapes, device: torch.device, precision: str, steps: int,
-                 seed: int = 0, *, world: World = SINGLE, dropout: float | None = None,
-                 loading: LoadingSpec = IN_PROCESS):
-    """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic distillation (this
-    process's part of it in a data-parallel `world`, whose process group is already initialised)."""
+def distillation(
+    objective_name: str,
+    shapes: Shapes,
+    device: torch.device,
+    precision: str,
+    steps: int,
+    seed: int = 0,
+    *,
+    world: World = SINGLE,
+    dropout: float | None = None,
+    loading: LoadingSpec = IN_PROCESS,
+):
+    """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic
+    distillation (this process's part of it in a data-parallel `world`, whose process group is
+    already initialised)."""
     torch.manual_seed(seed)
     teacher = freeze(BertForMaskedLM(teacher_config(shapes))).to(device)
-    student = build_student(teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1, mlm=True,
-                            dropout=dropout)
+    student = build_student(
+        teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1, mlm=True, dropout=dropout
+    )
     student = student.to(device)
     terms = objective_terms(objective_name, student.config, teacher.config)
     objective = Objective(terms, student.config, teacher.config, None, seed).to(device)
@@ -105,8 +144,22 @@ def distillation(objective_name: str, shapes: Shapes, device: torch.device, prec
     ):
         targets = teacher_records_now(teacher_recorder, teacher_logits, device, precision)
         batches = loader(shapes, masking, steps, seed, world, loading)
-        student_side, step = reaching_step(StudentSide(student_recorder, objective, student_logits),
-                                           targets, batches, world, device, precision)
-        yield loop.Stage("distill", [student, objective], batches, step,
-                         AGNOSTIC_OPTIMIZER, device, max_steps=steps, accumulation=shapes.accumulation,
-                         sync_modules=[student_side] if world.distributed else [])
+        student_side, step = reaching_step(
+            StudentSide(student_recorder, objective, student_logits),
+            targets,
+            batches,
+            world,
+            device,
+            precision,
+        )
+        yield loop.Stage(
+            "distill",
+            [student, objective],
+            batches,
+            step,
+            AGNOSTIC_OPTIMIZER,
+            device,
+            max_steps=steps,
+            accumulation=shapes.accumulation,
+            sync_modules=[student_side] if world.distributed else [],
+        )

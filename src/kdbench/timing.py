@@ -1,8 +1,9 @@
 """How kdbench times a step, the one home for it: `kdbench.bench` and `benchmarks/` time with these.
 
-`Timer` times optimizer steps of the real loop (`kdbench.training.loop.train`, a hook); `train_steps` is
-the bare loop of a step (forward, backward, optimizer) over `TimedBatches`, which stamp the clock around
-the timed batches; `synchronisations` counts a CUDA step's host-device synchronisations.
+`Timer` times optimizer steps of the real loop (`kdbench.training.loop.train`, a hook);
+`train_steps` is the bare loop of a step (forward, backward, optimizer) over `TimedBatches`, which
+stamp the clock around the timed batches; `synchronisations` counts a CUDA step's host-device
+synchronisations.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from kdbench.training.hooks import Hook
 
 @contextmanager
 def synchronisations(device: torch.device):
-    """Counts the host-device synchronisations CUDA's sync debug mode reports (a list, filled on exit)."""
+    """Counts the host-device synchronisations CUDA's sync debug mode reports (a list, filled on
+    exit)."""
     seen: list[str] = []
     if device.type != "cuda":
         yield seen
@@ -40,14 +42,22 @@ class Timer(Hook):
     each of them on `clock` (`laps`)."""
 
     def __init__(self, device: torch.device, warmup: int, clock=time.perf_counter):
-        self.device, self.warmup, self.clock, self.start, self.seconds = device, warmup, clock, None, 0.0
+        self.device, self.warmup, self.clock, self.start, self.seconds = (
+            device,
+            warmup,
+            clock,
+            None,
+            0.0,
+        )
         self.cpu_start, self.cpu_seconds = None, 0.0  # the process's CPU time over the same steps
         self.laps: list[float] = []
 
     def _now(self) -> float:
         if self.device.type == "cuda":
             mode = torch.cuda.get_sync_debug_mode()
-            torch.cuda.set_sync_debug_mode("default")  # the timer's own synchronisation is not the step's
+            torch.cuda.set_sync_debug_mode(
+                "default"
+            )  # the timer's own synchronisation is not the step's
             torch.cuda.synchronize(self.device)
             torch.cuda.set_sync_debug_mode(mode)
         return self.clock()
@@ -65,7 +75,10 @@ class Timer(Hook):
         self.lap_start = self.clock()
 
     def on_end(self, progress) -> None:
-        self.seconds, self.cpu_seconds = self._now() - self.start, time.process_time() - self.cpu_start
+        self.seconds, self.cpu_seconds = (
+            self._now() - self.start,
+            time.process_time() - self.cpu_start,
+        )
 
 
 def peak_memory_gib(device: torch.device) -> dict:
@@ -75,14 +88,17 @@ def peak_memory_gib(device: torch.device) -> dict:
 
 
 def optimizer_for(modules, lr: float = 1e-5) -> torch.optim.Optimizer:
-    """The optimizer of a timed step: fused AdamW (the Hugging Face Trainer's default, and the loop's)."""
-    return torch.optim.AdamW([p for m in modules for p in m.parameters() if p.requires_grad], lr=lr,
-                             fused=True)
+    """The optimizer of a timed step: fused AdamW (the Hugging Face Trainer's default, and the
+    loop's)."""
+    return torch.optim.AdamW(
+        [p for m in modules for p in m.parameters() if p.requires_grad], lr=lr, fused=True
+    )
 
 
 def train_steps(step, modules, batches, lr: float = 1e-5) -> None:
-    """The bare loop a timed step runs in, one optimizer step per batch: the step (its losses, or a dict
-    of them with the sum under "total"), backward, the optimizer. `batches` stamps the clock."""
+    """The bare loop a timed step runs in, one optimizer step per batch: the step (its losses, or a
+    dict of them with the sum under "total"), backward, the optimizer. `batches` stamps the
+    clock."""
     optimizer = optimizer_for(modules, lr)
     for batch in batches:
         loss = step(batch)
@@ -116,9 +132,9 @@ def peak_mib(device: torch.device) -> float:
 
 
 class TimedBatches:
-    """Warm-up batches, timed batches, tail batches; stamps the clock (wall and process CPU time) and
-    the peak memory around the timed ones: the clock starts when the first timed batch is fetched
-    and stops when the loop asks for the one after the last (the device synchronised)."""
+    """Warm-up batches, timed batches, tail batches; stamps the clock (wall and process CPU time)
+    and the peak memory around the timed ones: the clock starts when the first timed batch is
+    fetched and stops when the loop asks for the one after the last (the device synchronised)."""
 
     def __init__(self, warmup: list, timed: list, tail: list, device: torch.device):
         self.parts, self.device = (warmup, timed, tail), device
@@ -137,6 +153,9 @@ class TimedBatches:
         yield from timed
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self.seconds, self.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        self.seconds, self.cpu_seconds = (
+            time.perf_counter() - start,
+            time.process_time() - cpu_start,
+        )
         self.peak = peak_mib(self.device)
         yield from tail

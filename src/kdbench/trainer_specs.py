@@ -35,8 +35,9 @@ class ComputeSpec:
     """The trainer keys of how a run computes, logs and keeps checkpoints: every setting's."""
 
     device: str = key(DEVICE)
-    precision: str = key(choice("fp32", "bf16", "auto",
-                                meaning="auto: bf16 on a GPU that has it natively"))
+    precision: str = key(
+        choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it natively")
+    )
     tf32: bool = key(FLAG, True)
     batch_size: int = key(COUNT)
     eval_batch_size: int = key(COUNT, 128)
@@ -88,8 +89,9 @@ class TaskSpecificTrainer(DistillationTrainer):
     stage2_epochs: int = key(NON_NEGATIVE_COUNT, 0)
     teacher_lr: float | None = key(LEARNING_RATE.or_null("the task's lr"), None)
     stage2_lr: float | None = key(LEARNING_RATE.or_null("trainer.lr"), None)
-    stage1_schedule: str = key(choice("linear", "constant", meaning="constant: TinyBERT's stage 1"),
-                               "linear")
+    stage1_schedule: str = key(
+        choice("linear", "constant", meaning="constant: TinyBERT's stage 1"), "linear"
+    )
     teacher_dropout: bool = key(FLAG, False)  # on while it teaches (no caches then)
     teacher_group_by_length: bool = key(FLAG, True)
     teacher_best_checkpoint: bool = key(FLAG, False)  # the teacher's best dev epoch, not its last
@@ -107,8 +109,9 @@ class TaskAgnosticTrainer(DistillationTrainer):
     heldout_batches: int = key(NON_NEGATIVE_COUNT, 0)
     # masking by token frequency ** -smoothing; None: uniform
     mlm_smoothing: float | None = key(POSITIVE.or_null("uniform masking"), None)
-    mask_inputs: str = key(choice("objective", "always", meaning="always: every objective's input"),
-                           "objective")
+    mask_inputs: str = key(
+        choice("objective", "always", meaning="always: every objective's input"), "objective"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,12 +121,18 @@ class FinetuneTrainer(TrainerSpec):
     finetune_epochs: int = key(NON_NEGATIVE_COUNT)
 
 
-TRAINERS = {"task_specific": TaskSpecificTrainer, "task_agnostic": TaskAgnosticTrainer,
-            "finetune": FinetuneTrainer}
+TRAINERS = {
+    "task_specific": TaskSpecificTrainer,
+    "task_agnostic": TaskAgnosticTrainer,
+    "finetune": FinetuneTrainer,
+}
 TRAINER_KEYS = {f.name: f for spec in TRAINERS.values() for f in fields(spec)}  # every setting's
 # `kdbench.ranges`'s rules of the trainer keys
-TRAINER_RULES = {f"{name}.*" if f.metadata["each"] else name: f.metadata["rule"]
-                 for name, f in TRAINER_KEYS.items() if f.metadata.get("rule")}
+TRAINER_RULES = {
+    f"{name}.*" if f.metadata["each"] else name: f.metadata["rule"]
+    for name, f in TRAINER_KEYS.items()
+    if f.metadata.get("rule")
+}
 # Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an
 # out-of-memory run re-run with recomputation on).
 COMPUTATION_ONLY = tuple(name for name, f in TRAINER_KEYS.items() if f.metadata.get("how"))

@@ -1,5 +1,6 @@
-"""The task-agnostic study presets (Tables 2 and 4, the CPU replica mini_table2) and their fine-tuning grids:
-they compose, follow the paper's recipe, and every point of their sweeps plans (architectures, no weights)."""
+"""The task-agnostic study presets (Tables 2 and 4, the CPU replica mini_table2) and their
+fine-tuning grids: they compose, follow the paper's recipe, and every point of their sweeps plans
+(architectures, no weights)."""
 
 from __future__ import annotations
 
@@ -11,28 +12,55 @@ from transformers import BertConfig
 from kdbench.hydra_config import compose
 from kdbench.plan import make_plan
 
-PAPER_TASKS = {"qnli", "sst2", "mnli", "mrpc", "qqp", "rte", "cola"}  # the seven columns of Tables 2 and 4
-TABLE2_OBJECTIVES = ["vanilla_kd", "hid_cls", "hid_seq", "att_mse", "att_mse+hid_seq", "att_kl", "att_kl+hid_seq",
-                     "att_kl+val_kl"]
-# The teachers' architectures (config.json values), so that plans need neither the Hub nor local weights.
+PAPER_TASKS = {
+    "qnli",
+    "sst2",
+    "mnli",
+    "mrpc",
+    "qqp",
+    "rte",
+    "cola",
+}  # the seven columns of Tables 2 and 4
+TABLE2_OBJECTIVES = [
+    "vanilla_kd",
+    "hid_cls",
+    "hid_seq",
+    "att_mse",
+    "att_mse+hid_seq",
+    "att_kl",
+    "att_kl+hid_seq",
+    "att_kl+val_kl",
+]
+# The teachers' architectures (config.json values), so that plans need neither the Hub nor local
+# weights.
 ARCHITECTURES = {
     "bert_base_uncased": BertConfig(),  # 12 x 768, 12 heads, FFN 3072, vocabulary 30522
-    "minilm_l6": BertConfig(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536),
+    "minilm_l6": BertConfig(
+        num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536
+    ),
 }
 
 
 def sweep_points(cfg) -> list[list[str]]:
-    """Every job of a composed preset's sweep, as overrides (Hydra's own parser expands the values)."""
+    """Every job of a composed preset's sweep, as overrides (Hydra's own parser expands the
+    values)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()])
-    axes = [[f"{o.key_or_group}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
-            else [f"{o.key_or_group}={o.value()}"] for o in parsed]
+    parsed = OverridesParser.create().parse_overrides(
+        [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]
+    )
+    axes = [
+        [f"{o.key_or_group}={v}" for v in o.sweep_string_iterator()]
+        if o.is_sweep_override()
+        else [f"{o.key_or_group}={o.value()}"]
+        for o in parsed
+    ]
     return [list(point) for point in itertools.product(*axes)]
 
 
 def preset(name: str, *overrides: str, hydra: bool = True):
-    """The composed preset; with its `hydra` node (the sweep) unless it is for a plan, which reads the job's config."""
+    """The composed preset; with its `hydra` node (the sweep) unless it is for a plan, which reads
+    the job's config."""
     return compose([f"+experiment={name}", *overrides], hydra_config=hydra)
 
 
@@ -46,8 +74,16 @@ def known_architectures(monkeypatch):
 def test_table2_is_the_paper_design():
     cfg = preset("table2_agnostic")
     assert (cfg.setting.name, cfg.teacher.name, cfg.student.name, cfg.init.name) == (
-        "task_agnostic", "bert_base_uncased", "6x768", "random")
-    assert (cfg.corpus.name, cfg.corpus.seq_len, cfg.setting.mapping) == ("wiki_bookcorpus", 128, "last")
+        "task_agnostic",
+        "bert_base_uncased",
+        "6x768",
+        "random",
+    )
+    assert (cfg.corpus.name, cfg.corpus.seq_len, cfg.setting.mapping) == (
+        "wiki_bookcorpus",
+        128,
+        "last",
+    )
     assert cfg.hydra.sweeper.params.objective.split(",") == TABLE2_OBJECTIVES
     assert cfg.paper_analogue is None and cfg.hydra.sweep.dir == "multirun/table2_agnostic"
 
@@ -57,14 +93,27 @@ def test_table4_compares_random_and_first_six_layers_for_its_four_objectives():
     params = cfg.hydra.sweeper.params
     assert params.objective.split(",") == ["vanilla_kd", "hid_cls", "hid_seq", "att_mse"]
     assert params.init.split(",") == ["random", "bottom"]
-    assert (cfg.teacher.name, cfg.student.name, cfg.paper_analogue) == ("bert_base_uncased", "6x768", None)
+    assert (cfg.teacher.name, cfg.student.name, cfg.paper_analogue) == (
+        "bert_base_uncased",
+        "6x768",
+        None,
+    )
 
 
 @pytest.mark.parametrize("name", ["table2_agnostic", "table4_agnostic_init"])
 def test_distillation_follows_table5(name):
     trainer = preset(name).trainer
-    assert (trainer.max_steps, trainer.batch_size, trainer.lr, trainer.warmup_ratio) == (100000, 1024, 5e-4, 0.06)
-    assert (list(trainer.adam_betas), trainer.adam_eps, trainer.weight_decay) == ([0.9, 0.99], 1e-6, 0.01)
+    assert (trainer.max_steps, trainer.batch_size, trainer.lr, trainer.warmup_ratio) == (
+        100000,
+        1024,
+        5e-4,
+        0.06,
+    )
+    assert (list(trainer.adam_betas), trainer.adam_eps, trainer.weight_decay) == (
+        [0.9, 0.99],
+        1e-6,
+        0.01,
+    )
     assert trainer.max_grad_norm is None  # Table 5: gradient clipping 0.0
 
 
@@ -75,19 +124,30 @@ def test_finetune_grid_is_table6_on_the_seven_tasks(name):
     assert set(params.task.split(",")) == PAPER_TASKS
     assert [float(x) for x in params["trainer.lr"].split(",")] == [1e-5, 3e-5, 5e-5, 8e-5]
     assert [int(x) for x in str(params["trainer.batch_size"]).split(",")] == [16, 32]
-    assert (cfg.setting.name, cfg.trainer.finetune_epochs, cfg.paper_analogue) == ("finetune", 10, None)
+    assert (cfg.setting.name, cfg.trainer.finetune_epochs, cfg.paper_analogue) == (
+        "finetune",
+        10,
+        None,
+    )
 
 
 def test_mini_table2_is_a_scaled_table2_without_mlm_objectives():
     cfg = preset("mini_table2")
-    assert (cfg.setting.name, cfg.teacher.name, cfg.student.name, cfg.init.name, cfg.corpus.name) == (
-        "task_agnostic", "minilm_l6", "3x384", "random", "local")
+    assert (
+        cfg.setting.name,
+        cfg.teacher.name,
+        cfg.student.name,
+        cfg.init.name,
+        cfg.corpus.name,
+    ) == ("task_agnostic", "minilm_l6", "3x384", "random", "local")
     objectives = cfg.hydra.sweeper.params.objective.split(",")
     assert objectives == [o for o in TABLE2_OBJECTIVES if o != "vanilla_kd"]
     assert cfg.hydra.sweeper.params.seed.split(",") == ["1", "2"]
     assert cfg.paper_analogue.table == 2 and dict(cfg.paper_analogue.inits) == {"random": "random"}
     finetune = preset("mini_table2_finetune")
-    assert finetune.paper_analogue == cfg.paper_analogue  # the fine-tuning records carry it to the report
+    assert (
+        finetune.paper_analogue == cfg.paper_analogue
+    )  # the fine-tuning records carry it to the report
     assert set(finetune.hydra.sweeper.params.task.split(",")) == {"sst2", "mrpc", "rte", "cola"}
     assert (finetune.trainer.finetune_epochs, finetune.data.train_limit) == (1, 1000)
 
@@ -104,7 +164,9 @@ def test_every_distillation_of_the_sweep_plans(name, known_architectures, tmp_pa
 
 
 def test_table4_first_six_copies_teacher_layers_1_to_6(known_architectures):
-    plan = make_plan(preset("table4_agnostic_init", "init=bottom", "objective=att_mse", hydra=False))
+    plan = make_plan(
+        preset("table4_agnostic_init", "init=bottom", "objective=att_mse", hydra=False)
+    )
     assert plan.init.layers == (1, 2, 3, 4, 5, 6)
 
 
@@ -112,15 +174,23 @@ def test_vanilla_kd_is_refused_under_the_minilm_teacher(known_architectures, tmp
     from kdbench.errors import ConfigError
 
     with pytest.raises(ConfigError, match="MLM head"):
-        make_plan(preset("mini_table2", "objective=vanilla_kd", f"corpus.path={tmp_path}", hydra=False))
+        make_plan(
+            preset("mini_table2", "objective=vanilla_kd", f"corpus.path={tmp_path}", hydra=False)
+        )
 
 
 @pytest.mark.parametrize("name", ["table2_agnostic_finetune", "mini_table2_finetune"])
 def test_every_task_of_the_finetune_grid_plans(name, tmp_path, tiny_glue, monkeypatch):
-    monkeypatch.delenv("KDBENCH_GLUE_DIR", raising=False)  # the seven tasks from the Hub: no files are checked
+    monkeypatch.delenv(
+        "KDBENCH_GLUE_DIR", raising=False
+    )  # the seven tasks from the Hub: no files are checked
     BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4).save_pretrained(tmp_path)
-    data = [f"data.glue_dir={tiny_glue}"] if name.startswith("mini") else []  # the tiny SST-2, MRPC, RTE, CoLA
+    data = (
+        [f"data.glue_dir={tiny_glue}"] if name.startswith("mini") else []
+    )  # the tiny SST-2, MRPC, RTE, CoLA
     cfg = preset(name)
     for task in cfg.hydra.sweeper.params.task.split(","):
-        plan = make_plan(preset(name, f"task={task}", f"setting.student_path={tmp_path}", *data, hydra=False))
+        plan = make_plan(
+            preset(name, f"task={task}", f"setting.student_path={tmp_path}", *data, hydra=False)
+        )
         assert (plan.setting, plan.task.name, plan.student_path) == ("finetune", task, tmp_path)

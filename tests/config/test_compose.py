@@ -26,9 +26,23 @@ def test_every_group_option_composes(group, option):
 
 
 def test_the_groups_users_rely_on_exist():
-    assert {"setting", "task", "teacher", "student", "init", "objective", "trainer", "data", "logger"} <= set(GROUPS)
-    assert {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"} <= set(group_options("task"))
-    assert {"roberta_base", "bert_base_uncased", "minilm_l6", "tiny"} <= set(group_options("teacher"))
+    assert {
+        "setting",
+        "task",
+        "teacher",
+        "student",
+        "init",
+        "objective",
+        "trainer",
+        "data",
+        "logger",
+    } <= set(GROUPS)
+    assert {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"} <= set(
+        group_options("task")
+    )
+    assert {"roberta_base", "bert_base_uncased", "minilm_l6", "tiny"} <= set(
+        group_options("teacher")
+    )
     assert {"random", "layers", "every_kth", "bottom"} <= set(group_options("init"))
 
 
@@ -52,7 +66,11 @@ def test_task_recipe_follows_the_paper():
     assert (rte.trainer.lr, rte.trainer.batch_size) == (2e-5, 16)
     assert (sst2.trainer.lr, sst2.trainer.batch_size) == (1e-5, 32)
     assert cola.trainer.batch_size == 16
-    assert (sst2.trainer.stage1_epochs, sst2.trainer.stage2_epochs, sst2.trainer.warmup_ratio) == (10, 10, 0.06)
+    assert (sst2.trainer.stage1_epochs, sst2.trainer.stage2_epochs, sst2.trainer.warmup_ratio) == (
+        10,
+        10,
+        0.06,
+    )
 
 
 def test_objective_with_a_plus_in_its_name_is_selectable():
@@ -73,17 +91,30 @@ def test_experiments_compose_with_their_sweep(experiment):
         cfg = compose("config", overrides=[f"+experiment={experiment}"], return_hydra_config=True)
     assert cfg.hydra.sweeper.params, "an experiment preset declares its sweep"
     OmegaConf.to_container(cfg, resolve=False)
-    if experiment.endswith("_finetune"):  # a task-agnostic study's grid: the student's seed is the distillation's
+    if experiment.endswith(
+        "_finetune"
+    ):  # a task-agnostic study's grid: the student's seed is the distillation's
         assert cfg.setting.name == "finetune" and "task" in cfg.hydra.sweeper.params
     elif experiment.startswith(("table", "mini")):
-        assert cfg.setting.name in ("task_specific", "task_agnostic") and "seed" in cfg.hydra.sweeper.params
+        assert (
+            cfg.setting.name in ("task_specific", "task_agnostic")
+            and "seed" in cfg.hydra.sweeper.params
+        )
 
 
 def test_paper_presets_follow_the_paper():
     table1 = compose_config(["+experiment=table1_objectives"])
-    assert (table1.teacher.name, table1.student.name, list(table1.init.layers)) == ("roberta_base", "3x768", [4, 8, 12])
+    assert (table1.teacher.name, table1.student.name, list(table1.init.layers)) == (
+        "roberta_base",
+        "3x768",
+        [4, 8, 12],
+    )
     mini = compose_config(["+experiment=mini_table1"])
-    assert (mini.teacher.name, mini.student.name, list(mini.init.layers)) == ("minilm_l6", "3x384", [2, 4, 6])
+    assert (mini.teacher.name, mini.student.name, list(mini.init.layers)) == (
+        "minilm_l6",
+        "3x384",
+        [2, 4, 6],
+    )
 
 
 def test_sweep_job_folders_end_with_the_seed():
@@ -95,7 +126,11 @@ def test_sweep_job_folders_end_with_the_seed():
     many = ",".join(f"trainer.option_{i}={i}" for i in range(30))
     other = many.replace("option_29=29", "option_29=30")
     long_name, other_name = job_dir_name(many, 1), job_dir_name(other, 1)
-    assert len(long_name.encode()) <= 255 and long_name.startswith("trainer.option_0=0,") and long_name.endswith(",seed=1")
+    assert (
+        len(long_name.encode()) <= 255
+        and long_name.startswith("trainer.option_0=0,")
+        and long_name.endswith(",seed=1")
+    )
     assert long_name != other_name and long_name == job_dir_name(many, 1)
 
 
@@ -105,24 +140,41 @@ def test_slurm_launcher_preset_composes_on_submitit():
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], return_hydra_config=True)
-    assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+        cfg = compose(
+            "config",
+            overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+            return_hydra_config=True,
+        )
+    assert (
+        cfg.hydra.launcher._target_
+        == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    )
     assert (cfg.hydra.launcher.partition, cfg.hydra.launcher.gpus_per_node) == ("gpu", 1)
 
 
 def test_data_parallel_slurm_preset_runs_a_task_per_gpu():
     from kdbench.hydra_config import compose
 
-    cfg = compose(["+experiment=table2_agnostic", "hydra/launcher=slurm_ddp", "hydra.launcher.nodes=4",
-                   "hydra.launcher.gpus_per_node=4"], hydra_config=True)
+    cfg = compose(
+        [
+            "+experiment=table2_agnostic",
+            "hydra/launcher=slurm_ddp",
+            "hydra.launcher.nodes=4",
+            "hydra.launcher.gpus_per_node=4",
+        ],
+        hydra_config=True,
+    )
     launcher = cfg.hydra.launcher
-    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert (
+        launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    )
     assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (4, 4, 4)
     assert cfg.trainer.batch_size == 1024  # the recipe's global batch, whatever the number of tasks
 
 
 def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
-    """An out-of-memory run re-run with recomputation on resumes its checkpoints; a different recipe does not."""
+    """An out-of-memory run re-run with recomputation on resumes its checkpoints; a different recipe
+    does not."""
     from kdbench.plan import config_fingerprint
     from kdbench.plan_groups import container
     from kdbench.trainer_specs import COMPUTATION_ONLY
@@ -141,11 +193,22 @@ def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
     from kdbench.teacher.cache import cache_path
 
     base = ["teacher=tiny", "student=tiny", "task=sst2", f"data.glue_dir={tiny_glue}"]
-    grouped, plain, pinned = (make_plan(compose_config([*base, *extra])) for extra in (
-        [], ["trainer.group_by_length=false"], ["trainer.teacher_group_by_length=false"]))
-    assert (grouped.trainer.teacher_group_by_length, plain.trainer.teacher_group_by_length) == (True, False)
+    grouped, plain, pinned = (
+        make_plan(compose_config([*base, *extra]))
+        for extra in (
+            [],
+            ["trainer.group_by_length=false"],
+            ["trainer.teacher_group_by_length=false"],
+        )
+    )
+    assert (grouped.trainer.teacher_group_by_length, plain.trainer.teacher_group_by_length) == (
+        True,
+        False,
+    )
     assert pinned.trainer.group_by_length and not pinned.trainer.teacher_group_by_length
-    assert cache_path(plain) == cache_path(pinned) != cache_path(grouped)  # a teacher on other batches is another
+    assert (
+        cache_path(plain) == cache_path(pinned) != cache_path(grouped)
+    )  # a teacher on other batches is another
 
 
 def test_warmup_ratio_per_task_gives_qqp_the_released_grids_warm_up():

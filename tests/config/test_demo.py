@@ -11,8 +11,11 @@ from kdbench.plan import make_plan
 from tests.helpers import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
-# all-MiniLM-L6-v2's architecture (its config.json), so that the plan needs neither the Hub nor local weights
-MINILM_L6 = BertConfig(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536)
+# all-MiniLM-L6-v2's architecture (its config.json), so that the plan needs neither the Hub nor
+# local weights
+MINILM_L6 = BertConfig(
+    num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536
+)
 
 
 def test_make_demo_runs_the_demo_preset():
@@ -25,10 +28,19 @@ def test_the_demo_distils_minilm_into_half_its_depth_from_its_own_layers(monkeyp
     monkeypatch.setattr(models, "teacher_config", lambda teacher: MINILM_L6)
     plan = make_plan(compose_config(["+experiment=demo"]))
     assert (plan.setting, plan.task.name, plan.teacher.name, plan.objective) == (
-        "task_specific", "sst2", "minilm_l6", "att_kl+val_kl")
+        "task_specific",
+        "sst2",
+        "minilm_l6",
+        "att_kl+val_kl",
+    )
     assert (plan.student.num_layers, plan.student.hidden_size) == (3, 384)
     assert plan.init.layers == (2, 4, 6) and not plan.init.copy_head  # the task head starts fresh
     assert plan.data.train_limit == 1000 and plan.trainer.max_length == 64
-    # a fresh task head needs more than the paper's 1e-5 in a budget of a few epochs on 1000 examples
+    # a fresh task head needs more than the paper's 1e-5 in a budget of a few epochs on 1000
+    # examples
     assert plan.trainer.lr == 1e-4 and plan.trainer.stage2_lr in (None, plan.trainer.lr)
-    assert (plan.trainer.teacher_epochs, plan.trainer.stage1_epochs, plan.trainer.stage2_epochs) == (3, 2, 3)
+    assert (
+        plan.trainer.teacher_epochs,
+        plan.trainer.stage1_epochs,
+        plan.trainer.stage2_epochs,
+    ) == (3, 2, 3)

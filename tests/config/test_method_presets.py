@@ -1,5 +1,5 @@
-"""The original methods' presets (TinyBERT's two stages, MiniLM's teacher assistant, DistilBERT) and their CPU
-replicas: they follow their papers, chain in the study, and every first stage plans."""
+"""The original methods' presets (TinyBERT's two stages, MiniLM's teacher assistant, DistilBERT) and
+their CPU replicas: they follow their papers, chain in the study, and every first stage plans."""
 
 from __future__ import annotations
 
@@ -19,8 +19,13 @@ from tests.config.test_agnostic_presets import known_architectures, preset  # no
 
 def test_distilbert_recipe_is_its_paper():
     cfg = preset("distilbert_recipe")
-    assert (cfg.setting.name, cfg.teacher.name, cfg.student.name, cfg.init.name, cfg.objective.name) == (
-        "task_agnostic", "bert_base_uncased", "6x768", "layers", "distilbert")
+    assert (
+        cfg.setting.name,
+        cfg.teacher.name,
+        cfg.student.name,
+        cfg.init.name,
+        cfg.objective.name,
+    ) == ("task_agnostic", "bert_base_uncased", "6x768", "layers", "distilbert")
     weights = {t.name: t.weight for t in cfg.objective.terms_task_agnostic}
     assert weights == {"mlm_kd": 5.0, "mlm": 2.0, "cos": 1.0}
     assert cfg.objective.terms_task_agnostic[0].positions == "attended"  # restrict_ce_to_mask=False
@@ -29,8 +34,7 @@ def test_distilbert_recipe_is_its_paper():
     assert cfg.objective.terms_task_agnostic[0].params.temperature == 2.0
 
 
-def test_distilbert_recipe_copies_the_released_extractions_layers(
-        known_architectures):  # noqa: F811
+def test_distilbert_recipe_copies_the_released_extractions_layers(known_architectures):  # noqa: F811
     plan = make_plan(preset("distilbert_recipe", hydra=False))
     assert plan.init.layers == (1, 3, 5, 8, 10, 12)  # extract_distilbert.py's 0-based 0,2,4,7,9,11
     paper = make_plan(preset("distilbert_recipe", "init=every_kth", hydra=False))
@@ -52,28 +56,52 @@ def test_distilbert_recipe_cosine_compares_raw_hidden_states(known_architectures
 
 def test_tinybert_recipe_is_general_then_task_specific_distillation(known_architectures):  # noqa: F811
     general = preset("tinybert_recipe")
-    assert (general.student.name, general.objective.name, general.setting.mapping) == ("4x312", "tinybert", None)
+    assert (general.student.name, general.objective.name, general.setting.mapping) == (
+        "4x312",
+        "tinybert",
+        None,
+    )
     trainer = general.trainer
     assert (trainer.batch_size, trainer.lr, trainer.warmup_ratio) == (256, 5e-5, 0.1)
     plan = make_plan(preset("tinybert_recipe", hydra=False))
     pairs = {(t.name, tuple(t.pairs)) for t in plan.terms}
-    assert ("hid_mse", ((1, 3), (2, 6), (3, 9), (4, 12))) in pairs and ("emb_mse", ((0, 0),)) in pairs
+    assert ("hid_mse", ((1, 3), (2, 6), (3, 9), (4, 12))) in pairs and (
+        "emb_mse",
+        ((0, 0),),
+    ) in pairs
     task = preset("tinybert_recipe_task")
     trainer = task.trainer
     stages = (trainer.stage1_epochs, trainer.lr, trainer.stage2_epochs, trainer.stage2_lr)
     assert stages == (10, 5e-5, 3, 3e-5)
-    assert (task.init.name, task.augment.name, task.augment.n_per_example, task.augment.p_replace) == (
-        "pretrained", "tinybert", 20, 0.4)
+    assert (
+        task.init.name,
+        task.augment.name,
+        task.augment.n_per_example,
+        task.augment.p_replace,
+    ) == ("pretrained", "tinybert", 20, 0.4)
     assert task.augment.mlm_model == "bert-base-uncased"
-    assert set(task.hydra.sweeper.params.task.split(",")) == {"cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli"}
+    assert set(task.hydra.sweeper.params.task.split(",")) == {
+        "cola",
+        "sst2",
+        "mrpc",
+        "stsb",
+        "rte",
+        "qnli",
+        "mnli",
+    }
 
 
-@pytest.mark.parametrize("name", ["tinybert_recipe", "tinybert_recipe_task", "mini_tinybert",
-                                  "mini_tinybert_task"])
+@pytest.mark.parametrize(
+    "name", ["tinybert_recipe", "tinybert_recipe_task", "mini_tinybert", "mini_tinybert_task"]
+)
 def test_tinybert_optimiser_is_the_released_bert_adam(name):
     trainer = preset(name).trainer
-    optimiser = (trainer.weight_decay, list(trainer.adam_betas), trainer.max_grad_norm,
-                 trainer.warmup_ratio)
+    optimiser = (
+        trainer.weight_decay,
+        list(trainer.adam_betas),
+        trainer.max_grad_norm,
+        trainer.warmup_ratio,
+    )
     assert optimiser == (0.01, [0.9, 0.999], 1.0, 0.1)
 
 
@@ -86,10 +114,18 @@ def test_tinybert_task_stage_is_as_released(name):
     assert preset("table1_objectives").trainer.stage1_schedule == "linear"  # the study's
 
 
-@pytest.mark.parametrize(("task", "epochs", "batch"), [
-    ("cola", 50, 32), ("mnli", 5, 256), ("qqp", 5, 256), ("qnli", 5, 256), ("sst2", 10, 32),
-    ("rte", 10, 32), ("stsb", 10, 32),
-])
+@pytest.mark.parametrize(
+    ("task", "epochs", "batch"),
+    [
+        ("cola", 50, 32),
+        ("mnli", 5, 256),
+        ("qqp", 5, 256),
+        ("qnli", 5, 256),
+        ("sst2", 10, 32),
+        ("rte", 10, 32),
+        ("stsb", 10, 32),
+    ],
+)
 def test_tinybert_task_stage_epochs_and_batch_are_the_papers_per_task(task, epochs, batch):
     trainer = preset("tinybert_recipe_task", f"task={task}").trainer
     assert (trainer.stage1_epochs, trainer.batch_size, trainer.stage2_epochs) == (epochs, batch, 3)
@@ -98,9 +134,15 @@ def test_tinybert_task_stage_epochs_and_batch_are_the_papers_per_task(task, epoc
 def test_minilm_ta_distils_an_assistant_of_the_teachers_depth_then_the_student():
     first, second = preset("minilm_ta"), preset("minilm_ta_student")
     assert (first.teacher.name, first.student.name, first.objective.name) == (
-        "bert_base_uncased", "12x384", "att_kl+val_kl")
+        "bert_base_uncased",
+        "12x384",
+        "att_kl+val_kl",
+    )
     assert (second.teacher.name, second.student.name, second.objective.name) == (
-        "distilled", "3x384", "att_kl+val_kl")
+        "distilled",
+        "3x384",
+        "att_kl+val_kl",
+    )
 
 
 @pytest.mark.parametrize("name", ["minilm_ta", "minilm_ta_student"])
@@ -126,21 +168,30 @@ def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
     assert study.objective.terms[1].params.scale_by == "own"
 
 
-@pytest.mark.parametrize(("name", "next_preset", "key"), [
-    ("minilm_ta", "minilm_ta_student", "teacher.name_or_path"),
-    ("mini_minilm_ta", "mini_minilm_ta_student", "teacher.name_or_path"),
-    ("tinybert_recipe", "tinybert_recipe_task", "init.path"),
-    ("mini_tinybert", "mini_tinybert_task", "init.path"),
-    ("distilbert_recipe", "table2_agnostic_finetune", "setting.student_path"),
-])
+@pytest.mark.parametrize(
+    ("name", "next_preset", "key"),
+    [
+        ("minilm_ta", "minilm_ta_student", "teacher.name_or_path"),
+        ("mini_minilm_ta", "mini_minilm_ta_student", "teacher.name_or_path"),
+        ("tinybert_recipe", "tinybert_recipe_task", "init.path"),
+        ("mini_tinybert", "mini_tinybert_task", "init.path"),
+        ("distilbert_recipe", "table2_agnostic_finetune", "setting.student_path"),
+    ],
+)
 def test_the_study_hands_each_student_to_the_next_preset(name, next_preset, key, tmp_path):
     got = study.make_study(name, [f"hydra.sweep.dir={tmp_path}"], [])
     assert (got.next, got.finetunes) == (next_preset, True)
     student = tmp_path / "seed=1" / "student"
     step = "finetune" if key == "setting.student_path" else next_preset
     assert study.finetune_command(got, student) == [
-        sys.executable, "-m", "kdbench.run", "-m", f"+experiment={next_preset}",
-        f"hydra.sweep.dir='{tmp_path / step / 'seed=1'}'", f"{key}='{student.resolve()}'"]
+        sys.executable,
+        "-m",
+        "kdbench.run",
+        "-m",
+        f"+experiment={next_preset}",
+        f"hydra.sweep.dir='{tmp_path / step / 'seed=1'}'",
+        f"{key}='{student.resolve()}'",
+    ]
 
 
 def test_a_bad_chain_is_one_line(tmp_path, monkeypatch):
@@ -148,25 +199,46 @@ def test_a_bad_chain_is_one_line(tmp_path, monkeypatch):
 
     from kdbench.errors import ConfigError
 
-    cfg = OmegaConf.create({"chain": {"next": "nope", "student_as": "teacher"}, "setting": {"name": "task_agnostic"}})
+    cfg = OmegaConf.create(
+        {"chain": {"next": "nope", "student_as": "teacher"}, "setting": {"name": "task_agnostic"}}
+    )
     with pytest.raises(ConfigError, match="chain needs next .* and student_as"):
         study.next_step("x", cfg)
 
 
-def test_the_mini_chains_plan_with_their_students(tmp_path, tiny_glue, known_architectures, monkeypatch):  # noqa: F811
+def test_the_mini_chains_plan_with_their_students(
+    tmp_path,
+    tiny_glue,
+    known_architectures,  # noqa: F811 (the fixture)
+    monkeypatch,
+):
     student = shape_spec(preset("mini_tinybert_task", hydra=False).student, "student")
-    teacher = BertConfig(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536)
+    teacher = BertConfig(
+        num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536
+    )
     build_student(teacher, student, 2, 0, mlm=True).save_pretrained(tmp_path / "general")
-    plan = make_plan(preset("mini_tinybert_task", f"init.path={tmp_path / 'general'}", f"data.glue_dir={tiny_glue}",
-                            hydra=False))
+    plan = make_plan(
+        preset(
+            "mini_tinybert_task",
+            f"init.path={tmp_path / 'general'}",
+            f"data.glue_dir={tiny_glue}",
+            hydra=False,
+        )
+    )
     assert plan.init.path == tmp_path / "general" and plan.augment.n_per_example == 4
     assert plan.augment.mlm_shape.num_layers == 2 and plan.trainer.stage2_lr == 1e-4
     assistant = shape_spec(preset("mini_minilm_ta", hydra=False).student, "assistant")
     assert (assistant.num_layers, assistant.hidden_size, assistant.num_heads) == (6, 192, 12)
     build_student(teacher, assistant, 2, 0, mlm=True).save_pretrained(tmp_path / "assistant")
     monkeypatch.undo()  # the distilled teacher's architecture is read from its folder
-    plan = make_plan(preset("mini_minilm_ta_student", f"teacher.name_or_path={tmp_path / 'assistant'}",
-                            f"corpus.path={tmp_path}", hydra=False))
+    plan = make_plan(
+        preset(
+            "mini_minilm_ta_student",
+            f"teacher.name_or_path={tmp_path / 'assistant'}",
+            f"corpus.path={tmp_path}",
+            hydra=False,
+        )
+    )
     assert (plan.teacher_conf.num_hidden_layers, plan.teacher_conf.hidden_size) == (6, 192)
     assert (plan.student_conf.num_hidden_layers, plan.student_conf.hidden_size) == (3, 192)
     assert Path(plan.teacher.name_or_path) == tmp_path / "assistant"
@@ -174,10 +246,14 @@ def test_the_mini_chains_plan_with_their_students(tmp_path, tiny_glue, known_arc
 
 def test_job_folders_never_name_the_student_a_chained_step_takes():
     excluded = set(preset("mini_tinybert").hydra.job.config.override_dirname.exclude_keys)
-    assert set(study.STUDENT_AS.values()) <= excluded  # a path would pass the file system's 255-byte names
+    assert (
+        set(study.STUDENT_AS.values()) <= excluded
+    )  # a path would pass the file system's 255-byte names
 
 
-def test_a_chain_ending_in_a_distillation_ends_with_its_students_not_a_report(tmp_path, monkeypatch, capsys):
+def test_a_chain_ending_in_a_distillation_ends_with_its_students_not_a_report(
+    tmp_path, monkeypatch, capsys
+):
     from tests.unit.test_study import FakeSteps, write_record
 
     assert study.make_study("mini_tinybert", [], []).reports  # its last step scores SST-2

@@ -23,12 +23,26 @@ def test_a_task_config_in_another_folder_is_a_task_with_no_code_change(user_data
     from kdbench.plan_groups import task_spec
     from kdbench.tasks import task_titles
 
-    config = {"name": "reviews", "title": "Reviews", "order": 10,
-              "train_file": str(user_data["csv"]), "validation_file": str(user_data["csv_dev"]),
-              "test_file": None, "dataset_name": None, "dataset_config": None,
-              "text_columns": ["review"], "label_column": "sentiment", "label_names": None,
-              "regression": False, "metric": ["accuracy", "f1"], "validation_fraction": 0.1,
-              "split_seed": 0, "eval_splits": {"": "validation"}, "lr": 2.0e-5, "batch_size": 16}
+    config = {
+        "name": "reviews",
+        "title": "Reviews",
+        "order": 10,
+        "train_file": str(user_data["csv"]),
+        "validation_file": str(user_data["csv_dev"]),
+        "test_file": None,
+        "dataset_name": None,
+        "dataset_config": None,
+        "text_columns": ["review"],
+        "label_column": "sentiment",
+        "label_names": None,
+        "regression": False,
+        "metric": ["accuracy", "f1"],
+        "validation_fraction": 0.1,
+        "split_seed": 0,
+        "eval_splits": {"": "validation"},
+        "lr": 2.0e-5,
+        "batch_size": 16,
+    }
     (tmp_path / "task").mkdir()
     (tmp_path / "task" / "reviews.yaml").write_text(yaml.safe_dump(config))
     points = sweep_point([f"hydra.searchpath=[file://{tmp_path}]", "task=reviews"])

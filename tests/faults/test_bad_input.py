@@ -1,4 +1,5 @@
-"""Bad input: one readable line naming the problem and the fix, exit code 2, no traceback, nothing heavy started."""
+"""Bad input: one readable line naming the problem and the fix, exit code 2, no traceback, nothing
+heavy started."""
 
 from __future__ import annotations
 
@@ -14,11 +15,18 @@ from tests.helpers import agnostic_overrides, tiny_overrides, write_tiny_corpus,
 
 
 def cli(*args, env_glue=None):
-    env = {k: v for k, v in os.environ.items() if k != "KDBENCH_CORPUS"}  # the corpus is given where it is needed
+    env = {
+        k: v for k, v in os.environ.items() if k != "KDBENCH_CORPUS"
+    }  # the corpus is given where it is needed
     if env_glue is not None:
         env["KDBENCH_GLUE_DIR"] = str(env_glue)
-    return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kdbench.run", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def assert_one_line_error(result, *fragments):
@@ -32,11 +40,17 @@ def assert_one_line_error(result, *fragments):
 
 
 def test_cli_unknown_option_lists_the_valid_ones(tmp_path):
-    assert_one_line_error(cli("objective=att_kll", f"paths.run_dir={tmp_path}"), "unknown objective 'att_kll'", "att_kl")
+    assert_one_line_error(
+        cli("objective=att_kll", f"paths.run_dir={tmp_path}"),
+        "unknown objective 'att_kll'",
+        "att_kl",
+    )
 
 
 def test_cli_unknown_option_inside_a_sweep(tmp_path):
-    assert_one_line_error(cli("-m", "task=sst2,sts", f"paths.run_dir={tmp_path}"), "unknown task 'sts'", "stsb")
+    assert_one_line_error(
+        cli("-m", "task=sst2,sts", f"paths.run_dir={tmp_path}"), "unknown task 'sts'", "stsb"
+    )
 
 
 def test_cli_unknown_key(tmp_path):
@@ -55,20 +69,36 @@ def test_cli_unknown_key(tmp_path):
         (["data.train_limit=0"], ["data.train_limit=0", "positive number of examples"]),
         (["task=qnli"], ["QNLI/train.tsv", "missing"]),
         (["setting=task_agnostic"], ["corpus=local needs corpus.path"]),
-        (["setting=task_agnostic", "corpus.path=."], ["setting=task_agnostic needs trainer.max_steps", "trainer=agnostic"]),
-        (["trainer.device=cuda"] if not torch.cuda.is_available() else ["trainer.device=cuda:99"], ["cuda"]),
+        (
+            ["setting=task_agnostic", "corpus.path=."],
+            ["setting=task_agnostic needs trainer.max_steps", "trainer=agnostic"],
+        ),
+        (
+            ["trainer.device=cuda"]
+            if not torch.cuda.is_available()
+            else ["trainer.device=cuda:99"],
+            ["cuda"],
+        ),
         (["prediction_kd.alpha=1.5"], ["prediction_kd.alpha=1.5", "a number in [0, 1]"]),
         (["trainer.weight_decay=nan"], ["trainer.weight_decay=nan", "number >= 0"]),
         (["objective.terms.0.weight=abc"], ["objective.terms.0.weight='abc'", "number >= 0"]),
-        (["teacher.shape.max_positions=16"], ["trainer.max_length=64", "16 positions", "max_positions"]),
+        (
+            ["teacher.shape.max_positions=16"],
+            ["trainer.max_length=64", "16 positions", "max_positions"],
+        ),
         (["init=pretrained"], ["init.path is not set", "add init.path="]),
-        (["task.tsv.header=false"], ["task.tsv.columns.sentence='sentence'", "task.tsv.header=false"]),
+        (
+            ["task.tsv.header=false"],
+            ["task.tsv.columns.sentence='sentence'", "task.tsv.header=false"],
+        ),
     ],
 )
 def test_cli_bad_config_is_refused_before_work(tiny_glue, tmp_path, overrides, fragments):
     result = cli(*tiny_overrides(tiny_glue, tmp_path / "run"), *overrides)
     assert_one_line_error(result, *fragments)
-    record = json.loads((tmp_path / "run" / "result.json").read_text())  # a sweep's report lists it as failed
+    record = json.loads(
+        (tmp_path / "run" / "result.json").read_text()
+    )  # a sweep's report lists it as failed
     assert record["status"] == "failed" and fragments[0] in record["error"]
     assert not (tmp_path / "run" / "train_log.jsonl").exists()  # refused before any work
 
@@ -93,11 +123,25 @@ def test_cli_malformed_data_names_file_and_line(tmp_path):
 @pytest.mark.parametrize(
     ("task", "folder", "label", "bad", "fragments"),
     [
-        ("sst2", "SST-2", "\t1\n", "\t\u00b2\n", ["SST-2/train.tsv:", "label '\u00b2' is outside the label set"]),
-        ("stsb", "STS-B", "\t1.000\n", "\tnan\n", ["STS-B/train.tsv:", "label 'nan' is not a finite number"]),
+        (
+            "sst2",
+            "SST-2",
+            "\t1\n",
+            "\t\u00b2\n",
+            ["SST-2/train.tsv:", "label '\u00b2' is outside the label set"],
+        ),
+        (
+            "stsb",
+            "STS-B",
+            "\t1.000\n",
+            "\tnan\n",
+            ["STS-B/train.tsv:", "label 'nan' is not a finite number"],
+        ),
     ],
 )
-def test_cli_labels_that_are_no_labels_name_file_and_line(tmp_path, task, folder, label, bad, fragments):
+def test_cli_labels_that_are_no_labels_name_file_and_line(
+    tmp_path, task, folder, label, bad, fragments
+):
     glue = write_tiny_glue(tmp_path / "glue")
     path = glue / folder / "train.tsv"
     path.write_bytes(path.read_bytes().replace(label.encode(), bad.encode(), 1))
@@ -107,13 +151,19 @@ def test_cli_labels_that_are_no_labels_name_file_and_line(tmp_path, task, folder
 def test_cli_success_prints_scores_and_where_the_record_is(tiny_glue, tmp_path):
     result = cli(*tiny_overrides(tiny_glue, tmp_path), "objective=vanilla_kd")
     assert result.returncode == 0, result.stderr
-    assert "teacher (tiny): accuracy" in result.stdout and f"record: {tmp_path}/result.json" in result.stdout
+    assert (
+        "teacher (tiny): accuracy" in result.stdout
+        and f"record: {tmp_path}/result.json" in result.stdout
+    )
 
 
 @pytest.mark.parametrize(
     ("mutate", "fragments"),
     [
-        (lambda text: text.replace("\t1\n", "\t7\n", 1), ["SST-2/train.tsv:", "label '7' is outside the label set"]),
+        (
+            lambda text: text.replace("\t1\n", "\t7\n", 1),
+            ["SST-2/train.tsv:", "label '7' is outside the label set"],
+        ),
         (lambda text: "", ["SST-2/train.tsv is empty"]),
         (lambda text: "sentence\tlabel\n", ["has no data rows"]),
     ],
@@ -132,10 +182,15 @@ def test_cli_bad_data_files(tmp_path, mutate, fragments):
         (["init=layers", "init.layers=[4,2]"], ["strictly ascending"]),
         (["init=layers", "init.layers=[3,3]"], ["strictly ascending"]),
         (["student=tiny", "student.num_heads=2", "objective=att_kl"], ["2 heads", "minilm_v2"]),
-        (["teacher.finetuned_path=/nonexistent/teacher", "trainer.teacher_epochs=0"], ["cannot load the fine-tuned teacher"]),
+        (
+            ["teacher.finetuned_path=/nonexistent/teacher", "trainer.teacher_epochs=0"],
+            ["cannot load the fine-tuned teacher"],
+        ),
         (["task=mnli"], ["MNLI/train.tsv", "missing"]),
-        (["objective=hid_cls_contrast", "+objective.terms.0.params.temprature=0.1"],
-         ["objective.terms.0.params.temprature is not a parameter of crd", "temperature"]),
+        (
+            ["objective=hid_cls_contrast", "+objective.terms.0.params.temprature=0.1"],
+            ["objective.terms.0.params.temprature is not a parameter of crd", "temperature"],
+        ),
     ],
 )
 def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
@@ -152,7 +207,9 @@ def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
 )
 def test_cli_bad_task_agnostic_configs(tmp_path, overrides, fragments):
     corpus = write_tiny_corpus(tmp_path / "corpus")
-    assert_one_line_error(cli(*agnostic_overrides(corpus, tmp_path / "run"), *overrides), *fragments)
+    assert_one_line_error(
+        cli(*agnostic_overrides(corpus, tmp_path / "run"), *overrides), *fragments
+    )
 
 
 def test_cli_binary_corpus_file_is_named_with_its_line(tmp_path):
@@ -162,8 +219,11 @@ def test_cli_binary_corpus_file_is_named_with_its_line(tmp_path):
     shard.write_bytes(text + b"\xff\xfe not text\n")
     result = cli(*agnostic_overrides(corpus, tmp_path / "run"))
     line = text.count(b"\n") + 1
-    assert_one_line_error(result, f"{shard} is not UTF-8 text (line {line}, byte 0xff at offset {len(text)})",
-                          "re-encode the corpus as UTF-8")
+    assert_one_line_error(
+        result,
+        f"{shard} is not UTF-8 text (line {line}, byte 0xff at offset {len(text)})",
+        "re-encode the corpus as UTF-8",
+    )
 
 
 def test_cli_corpus_without_usable_text(tmp_path):
@@ -174,8 +234,14 @@ def test_cli_corpus_without_usable_text(tmp_path):
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    result = cli("objective=att_kl", "trainer.lr=-1", "kdbench.debug=true", f"paths.run_dir={tmp_path}")
-    assert result.returncode == 2 and "Traceback" in result.stderr and "kdbench: error:" in result.stderr
+    result = cli(
+        "objective=att_kl", "trainer.lr=-1", "kdbench.debug=true", f"paths.run_dir={tmp_path}"
+    )
+    assert (
+        result.returncode == 2
+        and "Traceback" in result.stderr
+        and "kdbench: error:" in result.stderr
+    )
 
 
 @pytest.mark.parametrize("where", ["cache", "run_dir"])

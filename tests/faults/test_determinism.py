@@ -1,4 +1,5 @@
-"""Determinism: the same config and seed give the same record and the same per-step losses; the seed is what varies."""
+"""Determinism: the same config and seed give the same record and the same per-step losses; the seed
+is what varies."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from tests.helpers import compose_config, tiny_overrides
 
 def losses(run_dir) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
-    return [row for row in rows if row["stage"] != "teacher"]  # the shared teacher is built by whichever run comes first
+    return [
+        row for row in rows if row["stage"] != "teacher"
+    ]  # the shared teacher is built by whichever run comes first
 
 
 def test_same_seed_same_metrics_and_losses_another_seed_differs(tiny_glue, tmp_path):

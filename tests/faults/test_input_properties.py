@@ -1,5 +1,6 @@
-"""Whatever a user writes into a config number or flag, or whatever bytes a data file holds, kdbench plans or loads
-it, or refuses it with one line naming the key or the file: never another exception."""
+"""Whatever a user writes into a config number or flag, or whatever bytes a data file holds, kdbench
+plans or loads it, or refuses it with one line naming the key or the file: never another
+exception."""
 
 from __future__ import annotations
 
@@ -20,17 +21,32 @@ from kdbench.models.tiny import tiny_tokenizer
 from kdbench.plan import make_plan
 from kdbench.plan_groups import container, data_spec, task_spec
 from kdbench.ranges import rule_for
-from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus, write_tiny_glue
+from tests.helpers import (
+    agnostic_overrides,
+    compose_config,
+    tiny_overrides,
+    write_tiny_corpus,
+    write_tiny_glue,
+)
 
-# ------------------------------------------------------------------------------------------- config numbers
+# ------------------------------------------------------------------------------------------- config
+# numbers
 
 NOT_GROUPS = ("experiment", "hydra")  # presets over the groups' options; Hydra's launchers
-NEEDED = {"init=layers": ("init.layers=[2,4]",)}  # what an option leaves to the user, here for the tiny teacher
+NEEDED = {
+    "init=layers": ("init.layers=[2,4]",)
+}  # what an option leaves to the user, here for the tiny teacher
 
 
 def leaves(node, at: str):
     """(path, value) of every scalar under a resolved config node."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else None
+    )
     if items is None:
         yield at, node
         return
@@ -39,14 +55,18 @@ def leaves(node, at: str):
 
 
 def governing(path: str) -> str:
-    """The key whose rule checks `path`: the path itself, or the list it is an entry of (trainer.adam_betas.0)."""
+    """The key whose rule checks `path`: the path itself, or the list it is an entry of
+    (trainer.adam_betas.0)."""
     parent, _, last = path.rpartition(".")
     return parent if last.isdigit() and rule_for(path) is None else path
 
 
 def is_setting(path: str, value) -> bool:
-    """A number or a flag, or a null a rule gives a meaning to (data.train_limit: null or a count)."""
-    return isinstance(value, (bool, int, float)) or (value is None and rule_for(governing(path)) is not None)
+    """A number or a flag, or a null a rule gives a meaning to (data.train_limit: null or a
+    count)."""
+    return isinstance(value, (bool, int, float)) or (
+        value is None and rule_for(governing(path)) is not None
+    )
 
 
 @cache
@@ -56,7 +76,8 @@ def composed(overrides: tuple[str, ...]):
 
 @cache
 def plans(overrides: tuple[str, ...]) -> bool:
-    """Whether a tiny run with these overrides plans (no: a checkpoint teacher, whose config is on the Hub)."""
+    """Whether a tiny run with these overrides plans (no: a checkpoint teacher, whose config is on
+    the Hub)."""
     if composed(overrides).teacher.get("name_or_path"):
         return False
     try:
@@ -67,23 +88,34 @@ def plans(overrides: tuple[str, ...]) -> bool:
 
 
 def with_option(base: tuple[str, ...], group: str, option: str) -> tuple[str, ...]:
-    return (*(o for o in base if not o.startswith(f"{group}=")), f"{group}={option}", *NEEDED.get(f"{group}={option}", ()))
+    return (
+        *(o for o in base if not o.startswith(f"{group}=")),
+        f"{group}={option}",
+        *NEEDED.get(f"{group}={option}", ()),
+    )
 
 
 @pytest.fixture(scope="session")
 def config_settings(tiny_glue, tmp_path_factory) -> list[tuple[str, object, tuple[str, ...]]]:
-    """Every number and flag any option of any group sets: (path, default, the overrides of a tiny run that plans
-    with it). A key only options that cannot plan here have (a Hub teacher's) is set on the tiny run instead."""
+    """Every number and flag any option of any group sets: (path, default, the overrides of a tiny
+    run that plans with it). A key only options that cannot plan here have (a Hub teacher's) is set
+    on the tiny run instead."""
     tmp = tmp_path_factory.mktemp("settings")
     tiny = tuple(tiny_overrides(tiny_glue, tmp / "run"))
-    bases = {"corpus": tuple(agnostic_overrides(write_tiny_corpus(tmp / "corpus"), tmp / "run"))}  # read there only
-    groups = sorted(p.name for p in config_dir().iterdir() if p.is_dir() and p.name not in NOT_GROUPS)
+    bases = {
+        "corpus": tuple(agnostic_overrides(write_tiny_corpus(tmp / "corpus"), tmp / "run"))
+    }  # read there only
+    groups = sorted(
+        p.name for p in config_dir().iterdir() if p.is_dir() and p.name not in NOT_GROUPS
+    )
     top = {key: value for key, value in container(composed(tiny)).items() if key not in groups}
     found = {path: (value, tiny) for path, value in leaves(top, "") if is_setting(path, value)}
     for group in groups:
         base = bases.get(group, tiny)
         for option in group_options(group):
-            values = container(composed((f"{group}={option}", *NEEDED.get(f"{group}={option}", ())))[group])
+            values = container(
+                composed((f"{group}={option}", *NEEDED.get(f"{group}={option}", ())))[group]
+            )
             for path, value in leaves(values, group):
                 if path not in found and is_setting(path, value):
                     context = with_option(base, group, option)
@@ -93,7 +125,18 @@ def config_settings(tiny_glue, tmp_path_factory) -> list[tuple[str, object, tupl
 
 def test_every_config_number_and_flag_has_a_rule(config_settings):
     keys_of = {path.split(".")[0] for path, _, _ in config_settings}
-    assert keys_of >= {"augment", "corpus", "data", "init", "objective", "student", "task", "teacher", "trainer", "seed"}
+    assert keys_of >= {
+        "augment",
+        "corpus",
+        "data",
+        "init",
+        "objective",
+        "student",
+        "task",
+        "teacher",
+        "trainer",
+        "seed",
+    }
     assert [path for path, _, _ in config_settings if rule_for(governing(path)) is None] == []
 
 
@@ -104,13 +147,18 @@ def value_at(node, path: str):
 
 
 def plausible(value, default) -> bool:
-    """What a key never admits: NaN, infinities, text, a negative number, a flag for a number or the reverse."""
+    """What a key never admits: NaN, infinities, text, a negative number, a flag for a number or the
+    reverse."""
     if isinstance(value, bool) or isinstance(default, bool):
         return isinstance(value, bool) and isinstance(default, bool)
-    return value is None or (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0)
+    return value is None or (
+        isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+    )
 
 
-VALUES = st.one_of(st.integers(-3, 6), st.integers(), st.floats(), st.booleans(), st.none(), st.text(max_size=6))
+VALUES = st.one_of(
+    st.integers(-3, 6), st.integers(), st.floats(), st.booleans(), st.none(), st.text(max_size=6)
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -127,22 +175,34 @@ def test_any_config_value_plans_or_is_refused_naming_its_key(config_settings, da
     except KdbenchError as exc:
         message = str(exc)
         assert "\n" not in message
-        # a value out of its own range is named as key=value; one in range, by the key in the relation it breaks
+        # a value out of its own range is named as key=value; one in range, by the key in the
+        # relation it breaks
         assert (key.rpartition(".")[2] if admitted else f"{key}=") in message, message
     else:
         assert admitted and plausible(value, default), f"{path}={value!r} was accepted"
 
 
-# ----------------------------------------------------------------------------------------------- data files
+# -----------------------------------------------------------------------------------------------
+# data files
 
-GLUE_FILES = {"sst2": "SST-2/train.tsv", "rte": "RTE/train.tsv", "stsb": "STS-B/train.tsv"}  # single, pair, regression
-CORPUS_OPENINGS = {"text": b"a first document\n\n", "wikiextractor": b'<doc id="1" url="u" title="t">\n'}
-BYTES = st.tuples(st.booleans(), st.binary(max_size=300))  # (after a well-formed first line?, the bytes)
+GLUE_FILES = {
+    "sst2": "SST-2/train.tsv",
+    "rte": "RTE/train.tsv",
+    "stsb": "STS-B/train.tsv",
+}  # single, pair, regression
+CORPUS_OPENINGS = {
+    "text": b"a first document\n\n",
+    "wikiextractor": b'<doc id="1" url="u" title="t">\n',
+}
+BYTES = st.tuples(
+    st.booleans(), st.binary(max_size=300)
+)  # (after a well-formed first line?, the bytes)
 
 
 @pytest.fixture(scope="module")
 def glue_tasks(tmp_path_factory) -> dict:
-    """{task: (its spec, the data spec of a tiny GLUE folder, its training file, that file's header line)}."""
+    """{task: (its spec, the data spec of a tiny GLUE folder, its training file, that file's header
+    line)}."""
     root = write_tiny_glue(tmp_path_factory.mktemp("bytes-glue"))
     tasks = {}
     for task, file in GLUE_FILES.items():

@@ -1,4 +1,5 @@
-"""A bug (not bad input) ends with one line that says so, names the exception and the record, and how to see more."""
+"""A bug (not bad input) ends with one line that says so, names the exception and the record, and
+how to see more."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def run_cli(monkeypatch, *args):
     return exited.value.code
 
 
-def test_a_bug_is_one_line_naming_the_exception_and_the_record(tiny_glue, tmp_path, monkeypatch, capsys):
+def test_a_bug_is_one_line_naming_the_exception_and_the_record(
+    tiny_glue, tmp_path, monkeypatch, capsys
+):
     code = run_cli(monkeypatch, *tiny_overrides(tiny_glue, tmp_path))
     stderr = capsys.readouterr().err
     lines = [line for line in stderr.splitlines() if line.startswith("kdbench")]
@@ -37,7 +40,11 @@ def test_a_bug_is_one_line_naming_the_exception_and_the_record(tiny_glue, tmp_pa
 def test_with_debug_a_bug_shows_its_traceback(tiny_glue, tmp_path, monkeypatch, capsys):
     run_cli(monkeypatch, *tiny_overrides(tiny_glue, tmp_path), "kdbench.debug=true")
     stderr = capsys.readouterr().err
-    assert "Traceback" in stderr and "in broken_recipe" in stderr and "kdbench: internal error:" in stderr
+    assert (
+        "Traceback" in stderr
+        and "in broken_recipe" in stderr
+        and "kdbench: internal error:" in stderr
+    )
 
 
 def test_bad_input_never_takes_the_internal_error_path(tiny_glue, tmp_path, monkeypatch, capsys):

@@ -1,4 +1,5 @@
-"""Sweeps that share a folder: a job runs in one process at a time; a killed claimant's job is taken over."""
+"""Sweeps that share a folder: a job runs in one process at a time; a killed claimant's job is taken
+over."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ pytestmark = pytest.mark.slow
 def test_a_held_claim_is_described_and_released(tmp_path):
     with claim(tmp_path) as mine:
         assert mine is None
-        with claim(tmp_path) as other:  # a second holder (here: a second open of the lock) is turned away
+        with claim(
+            tmp_path
+        ) as other:  # a second holder (here: a second open of the lock) is turned away
             assert other["pid"] == os.getpid() and other["host"] and other["since"]
     with claim(tmp_path) as again:
         assert again is None
@@ -28,10 +31,19 @@ def test_a_held_claim_is_described_and_released(tmp_path):
 
 
 def test_a_killed_holder_s_claim_is_taken_over(tmp_path, caplog):
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time, pathlib; from kdbench.joblock import claim\n"
-        f"with claim(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); time.sleep(120)")],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time, pathlib; from kdbench.joblock import claim\n"
+                f"with claim(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); "
+                "time.sleep(120)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     with claim(tmp_path) as other:
         assert other["pid"] == holder.pid
@@ -43,9 +55,22 @@ def test_a_killed_holder_s_claim_is_taken_over(tmp_path, caplog):
 
 
 def sweep(sweep_dir, glue, *extra):
-    return subprocess.Popen([sys.executable, "-m", "kdbench.run", "-m", "+experiment=smoke_sweep", "seed=1,2,3",
-                             f"data.glue_dir={glue}", f"hydra.sweep.dir={sweep_dir}", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kdbench.run",
+            "-m",
+            "+experiment=smoke_sweep",
+            "seed=1,2,3",
+            f"data.glue_dir={glue}",
+            f"hydra.sweep.dir={sweep_dir}",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_two_sweeps_on_one_folder_run_every_job_exactly_once(tiny_glue, tmp_path):
@@ -55,11 +80,15 @@ def test_two_sweeps_on_one_folder_run_every_job_exactly_once(tiny_glue, tmp_path
     assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
     jobs = sorted(sweep_dir.glob("*seed=*"))
     assert len(jobs) == 6
-    assert all(json.loads((job / "result.json").read_text())["status"] == "completed" for job in jobs)
+    assert all(
+        json.loads((job / "result.json").read_text())["status"] == "completed" for job in jobs
+    )
     stdout = "".join(out for out, _ in outputs)
     assert stdout.count("record: ") == 6  # each job completed by one process only
     for job in jobs:  # and trained once: a second run would append its steps again
-        steps = Counter((row["stage"], row["step"]) for row in map(json.loads, (job / "train_log.jsonl").open()))
+        steps = Counter(
+            (row["stage"], row["step"]) for row in map(json.loads, (job / "train_log.jsonl").open())
+        )
         assert max(steps.values()) == 1, job
 
 
@@ -72,4 +101,6 @@ def test_a_sweep_skips_the_job_another_process_holds(tiny_glue, tmp_path):
     assert process.returncode == 0, err[-2000:]
     assert f"skipped: {held} is being run by pid {os.getpid()}" in out
     assert not (held / "result.json").exists()
-    assert all((sweep_dir / f"objective=att_kl,seed={seed}" / "result.json").exists() for seed in (1, 3))
+    assert all(
+        (sweep_dir / f"objective=att_kl,seed={seed}" / "result.json").exists() for seed in (1, 3)
+    )

@@ -1,4 +1,5 @@
-"""Faults: a run killed at any step resumes from its latest checkpoint and ends with the same metrics."""
+"""Faults: a run killed at any step resumes from its latest checkpoint and ends with the same
+metrics."""
 
 from __future__ import annotations
 
@@ -19,8 +20,13 @@ from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.signals import graceful_stop
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
-CHECKPOINTED = ("trainer.checkpoint_every=1", "trainer.keep_checkpoints=true", "trainer.stage1_epochs=2",
-                "trainer.stage2_epochs=2", "objective=att_kl+val_kl")
+CHECKPOINTED = (
+    "trainer.checkpoint_every=1",
+    "trainer.keep_checkpoints=true",
+    "trainer.stage1_epochs=2",
+    "trainer.stage2_epochs=2",
+    "objective=att_kl+val_kl",
+)
 
 
 class Crash(Exception):
@@ -49,8 +55,12 @@ def crash_at(monkeypatch, stage: str, at_step: int):
     monkeypatch.setattr(loop, "train", tracking_train)
 
 
-@pytest.mark.parametrize(("stage", "at_step"), [("stage1", 3), ("stage1", 7), ("stage2", 1), ("stage2", 6)])
-def test_resume_after_a_crash_gives_the_same_metrics(tiny_glue, tmp_path, monkeypatch, stage, at_step):
+@pytest.mark.parametrize(
+    ("stage", "at_step"), [("stage1", 3), ("stage1", 7), ("stage2", 1), ("stage2", 6)]
+)
+def test_resume_after_a_crash_gives_the_same_metrics(
+    tiny_glue, tmp_path, monkeypatch, stage, at_step
+):
     reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *CHECKPOINTED)))
     crash_at(monkeypatch, stage, at_step)
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *CHECKPOINTED))
@@ -64,10 +74,18 @@ def test_resume_after_a_crash_gives_the_same_metrics(tiny_glue, tmp_path, monkey
 
 
 def test_resume_continues_from_the_latest_checkpoint_after_sigkill(tiny_glue, tmp_path):
-    overrides = tiny_overrides(tiny_glue, tmp_path / "run", *CHECKPOINTED, "trainer.stage1_epochs=6")
-    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *CHECKPOINTED, "trainer.stage1_epochs=6")))
+    overrides = tiny_overrides(
+        tiny_glue, tmp_path / "run", *CHECKPOINTED, "trainer.stage1_epochs=6"
+    )
+    reference = run(
+        compose_config(
+            tiny_overrides(tiny_glue, tmp_path / "ref", *CHECKPOINTED, "trainer.stage1_epochs=6")
+        )
+    )
     command = [sys.executable, "-m", "kdbench.run", *overrides]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
+    )
     log = tmp_path / "run" / "train_log.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -81,7 +99,9 @@ def test_resume_continues_from_the_latest_checkpoint_after_sigkill(tiny_glue, tm
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming from" in again.stderr + again.stdout
-    assert f"from pid {process.pid}" in again.stderr + again.stdout  # the killed process's claim taken over
+    assert (
+        f"from pid {process.pid}" in again.stderr + again.stdout
+    )  # the killed process's claim taken over
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["status"] == "completed" and record["metrics"] == reference["metrics"]
 
@@ -106,7 +126,10 @@ def test_checkpoint_writes_leave_no_partial_files(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", failing_save)
     with pytest.raises(OSError):
         checkpoints.save({"step": 2})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001.pt", "ckpt-00000001.pt.manifest.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-00000001.pt",
+        "ckpt-00000001.pt.manifest.json",
+    ]
 
 
 def test_a_different_config_does_not_resume_silently(tiny_glue, tmp_path, monkeypatch):
@@ -118,17 +141,28 @@ def test_a_different_config_does_not_resume_silently(tiny_glue, tmp_path, monkey
         run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED, "trainer.lr=3e-4")))
 
 
-def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoint(tiny_glue, tmp_path,
-                                                                                 monkeypatch):
+def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoint(
+    tiny_glue, tmp_path, monkeypatch
+):
     corpus = write_tiny_corpus(tmp_path / "corpus")
     distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
 
     def finetune(run_dir):  # 6 steps, each evaluated; checkpoints at steps 2, 3 (an epoch) and 4
-        return compose_config([
-            "setting=finetune", "trainer=finetune_released", "task=rte", f"data.glue_dir={tiny_glue}",
-            f"setting.student_path={distilled['student_path']}", "trainer.stage2_epochs=2",
-            "trainer.batch_size=16", "trainer.eval_every=1", "trainer.checkpoint_every=2",
-            "trainer.progress_bar=false", f"paths.run_dir={run_dir}"])
+        return compose_config(
+            [
+                "setting=finetune",
+                "trainer=finetune_released",
+                "task=rte",
+                f"data.glue_dir={tiny_glue}",
+                f"setting.student_path={distilled['student_path']}",
+                "trainer.stage2_epochs=2",
+                "trainer.batch_size=16",
+                "trainer.eval_every=1",
+                "trainer.checkpoint_every=2",
+                "trainer.progress_bar=false",
+                f"paths.run_dir={run_dir}",
+            ]
+        )
 
     reference = run(finetune(tmp_path / "ref"))
     crash_at(monkeypatch, "finetune", 5)
@@ -139,13 +173,17 @@ def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoin
     monkeypatch.undo()
     resumed = run(finetune(tmp_path / "run"))
     assert resumed["status"] == "completed"
-    assert (resumed["metrics"], resumed["best_step"]) == (reference["metrics"], reference["best_step"])
+    assert (resumed["metrics"], resumed["best_step"]) == (
+        reference["metrics"],
+        reference["best_step"],
+    )
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 LONG_STAGE1 = (*CHECKPOINTED, "trainer.stage1_epochs=6", "trainer.checkpoint_every=1000")
 
-# Stands in for submitit's job process: its pre-emption handler (USR2) requeues the job and exits with 144.
+# Stands in for submitit's job process: its pre-emption handler (USR2) requeues the job and exits
+# with 144.
 FAKE_SUBMITIT = """
 import signal, sys
 from pathlib import Path
@@ -161,7 +199,8 @@ main()
 
 
 def stop_during_stage1(command: list[str], run_dir, sig) -> subprocess.CompletedProcess:
-    """Starts `command`, sends `sig` once stage 1 has logged a step, and waits for the process to end."""
+    """Starts `command`, sends `sig` once stage 1 has logged a step, and waits for the process to
+    end."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = run_dir / "train_log.jsonl"
     deadline = time.time() + 120
@@ -185,7 +224,12 @@ def assert_checkpointed_then_resumes(command: list[str], run_dir, reference: dic
 
 def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(tiny_glue, tmp_path):
     reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *LONG_STAGE1)))
-    command = [sys.executable, "-m", "kdbench.run", *tiny_overrides(tiny_glue, tmp_path / "run", *LONG_STAGE1)]
+    command = [
+        sys.executable,
+        "-m",
+        "kdbench.run",
+        *tiny_overrides(tiny_glue, tmp_path / "run", *LONG_STAGE1),
+    ]
     stopped = stop_during_stage1(command, tmp_path / "run", signal.SIGTERM)
     assert stopped.returncode == 0, stopped.stderr[-2000:]
     assert "stopped by a signal at stage1" in stopped.stderr
@@ -196,13 +240,19 @@ def test_submitit_preemption_checkpoints_first_then_submitit_requeues(tiny_glue,
     reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *LONG_STAGE1)))
     overrides = tiny_overrides(tiny_glue, tmp_path / "run", *LONG_STAGE1)
     marker = tmp_path / "requeued"
-    stopped = stop_during_stage1([sys.executable, "-c", FAKE_SUBMITIT, str(marker), *overrides], tmp_path / "run",
-                                 signal.SIGUSR2)
-    # submitit's handler ran (requeue: exit 144), but only after kdbench wrote its checkpoint and record
+    stopped = stop_during_stage1(
+        [sys.executable, "-c", FAKE_SUBMITIT, str(marker), *overrides],
+        tmp_path / "run",
+        signal.SIGUSR2,
+    )
+    # submitit's handler ran (requeue: exit 144), but only after kdbench wrote its checkpoint and
+    # record
     assert stopped.returncode == 144, stopped.stderr[-2000:]
     assert marker.read_text() == "requeued"
     assert "stopped by a signal at stage1" in stopped.stderr
-    assert_checkpointed_then_resumes([sys.executable, "-m", "kdbench.run", *overrides], tmp_path / "run", reference)
+    assert_checkpointed_then_resumes(
+        [sys.executable, "-m", "kdbench.run", *overrides], tmp_path / "run", reference
+    )
 
 
 def test_without_a_scheduler_the_preemption_signal_is_left_alone():
@@ -211,15 +261,25 @@ def test_without_a_scheduler_the_preemption_signal_is_left_alone():
 
 
 def test_a_crash_resumes_from_the_last_epoch_boundary(tiny_glue, tmp_path, monkeypatch):
-    epochs = ("trainer.checkpoint_every=0", "trainer.keep_checkpoints=true", "trainer.stage1_epochs=3",
-              "objective=att_kl")
+    epochs = (
+        "trainer.checkpoint_every=0",
+        "trainer.keep_checkpoints=true",
+        "trainer.stage1_epochs=3",
+        "objective=att_kl",
+    )
     reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *epochs)))
     crash_at(monkeypatch, "stage1", 6 * 2 + 3)  # 6 steps per epoch: in the third epoch
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *epochs))
     with pytest.raises(Crash):
         run(cfg)
     state, _ = Checkpoints(tmp_path / "run" / "checkpoints").latest()
-    assert (state["stage"], state["epoch"], state["batch"], state["step"], state["done"]) == ("stage1", 2, 0, 12, False)
+    assert (state["stage"], state["epoch"], state["batch"], state["step"], state["done"]) == (
+        "stage1",
+        2,
+        0,
+        12,
+        False,
+    )
     monkeypatch.undo()
     assert run(cfg)["metrics"] == reference["metrics"]
 
@@ -236,7 +296,9 @@ def test_a_killed_teacher_fine_tuning_resumes_from_its_checkpoint(tiny_glue, tmp
     (partial,) = (tmp_path / "cache" / "teachers").glob("*.checkpoints")
     state, _ = Checkpoints(partial).latest()
     assert state["stage"] == "teacher" and state["step"] == 8
-    assert not partial.with_name(partial.name.removesuffix(".checkpoints")).exists()  # no half-built cache entry
+    assert not partial.with_name(
+        partial.name.removesuffix(".checkpoints")
+    ).exists()  # no half-built cache entry
     monkeypatch.undo()
     monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))
     resumed = run(cfg)
@@ -245,7 +307,9 @@ def test_a_killed_teacher_fine_tuning_resumes_from_its_checkpoint(tiny_glue, tmp
     assert not partial.exists()  # cleared once the teacher is cached
 
 
-def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(tiny_glue, tmp_path, monkeypatch):
+def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(
+    tiny_glue, tmp_path, monkeypatch
+):
     from kdbench.objectives import terms as objective_module
 
     real = objective_module.Objective.forward

@@ -1,9 +1,11 @@
-"""Faults: a stop signal in any long phase outside the training loop (tokenisation, the teacher's evaluation, its
-features and logits tables, augmentation, a study's step) ends the process within seconds, the record says where,
-no partial cache entry is left, and the same command again ends with an uninterrupted run's metrics.
+"""Faults: a stop signal in any long phase outside the training loop (tokenisation, the teacher's
+evaluation, its features and logits tables, augmentation, a study's step) ends the process within
+seconds, the record says where, no partial cache entry is left, and the same command again ends with
+an uninterrupted run's metrics.
 
-Each phase is made observable with KDBENCH_TEST_PHASE_DELAY (`kdbench.training.signals._test_delay`): the process
-writes a marker file when it first checks for a stop in the phase and sleeps before each check there."""
+Each phase is made observable with KDBENCH_TEST_PHASE_DELAY
+(`kdbench.training.signals._test_delay`): the process writes a marker file when it first checks for
+a stop in the phase and sleeps before each check there."""
 
 from __future__ import annotations
 
@@ -24,20 +26,46 @@ from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, wr
 
 pytestmark = pytest.mark.slow  # a subprocess per phase, then the same command again
 
-TABLES = ("trainer.teacher_epochs=0", "objective=att_kl")  # teacher as loaded, then its features and logits tables
-STOPPED_WITHIN_S = 10  # from the signal to the record saying stopped (the phase's work abandoned, its entry cleaned)
-ENDED_WITHIN_S = 30  # to the process's end: the interpreter's teardown with torch loaded takes seconds on a busy CPU
+TABLES = (
+    "trainer.teacher_epochs=0",
+    "objective=att_kl",
+)  # teacher as loaded, then its features and logits tables
+# from the signal to the record saying stopped (the phase's work abandoned, its entry cleaned)
+STOPPED_WITHIN_S = 10
+# to the process's end: the interpreter's teardown with torch loaded takes seconds on a busy CPU
+ENDED_WITHIN_S = 30
 
 
 def augment_overrides(tmp_path: Path) -> tuple[str, ...]:
     """TinyBERT's augmentation with a random 1-layer MLM over a tiny word-piece vocabulary."""
     mlm = tmp_path / "mlm"
     mlm.mkdir()
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "great", "movie", "fun", "plot", "story", "dull"]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "good",
+        "great",
+        "movie",
+        "fun",
+        "plot",
+        "story",
+        "dull",
+    ]
     (mlm / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (mlm / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer", "do_lower_case": true}')
-    return (*TABLES, "augment=tinybert", f"augment.mlm_model={mlm}", "augment.n_per_example=2", "augment.batch_size=8",
-            "augment.mlm_shape={num_layers: 1, hidden_size: 16, num_heads: 2, ffn_size: 32}")
+    (mlm / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "BertTokenizer", "do_lower_case": true}'
+    )
+    return (
+        *TABLES,
+        "augment=tinybert",
+        f"augment.mlm_model={mlm}",
+        "augment.n_per_example=2",
+        "augment.batch_size=8",
+        "augment.mlm_shape={num_layers: 1, hidden_size: 16, num_heads: 2, ffn_size: 32}",
+    )
 
 
 def clean_run(overrides: list[str], cache: Path) -> dict:
@@ -49,25 +77,36 @@ def clean_run(overrides: list[str], cache: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def tables_reference(tiny_glue, tmp_path_factory) -> dict:
-    """An uninterrupted run with the teacher's tables (the reference of every phase it goes through)."""
+    """An uninterrupted run with the teacher's tables (the reference of every phase it goes
+    through)."""
     folder = tmp_path_factory.mktemp("reference")
     return clean_run(tiny_overrides(tiny_glue, folder / "run", *TABLES), folder / "cache")
 
 
 def seconds_until_stopped(process: subprocess.Popen, record: Path, since: float) -> float:
     """Waits until the record says stopped (or the process ends); the seconds from `since`."""
-    while process.poll() is None and '"status": "stopped"' not in (record.read_text() if record.exists() else ""):
+    while process.poll() is None and '"status": "stopped"' not in (
+        record.read_text() if record.exists() else ""
+    ):
         time.sleep(0.02)
     return time.perf_counter() - since
 
 
-def signal_in_phase(command: list[str], phase: str, tmp_path: Path, *signals: signal.Signals,
-                    delay_s: float = 1.0) -> tuple[subprocess.CompletedProcess, float]:
-    """Starts `command`, sends `signals` (0.3 s apart) once it works in `phase`, and waits for it to end (within
-    ENDED_WITHIN_S); returns the process and the seconds from the first signal to its record saying stopped."""
+def signal_in_phase(
+    command: list[str], phase: str, tmp_path: Path, *signals: signal.Signals, delay_s: float = 1.0
+) -> tuple[subprocess.CompletedProcess, float]:
+    """Starts `command`, sends `signals` (0.3 s apart) once it works in `phase`, and waits for it to
+    end (within ENDED_WITHIN_S); returns the process and the seconds from the first signal to its
+    record saying stopped."""
     marker = tmp_path / f"in-{phase}"
-    env = dict(os.environ, KDBENCH_CACHE=str(tmp_path / "cache"), **{TEST_DELAY_ENV: f"{phase}:{delay_s}:{marker}"})
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = dict(
+        os.environ,
+        KDBENCH_CACHE=str(tmp_path / "cache"),
+        **{TEST_DELAY_ENV: f"{phase}:{delay_s}:{marker}"},
+    )
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     deadline = time.time() + 180
     while not marker.exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -91,64 +130,105 @@ def assert_nothing_partial(cache: Path) -> None:
         lock.release()
 
 
-def assert_stopped(stopped: subprocess.CompletedProcess, seconds: float, run_dir: Path, phase: str) -> None:
+def assert_stopped(
+    stopped: subprocess.CompletedProcess, seconds: float, run_dir: Path, phase: str
+) -> None:
     assert seconds < STOPPED_WITHIN_S, stopped.stderr[-2000:]
     assert stopped.returncode == 0, stopped.stderr[-2000:]
-    assert f"kdbench: stopped by a signal in {phase}; nothing of it is kept: re-run the same command" in stopped.stderr
+    assert (
+        f"kdbench: stopped by a signal in {phase}; nothing of it is kept: re-run the same command"
+        in stopped.stderr
+    )
     record = json.loads((run_dir / "result.json").read_text())
     assert (record["status"], record["stopped_in"]) == ("stopped", phase)
 
 
-def stop_then_resume(overrides: list[str], phase: str, tmp_path: Path, sig: signal.Signals,
-                     built: str | None) -> dict:
-    """Stops the run of `overrides` in `phase` with `sig`, checks how it stopped, and returns the same command's
-    record when run again."""
-    stopped, seconds = signal_in_phase([sys.executable, "-m", "kdbench.run", *overrides], phase, tmp_path, sig)
+def stop_then_resume(
+    overrides: list[str], phase: str, tmp_path: Path, sig: signal.Signals, built: str | None
+) -> dict:
+    """Stops the run of `overrides` in `phase` with `sig`, checks how it stopped, and returns the
+    same command's record when run again."""
+    stopped, seconds = signal_in_phase(
+        [sys.executable, "-m", "kdbench.run", *overrides], phase, tmp_path, sig
+    )
     assert_stopped(stopped, seconds, tmp_path / "run", phase)
     assert_nothing_partial(tmp_path / "cache")
     if built is not None:  # the stopped phase's entry is not there at all
-        assert not [p for p in (tmp_path / "cache" / built).iterdir() if not p.name.endswith(".lock")]
+        assert not [
+            p for p in (tmp_path / "cache" / built).iterdir() if not p.name.endswith(".lock")
+        ]
     resumed = clean_run(overrides, tmp_path / "cache")  # the same command, the same cache
     assert resumed["status"] == "completed"
     return resumed
 
 
-@pytest.mark.parametrize(("phase", "sig", "built"), [
-    ("tokenisation", signal.SIGTERM, None),
-    ("teacher_evaluation", signal.SIGINT, None),  # a first Ctrl-C stops like SIGTERM
-    ("teacher_features", signal.SIGTERM, "teacher_features"),
-    ("teacher_logits", signal.SIGTERM, "teacher_logits"),
-])
-def test_a_signal_in_a_phase_stops_it_in_seconds_and_the_same_command_resumes(tiny_glue, tmp_path, tables_reference,
-                                                                              phase, sig, built):
-    resumed = stop_then_resume(tiny_overrides(tiny_glue, tmp_path / "run", *TABLES), phase, tmp_path, sig, built)
+@pytest.mark.parametrize(
+    ("phase", "sig", "built"),
+    [
+        ("tokenisation", signal.SIGTERM, None),
+        ("teacher_evaluation", signal.SIGINT, None),  # a first Ctrl-C stops like SIGTERM
+        ("teacher_features", signal.SIGTERM, "teacher_features"),
+        ("teacher_logits", signal.SIGTERM, "teacher_logits"),
+    ],
+)
+def test_a_signal_in_a_phase_stops_it_in_seconds_and_the_same_command_resumes(
+    tiny_glue, tmp_path, tables_reference, phase, sig, built
+):
+    resumed = stop_then_resume(
+        tiny_overrides(tiny_glue, tmp_path / "run", *TABLES), phase, tmp_path, sig, built
+    )
     assert resumed["metrics"] == tables_reference["metrics"]
 
 
-def test_a_signal_during_augmentation_stops_it_in_seconds_and_the_same_command_resumes(tiny_glue, tmp_path):
+def test_a_signal_during_augmentation_stops_it_in_seconds_and_the_same_command_resumes(
+    tiny_glue, tmp_path
+):
     augmenting = augment_overrides(tmp_path)
-    resumed = stop_then_resume(tiny_overrides(tiny_glue, tmp_path / "run", *augmenting), "augmentation", tmp_path,
-                               signal.SIGTERM, "augmented")
-    reference = clean_run(tiny_overrides(tiny_glue, tmp_path / "ref", *augmenting), tmp_path / "ref-cache")
+    resumed = stop_then_resume(
+        tiny_overrides(tiny_glue, tmp_path / "run", *augmenting),
+        "augmentation",
+        tmp_path,
+        signal.SIGTERM,
+        "augmented",
+    )
+    reference = clean_run(
+        tiny_overrides(tiny_glue, tmp_path / "ref", *augmenting), tmp_path / "ref-cache"
+    )
     assert resumed["metrics"] == reference["metrics"]
 
 
 def test_a_signal_while_a_corpus_is_tokenised_leaves_no_partial_entry_and_resumes(tmp_path):
     corpus = write_tiny_corpus(tmp_path / "corpus")
-    resumed = stop_then_resume(agnostic_overrides(corpus, tmp_path / "run"), "tokenisation", tmp_path,
-                               signal.SIGTERM, "corpora")
+    resumed = stop_then_resume(
+        agnostic_overrides(corpus, tmp_path / "run"),
+        "tokenisation",
+        tmp_path,
+        signal.SIGTERM,
+        "corpora",
+    )
     reference = clean_run(agnostic_overrides(corpus, tmp_path / "ref"), tmp_path / "ref-cache")
     assert resumed["metrics"] == reference["metrics"]
 
 
 def test_a_second_ctrl_c_stops_at_once(tiny_glue, tmp_path):
     overrides = tiny_overrides(tiny_glue, tmp_path / "run", *TABLES)
-    stopped, seconds = signal_in_phase([sys.executable, "-m", "kdbench.run", *overrides], "teacher_features",
-                                       tmp_path, signal.SIGINT, signal.SIGINT, delay_s=60)
-    assert seconds < STOPPED_WITHIN_S, stopped.stderr[-2000:]  # the first alone would wait out the 60 s batch
+    stopped, seconds = signal_in_phase(
+        [sys.executable, "-m", "kdbench.run", *overrides],
+        "teacher_features",
+        tmp_path,
+        signal.SIGINT,
+        signal.SIGINT,
+        delay_s=60,
+    )
+    assert seconds < STOPPED_WITHIN_S, stopped.stderr[
+        -2000:
+    ]  # the first alone would wait out the 60 s batch
     assert stopped.returncode == 130, stopped.stderr[-2000:]
     assert "stopping at the next safe point (Ctrl-C again to stop at once)" in stopped.stderr
-    assert "kdbench: stopped at once by a second Ctrl-C" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert (
+        "kdbench: stopped at once by a second Ctrl-C" in stopped.stderr
+        and "Traceback" not in stopped.stderr
+    )
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert (record["status"], record["stopped_in"]) == ("stopped", "teacher_features")
     assert_nothing_partial(tmp_path / "cache")
@@ -160,8 +240,13 @@ STUDY_STEP = "import sys; from kdbench.study import run_step; run_step('distil',
 def test_a_signal_to_a_study_stops_its_running_step_cleanly_and_the_study(tiny_glue, tmp_path):
     overrides = tiny_overrides(tiny_glue, tmp_path / "run", *TABLES)
     command = [sys.executable, "-c", STUDY_STEP, sys.executable, "-m", "kdbench.run", *overrides]
-    stopped, seconds = signal_in_phase(command, "teacher_logits", tmp_path, signal.SIGTERM)  # the study's pid only
+    stopped, seconds = signal_in_phase(
+        command, "teacher_logits", tmp_path, signal.SIGTERM
+    )  # the study's pid only
     assert seconds < STOPPED_WITHIN_S and stopped.returncode == 0, stopped.stderr[-2000:]
-    assert "kdbench.study: stopped by a signal in step 'distil'; re-run the same command" in stopped.stderr
+    assert (
+        "kdbench.study: stopped by a signal in step 'distil'; re-run the same command"
+        in stopped.stderr
+    )
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert (record["status"], record["stopped_in"]) == ("stopped", "teacher_logits")

@@ -1,4 +1,5 @@
-"""Faults: a submitit job pre-empted mid-run (its USR2) checkpoints, is requeued by submitit, and resumes."""
+"""Faults: a submitit job pre-empted mid-run (its USR2) checkpoints, is requeued by submitit, and
+resumes."""
 
 from __future__ import annotations
 
@@ -32,15 +33,35 @@ def submitit_job_pids(folder: Path) -> list[int]:
 
 
 def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes(tiny_glue, tmp_path):
-    """submitit's pre-emption signal (USR2): kdbench checkpoints, submitit requeues, the requeued job resumes."""
-    long = ("objective=att_kl", "trainer.stage1_epochs=8", "trainer.checkpoint_every=1000", "seed=1")
+    """submitit's pre-emption signal (USR2): kdbench checkpoints, submitit requeues, the requeued
+    job resumes."""
+    long = (
+        "objective=att_kl",
+        "trainer.stage1_epochs=8",
+        "trainer.checkpoint_every=1000",
+        "seed=1",
+    )
     reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *long)))
     sweep_dir = tmp_path / "sweep"
-    args = ["hydra/launcher=submitit_local", "teacher=tiny", "student=tiny", "trainer=smoke", *long,
-            f"data.glue_dir={tiny_glue}", f"hydra.sweep.dir={sweep_dir}", "hydra.launcher.timeout_min=30"]
+    args = [
+        "hydra/launcher=submitit_local",
+        "teacher=tiny",
+        "student=tiny",
+        "trainer=smoke",
+        *long,
+        f"data.glue_dir={tiny_glue}",
+        f"hydra.sweep.dir={sweep_dir}",
+        "hydra.launcher.timeout_min=30",
+    ]
     env = dict(os.environ, HYDRA_FULL_ERROR="0")
-    sweep_proc = subprocess.Popen([sys.executable, "-m", "kdbench.run", "-m", *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    sweep_proc = subprocess.Popen(
+        [sys.executable, "-m", "kdbench.run", "-m", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     deadline = time.time() + 300
     log = next(iter(sweep_dir.glob("*/train_log.jsonl")), None)
     while time.time() < deadline and not (log and '"stage1"' in log.read_text()):
@@ -60,18 +81,35 @@ def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes(tiny_glue,
 
 
 def test_a_preempted_two_task_job_stops_together_and_resumes(tmp_path):
-    """A data-parallel submitit job of two tasks: both stop at the same step, rank 0 checkpoints, submitit
-    requeues the job, and both tasks resume from that checkpoint to the uninterrupted run's result."""
+    """A data-parallel submitit job of two tasks: both stop at the same step, rank 0 checkpoints,
+    submitit requeues the job, and both tasks resume from that checkpoint to the uninterrupted run's
+    result."""
     corpus = write_tiny_corpus(tmp_path / "corpus")
-    extra = ["objective=att_kl", "trainer.student_dropout=0.0", "trainer.max_steps=300", "trainer.eval_every=0",
-             "trainer.checkpoint_every=100000"]
+    extra = [
+        "objective=att_kl",
+        "trainer.student_dropout=0.0",
+        "trainer.max_steps=300",
+        "trainer.eval_every=0",
+        "trainer.checkpoint_every=100000",
+    ]
     reference = run(compose_config(agnostic_overrides(corpus, tmp_path / "ref", *extra)))
     sweep_dir, job = tmp_path / "sweep", tmp_path / "job"
-    args = ["hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=30",
-            f"hydra.sweep.dir={sweep_dir}", *agnostic_overrides(corpus, job, *extra)]
+    args = [
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.tasks_per_node=2",
+        "hydra.launcher.timeout_min=30",
+        f"hydra.sweep.dir={sweep_dir}",
+        *agnostic_overrides(corpus, job, *extra),
+    ]
     env = dict(os.environ, HYDRA_FULL_ERROR="0", OMP_NUM_THREADS="1")
-    sweep_proc = subprocess.Popen([sys.executable, "-m", "kdbench.run", "-m", *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    sweep_proc = subprocess.Popen(
+        [sys.executable, "-m", "kdbench.run", "-m", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     log, deadline = job / "train_log.jsonl", time.time() + 300
     while time.time() < deadline and not (log.exists() and log.read_text().count('"distill"') >= 5):
         time.sleep(0.1)

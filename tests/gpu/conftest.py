@@ -1,6 +1,8 @@
-"""The GPU tier: every test here is marked `gpu` and skipped without CUDA (so it is collected on the CPU).
+"""The GPU tier: every test here is marked `gpu` and skipped without CUDA (so it is collected on the
+CPU).
 
-It imports neither Hydra, omegaconf nor datasets: it runs with torch, transformers and kdbench alone."""
+It imports neither Hydra, omegaconf nor datasets: it runs with torch, transformers and kdbench
+alone."""
 
 from __future__ import annotations
 

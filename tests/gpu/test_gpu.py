@@ -1,6 +1,7 @@
-"""The GPU path where there is a GPU: CUDA against the CPU for every objective, no host synchronisation in the
-training steps, the flash kernel for unpadded bf16 batches, resume on the GPU, two-GPU NCCL DDP against one
-process. Models and steps are built by `kdbench.synthetic` (no Hydra)."""
+"""The GPU path where there is a GPU: CUDA against the CPU for every objective, no host
+synchronisation in the training steps, the flash kernel for unpadded bf16 batches, resume on the
+GPU, two-GPU NCCL DDP against one process. Models and steps are built by `kdbench.synthetic` (no
+Hydra)."""
 
 from __future__ import annotations
 
@@ -25,16 +26,52 @@ from kdbench.specs import ShapeSpec
 from kdbench.teacher.frozen import freeze
 from kdbench.training import loop
 from kdbench.training.hooks import Hook
-from kdbench.training.steps import StudentSide, distillation_step, output_logits, teacher_records_now, to_device
+from kdbench.training.steps import (
+    StudentSide,
+    distillation_step,
+    output_logits,
+    teacher_records_now,
+    to_device,
+)
 from tests.helpers import assert_same_losses_and_grads
 
-SMALL = synthetic.Shapes(ShapeSpec("4x64", 4, 64, 4, 128), ShapeSpec("2x64", 2, 64, 4, 128), vocab=1200,
-                         length=32, micro_batch=4, accumulation=2)
+SMALL = synthetic.Shapes(
+    ShapeSpec("4x64", 4, 64, 4, 128),
+    ShapeSpec("2x64", 2, 64, 4, 128),
+    vocab=1200,
+    length=32,
+    micro_batch=4,
+    accumulation=2,
+)
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
-AGNOSTIC = ["vanilla_kd", "hid_cls", "hid_seq", "att_mse", "att_mse+hid_seq", "att_kl", "att_kl+hid_seq",
-            "att_kl+val_kl", "val_kl", "minilm_v2", "distilbert", "tinybert"]
-STAGE1 = ["hid_cls", "hid_seq", "hid_cls_contrast", "att_mse", "att_kl", "val_kl", "att_mse+hid_seq",
-          "att_kl+hid_seq", "att_kl+val_kl", "minilm_v2", "tinybert", "distilbert"]
+AGNOSTIC = [
+    "vanilla_kd",
+    "hid_cls",
+    "hid_seq",
+    "att_mse",
+    "att_mse+hid_seq",
+    "att_kl",
+    "att_kl+hid_seq",
+    "att_kl+val_kl",
+    "val_kl",
+    "minilm_v2",
+    "distilbert",
+    "tinybert",
+]
+STAGE1 = [
+    "hid_cls",
+    "hid_seq",
+    "hid_cls_contrast",
+    "att_mse",
+    "att_kl",
+    "val_kl",
+    "att_mse+hid_seq",
+    "att_kl+hid_seq",
+    "att_kl+val_kl",
+    "minilm_v2",
+    "tinybert",
+    "distilbert",
+]
 
 
 @contextmanager
@@ -51,18 +88,25 @@ def exact_fp32():
 def losses_and_grads(step, batch, modules) -> tuple[dict, dict]:
     losses = step(batch)
     losses["total"].backward()
-    grads = {f"{i}.{name}": p.grad.cpu() for i, module in enumerate(modules)
-             for name, p in module.named_parameters() if p.grad is not None}
+    grads = {
+        f"{i}.{name}": p.grad.cpu()
+        for i, module in enumerate(modules)
+        for name, p in module.named_parameters()
+        if p.grad is not None
+    }
     return {k: v.detach().cpu() for k, v in losses.items()}, grads
 
 
 def agnostic_step(objective: str, device: torch.device) -> tuple[dict, dict]:
     with synthetic.distillation(objective, SMALL, device, "fp32", steps=1, dropout=0.0) as stage:
-        return losses_and_grads(stage.step, to_device(next(iter(stage.loader)), device), stage.modules)
+        return losses_and_grads(
+            stage.step, to_device(next(iter(stage.loader)), device), stage.modules
+        )
 
 
 def stage1_step(objective_name: str, device: torch.device) -> tuple[dict, dict]:
-    """One stage-1 step of a random classifier teacher and student, wired as the task-specific recipe does."""
+    """One stage-1 step of a random classifier teacher and student, wired as the task-specific
+    recipe does."""
     conf = synthetic.teacher_config(SMALL)
     torch.manual_seed(0)
     teacher = freeze(BertForSequenceClassification(conf)).to(device)
@@ -72,14 +116,29 @@ def stage1_step(objective_name: str, device: torch.device) -> tuple[dict, dict]:
     logits = output_logits if objective.uses_logits else None
     sequences = synthetic.random_sequences(8, SMALL)
     ids = torch.stack([s["input_ids"] for s in sequences])
-    batch = to_device({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.arange(8) % 2,
-                       "example": torch.arange(8)}, device)
+    batch = to_device(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "labels": torch.arange(8) % 2,
+            "example": torch.arange(8),
+        },
+        device,
+    )
     with (
-        FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_side,
-        FeatureRecorder(teacher, objective.needs("teacher"), objective.last_layer("teacher")) as teacher_side,
+        FeatureRecorder(
+            student, objective.needs("student"), objective.last_layer("student")
+        ) as student_side,
+        FeatureRecorder(
+            teacher, objective.needs("teacher"), objective.last_layer("teacher")
+        ) as teacher_side,
     ):
-        step = distillation_step(StudentSide(student_side, objective, logits),
-                                 teacher_records_now(teacher_side, logits, device, "fp32"), device, "fp32")
+        step = distillation_step(
+            StudentSide(student_side, objective, logits),
+            teacher_records_now(teacher_side, logits, device, "fp32"),
+            device,
+            "fp32",
+        )
         return losses_and_grads(step, batch, [student, objective])
 
 
@@ -133,7 +192,9 @@ class SaveAndStop(Hook):
 
 
 def trained_student(hooks=(), resume: dict | None = None) -> dict:
-    with synthetic.distillation("att_kl+val_kl", SMALL, CUDA, "fp32", steps=4) as stage:  # dropout on
+    with synthetic.distillation(
+        "att_kl+val_kl", SMALL, CUDA, "fp32", steps=4
+    ) as stage:  # dropout on
         loop.train(stage, hooks, resume)
         return {name: p.detach().cpu().clone() for name, p in stage.modules[0].named_parameters()}
 
@@ -154,7 +215,8 @@ def free_port() -> int:
 
 
 def ddp_rank(rank: int, backend: str, port: int, out: str) -> None:
-    """One of two processes: half of each global batch, gradients all-reduced; rank 0 saves the student."""
+    """One of two processes: half of each global batch, gradients all-reduced; rank 0 saves the
+    student."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(backend, rank=rank, world_size=2)
     device = torch.device("cuda", rank) if backend == "nccl" else CPU
@@ -162,19 +224,31 @@ def ddp_rank(rank: int, backend: str, port: int, out: str) -> None:
         torch.cuda.set_device(device)
     try:
         shapes = replace(SMALL, accumulation=1)
-        with synthetic.distillation("att_kl+val_kl", shapes, device, "fp32", steps=3, world=World(rank, 2, rank),
-                                    dropout=0.0) as stage:
+        with synthetic.distillation(
+            "att_kl+val_kl",
+            shapes,
+            device,
+            "fp32",
+            steps=3,
+            world=World(rank, 2, rank),
+            dropout=0.0,
+        ) as stage:
             loop.train(stage, [])
             if rank == 0:
-                torch.save({n: p.detach().cpu() for n, p in stage.modules[0].named_parameters()}, out)
+                torch.save(
+                    {n: p.detach().cpu() for n, p in stage.modules[0].named_parameters()}, out
+                )
     finally:
         dist.destroy_process_group()
 
 
 def two_processes_and_one(backend: str, device: torch.device, out) -> tuple[dict, dict]:
-    """The student after 3 steps of two data-parallel processes, and of one with 2 micro-batches per step."""
+    """The student after 3 steps of two data-parallel processes, and of one with 2 micro-batches per
+    step."""
     mp.spawn(ddp_rank, args=(backend, free_port(), str(out)), nprocs=2)
-    with synthetic.distillation("att_kl+val_kl", SMALL, device, "fp32", steps=3, dropout=0.0) as stage:
+    with synthetic.distillation(
+        "att_kl+val_kl", SMALL, device, "fp32", steps=3, dropout=0.0
+    ) as stage:
         loop.train(stage, [])
         single = {n: p.detach().cpu() for n, p in stage.modules[0].named_parameters()}
     return torch.load(out), single

@@ -1,4 +1,5 @@
-"""Real GLUE files and the real MiniLM-L6 teacher (run when KDBENCH_GLUE_DIR / KDBENCH_MODELS_DIR are set)."""
+"""Real GLUE files and the real MiniLM-L6 teacher (run when KDBENCH_GLUE_DIR / KDBENCH_MODELS_DIR
+are set)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,22 @@ from tests.helpers import REAL_GLUE, compose_config, realdata
 
 pytestmark = [realdata, pytest.mark.realdata]
 
-OFFICIAL_SIZES = {"cola": (8551, 1043), "sst2": (67349, 872), "mrpc": (3668, 408), "stsb": (5749, 1500), "rte": (2490, 277)}
+OFFICIAL_SIZES = {
+    "cola": (8551, 1043),
+    "sst2": (67349, 872),
+    "mrpc": (3668, 408),
+    "stsb": (5749, 1500),
+    "rte": (2490, 277),
+}
 
 
 @pytest.mark.parametrize("task", sorted(OFFICIAL_SIZES))
 def test_real_glue_files_load_completely(task):
     cfg = compose_config([f"task={task}", f"data.glue_dir={REAL_GLUE}"])
-    sizes = tuple(len(load_split(task_spec(cfg.task), split, data_spec(cfg.data))) for split in ("train", "validation"))
+    sizes = tuple(
+        len(load_split(task_spec(cfg.task), split, data_spec(cfg.data)))
+        for split in ("train", "validation")
+    )
     assert sizes == OFFICIAL_SIZES[task]
 
 
@@ -34,7 +44,9 @@ def test_real_label_ids_follow_hugging_face_order():
     assert sum(1 for y in dev["label"] if y == 0) == 146  # entailment = 0, as in nyu-mll/glue
 
 
-def majority_scores(labels: list[int], num_labels: int, metrics, suffix: str = "") -> dict[str, float]:
+def majority_scores(
+    labels: list[int], num_labels: int, metrics, suffix: str = ""
+) -> dict[str, float]:
     """The task's metrics of a model that predicts the most frequent label everywhere."""
     predictions = np.zeros((len(labels), num_labels))
     predictions[:, Counter(labels).most_common(1)[0][0]] = 1.0
@@ -54,15 +66,29 @@ def test_mnli_matched_majority_recounts_from_its_jsonl():
     if not path.is_file():
         pytest.skip(f"{path} is not in this copy of the shared data")
     names = ["entailment", "neutral", "contradiction"]
-    labels = [names.index(json.loads(line)["label"]) for line in path.read_text().splitlines() if line.strip()]
+    labels = [
+        names.index(json.loads(line)["label"])
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
     assert majority_scores(labels, 3, ["accuracy"], "matched") == pytest.approx(MAJORITY["mnli"])
 
 
 def test_minilm_teacher_distils_on_sst2(tmp_path):
-    cfg = compose_config([
-        "task=sst2", "teacher=minilm_l6", "student=3x384", "init=layers", "init.layers=[2,4,6]",
-        "objective=att_kl", "data.train_limit=64", "data.eval_limit=64", "trainer=smoke", f"paths.run_dir={tmp_path}",
-    ])
+    cfg = compose_config(
+        [
+            "task=sst2",
+            "teacher=minilm_l6",
+            "student=3x384",
+            "init=layers",
+            "init.layers=[2,4,6]",
+            "objective=att_kl",
+            "data.train_limit=64",
+            "data.eval_limit=64",
+            "trainer=smoke",
+            f"paths.run_dir={tmp_path}",
+        ]
+    )
     record = run(cfg)
     assert record["status"] == "completed" and record["init"] == "2,4,6"
     assert 0 <= record["score"] <= 100 and record["timing"]["stage1_examples_per_s"] > 0

@@ -1,4 +1,5 @@
-"""The task-agnostic setting on a tiny teacher and a made-up corpus: objectives, resume, torchrun, saving."""
+"""The task-agnostic setting on a tiny teacher and a made-up corpus: objectives, resume, torchrun,
+saving."""
 
 from __future__ import annotations
 
@@ -19,8 +20,18 @@ from kdbench.recipes.task_agnostic import input_masking
 from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
-OBJECTIVES = ["att_mse", "att_kl", "att_kl+val_kl", "hid_seq", "hid_cls", "att_mse+hid_seq", "att_kl+hid_seq",
-              "minilm_v2", "vanilla_kd", "distilbert"]
+OBJECTIVES = [
+    "att_mse",
+    "att_kl",
+    "att_kl+val_kl",
+    "hid_seq",
+    "hid_cls",
+    "att_mse+hid_seq",
+    "att_kl+hid_seq",
+    "minilm_v2",
+    "vanilla_kd",
+    "distilbert",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +45,9 @@ def test_every_objective_distils_and_records_heldout_losses(corpus, tmp_path, ob
     assert record["status"] == "completed" and record["setting"] == "task_agnostic"
     metrics = record["metrics"]
     assert "heldout_loss" in metrics and len(metrics) >= 2
-    assert metrics["heldout_loss"] == pytest.approx(sum(v for k, v in metrics.items() if k != "heldout_loss"), rel=1e-5)
+    assert metrics["heldout_loss"] == pytest.approx(
+        sum(v for k, v in metrics.items() if k != "heldout_loss"), rel=1e-5
+    )
     assert record["batch"] == {"global": 8, "per_device": 4, "accumulation": 2}
     steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps if s["stage"] == "heldout"] == [0, 3, 6]
@@ -42,8 +55,13 @@ def test_every_objective_distils_and_records_heldout_losses(corpus, tmp_path, ob
 
 
 def test_heldout_attention_loss_goes_down(corpus, tmp_path):
-    record = run(compose_config(agnostic_overrides(corpus, tmp_path, "objective=att_mse", "trainer.max_steps=30",
-                                                   "trainer.lr=2e-3")))
+    record = run(
+        compose_config(
+            agnostic_overrides(
+                corpus, tmp_path, "objective=att_mse", "trainer.max_steps=30", "trainer.lr=2e-3"
+            )
+        )
+    )
     assert record["metrics"]["att_mse"] < 0.8 * record["initial_heldout"]["att_mse"]
 
 
@@ -84,17 +102,43 @@ def test_resume_mid_run_gives_the_same_final_weights(corpus, tmp_path, monkeypat
 
 
 @pytest.mark.parametrize(("objective", "port"), [("att_kl+hid_seq", 29517), ("vanilla_kd", 29518)])
-def test_two_processes_with_gloo_equal_one_process_with_accumulation(corpus, tmp_path, objective, port):
-    """att_kl+hid_seq leaves the MLM head unused (DDP looks for unused parameters); vanilla_kd uses every one."""
-    extra = [f"objective={objective}", "trainer.student_dropout=0.0", "trainer.max_steps=4", "trainer.eval_every=0"]
+def test_two_processes_with_gloo_equal_one_process_with_accumulation(
+    corpus, tmp_path, objective, port
+):
+    """att_kl+hid_seq leaves the MLM head unused (DDP looks for unused parameters); vanilla_kd uses
+    every one."""
+    extra = [
+        f"objective={objective}",
+        "trainer.student_dropout=0.0",
+        "trainer.max_steps=4",
+        "trainer.eval_every=0",
+    ]
     single = run(compose_config(agnostic_overrides(corpus, tmp_path / "single", *extra)))
     assert single["batch"]["accumulation"] == 2
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}", "-m",
-               "kdbench.run", *agnostic_overrides(corpus, tmp_path / "ddp", *extra)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={port}",
+        "-m",
+        "kdbench.run",
+        *agnostic_overrides(corpus, tmp_path / "ddp", *extra),
+    ]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((tmp_path / "ddp" / "result.json").read_text())
-    assert record["world_size"] == 2 and record["batch"] == {"global": 8, "per_device": 4, "accumulation": 1}
+    assert record["world_size"] == 2 and record["batch"] == {
+        "global": 8,
+        "per_device": 4,
+        "accumulation": 1,
+    }
     for name, value in single["metrics"].items():
         assert record["metrics"][name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
     ref = load_file(tmp_path / "single" / "student" / "model.safetensors")
@@ -104,23 +148,53 @@ def test_two_processes_with_gloo_equal_one_process_with_accumulation(corpus, tmp
 
 @pytest.mark.slow
 def test_a_two_task_submitit_job_is_one_data_parallel_group(corpus, tmp_path):
-    """hydra/launcher=submitit_local with two tasks: the tasks join one group from their job's environment (no
-    torchrun) and match a single process with the same global batch; only rank 0 writes."""
-    extra = ["objective=att_kl+hid_seq", "trainer.student_dropout=0.0", "trainer.max_steps=4", "trainer.eval_every=0"]
+    """hydra/launcher=submitit_local with two tasks: the tasks join one group from their job's
+    environment (no torchrun) and match a single process with the same global batch; only rank 0
+    writes."""
+    extra = [
+        "objective=att_kl+hid_seq",
+        "trainer.student_dropout=0.0",
+        "trainer.max_steps=4",
+        "trainer.eval_every=0",
+    ]
     single = run(compose_config(agnostic_overrides(corpus, tmp_path / "single", *extra)))
-    launcher = ["hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=20",
-                f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    command = [sys.executable, "-m", "kdbench.run", "-m", *launcher, *agnostic_overrides(corpus, tmp_path / "job", *extra)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    launcher = [
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.tasks_per_node=2",
+        "hydra.launcher.timeout_min=20",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "kdbench.run",
+        "-m",
+        *launcher,
+        *agnostic_overrides(corpus, tmp_path / "job", *extra),
+    ]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((tmp_path / "job" / "result.json").read_text())
-    assert record["world_size"] == 2 and record["batch"] == {"global": 8, "per_device": 4, "accumulation": 1}
+    assert record["world_size"] == 2 and record["batch"] == {
+        "global": 8,
+        "per_device": 4,
+        "accumulation": 1,
+    }
     for name, value in single["metrics"].items():
         assert record["metrics"][name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
     ref = load_file(tmp_path / "single" / "student" / "model.safetensors")
     got = load_file(tmp_path / "job" / "student" / "model.safetensors")
     assert all(torch.allclose(ref[k], got[k], atol=1e-5) for k in ref)
-    assert sorted(p.parent.name for p in tmp_path.rglob("result.json")) == ["job", "single"]  # rank 1 wrote none
+    assert sorted(p.parent.name for p in tmp_path.rglob("result.json")) == [
+        "job",
+        "single",
+    ]  # rank 1 wrote none
 
 
 @pytest.mark.parametrize(
@@ -148,26 +222,57 @@ def test_corpus_without_text_is_refused(tmp_path):
         run(compose_config(agnostic_overrides(empty, tmp_path / "run")))
 
 
-def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(corpus, tiny_glue, tmp_path):
-    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "distill", "objective=att_kl", "seed=7")))
+def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(
+    corpus, tiny_glue, tmp_path
+):
+    distilled = run(
+        compose_config(
+            agnostic_overrides(corpus, tmp_path / "distill", "objective=att_kl", "seed=7")
+        )
+    )
     assert distilled["task"] is None
-    record = run(compose_config([
-        "setting=finetune", f"setting.student_path={distilled['student_path']}", "task=rte", f"data.glue_dir={tiny_glue}",
-        "trainer.finetune_epochs=1", "trainer.batch_size=16", "trainer.lr=5e-5", "trainer.progress_bar=false",
-        f"paths.run_dir={tmp_path / 'ft'}",
-    ]))
-    assert record["status"] == "completed" and {"accuracy", "predicted_class_0", "dev_class_1"} <= set(record["metrics"])
+    record = run(
+        compose_config(
+            [
+                "setting=finetune",
+                f"setting.student_path={distilled['student_path']}",
+                "task=rte",
+                f"data.glue_dir={tiny_glue}",
+                "trainer.finetune_epochs=1",
+                "trainer.batch_size=16",
+                "trainer.lr=5e-5",
+                "trainer.progress_bar=false",
+                f"paths.run_dir={tmp_path / 'ft'}",
+            ]
+        )
+    )
+    assert record["status"] == "completed" and {
+        "accuracy",
+        "predicted_class_0",
+        "dev_class_1",
+    } <= set(record["metrics"])
     assert record["grid"] == {"lr": 5e-5, "batch_size": 16}
-    assert (record["objective"], record["seed"], record["teacher"], record["init"]) == ("att_kl", 7, "tiny", "random")
+    assert (record["objective"], record["seed"], record["teacher"], record["init"]) == (
+        "att_kl",
+        7,
+        "tiny",
+        "random",
+    )
     assert (record["setting"], record["stage"]) == ("task_agnostic", "finetune")
     assert record["distilled_from"] == str((tmp_path / "distill" / "result.json").resolve())
 
 
-@pytest.mark.parametrize(("objective", "mask_inputs", "masked"), [
-    ("att_kl", "objective", False), ("att_kl", "always", True), ("distilbert", "objective", True),
-])
-def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objective, mask_inputs,
-                                                      masked):
+@pytest.mark.parametrize(
+    ("objective", "mask_inputs", "masked"),
+    [
+        ("att_kl", "objective", False),
+        ("att_kl", "always", True),
+        ("distilbert", "objective", True),
+    ],
+)
+def test_every_objective_sees_masked_input_on_request(
+    corpus, tmp_path, objective, mask_inputs, masked
+):
     overrides = [f"objective={objective}", f"trainer.mask_inputs={mask_inputs}"]
     plan = make_plan(compose_config(agnostic_overrides(corpus, tmp_path, *overrides)))
     objective_module = Objective(plan.terms, plan.student_conf, plan.teacher_conf)
@@ -182,13 +287,19 @@ def test_every_objective_sees_masked_input_on_request(corpus, tmp_path, objectiv
 
 
 def test_frequency_smoothed_masking_runs_on_the_corpus(corpus, tmp_path):
-    record = run(compose_config(agnostic_overrides(corpus, tmp_path, "objective=distilbert",
-                                                   "trainer.mlm_smoothing=0.7")))
+    record = run(
+        compose_config(
+            agnostic_overrides(
+                corpus, tmp_path, "objective=distilbert", "trainer.mlm_smoothing=0.7"
+            )
+        )
+    )
     assert record["status"] == "completed" and record["config"]["trainer"]["mlm_smoothing"] == 0.7
 
 
-def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(corpus, tiny_glue, tmp_path,
-                                                                        monkeypatch):
+def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(
+    corpus, tiny_glue, tmp_path, monkeypatch
+):
     from kdbench.recipes import finetune
 
     scores = []
@@ -201,11 +312,22 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(corpus, t
 
     monkeypatch.setattr(finetune, "evaluate", watched)
     distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
-    record = run(compose_config([
-        "setting=finetune", "trainer=finetune_released", "task=rte", f"data.glue_dir={tiny_glue}",
-        f"setting.student_path={distilled['student_path']}", "trainer.finetune_epochs=2",
-        "trainer.batch_size=16", "trainer.eval_every=1", "trainer.progress_bar=false",
-        f"paths.run_dir={tmp_path / 'ft'}"]))
+    record = run(
+        compose_config(
+            [
+                "setting=finetune",
+                "trainer=finetune_released",
+                "task=rte",
+                f"data.glue_dir={tiny_glue}",
+                f"setting.student_path={distilled['student_path']}",
+                "trainer.finetune_epochs=2",
+                "trainer.batch_size=16",
+                "trainer.eval_every=1",
+                "trainer.progress_bar=false",
+                f"paths.run_dir={tmp_path / 'ft'}",
+            ]
+        )
+    )
     trainer = record["config"]["trainer"]
     assert (trainer["weight_decay"], trainer["warmup_ratio"]) == (0.0, 0.0)
     assert len(scores) >= 2 and record["metrics"]["accuracy"] == max(scores)

@@ -10,39 +10,119 @@ from kdbench.bench import main
 
 
 def test_bench_prints_one_measurement_per_objective(tiny_glue, tmp_path, capsys):
-    main(["teacher=tiny", "student=tiny", "task=sst2", f"data.glue_dir={tiny_glue}", "trainer.batch_size=8",
-          f"paths.run_dir={tmp_path}", "--objectives", "att_kl+val_kl,hid_seq", "--steps", "2"])
+    main(
+        [
+            "teacher=tiny",
+            "student=tiny",
+            "task=sst2",
+            f"data.glue_dir={tiny_glue}",
+            "trainer.batch_size=8",
+            f"paths.run_dir={tmp_path}",
+            "--objectives",
+            "att_kl+val_kl,hid_seq",
+            "--steps",
+            "2",
+        ]
+    )
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["objective"] for r in rows] == ["att_kl+val_kl", "hid_seq"]
-    assert all(r["examples_per_s"] > 0 and r["steps"] == 2 and r["tokens_per_s"] >= r["examples_per_s"] for r in rows)
+    assert all(
+        r["examples_per_s"] > 0 and r["steps"] == 2 and r["tokens_per_s"] >= r["examples_per_s"]
+        for r in rows
+    )
 
 
 def test_the_task_agnostic_mode_runs_the_loop_and_reports_flops_and_mfu(capsys):
-    main(["--mode", "agnostic", "--teacher", "2x64", "--student", "1x64", "--length", "16", "--micro-batch", "2",
-          "--accumulation", "2", "--steps", "1", "--warmup", "1", "--objectives", "att_kl,vanilla_kd"])
+    main(
+        [
+            "--mode",
+            "agnostic",
+            "--teacher",
+            "2x64",
+            "--student",
+            "1x64",
+            "--length",
+            "16",
+            "--micro-batch",
+            "2",
+            "--accumulation",
+            "2",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--objectives",
+            "att_kl,vanilla_kd",
+        ]
+    )
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["objective"] for r in rows] == ["att_kl", "vanilla_kd"]
     for row in rows:
         assert row["examples_per_s"] > 0 and row["tokens_per_s"] == row["examples_per_s"] * 16
-        assert row["flops_per_example"] > 0 and 0 < row["mfu"] < 1 and row["peak_source"].startswith("measured cpu")
+        assert (
+            row["flops_per_example"] > 0
+            and 0 < row["mfu"] < 1
+            and row["peak_source"].startswith("measured cpu")
+        )
         assert any("scaled_dot_product" in kernel for kernel in row["attention_kernels"])
-    assert rows[1]["flops_per_example"] > rows[0]["flops_per_example"]  # the MLM heads and the whole models
+    assert (
+        rows[1]["flops_per_example"] > rows[0]["flops_per_example"]
+    )  # the MLM heads and the whole models
 
 
 def test_the_host_mode_reports_the_time_per_micro_step_and_its_target(capsys):
-    main(["--mode", "host", "--micro-batch", "4", "--accumulation", "2", "--steps", "1", "--warmup", "1"])
+    main(
+        [
+            "--mode",
+            "host",
+            "--micro-batch",
+            "4",
+            "--accumulation",
+            "2",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+        ]
+    )
     row = json.loads(capsys.readouterr().out)
-    assert row["micro_steps"] == 2 and row["micro_step_ms"] > 0 and row["host_ms"] >= row["micro_step_ms"]
+    assert (
+        row["micro_steps"] == 2
+        and row["micro_step_ms"] > 0
+        and row["host_ms"] >= row["micro_step_ms"]
+    )
     # half of 64 sequences' GPU time at 40 % of an H100 SXM's 989 bf16 TFLOP/s
-    assert row["target_host_ms"] == pytest.approx(0.5e3 * 64 * row["paper_flops_per_example"] / (0.4 * 989e12))
+    assert row["target_host_ms"] == pytest.approx(
+        0.5e3 * 64 * row["paper_flops_per_example"] / (0.4 * 989e12)
+    )
     assert row["collate_ms_4x128"] > 0 and row["workers"] == 0
 
 
 def test_the_host_mode_with_workers_counts_no_collation_on_the_main_thread(capsys):
-    main(["--mode", "host", "--micro-batch", "4", "--accumulation", "2", "--steps", "1", "--warmup", "0",
-          "--workers", "1", "--objectives", "vanilla_kd"])
+    main(
+        [
+            "--mode",
+            "host",
+            "--micro-batch",
+            "4",
+            "--accumulation",
+            "2",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--workers",
+            "1",
+            "--objectives",
+            "vanilla_kd",
+        ]
+    )
     row = json.loads(capsys.readouterr().out)
-    assert row["workers"] == 1 and row["collate_ms_4x128"] == 0 and row["host_ms"] == row["micro_step_ms"] > 0
+    assert (
+        row["workers"] == 1
+        and row["collate_ms_4x128"] == 0
+        and row["host_ms"] == row["micro_step_ms"] > 0
+    )
 
 
 def test_modes_other_than_stage1_take_no_overrides(capsys):

@@ -1,5 +1,6 @@
-"""The benchmark script's measurements on the tiny model: each implementation runs, and kdbench's fast stage-1
-path (SDPA, hooked q/k/v, early stop) gives the plain and tuned loops' loss and gradients on the same batch."""
+"""The benchmark script's measurements on the tiny model: each implementation runs, and kdbench's
+fast stage-1 path (SDPA, hooked q/k/v, early stop) gives the plain and tuned loops' loss and
+gradients on the same batch."""
 
 from __future__ import annotations
 
@@ -17,15 +18,32 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def measure(glue: Path, impl: str, objective: str = "att_kl+val_kl", **extra) -> dict:
-    spec = {"impl": impl, "objective": objective, "task": "sst2", "seq_len": 32, "student_layers": 2,
-            "batch_size": 4, "steps": 2, "warmup": 1, "seed": 1, "threads": 1, "teacher": "tiny", "student": "tiny",
-            "overrides": [f"data.glue_dir={glue}"], **extra}
+    spec = {
+        "impl": impl,
+        "objective": objective,
+        "task": "sst2",
+        "seq_len": 32,
+        "student_layers": 2,
+        "batch_size": 4,
+        "steps": 2,
+        "warmup": 1,
+        "seed": 1,
+        "threads": 1,
+        "teacher": "tiny",
+        "student": "tiny",
+        "overrides": [f"data.glue_dir={glue}"],
+        **extra,
+    }
     return run_measure(spec)
 
 
 def run_measure(spec: dict) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "measure.py"), json.dumps(spec)],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "measure.py"), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -39,7 +57,9 @@ def assert_same_step(result: dict, peer: str, rel: float) -> None:
 
 @pytest.mark.slow
 def test_fast_stage1_matches_the_plain_and_tuned_loops(tiny_glue):
-    result = measure(tiny_glue, "check", init="random")  # a student that is not a copy of teacher layers
+    result = measure(
+        tiny_glue, "check", init="random"
+    )  # a student that is not a copy of teacher layers
     for peer in ("plain", "tuned"):
         assert_same_step(result, peer, rel=1e-4)
 
@@ -52,13 +72,17 @@ def test_each_implementation_times_the_same_examples(tiny_glue, impl, objective)
     assert result["examples"] == 2 * 4
     assert result["seconds"] > 0 and result["peak_mib"] > 0
     if impl == "plain":
-        assert result["padded_tokens"] == 2 * 4 * 32  # run_glue's default: every batch padded to the maximum length
+        assert (
+            result["padded_tokens"] == 2 * 4 * 32
+        )  # run_glue's default: every batch padded to the maximum length
     else:
         assert result["padded_tokens"] < 2 * 4 * 32  # dynamic padding
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("textbrewer") is None, reason="TextBrewer lives in the benchmark env")
+@pytest.mark.skipif(
+    importlib.util.find_spec("textbrewer") is None, reason="TextBrewer lives in the benchmark env"
+)
 @pytest.mark.parametrize("impl", ["textbrewer", "textbrewer_dynamic"])
 def test_textbrewer_runs(tiny_glue, impl):
     assert measure(tiny_glue, impl)["examples"] == 2 * 4
@@ -66,8 +90,18 @@ def test_textbrewer_runs(tiny_glue, impl):
 
 @realdata
 def test_fast_stage1_matches_the_plain_and_tuned_loops_on_minilm():
-    spec = {"impl": "check", "objective": "att_kl+val_kl", "task": "sst2", "seq_len": 64, "student_layers": 3,
-            "batch_size": 8, "steps": 1, "warmup": 1, "seed": 1, "threads": 2}
+    spec = {
+        "impl": "check",
+        "objective": "att_kl+val_kl",
+        "task": "sst2",
+        "seq_len": 64,
+        "student_layers": 3,
+        "batch_size": 8,
+        "steps": 1,
+        "warmup": 1,
+        "seed": 1,
+        "threads": 2,
+    }
     result = run_measure(spec)
     for peer in ("plain", "tuned"):
         assert_same_step(result, peer, rel=1e-5)
@@ -76,11 +110,31 @@ def test_fast_stage1_matches_the_plain_and_tuned_loops_on_minilm():
 @realdata
 @pytest.mark.slow
 def test_the_whole_study_benchmark_runs_every_job_of_the_tuned_loop():
-    tiny = ["data.train_limit=32", "data.eval_limit=32", "trainer.teacher_epochs=1", "trainer.stage1_epochs=1",
-            "trainer.stage2_epochs=1"]
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "study.py"), "tuned", "--seeds", "1", "2",
-                           "--objectives", "vanilla_kd", "att_kl+val_kl", "--overrides", *tiny],
-                          capture_output=True, text=True, cwd=ROOT)
+    tiny = [
+        "data.train_limit=32",
+        "data.eval_limit=32",
+        "trainer.teacher_epochs=1",
+        "trainer.stage1_epochs=1",
+        "trainer.stage2_epochs=1",
+    ]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "study.py"),
+            "tuned",
+            "--seeds",
+            "1",
+            "2",
+            "--objectives",
+            "vanilla_kd",
+            "att_kl+val_kl",
+            "--overrides",
+            *tiny,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["seconds"] > 0
@@ -94,14 +148,38 @@ def test_the_gpu_results_page_reports_the_tests_and_the_bench(tmp_path, capsys):
     from kdbench.bench import main as bench
 
     (tmp_path / "tests.xml").write_text(
-        '<testsuites><testsuite><testcase name="test_a"/><testcase name="test_b"><failure message="x"/></testcase>'
-        '<testcase name="test_c"><skipped/></testcase></testsuite></testsuites>')
+        '<testsuites><testsuite><testcase name="test_a"/><testcase '
+        'name="test_b"><failure message="x"/></testcase>'
+        '<testcase name="test_c"><skipped/></testcase></testsuite></testsuites>'
+    )
     for mode, name in (("agnostic", "agnostic.jsonl"), ("host", "host.jsonl")):
-        bench(["--mode", mode, "--teacher", "2x64", "--student", "1x64", "--length", "16", "--micro-batch", "2",
-               "--accumulation", "1", "--steps", "1", "--warmup", "0"])
+        bench(
+            [
+                "--mode",
+                mode,
+                "--teacher",
+                "2x64",
+                "--student",
+                "1x64",
+                "--length",
+                "16",
+                "--micro-batch",
+                "2",
+                "--accumulation",
+                "1",
+                "--steps",
+                "1",
+                "--warmup",
+                "0",
+            ]
+        )
         (tmp_path / name).write_text(capsys.readouterr().out)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_results.py"), str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_results.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 1, proc.stderr  # a GPU test failed
     assert "1 passed, 1 failed, 1 skipped." in proc.stdout and "- failed: `test_b`" in proc.stdout
     assert "| att_kl | fp32 |" in proc.stdout and "measured cpu" in proc.stdout

@@ -27,8 +27,13 @@ def test_a_bf16_run_distils_from_a_bf16_teacher_saved_in_fp32(tiny_glue, tmp_pat
 
     monkeypatch.setattr(task_specific, "stage1", spy)
     cache = tmp_path / "cache"
-    overrides = tiny_overrides(tiny_glue, tmp_path / "run", "trainer.precision=bf16",
-                               "objective=att_kl", f"paths.cache_dir={cache}")
+    overrides = tiny_overrides(
+        tiny_glue,
+        tmp_path / "run",
+        "trainer.precision=bf16",
+        "objective=att_kl",
+        f"paths.cache_dir={cache}",
+    )
     record = run(compose_config(overrides))
     assert record["status"] == "completed"
     assert (record["precision"], record["tf32"]) == ("bf16", False)
@@ -48,8 +53,13 @@ def test_a_bf16_task_agnostic_run_keeps_its_teacher_in_bf16(tmp_path, monkeypatc
 
     monkeypatch.setattr(task_agnostic, "teacher_records_now", spy)
     corpus = write_tiny_corpus(tmp_path / "corpus")
-    overrides = agnostic_overrides(corpus, tmp_path / "run", "objective=distilbert",
-                                   "trainer.precision=bf16", "trainer.max_steps=2")
+    overrides = agnostic_overrides(
+        corpus,
+        tmp_path / "run",
+        "objective=distilbert",
+        "trainer.precision=bf16",
+        "trainer.max_steps=2",
+    )
     record = run(compose_config(overrides))
     assert record["status"] == "completed" and record["precision"] == "bf16"
     assert seen["teacher"] == {torch.bfloat16}
@@ -58,8 +68,13 @@ def test_a_bf16_task_agnostic_run_keeps_its_teacher_in_bf16(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("precision", ["auto", "fp32"])
 def test_a_cpu_run_records_fp32_without_tf32(tiny_glue, tmp_path, precision):
-    overrides = tiny_overrides(tiny_glue, tmp_path, f"trainer.precision={precision}",
-                               "trainer.stage1_epochs=0", "trainer.stage2_epochs=0",
-                               "trainer.teacher_epochs=0")
+    overrides = tiny_overrides(
+        tiny_glue,
+        tmp_path,
+        f"trainer.precision={precision}",
+        "trainer.stage1_epochs=0",
+        "trainer.stage2_epochs=0",
+        "trainer.teacher_epochs=0",
+    )
     record = run(compose_config(overrides))
     assert (record["precision"], record["tf32"]) == ("fp32", False)

@@ -47,11 +47,18 @@ def tiny_batch(vocab_size: int) -> dict:
     mask[1, 7:], mask[3, 4:] = 0, 0
     positions = torch.tensor([1, 14, 30])
     attended = mask.flatten()
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
-            "labels": torch.tensor([0, 1, 0, 1]), "example": torch.arange(B), "padded": True,
-            "mlm_positions": positions, "mlm_labels": ids.flatten()[positions],
-            "attended_positions": attended.nonzero().squeeze(1),
-            "masked_in_attended": (attended.cumsum(0) - 1)[positions]}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": torch.zeros_like(ids),
+        "labels": torch.tensor([0, 1, 0, 1]),
+        "example": torch.arange(B),
+        "padded": True,
+        "mlm_positions": positions,
+        "mlm_labels": ids.flatten()[positions],
+        "attended_positions": attended.nonzero().squeeze(1),
+        "masked_in_attended": (attended.cumsum(0) - 1)[positions],
+    }
 
 
 def losses_and_gradients(step, batch, modules) -> tuple[dict, dict]:
@@ -59,8 +66,12 @@ def losses_and_gradients(step, batch, modules) -> tuple[dict, dict]:
         module.zero_grad(set_to_none=True)
     losses = step(batch)
     losses["total"].backward()
-    grads = {f"{i}.{name}": p.grad.clone() for i, module in enumerate(modules)
-             for name, p in module.named_parameters() if p.grad is not None}
+    grads = {
+        f"{i}.{name}": p.grad.clone()
+        for i, module in enumerate(modules)
+        for name, p in module.named_parameters()
+        if p.grad is not None
+    }
     return {name: loss.detach() for name, loss in losses.items()}, grads
 
 
@@ -72,8 +83,9 @@ def assert_one_graph_equal_to_eager(step, batch, modules) -> None:
     eager = losses_and_gradients(step, batch, modules)
     for module, state in zip(modules, before, strict=True):
         module.load_state_dict(state)
-    compiled = losses_and_gradients(torch.compile(step, backend="aot_eager", fullgraph=True), batch,
-                                    modules)
+    compiled = losses_and_gradients(
+        torch.compile(step, backend="aot_eager", fullgraph=True), batch, modules
+    )
     for expected, got in zip(eager, compiled, strict=True):
         assert expected.keys() == got.keys()
         for name in expected:
@@ -85,10 +97,14 @@ def tiny_glue(tmp_path_factory):
     return write_tiny_glue(tmp_path_factory.mktemp("glue"))
 
 
-@pytest.mark.parametrize("overrides", [
-    *([f"objective={name}"] for name in STAGE1),
-    ["objective=hid_cls_contrast", "objective.terms.0.params.form=nce"],
-], ids=[*STAGE1, "hid_cls_contrast-nce"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        *([f"objective={name}"] for name in STAGE1),
+        ["objective=hid_cls_contrast", "objective.terms.0.params.form=nce"],
+    ],
+    ids=[*STAGE1, "hid_cls_contrast-nce"],
+)
 def test_the_compiled_stage1_step_is_one_graph_equal_to_eager(tiny_glue, tmp_path, overrides):
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, *overrides))
     plan = make_plan(cfg)
@@ -100,8 +116,9 @@ def test_the_compiled_stage1_step_is_one_graph_equal_to_eager(tiny_glue, tmp_pat
 
 @pytest.mark.parametrize("objective", AGNOSTIC)
 def test_the_compiled_task_agnostic_step_is_one_graph_equal_to_eager(tmp_path, objective):
-    cfg = compose_config(agnostic_overrides(write_tiny_corpus(tmp_path), tmp_path / "run",
-                                            f"objective={objective}"))
+    cfg = compose_config(
+        agnostic_overrides(write_tiny_corpus(tmp_path), tmp_path / "run", f"objective={objective}")
+    )
     plan = make_plan(cfg)
     teacher = freeze(pretrained_teacher(plan.teacher, 2, 0, mlm=True))
     student = student_for(plan, teacher, mlm=True).eval()
@@ -111,9 +128,11 @@ def test_the_compiled_task_agnostic_step_is_one_graph_equal_to_eager(tmp_path, o
     layers = (plan.student_conf.num_hidden_layers, plan.teacher_conf.num_hidden_layers)
     with contextlib.ExitStack() as stack:
         student_recorder, student_logits = stack.enter_context(
-            recorder(student, objective, "student", layers[0]))
+            recorder(student, objective, "student", layers[0])
+        )
         teacher_recorder, teacher_logits = stack.enter_context(
-            recorder(teacher, objective, "teacher", layers[1]))
+            recorder(teacher, objective, "teacher", layers[1])
+        )
         side = StudentSide(student_recorder, objective, student_logits)
         records = teacher_records_now(teacher_recorder, teacher_logits, plan.device, plan.precision)
         step = distillation_step(side, records, plan.device, plan.precision)

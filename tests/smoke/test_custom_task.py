@@ -19,8 +19,13 @@ COST_FIELDS = ("params", "flops_per_example", "latency_ms", "throughput_per_s")
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "kdbench.run", *args], capture_output=True,
-                          text=True, env=dict(os.environ), timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "kdbench.run", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=900,
+    )
 
 
 def completed(run_dir, *overrides: str) -> dict:
@@ -34,9 +39,14 @@ def completed(run_dir, *overrides: str) -> dict:
 def test_a_csv_task_ships_a_student_that_predicts_label_names(user_data, tmp_path):
     from transformers import pipeline
 
-    record = completed(tmp_path, f"task.train_file={user_data['csv']}",
-                       f"task.validation_file={user_data['csv_dev']}", "task.text_columns=[review]",
-                       "task.label_column=sentiment", "save_student=true")
+    record = completed(
+        tmp_path,
+        f"task.train_file={user_data['csv']}",
+        f"task.validation_file={user_data['csv_dev']}",
+        "task.text_columns=[review]",
+        "task.label_column=sentiment",
+        "save_student=true",
+    )
     assert set(scores_only(record["metrics"])) == {"accuracy"}
     classifier = pipeline("text-classification", model=str(tmp_path / "student"))
     predictions = classifier(["a good movie", "awful plot"])
@@ -48,14 +58,25 @@ def test_a_csv_task_ships_a_student_that_predicts_label_names(user_data, tmp_pat
     assert header["metrics"] == ["accuracy"]
     scores = header["model-index"][0]["results"][0]["metrics"]
     assert scores == [{"type": "accuracy", "value": round(record["metrics"]["accuracy"], 2)}]
-    for fragment in ("**Teacher**: tiny", "**Objective**: att_kl", "**Init**: every_kth (2,4)",
-                     "| parameters |", "| latency, batch 1 (ms) |", "as fast as its teacher at batch 1"):
+    for fragment in (
+        "**Teacher**: tiny",
+        "**Objective**: att_kl",
+        "**Init**: every_kth (2,4)",
+        "| parameters |",
+        "| latency, batch 1 (ms) |",
+        "as fast as its teacher at batch 1",
+    ):
         assert fragment in card
 
 
 def test_the_record_carries_both_models_measured_cost(user_data, tmp_path):
-    cost = completed(tmp_path, f"task.train_file={user_data['csv']}", "task.text_columns=[review]",
-                     "task.label_column=sentiment", "trainer.stage1_epochs=0")["cost"]
+    cost = completed(
+        tmp_path,
+        f"task.train_file={user_data['csv']}",
+        "task.text_columns=[review]",
+        "task.label_column=sentiment",
+        "trainer.stage1_epochs=0",
+    )["cost"]
     for model in ("teacher", "student"):
         assert all(cost[model][field] > 0 for field in COST_FIELDS), cost
     assert cost["student"]["params"] < cost["teacher"]["params"]
@@ -66,16 +87,28 @@ def test_the_record_carries_both_models_measured_cost(user_data, tmp_path):
 
 
 def test_a_jsonl_pair_task_without_validation_file_runs(user_data, tmp_path):
-    record = completed(tmp_path, f"task.train_file={user_data['jsonl']}",
-                       "task.text_columns=[question,answer]", "task.metric=[f1,accuracy]",
-                       "objective=vanilla_kd")
-    assert list(scores_only(record["metrics"])) == ["f1", "accuracy"] and record["score_metric"] == "f1"
+    record = completed(
+        tmp_path,
+        f"task.train_file={user_data['jsonl']}",
+        "task.text_columns=[question,answer]",
+        "task.metric=[f1,accuracy]",
+        "objective=vanilla_kd",
+    )
+    assert (
+        list(scores_only(record["metrics"])) == ["f1", "accuracy"]
+        and record["score_metric"] == "f1"
+    )
 
 
 def test_a_regression_csv_runs_with_correlations(user_data, tmp_path):
-    record = completed(tmp_path, f"task.train_file={user_data['scores']}",
-                       "task.text_columns=[first,second]", "task.label_column=score",
-                       "task.regression=true", "objective=hid_seq")
+    record = completed(
+        tmp_path,
+        f"task.train_file={user_data['scores']}",
+        "task.text_columns=[first,second]",
+        "task.label_column=score",
+        "task.regression=true",
+        "objective=hid_seq",
+    )
     assert list(record["metrics"]) == ["pearson", "spearman"]
 
 

@@ -1,5 +1,5 @@
-"""The FLOP model: FlopCounterMode over the real steps equals the analytic count (student forward and backward,
-3x its forward; teacher forward only), and the peak table reads device names."""
+"""The FLOP model: FlopCounterMode over the real steps equals the analytic count (student forward
+and backward, 3x its forward; teacher forward only), and the peak table reads device names."""
 
 from __future__ import annotations
 
@@ -14,18 +14,49 @@ from kdbench.recipes.task_specific import stage1
 from kdbench.specs import ShapeSpec
 from tests.helpers import compose_config, tiny_models, tiny_overrides
 
-# Every matmul the models and losses run is in the analytic count; only the order of float sums differs.
+# Every matmul the models and losses run is in the analytic count; only the order of float sums
+# differs.
 MARGIN = 0.02
-SMALL = synthetic.Shapes(ShapeSpec("4x64", 4, 64, 4, 128), ShapeSpec("2x64", 2, 64, 4, 128), vocab=1200,
-                         length=32, micro_batch=4, accumulation=1)
-AGNOSTIC = ["vanilla_kd", "hid_cls", "hid_seq", "att_mse", "att_mse+hid_seq", "att_kl", "att_kl+hid_seq",
-            "att_kl+val_kl", "val_kl", "minilm_v2", "distilbert", "tinybert"]
-STAGE1 = ["hid_cls", "hid_seq", "att_mse", "att_kl", "val_kl", "att_kl+val_kl", "att_kl+hid_seq", "minilm_v2",
-          "tinybert", "distilbert"]
+SMALL = synthetic.Shapes(
+    ShapeSpec("4x64", 4, 64, 4, 128),
+    ShapeSpec("2x64", 2, 64, 4, 128),
+    vocab=1200,
+    length=32,
+    micro_batch=4,
+    accumulation=1,
+)
+AGNOSTIC = [
+    "vanilla_kd",
+    "hid_cls",
+    "hid_seq",
+    "att_mse",
+    "att_mse+hid_seq",
+    "att_kl",
+    "att_kl+hid_seq",
+    "att_kl+val_kl",
+    "val_kl",
+    "minilm_v2",
+    "distilbert",
+    "tinybert",
+]
+STAGE1 = [
+    "hid_cls",
+    "hid_seq",
+    "att_mse",
+    "att_kl",
+    "val_kl",
+    "att_kl+val_kl",
+    "att_kl+hid_seq",
+    "minilm_v2",
+    "tinybert",
+    "distilbert",
+]
 
 
 def _counted_per_sequence(step, batch) -> float:
-    return flops.counted_flops(lambda: step(batch)["total"].backward()) / batch["input_ids"].shape[0]
+    return (
+        flops.counted_flops(lambda: step(batch)["total"].backward()) / batch["input_ids"].shape[0]
+    )
 
 
 @pytest.mark.parametrize("objective", AGNOSTIC)
@@ -42,29 +73,46 @@ def test_a_stage1_step_counts_its_analytic_flops(tiny_glue, tmp_path, objective)
     plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, f"objective={objective}")))
     teacher, student = tiny_models(compose_config(tiny_overrides(tiny_glue, tmp_path)))
     ids = torch.randint(5, 30, (3, 11))
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
-             "labels": torch.tensor([0, 1, 0]), "example": torch.tensor([0, 1, 2])}
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "token_type_ids": torch.zeros_like(ids),
+        "labels": torch.tensor([0, 1, 0]),
+        "example": torch.tensor([0, 1, 2]),
+    }
     labels = torch.tensor([0, 1, 0, 1])
     with stage1(plan, student.train(), teacher.eval(), labels) as (step, _):
         counted = _counted_per_sequence(step, batch)
     objective_model = Objective(plan.terms, plan.student_conf, plan.teacher_conf, labels)
-    analytic = flops.step_flops(objective_model, plan.student_conf, plan.teacher_conf, 11, agnostic=False)
+    analytic = flops.step_flops(
+        objective_model, plan.student_conf, plan.teacher_conf, 11, agnostic=False
+    )
     assert analytic.total == pytest.approx(counted, rel=MARGIN)
 
 
 def test_stopping_at_the_projections_is_in_the_count():
-    """att_kl reads q and k of the last layer: its value projection, attention and feed-forward are not run."""
+    """att_kl reads q and k of the last layer: its value projection, attention and feed-forward are
+    not run."""
     conf = synthetic.teacher_config(SMALL)
     objective = Objective(synthetic.objective_terms("att_kl", conf, conf), conf, conf)
     shape = flops.Shape.of(conf)
     full, _ = flops.forward_flops(shape, 4, 32, {4: {"hidden"}}, 4, 0)
     assert flops.step_flops(objective, conf, conf, 32, agnostic=True).teacher_forward == (
-        full - flops.block_flops(shape, 32) + 2 * 2 * 32 * 64 * 64)
+        full - flops.block_flops(shape, 32) + 2 * 2 * 32 * 64 * 64
+    )
 
 
-@pytest.mark.parametrize(("name", "row"), [("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-                                           ("NVIDIA A100-SXM4-40GB", "A100"), ("NVIDIA A10", "A10"),
-                                           ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("NVIDIA H200", "H200")])
+@pytest.mark.parametrize(
+    ("name", "row"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-40GB", "A100"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA H200", "H200"),
+    ],
+)
 def test_datasheet_peaks_are_read_from_the_device_name(name, row):
     assert flops.datasheet_peak(name, "bf16") == flops.PEAK_TFLOPS[row]["bf16"] * 1e12
 
@@ -76,4 +124,6 @@ def test_devices_without_a_row_or_a_precision_have_no_datasheet_peak():
 
 
 def test_the_measured_matmul_peak_is_a_rate():
-    assert flops.measured_matmul_peak(torch.device("cpu"), torch.float32, size=128, seconds=0.05) > 1e6
+    assert (
+        flops.measured_matmul_peak(torch.device("cpu"), torch.float32, size=128, seconds=0.05) > 1e6
+    )

@@ -32,11 +32,21 @@ from tests.helpers import (
 
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
 aten = torch.ops.aten
-DATA_DEPENDENT = {aten.nonzero.default, aten.masked_select.default, aten._unique2.default,
-                  aten.unique_dim.default, aten.unique_consecutive.default,
-                  aten._local_scalar_dense.default, aten.argwhere.default}
-INDEXING = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
-            aten._index_put_impl_.default}
+DATA_DEPENDENT = {
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten._unique2.default,
+    aten.unique_dim.default,
+    aten.unique_consecutive.default,
+    aten._local_scalar_dense.default,
+    aten.argwhere.default,
+}
+INDEXING = {
+    aten.index.Tensor,
+    aten.index_put.default,
+    aten.index_put_.default,
+    aten._index_put_impl_.default,
+}
 LOG_EVERY = 3
 
 
@@ -101,8 +111,8 @@ class StepCounts(Hook):
 
 
 def counted_run(overrides: list[str], monkeypatch) -> list[tuple[str, int, bool, int]]:
-    """Runs a config; per optimizer step of every stage: (stage, step, last, synchronising calls).
-    """
+    """Runs a config; per optimizer step of every stage: (stage, step, last, synchronising
+    calls)."""
     counter, counts = SyncCounter(), []
     real_train = loop.train
 
@@ -161,27 +171,43 @@ def corpus(tmp_path_factory):
     return write_tiny_corpus(tmp_path_factory.mktemp("corpus"))
 
 
-TRAINER = (f"trainer.log_every={LOG_EVERY}", "trainer.progress_bar=true",
-           "trainer.checkpoint_every=0")
+TRAINER = (
+    f"trainer.log_every={LOG_EVERY}",
+    "trainer.progress_bar=true",
+    "trainer.checkpoint_every=0",
+)
 
 
 @pytest.mark.parametrize("objective,cache", [("att_kl+val_kl", 4), ("hid_seq", 0)])
-def test_no_sync_between_log_steps_of_the_task_specific_stages(tiny_glue, tmp_path, monkeypatch,
-                                                               objective, cache):
+def test_no_sync_between_log_steps_of_the_task_specific_stages(
+    tiny_glue, tmp_path, monkeypatch, objective, cache
+):
     monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))  # the teacher is fine-tuned here
-    overrides = tiny_overrides(tiny_glue, tmp_path, f"objective={objective}",
-                               "trainer.teacher_epochs=1", f"trainer.teacher_features_gib={cache}",
-                               *TRAINER)
+    overrides = tiny_overrides(
+        tiny_glue,
+        tmp_path,
+        f"objective={objective}",
+        "trainer.teacher_epochs=1",
+        f"trainer.teacher_features_gib={cache}",
+        *TRAINER,
+    )
     found = between_log_steps(counted_run(overrides, monkeypatch))
     assert set(found) == {"teacher", "stage1", "stage2"}
     assert all(calls == 0 for stage in found.values() for calls in stage), found
 
 
 @pytest.mark.parametrize("objective", ["att_kl+val_kl", "distilbert"])
-def test_no_sync_between_log_steps_of_the_task_agnostic_recipe(corpus, tmp_path, monkeypatch,
-                                                               objective):
-    overrides = agnostic_overrides(corpus, tmp_path, f"objective={objective}",
-                                   "trainer.max_steps=7", "trainer.eval_every=0", *TRAINER)
+def test_no_sync_between_log_steps_of_the_task_agnostic_recipe(
+    corpus, tmp_path, monkeypatch, objective
+):
+    overrides = agnostic_overrides(
+        corpus,
+        tmp_path,
+        f"objective={objective}",
+        "trainer.max_steps=7",
+        "trainer.eval_every=0",
+        *TRAINER,
+    )
     found = between_log_steps(counted_run(overrides, monkeypatch))
     assert set(found) == {"distill"}
     assert all(calls == 0 for calls in found["distill"]), found

@@ -1,4 +1,5 @@
-"""Every objective option distils end to end on the tiny model and logs each of its terms by name."""
+"""Every objective option distils end to end on the tiny model and logs each of its terms by
+name."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from tests.helpers import compose_config, tiny_overrides
 
 @pytest.mark.parametrize("objective", group_options("objective"))
 def test_objective_runs_end_to_end(objective, tiny_glue, tmp_path):
-    cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, f"objective={objective}", "trainer.stage2_epochs=0"))
+    cfg = compose_config(
+        tiny_overrides(tiny_glue, tmp_path, f"objective={objective}", "trainer.stage2_epochs=0")
+    )
     record = run(cfg)
     assert record["status"] == "completed"
     steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]

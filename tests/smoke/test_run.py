@@ -1,4 +1,5 @@
-"""End to end on a tiny random BERT: records, stages, a frozen teacher, caching, and one-line errors."""
+"""End to end on a tiny random BERT: records, stages, a frozen teacher, caching, and one-line
+errors."""
 
 from __future__ import annotations
 
@@ -12,8 +13,22 @@ from kdbench.run import run
 from kdbench.teacher import finetune as teacher_finetune
 from tests.helpers import compose_config, tiny_overrides
 
-RECORD_KEYS = {"schema", "status", "setting", "task", "teacher", "student", "init", "objective", "seed",
-               "metrics", "score", "teacher_metrics", "timing", "config"}
+RECORD_KEYS = {
+    "schema",
+    "status",
+    "setting",
+    "task",
+    "teacher",
+    "student",
+    "init",
+    "objective",
+    "seed",
+    "metrics",
+    "score",
+    "teacher_metrics",
+    "timing",
+    "config",
+}
 
 
 def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
@@ -22,15 +37,31 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
     assert on_disk == json.loads(json.dumps(record))
     assert RECORD_KEYS <= set(on_disk)
     assert on_disk["status"] == "completed" and on_disk["schema"] == 1
-    assert (on_disk["task"], on_disk["teacher"], on_disk["student"], on_disk["objective"]) == ("sst2", "tiny", "tiny", "att_kl")
+    assert (on_disk["task"], on_disk["teacher"], on_disk["student"], on_disk["objective"]) == (
+        "sst2",
+        "tiny",
+        "tiny",
+        "att_kl",
+    )
     assert on_disk["init"] == "2,4"  # every_kth for 4 -> 2 layers
     counts = {f"{kind}_{c}" for kind in ("predicted_class", "dev_class") for c in (0, 1)}
     assert set(on_disk["metrics"]) == {"accuracy"} | counts and 0 <= on_disk["score"] <= 100
     metrics = on_disk["metrics"]
-    assert metrics["predicted_class_0"] + metrics["predicted_class_1"] == metrics["dev_class_0"] + metrics["dev_class_1"]
+    assert (
+        metrics["predicted_class_0"] + metrics["predicted_class_1"]
+        == metrics["dev_class_0"] + metrics["dev_class_1"]
+    )
     assert on_disk["score"] == on_disk["metrics"]["accuracy"]
-    assert {"teacher_finetune_s", "stage1_s", "stage2_s", "eval_s", "stage1_examples_per_s",
-            "stage2_examples_per_s", "logits_table_s", "features_table_s"} <= set(on_disk["timing"])
+    assert {
+        "teacher_finetune_s",
+        "stage1_s",
+        "stage2_s",
+        "eval_s",
+        "stage1_examples_per_s",
+        "stage2_examples_per_s",
+        "logits_table_s",
+        "features_table_s",
+    } <= set(on_disk["timing"])
     assert on_disk["student_parameters"] > 0
     assert on_disk["config"]["objective"]["name"] == "att_kl"
     assert json.loads((tmp_path / "config.json").read_text())["seed"] == 1
@@ -42,13 +73,22 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
 
 def test_vanilla_kd_runs_the_prediction_stage_only(tiny_glue, tmp_path):
     record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, "objective=vanilla_kd")))
-    stages = {json.loads(line)["stage"] for line in (tmp_path / "train_log.jsonl").read_text().splitlines()}
+    stages = {
+        json.loads(line)["stage"]
+        for line in (tmp_path / "train_log.jsonl").read_text().splitlines()
+    }
     assert "stage1" not in stages and "stage2" in stages
     assert record["timing"]["stage1_s"] == 0.0
 
 
 def test_zero_epochs_skip_stages(tiny_glue, tmp_path):
-    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, "trainer.stage1_epochs=0", "trainer.stage2_epochs=0")))
+    record = run(
+        compose_config(
+            tiny_overrides(
+                tiny_glue, tmp_path, "trainer.stage1_epochs=0", "trainer.stage2_epochs=0"
+            )
+        )
+    )
     assert record["status"] == "completed" and record["timing"]["stage2_s"] == 0.0
 
 
@@ -81,8 +121,16 @@ def test_teacher_is_frozen_and_never_updated(tiny_glue, tmp_path, monkeypatch):
 
 
 def test_fine_tuned_teacher_is_cached_and_reused(tiny_glue, tmp_path):
-    first = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "a", "seed=11", "trainer.teacher_seed=5")))
-    second = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "b", "seed=12", "trainer.teacher_seed=5")))
+    first = run(
+        compose_config(
+            tiny_overrides(tiny_glue, tmp_path / "a", "seed=11", "trainer.teacher_seed=5")
+        )
+    )
+    second = run(
+        compose_config(
+            tiny_overrides(tiny_glue, tmp_path / "b", "seed=12", "trainer.teacher_seed=5")
+        )
+    )
     assert first["timing"]["teacher_finetune_s"] > 0
     assert second["timing"]["teacher_finetune_s"] == 0.0  # loaded from the cache
     assert second["teacher_metrics"] == first["teacher_metrics"]
@@ -91,40 +139,81 @@ def test_fine_tuned_teacher_is_cached_and_reused(tiny_glue, tmp_path):
 def test_save_student_writes_a_loadable_model(tiny_glue, tmp_path):
     from transformers import AutoModelForSequenceClassification
 
-    run(compose_config(tiny_overrides(tiny_glue, tmp_path, "save_student=true", "objective=vanilla_kd")))
+    run(
+        compose_config(
+            tiny_overrides(tiny_glue, tmp_path, "save_student=true", "objective=vanilla_kd")
+        )
+    )
     student = AutoModelForSequenceClassification.from_pretrained(tmp_path / "student")
     assert student.config.num_hidden_layers == 2
 
 
 @pytest.mark.parametrize("task", ["stsb", "rte", "mrpc", "cola"])
 def test_other_task_kinds_run(tiny_glue, tmp_path, task):
-    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, f"task={task}", "trainer.stage1_epochs=0")))
-    expected = {"stsb": {"pearson", "spearman"}, "rte": {"accuracy"}, "mrpc": {"f1", "accuracy"}, "cola": {"mcc", "accuracy"}}
-    counts = set() if task == "stsb" else {f"{kind}_{c}" for kind in ("predicted_class", "dev_class") for c in (0, 1)}
+    record = run(
+        compose_config(
+            tiny_overrides(tiny_glue, tmp_path, f"task={task}", "trainer.stage1_epochs=0")
+        )
+    )
+    expected = {
+        "stsb": {"pearson", "spearman"},
+        "rte": {"accuracy"},
+        "mrpc": {"f1", "accuracy"},
+        "cola": {"mcc", "accuracy"},
+    }
+    counts = (
+        set()
+        if task == "stsb"
+        else {f"{kind}_{c}" for kind in ("predicted_class", "dev_class") for c in (0, 1)}
+    )
     assert set(record["metrics"]) == expected[task] | counts  # a regression has no label counts
 
 
 @pytest.mark.parametrize(("student", "label"), [("tiny", "2,4"), ("2x384", "random")])
-def test_the_default_init_copies_teacher_layers_only_when_the_student_can_take_them(tiny_glue, tmp_path, student, label):
+def test_the_default_init_copies_teacher_layers_only_when_the_student_can_take_them(
+    tiny_glue, tmp_path, student, label
+):
     from kdbench.plan import make_plan
 
-    overrides = [o for o in tiny_overrides(tiny_glue, tmp_path, f"student={student}") if not o.startswith("init=")]
+    overrides = [
+        o
+        for o in tiny_overrides(tiny_glue, tmp_path, f"student={student}")
+        if not o.startswith("init=")
+    ]
     cfg = compose_config([*overrides, "objective=hid_seq"])
     assert cfg.init.name == "auto"
     assert make_plan(cfg).init.label == label
 
 
 def test_a_width_mismatch_runs_with_a_random_init_and_the_record_says_so(tiny_glue, tmp_path):
-    overrides = [o for o in tiny_overrides(tiny_glue, tmp_path, "student=2x384") if not o.startswith("init=")]
+    overrides = [
+        o for o in tiny_overrides(tiny_glue, tmp_path, "student=2x384") if not o.startswith("init=")
+    ]
     record = run(compose_config([*overrides, "objective=hid_seq", "trainer.teacher_epochs=0"]))
     assert record["status"] == "completed"
     assert (record["init"], record["init_name"]) == ("random", "auto")
 
 
 def test_records_say_where_they_came_from(tiny_glue, tmp_path):
-    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path, "trainer.stage1_epochs=0", "trainer.stage2_epochs=0")))
+    record = run(
+        compose_config(
+            tiny_overrides(
+                tiny_glue, tmp_path, "trainer.stage1_epochs=0", "trainer.stage2_epochs=0"
+            )
+        )
+    )
     provenance = record["provenance"]
-    assert {"git_commit", "git_dirty", "kdbench", "torch", "transformers", "datasets", "python", "device",
-            "world_size", "started_at"} <= provenance.keys()
+    assert {
+        "git_commit",
+        "git_dirty",
+        "kdbench",
+        "torch",
+        "transformers",
+        "datasets",
+        "python",
+        "device",
+        "world_size",
+        "started_at",
+    } <= provenance.keys()
     assert provenance["world_size"] == 1 and provenance["device"].startswith("cpu")
     assert provenance["started_at"].endswith("Z") and provenance["torch"].startswith("2.")

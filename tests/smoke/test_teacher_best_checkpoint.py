@@ -12,8 +12,11 @@ from tests.faults.test_resume import Crash, crash_at
 from tests.helpers import compose_config, tiny_overrides, tiny_teacher_setup
 
 # the tiny teacher's dev accuracy peaks at epoch 3 of these 8
-BEST_BEFORE_THE_LAST = ("trainer.teacher_best_checkpoint=true", "trainer.teacher_epochs=8",
-                        "trainer.teacher_lr=2e-2")
+BEST_BEFORE_THE_LAST = (
+    "trainer.teacher_best_checkpoint=true",
+    "trainer.teacher_epochs=8",
+    "trainer.teacher_lr=2e-2",
+)
 
 
 def test_teacher_best_checkpoint_names_itself_in_the_key_only_when_on(tiny_glue, tmp_path):

@@ -13,8 +13,13 @@ def test_a_masked_distillation_gives_the_same_student_with_workers(tmp_path):
     corpus = write_tiny_corpus(tmp_path / "corpus")
     students = []
     for workers in (0, 2):
-        overrides = agnostic_overrides(corpus, tmp_path / f"w{workers}", "objective=distilbert",
-                                       "trainer.max_steps=4", f"trainer.num_workers={workers}")
+        overrides = agnostic_overrides(
+            corpus,
+            tmp_path / f"w{workers}",
+            "objective=distilbert",
+            "trainer.max_steps=4",
+            f"trainer.num_workers={workers}",
+        )
         record = run(compose_config(overrides))
         assert record["status"] == "completed"
         students.append(load_file(tmp_path / f"w{workers}" / "student" / "model.safetensors"))

@@ -1,4 +1,5 @@
-"""Synthetic result.json files with known values, and running the report on them, for the report tests."""
+"""Synthetic result.json files with known values, and running the report on them, for the report
+tests."""
 
 from __future__ import annotations
 
@@ -52,12 +53,22 @@ def write_run(
     return path
 
 
-def write_scores(root: Path, scores: dict[tuple[str, str, str], list[float | None]], **common) -> None:
+def write_scores(
+    root: Path, scores: dict[tuple[str, str, str], list[float | None]], **common
+) -> None:
     """scores[(task, objective, init)] = per-seed scores (seed = position + 1; None = no run)."""
     for (task, objective, init), values in scores.items():
         for i, value in enumerate(values):
             if value is not None:
-                write_run(root, task=task, objective=objective, init=init, seed=i + 1, score=value, **common)
+                write_run(
+                    root,
+                    task=task,
+                    objective=objective,
+                    init=init,
+                    seed=i + 1,
+                    score=value,
+                    **common,
+                )
 
 
 def run_main(results: Path, *extra: str, plots: bool = False) -> Path:
@@ -74,7 +85,6 @@ def read_csv(path: Path) -> pd.DataFrame:
 A = [70.0, 71.5, 73.0, 69.0]
 B = [68.0, 70.0, 70.5, 69.5]
 C = [65.0, 66.0, 64.0, 66.5]
-
 
 
 def write_three_objectives(results: Path) -> Path:

@@ -1,5 +1,5 @@
-"""TinyBERT's data augmentation: a real WordPiece tokenizer over a small vocabulary, a tiny random BERT MLM, and a
-GloVe-format file whose neighbours are known by hand."""
+"""TinyBERT's data augmentation: a real WordPiece tokenizer over a small vocabulary, a tiny random
+BERT MLM, and a GloVe-format file whose neighbours are known by hand."""
 
 from __future__ import annotations
 
@@ -27,28 +27,59 @@ from kdbench.plan_groups import augment_spec, task_spec
 from kdbench.specs import AugmentSpec, ShapeSpec
 from tests.helpers import compose_config
 
-WORDS = ("film movie story plot actor scene music cast script ending good great bad fine nice dull funny sad "
-         "long short old new the a it was is and very of").split()
+WORDS = (
+    "film movie story plot actor scene music cast script ending good great bad fine nice dull "
+    "funny sad "
+    "long short old new the a it was is and very of"
+).split()
 # Multi-piece words (two word pieces each in this vocabulary) and their hand-made vectors.
 PIECES = ["wonder", "##ful", "terr", "##ible", "marvel", "##ous", "sup", "##erb"]
-VECTORS = {"wonderful": [1, 0, 0], "marvelous": [0.9, 0.1, 0], "superb": [0.8, 0.3, 0], "terrible": [-1, 0, 0],
-           "horrible": [-0.9, -0.1, 0], "3d": [1, 0, 0], ",": [1, 0, 0.01]}
+VECTORS = {
+    "wonderful": [1, 0, 0],
+    "marvelous": [0.9, 0.1, 0],
+    "superb": [0.8, 0.3, 0],
+    "terrible": [-1, 0, 0],
+    "horrible": [-0.9, -0.1, 0],
+    "3d": [1, 0, 0],
+    ",": [1, 0, 0.01],
+}
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
     folder = tmp_path_factory.mktemp("wordpiece")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "3", "##d", *WORDS, *PIECES]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        ".",
+        ",",
+        "!",
+        "3",
+        "##d",
+        *WORDS,
+        *PIECES,
+    ]
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer", "do_lower_case": true}')
+    (folder / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "BertTokenizer", "do_lower_case": true}'
+    )
     return AutoTokenizer.from_pretrained(str(folder))
 
 
 @pytest.fixture(scope="module")
 def mlm(tokenizer) -> BertForMaskedLM:
     torch.manual_seed(0)
-    config = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, max_position_embeddings=64)
+    config = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     return BertForMaskedLM(BertConfig(**config)).eval()
 
 
@@ -60,13 +91,24 @@ def glove(tmp_path_factory) -> Path:
 
 
 def spec(**changes) -> AugmentSpec:
-    values = dict(mlm_model="unused", mlm_shape=None, word_vectors=None, n_per_example=8, p_replace=0.4, top_k=3,
-                  fields="first", batch_size=4, seed=7)
+    values = dict(
+        mlm_model="unused",
+        mlm_shape=None,
+        word_vectors=None,
+        n_per_example=8,
+        p_replace=0.4,
+        top_k=3,
+        fields="first",
+        batch_size=4,
+        seed=7,
+    )
     return AugmentSpec(**(values | changes))
 
 
 def candidates(mlm, tokenizer, glove, top_k=3) -> Candidates:
-    return Candidates(MaskedLMCandidates(mlm, tokenizer, top_k, 4, progress=False), VectorNeighbours(glove, top_k))
+    return Candidates(
+        MaskedLMCandidates(mlm, tokenizer, top_k, 4, progress=False), VectorNeighbours(glove, top_k)
+    )
 
 
 SST2 = task_spec(compose_config(["task=sst2"]).task)
@@ -75,23 +117,42 @@ RTE = task_spec(compose_config(["task=rte"]).task)
 
 def sst2(sentences, labels=None) -> datasets.Dataset:
     labels = labels or [i % 2 for i in range(len(sentences))]
-    return datasets.Dataset.from_dict({"sentence": sentences, "label": labels, "idx": list(range(len(sentences)))})
+    return datasets.Dataset.from_dict(
+        {"sentence": sentences, "label": labels, "idx": list(range(len(sentences)))}
+    )
 
 
-SENTENCES = ["the film was good , very good .", "a wonderful movie and a terrible ending !",
-             "Great actor , 3d scene .", "it is a long sad story"]
+SENTENCES = [
+    "the film was good , very good .",
+    "a wonderful movie and a terrible ending !",
+    "Great actor , 3d scene .",
+    "it is a long sad story",
+]
 
 
-def test_single_piece_words_get_mlm_candidates_and_multi_piece_words_their_vector_neighbours(mlm, tokenizer, glove):
+def test_single_piece_words_get_mlm_candidates_and_multi_piece_words_their_vector_neighbours(
+    mlm, tokenizer, glove
+):
     found = candidates(mlm, tokenizer, glove).for_texts(["a wonderful film , terrible plot"])[0]
-    by_word = {"a wonderful film , terrible plot"[w.start:w.end]: w.candidates for w in found}
-    assert set(by_word) == {"wonderful", "film", "terrible", "plot"}  # "a" is a stop word, "," not alphabetic
-    assert by_word["wonderful"] == ("marvelous", "superb", "horrible")  # cosine order; "3d" and "," not words
+    by_word = {"a wonderful film , terrible plot"[w.start : w.end]: w.candidates for w in found}
+    assert set(by_word) == {
+        "wonderful",
+        "film",
+        "terrible",
+        "plot",
+    }  # "a" is a stop word, "," not alphabetic
+    assert by_word["wonderful"] == (
+        "marvelous",
+        "superb",
+        "horrible",
+    )  # cosine order; "3d" and "," not words
     assert by_word["terrible"] == ("horrible", "superb", "marvelous")
     vocab = set(tokenizer.get_vocab())
     for word in ("film", "plot"):
         assert len(by_word[word]) == 3 and word not in by_word[word]
-        assert all(c in vocab and c.isalpha() for c in by_word[word])  # whole words of the MLM's vocabulary
+        assert all(
+            c in vocab and c.isalpha() for c in by_word[word]
+        )  # whole words of the MLM's vocabulary
 
 
 def test_mlm_candidates_are_its_top_predictions_with_the_word_masked(mlm, tokenizer):
@@ -102,8 +163,11 @@ def test_mlm_candidates_are_its_top_predictions_with_the_word_masked(mlm, tokeni
     ids[position] = tokenizer.mask_token_id
     with torch.no_grad():
         scores = mlm(input_ids=torch.tensor([ids])).logits[0, position]
-    allowed = [i for i, t in enumerate(tokenizer.convert_ids_to_tokens(range(len(tokenizer))))
-               if t.isalpha() and t != "film" and i not in tokenizer.all_special_ids]
+    allowed = [
+        i
+        for i, t in enumerate(tokenizer.convert_ids_to_tokens(range(len(tokenizer))))
+        if t.isalpha() and t != "film" and i not in tokenizer.all_special_ids
+    ]
     best = sorted(allowed, key=lambda i: -scores[i].item())[:2]
     assert found == tuple(tokenizer.convert_ids_to_tokens(best))
 
@@ -111,30 +175,54 @@ def test_mlm_candidates_are_its_top_predictions_with_the_word_masked(mlm, tokeni
 def test_counts_labels_and_origins(mlm, tokenizer, glove):
     train = sst2(SENTENCES)
     out = augment(train, SST2, spec(), candidates(mlm, tokenizer, glove))
-    assert out["sentence"][:4] == SENTENCES and out["origin"][:4] == [0, 1, 2, 3]  # the originals first
+    assert out["sentence"][:4] == SENTENCES and out["origin"][:4] == [
+        0,
+        1,
+        2,
+        3,
+    ]  # the originals first
     per_origin = Counter(out["origin"])
     for origin, sentence in enumerate(SENTENCES):
         texts = [s for s, o in zip(out["sentence"], out["origin"], strict=True) if o == origin]
         assert len(texts) == len(set(texts)) == per_origin[origin] <= 1 + 8  # duplicates dropped
         assert texts[0] == sentence
     assert sum(per_origin.values()) == len(out) > 4 + 3 * 8 - 8
-    assert all(label == train["label"][origin] for label, origin in zip(out["label"], out["origin"], strict=True))
+    assert all(
+        label == train["label"][origin]
+        for label, origin in zip(out["label"], out["origin"], strict=True)
+    )
 
 
 def test_stop_words_and_non_alphabetic_tokens_stay(mlm, tokenizer, glove):
-    out = augment(sst2(["Great actor , 3d scene ."]), SST2, spec(p_replace=1.0), candidates(mlm, tokenizer, glove))
+    out = augment(
+        sst2(["Great actor , 3d scene ."]),
+        SST2,
+        spec(p_replace=1.0),
+        candidates(mlm, tokenizer, glove),
+    )
     for text in out["sentence"][1:]:
         words = [w for w, _, _ in words_of(text, tokenizer)]
         assert words[2:4] == [",", "3d"] and words[-1] == "."
-        assert words[0] != "Great" and words[0][0].isupper()  # replaced, written Capitalised like the original
+        assert (
+            words[0] != "Great" and words[0][0].isupper()
+        )  # replaced, written Capitalised like the original
 
 
 def test_replacement_rate_is_p_on_words_with_candidates(mlm, tokenizer, glove):
-    sentence = "film movie story plot actor scene music cast script ending good great bad fine nice dull funny"
-    out = augment(sst2([sentence]), SST2, spec(n_per_example=400, p_replace=0.3, top_k=10),
-                  candidates(mlm, tokenizer, glove, top_k=10))
+    sentence = (
+        "film movie story plot actor scene music cast "
+        "script ending good great bad fine nice dull funny"
+    )
+    out = augment(
+        sst2([sentence]),
+        SST2,
+        spec(n_per_example=400, p_replace=0.3, top_k=10),
+        candidates(mlm, tokenizer, glove, top_k=10),
+    )
     original = sentence.split()
-    changed = [a != b for text in out["sentence"][1:] for a, b in zip(text.split(), original, strict=True)]
+    changed = [
+        a != b for text in out["sentence"][1:] for a, b in zip(text.split(), original, strict=True)
+    ]
     assert len(out) > 390  # 17 words: duplicate copies are rare
     assert abs(sum(changed) / len(changed) - 0.3) < 0.02
 
@@ -146,16 +234,25 @@ def test_same_seed_same_copies_and_subsets_by_original(mlm, tokenizer, glove):
     assert augment(sst2(SENTENCES), SST2, spec(seed=8), found)["sentence"] != full["sentence"]
     part = augment(sst2(SENTENCES).select([1, 3]), SST2, spec(), found)
     for origin in (1, 3):
-        assert ([s for s, o in zip(part["sentence"], part["origin"], strict=True) if o == origin]
-                == [s for s, o in zip(full["sentence"], full["origin"], strict=True) if o == origin])
+        assert [
+            s for s, o in zip(part["sentence"], part["origin"], strict=True) if o == origin
+        ] == [s for s, o in zip(full["sentence"], full["origin"], strict=True) if o == origin]
 
 
 def test_pairs_augment_the_first_sentence_unless_all(mlm, tokenizer, glove):
-    pairs = datasets.Dataset.from_dict({"sentence1": ["the film was good"], "sentence2": ["a great movie"],
-                                        "label": [0], "idx": [0]})
+    pairs = datasets.Dataset.from_dict(
+        {
+            "sentence1": ["the film was good"],
+            "sentence2": ["a great movie"],
+            "label": [0],
+            "idx": [0],
+        }
+    )
     found = candidates(mlm, tokenizer, glove)
     first = augment(pairs, RTE, spec(p_replace=1.0), found)
-    assert set(first["sentence2"]) == {"a great movie"} and len(set(first["sentence1"])) == len(first)
+    assert set(first["sentence2"]) == {"a great movie"} and len(set(first["sentence1"])) == len(
+        first
+    )
     every = augment(pairs, RTE, spec(p_replace=1.0, fields="all"), found)
     assert all(s != "a great movie" for s in every["sentence2"][1:])
 
@@ -164,8 +261,9 @@ class OneCandidate:
     """Each word of a text replaced by its upper-case form: copies known by hand."""
 
     def for_texts(self, texts):
-        return [[Word(s, e, (w.upper(),)) for w, (s, e) in zip(t.split(), word_spans(t))]
-                for t in texts]
+        return [
+            [Word(s, e, (w.upper(),)) for w, (s, e) in zip(t.split(), word_spans(t))] for t in texts
+        ]
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
@@ -178,15 +276,25 @@ def word_spans(text: str) -> list[tuple[int, int]]:
 
 
 def test_pairs_augment_each_sentence_on_its_own_as_released():
-    pairs = datasets.Dataset.from_dict({"sentence1": ["good film", "bad plot"],
-                                        "sentence2": ["a movie", "dull"],
-                                        "label": [1, 0], "idx": [0, 1]})
+    pairs = datasets.Dataset.from_dict(
+        {
+            "sentence1": ["good film", "bad plot"],
+            "sentence2": ["a movie", "dull"],
+            "label": [1, 0],
+            "idx": [0, 1],
+        }
+    )
     separate = spec(p_replace=1.0, fields="separate")
     out = augment(pairs, RTE, separate, OneCandidate())
     rows = list(zip(out["sentence1"], out["sentence2"], out["origin"], strict=True))
-    assert rows == [("good film", "a movie", 0), ("bad plot", "dull", 1),  # the originals first
-                    ("GOOD FILM", "a movie", 0), ("good film", "A MOVIE", 0),  # first's, second's
-                    ("BAD PLOT", "dull", 1), ("bad plot", "DULL", 1)]
+    assert rows == [
+        ("good film", "a movie", 0),
+        ("bad plot", "dull", 1),  # the originals first
+        ("GOOD FILM", "a movie", 0),
+        ("good film", "A MOVIE", 0),  # first's, second's
+        ("BAD PLOT", "dull", 1),
+        ("bad plot", "DULL", 1),
+    ]
     assert out["label"] == [1, 0, 1, 1, 0, 0]
     single = augment(sst2(["good film"]), SST2, separate, OneCandidate())
     assert single["sentence"] == ["good film", "GOOD FILM"]  # one sentence: the same as first
@@ -218,23 +326,33 @@ def test_the_mlm_reads_the_original_sentence_as_segment_b_as_released(mlm, token
     with torch.no_grad():
         logits = mlm(input_ids=torch.tensor([pair]), token_type_ids=torch.tensor([segments])).logits
     scores = logits[0, position]
-    allowed = [i for i, t in enumerate(tokenizer.convert_ids_to_tokens(range(len(tokenizer))))
-               if t.isalpha() and t != "film" and i not in tokenizer.all_special_ids]
+    allowed = [
+        i
+        for i, t in enumerate(tokenizer.convert_ids_to_tokens(range(len(tokenizer))))
+        if t.isalpha() and t != "film" and i not in tokenizer.all_special_ids
+    ]
     best = sorted(allowed, key=lambda i: -scores[i].item())[:2]
     assert found == tuple(tokenizer.convert_ids_to_tokens(best))
 
 
-def test_the_augmented_set_is_built_once_and_cached_by_its_settings(mlm, tokenizer, tmp_path,
-                                                                     monkeypatch, caplog):
+def test_the_augmented_set_is_built_once_and_cached_by_its_settings(
+    mlm, tokenizer, tmp_path, monkeypatch, caplog
+):
     built = []
     monkeypatch.setattr(augmentation, "masked_lm", lambda s: (built.append(s) or mlm, tokenizer))
     train = sst2(SENTENCES)
-    first, path = augmented_train_set(train, SST2, spec(), tmp_path, "here", torch.device("cpu"), progress=False)
-    again, same = augmented_train_set(train, SST2, spec(), tmp_path, "here", torch.device("cpu"), progress=False)
+    first, path = augmented_train_set(
+        train, SST2, spec(), tmp_path, "here", torch.device("cpu"), progress=False
+    )
+    again, same = augmented_train_set(
+        train, SST2, spec(), tmp_path, "here", torch.device("cpu"), progress=False
+    )
     assert same == path and again["sentence"] == first["sentence"] and len(built) == 1
     said = [r.message for r in caplog.records if "no GloVe file" in r.message]
     assert len(said) == 1 and "words of several word pieces stay as they are" in said[0]
-    other, elsewhere = augmented_train_set(train, SST2, spec(p_replace=0.5), tmp_path, "here", torch.device("cpu"))
+    other, elsewhere = augmented_train_set(
+        train, SST2, spec(p_replace=0.5), tmp_path, "here", torch.device("cpu")
+    )
     assert elsewhere != path and len(built) == 2
     assert not list(tmp_path.glob("augmented/*.tmp"))
 
@@ -242,15 +360,25 @@ def test_the_augmented_set_is_built_once_and_cached_by_its_settings(mlm, tokeniz
 def test_a_random_mlm_of_a_shape_has_its_tokenizers_vocabulary(tokenizer):
     shape = ShapeSpec("mlm", 1, 16, 2, 32)
     model, loaded = augmentation.masked_lm(spec(mlm_model=tokenizer.name_or_path, mlm_shape=shape))
-    assert model.config.vocab_size == len(loaded) == len(tokenizer) and model.config.num_hidden_layers == 1
+    assert (
+        model.config.vocab_size == len(loaded) == len(tokenizer)
+        and model.config.num_hidden_layers == 1
+    )
 
 
 def test_bad_settings_are_one_line(tmp_path):
     missing = tmp_path / "glove.840B.300d.txt"
-    with pytest.raises(ConfigError, match="augment.word_vectors=.*does not exist: give a GloVe text file"):
-        augment_spec(compose_config(["augment=tinybert", f"augment.word_vectors={missing}"]).augment, "task_specific")
+    with pytest.raises(
+        ConfigError, match="augment.word_vectors=.*does not exist: give a GloVe text file"
+    ):
+        augment_spec(
+            compose_config(["augment=tinybert", f"augment.word_vectors={missing}"]).augment,
+            "task_specific",
+        )
     with pytest.raises(ConfigError, match=r"augment.p_replace=1.5 must be a number in \[0, 1\]"):
-        augment_spec(compose_config(["augment=tinybert", "augment.p_replace=1.5"]).augment, "task_specific")
+        augment_spec(
+            compose_config(["augment=tinybert", "augment.p_replace=1.5"]).augment, "task_specific"
+        )
     with pytest.raises(ConfigError, match="needs setting=task_specific"):
         augment_spec(compose_config(["augment=tinybert"]).augment, "task_agnostic")
     assert augment_spec(compose_config([]).augment, "task_specific") is None

@@ -1,4 +1,5 @@
-"""Tests for the `crd` loss (kdbench.objectives.contrastive): contrastive [CLS] distillation with memory banks."""
+"""Tests for the `crd` loss (kdbench.objectives.contrastive): contrastive [CLS] distillation with
+memory banks."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from kdbench.objectives.contrastive import ContrastiveDistillation, crd
 TRAIN_LABELS = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0, 1, 2, 2, 0, 1, 0, 2, 1, 0, 2, 1, 0])
 
 
-def make(student_width: int = 12, teacher_width: int = 16, labels: torch.Tensor = TRAIN_LABELS,
-         **kw) -> ContrastiveDistillation:
+def make(
+    student_width: int = 12, teacher_width: int = 16, labels: torch.Tensor = TRAIN_LABELS, **kw
+) -> ContrastiveDistillation:
     kw = {"feat_dim": 8, "num_negatives": 5, **kw}
     return crd(student_width, teacher_width, labels, **kw)
 
@@ -22,7 +24,11 @@ def make(student_width: int = 12, teacher_width: int = 16, labels: torch.Tensor 
 def batch(idx: list[int], student_width: int = 12, teacher_width: int = 16, seed: int = 1):
     g = torch.Generator().manual_seed(seed)
     idx_t = torch.tensor(idx)
-    return torch.randn(len(idx), student_width, generator=g), torch.randn(len(idx), teacher_width, generator=g), idx_t
+    return (
+        torch.randn(len(idx), student_width, generator=g),
+        torch.randn(len(idx), teacher_width, generator=g),
+        idx_t,
+    )
 
 
 def test_crd_shape_and_gradients_reach_both_heads_and_student_only():
@@ -80,7 +86,10 @@ def test_crd_memory_update_follows_momentum_formula_and_leaves_other_rows():
     with torch.no_grad():
         z_s = torch.nn.functional.normalize(term.student_head(s), dim=-1)
         z_t = torch.nn.functional.normalize(term.teacher_head(t), dim=-1)
-    for before, after, z in ((before_s, term.memory_student, z_s), (before_t, term.memory_teacher, z_t)):
+    for before, after, z in (
+        (before_s, term.memory_student, z_s),
+        (before_t, term.memory_teacher, z_t),
+    ):
         expected = torch.nn.functional.normalize(0.5 * before[idx] + 0.5 * z, dim=-1)
         torch.testing.assert_close(after[idx], expected)
         others = torch.ones(len(TRAIN_LABELS), dtype=torch.bool)
@@ -104,9 +113,15 @@ def test_crd_aligned_representations_give_lower_loss_than_random():
     term.teacher_head.load_state_dict(term.student_head.state_dict())
     x = torch.randn(len(TRAIN_LABELS), width)
     all_idx = torch.arange(len(TRAIN_LABELS))
-    with torch.no_grad():  # banks hold the (identical) embeddings of every example, as after training
-        term.update_memory(all_idx, term._embed(term.student_head, x), term._embed(term.teacher_head, x))
-        term.update_memory(all_idx, term._embed(term.student_head, x), term._embed(term.teacher_head, x))
+    with (
+        torch.no_grad()
+    ):  # banks hold the (identical) embeddings of every example, as after training
+        term.update_memory(
+            all_idx, term._embed(term.student_head, x), term._embed(term.teacher_head, x)
+        )
+        term.update_memory(
+            all_idx, term._embed(term.student_head, x), term._embed(term.teacher_head, x)
+        )
     term.eval()
     idx = torch.tensor([0, 1, 2, 3, 4, 5])
     aligned = term(x[idx], x[idx], idx, TRAIN_LABELS[idx])
@@ -200,8 +215,16 @@ def test_crd_sampler_state_travels_with_the_state_dict():
 
 
 def test_crd_as_released_is_binary_nce_with_the_first_batchs_constant_z():
-    module = ContrastiveDistillation(2, 2, torch.tensor([0, 0, 1, 1]), feat_dim=2, num_negatives=2,
-                                     temperature=0.5, momentum=0.5, form="nce")
+    module = ContrastiveDistillation(
+        2,
+        2,
+        torch.tensor([0, 0, 1, 1]),
+        feat_dim=2,
+        num_negatives=2,
+        temperature=0.5,
+        momentum=0.5,
+        form="nce",
+    )
     bound = 1 / (2 / 3) ** 0.5
     assert module.memory_student.abs().max() <= bound
     assert module.normalisers.tolist() == [-1.0, -1.0]
@@ -222,8 +245,13 @@ def test_crd_as_released_is_binary_nce_with_the_first_batchs_constant_z():
     contrast = [[0, 2, 3], [2, 0, 1]]
     expected = 0.0
     for anchor, bank in (("s", banks[1]), ("t", banks[0])):  # against the other side's bank
-        scores = [[math.exp(sum(a * b for a, b in zip(z[anchor][i], bank[c].tolist())) / 0.5)
-                   for c in contrast[i]] for i in range(2)]
+        scores = [
+            [
+                math.exp(sum(a * b for a, b in zip(z[anchor][i], bank[c].tolist())) / 0.5)
+                for c in contrast[i]
+            ]
+            for i in range(2)
+        ]
         normaliser = sum(map(sum, scores)) / 6 * 4  # the first batch's mean times N
         q = 2 / 4
         total = 0.0

@@ -34,12 +34,25 @@ PAD, UNK, CLS, SEP, MASK = range(5)
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *string.ascii_lowercase, *("##" + c for c in string.ascii_lowercase)]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *string.ascii_lowercase,
+        *("##" + c for c in string.ascii_lowercase),
+    ]
     vocab += [*WORDS, ".", ","]
     path = tmp_path_factory.mktemp("tok") / "vocab.txt"
     path.write_text("\n".join(vocab) + "\n")
     tok = BertTokenizerFast(vocab=str(path))
-    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id) == (CLS, SEP, PAD, MASK)
+    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id) == (
+        CLS,
+        SEP,
+        PAD,
+        MASK,
+    )
     return tok
 
 
@@ -53,8 +66,12 @@ def make_docs(n: int, seed: int, max_words: int = 30) -> list[str]:
     rng = random.Random(seed)
     docs = []
     for _ in range(n):
-        words = [rng.choice(WORDS) if rng.random() < 0.7 else "".join(rng.choices("abcxyz", k=rng.randint(1, 4)))
-                 for _ in range(rng.randint(1, max_words))]
+        words = [
+            rng.choice(WORDS)
+            if rng.random() < 0.7
+            else "".join(rng.choices("abcxyz", k=rng.randint(1, 4)))
+            for _ in range(rng.randint(1, max_words))
+        ]
         docs.append(" ".join(words) + " .")
     return docs
 
@@ -64,7 +81,8 @@ def doc_tokens(tokenizer, doc: str) -> list[int]:
 
 
 def unpack(rows: np.ndarray, final_length: int) -> np.ndarray:
-    """The flat token stream that `pack_tokens` packed into `rows` (without [CLS] / [SEP] / padding)."""
+    """The flat token stream that `pack_tokens` packed into `rows` (without [CLS] / [SEP] /
+    padding)."""
     if len(rows) == 0:
         return np.empty(0, dtype=rows.dtype)
     body = np.asarray(rows[:-1, 1:-1]).reshape(-1)
@@ -80,12 +98,20 @@ def expected_stream(tokenizer, docs: list[str]) -> list[int]:
     return stream
 
 
-# --------------------------------------------------------------------------------------------------- readers
+# ------------------------------------------------------------------------------------------
+# readers
 
 
 def test_read_text_splits_on_blank_lines(tmp_path):
-    text = "\n\n  first line  \nsecond line\t\n\n\n   \n\t\nthird block\r\n\r\nlast block no newline   "
-    assert list(read_text(write(tmp_path / "a.txt", text))) == ["first line\nsecond line", "third block", "last block no newline"]
+    text = (
+        "\n\n  first line  \nsecond line\t\n\n\n   "
+        "\n\t\nthird block\r\n\r\nlast block no newline   "
+    )
+    assert list(read_text(write(tmp_path / "a.txt", text))) == [
+        "first line\nsecond line",
+        "third block",
+        "last block no newline",
+    ]
 
 
 def test_read_text_empty_file_yields_nothing(tmp_path):
@@ -116,7 +142,10 @@ def test_read_wikiextractor_keeps_title_line_and_skips_empty_lines(tmp_path):
 
 
 def test_read_wikiextractor_tolerates_missing_closing_tags(tmp_path):
-    text = WIKI + '<doc id="1" url="u" title="A">\nA\nno close before next\n<doc id="2" url="u" title="B">\nB\n\ntruncated at EOF'
+    text = WIKI + (
+        '<doc id="1" url="u" title="A">\nA\nno close before '
+        'next\n<doc id="2" url="u" title="B">\nB\n\ntruncated at EOF'
+    )
     docs = list(read_wikiextractor(write(tmp_path / "wiki_01", text)))
     assert docs[2:] == ["A\nno close before next", "B\ntruncated at EOF"]
     assert len(docs) == 4
@@ -154,7 +183,11 @@ def test_missing_path_is_a_data_error(tmp_path):
 
 @pytest.mark.parametrize(
     ("files", "fmt"),
-    [({"a.txt": "\n\n  \n"}, "text"), ({"a.txt": "plain text, no doc tags"}, "wikiextractor"), ({}, "text")],
+    [
+        ({"a.txt": "\n\n  \n"}, "text"),
+        ({"a.txt": "plain text, no doc tags"}, "wikiextractor"),
+        ({}, "text"),
+    ],
 )
 def test_corpus_without_documents_is_a_data_error(tmp_path, files, fmt):
     root = tmp_path / "c"
@@ -171,7 +204,8 @@ def test_invalid_utf8_is_a_data_error(tmp_path):
         list(iter_documents(tmp_path / "a.txt", "text"))
 
 
-# --------------------------------------------------------------------------------------------------- packing
+# ------------------------------------------------------------------------------------------
+# packing
 
 
 @settings(max_examples=60, deadline=None)
@@ -210,8 +244,14 @@ def test_packed_corpus_stores_every_token_in_order(tmp_path, tokenizer):
     docs_a.insert(3, long_doc)
     docs = docs_a + docs_b
     seq_len = 8
-    pc = build_packed_corpus(corpus_dir(tmp_path, [docs_a, docs_b]), "text", tokenizer, seq_len, tmp_path / "cache",
-                             heldout_fraction=0.3)
+    pc = build_packed_corpus(
+        corpus_dir(tmp_path, [docs_a, docs_b]),
+        "text",
+        tokenizer,
+        seq_len,
+        tmp_path / "cache",
+        heldout_fraction=0.3,
+    )
     held = [d for d in docs if is_heldout(d, 0.3)]
     train = [d for d in docs if not is_heldout(d, 0.3)]
     assert held and train and long_doc in train
@@ -221,7 +261,9 @@ def test_packed_corpus_stores_every_token_in_order(tmp_path, tokenizer):
 
     for ds in (pc.train, pc.heldout):
         rows = np.asarray(ds.array)
-        assert rows.shape[1] == seq_len and (rows[:, 0] == CLS).all() and (rows[:-1, -1] == SEP).all()
+        assert (
+            rows.shape[1] == seq_len and (rows[:, 0] == CLS).all() and (rows[:-1, -1] == SEP).all()
+        )
         last = ds[len(ds) - 1]
         assert last["attention_mask"].sum().item() == ds.final_length
         assert last["input_ids"][ds.final_length - 1].item() == SEP
@@ -230,7 +272,10 @@ def test_packed_corpus_stores_every_token_in_order(tmp_path, tokenizer):
 
     meta = pc.meta
     assert meta["docs"] == len(docs) and meta["docs_without_tokens"] == 0
-    assert (meta["splits"]["train"]["docs"], meta["splits"]["heldout"]["docs"]) == (len(train), len(held))
+    assert (meta["splits"]["train"]["docs"], meta["splits"]["heldout"]["docs"]) == (
+        len(train),
+        len(held),
+    )
     assert meta["tokens"] == sum(len(doc_tokens(tokenizer, d)) for d in docs)
     assert meta["sequences"] == len(pc) == len(pc.train) + len(pc.heldout)
     assert meta["dtype"] == "uint16" and pc.train.array.dtype == np.uint16
@@ -239,22 +284,36 @@ def test_packed_corpus_stores_every_token_in_order(tmp_path, tokenizer):
 def test_max_docs_keeps_the_first_documents(tmp_path, tokenizer):
     docs = make_docs(10, seed=3)
     root = corpus_dir(tmp_path, [docs])
-    pc = build_packed_corpus(root, "text", tokenizer, 16, tmp_path / "cache", heldout_fraction=0.3, max_docs=8)
-    assert split_stream(pc.train) == expected_stream(tokenizer, [d for d in docs[:8] if not is_heldout(d, 0.3)])
-    assert split_stream(pc.heldout) == expected_stream(tokenizer, [d for d in docs[:8] if is_heldout(d, 0.3)])
+    pc = build_packed_corpus(
+        root, "text", tokenizer, 16, tmp_path / "cache", heldout_fraction=0.3, max_docs=8
+    )
+    assert split_stream(pc.train) == expected_stream(
+        tokenizer, [d for d in docs[:8] if not is_heldout(d, 0.3)]
+    )
+    assert split_stream(pc.heldout) == expected_stream(
+        tokenizer, [d for d in docs[:8] if is_heldout(d, 0.3)]
+    )
     assert pc.meta["docs"] == 8
 
 
 def test_zero_heldout_gives_an_empty_heldout_split(tmp_path, tokenizer):
-    pc = build_packed_corpus(corpus_dir(tmp_path, [make_docs(4, seed=4)]), "text", tokenizer, 16, tmp_path / "cache",
-                             heldout_fraction=0.0)
+    pc = build_packed_corpus(
+        corpus_dir(tmp_path, [make_docs(4, seed=4)]),
+        "text",
+        tokenizer,
+        16,
+        tmp_path / "cache",
+        heldout_fraction=0.0,
+    )
     assert len(pc.heldout) == 0 and pc.heldout.array.shape == (0, 16)
     with pytest.raises(IndexError):
         pc.heldout[0]
 
 
 def test_dataset_items_are_long_tensors_and_pickle(tmp_path, tokenizer):
-    pc = build_packed_corpus(corpus_dir(tmp_path, [make_docs(6, seed=5)]), "text", tokenizer, 8, tmp_path / "cache")
+    pc = build_packed_corpus(
+        corpus_dir(tmp_path, [make_docs(6, seed=5)]), "text", tokenizer, 8, tmp_path / "cache"
+    )
     item = pc.train[-1]
     assert set(item) == {"input_ids", "attention_mask"}
     assert item["input_ids"].dtype == torch.long and item["attention_mask"].dtype == torch.long
@@ -275,18 +334,31 @@ def test_bad_build_settings_are_config_errors(tmp_path, tokenizer, kwargs):
     if kwargs.get("seq_len") == 100_000:
         tokenizer_limited = SimpleNamespace(model_max_length=512)
     with pytest.raises(ConfigError):
-        build_packed_corpus(root, "text", tokenizer_limited, **{"seq_len": 128, "cache_dir": tmp_path / "cache", **kwargs})
+        build_packed_corpus(
+            root,
+            "text",
+            tokenizer_limited,
+            **{"seq_len": 128, "cache_dir": tmp_path / "cache", **kwargs},
+        )
 
 
 def test_all_documents_held_out_is_a_data_error(tmp_path, tokenizer):
     docs = make_docs(3, seed=6)
     assert all(is_heldout(d, 0.999) for d in docs)
     with pytest.raises(DataError, match="held-out"):
-        build_packed_corpus(corpus_dir(tmp_path, [docs]), "text", tokenizer, 8, tmp_path / "cache", heldout_fraction=0.999)
+        build_packed_corpus(
+            corpus_dir(tmp_path, [docs]),
+            "text",
+            tokenizer,
+            8,
+            tmp_path / "cache",
+            heldout_fraction=0.999,
+        )
     assert entries(tmp_path / "cache") == []
 
 
-# ----------------------------------------------------------------------------------------------------- cache
+# ------------------------------------------------------------------------------------------
+# cache
 
 
 @pytest.fixture
@@ -319,7 +391,8 @@ def test_second_build_reuses_the_cache(tmp_path, tokenizer, counting_reader):
 
 
 def test_cache_key_ignores_tokenizer_call_state(tmp_path, tokenizer):
-    """Calling a fast tokenizer rewrites its backend's truncation/padding state; the key must not see it."""
+    """Calling a fast tokenizer rewrites its backend's truncation/padding state; the key must not
+    see it."""
     fresh = BertTokenizerFast(vocab=tokenizer.vocab)
     root, cache = corpus_dir(tmp_path, [make_docs(5, seed=12)]), tmp_path / "cache"
     fresh("warm up", truncation=True, max_length=7, padding="max_length")
@@ -356,7 +429,9 @@ def test_stale_temp_dir_and_damaged_entry_are_replaced(tmp_path, tokenizer):
     stale.mkdir()
     (pc.path / "train.npy").unlink()
     rebuilt = build_packed_corpus(root, "text", tokenizer, 8, cache)
-    assert entries(cache) == [pc.path.name] and split_stream(rebuilt.train) == split_stream(pc.train)
+    assert entries(cache) == [pc.path.name] and split_stream(rebuilt.train) == split_stream(
+        pc.train
+    )
 
 
 def test_concurrent_builders_build_once(tmp_path, tokenizer, counting_reader):

@@ -1,4 +1,5 @@
-"""GLUE loading from the TSV layout and from Hugging Face datasets gives the same examples and label ids."""
+"""GLUE loading from the TSV layout and from Hugging Face datasets gives the same examples and label
+ids."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def test_mrpc_byte_order_mark_is_ignored(tiny_glue):
 
 
 def test_hugging_face_source_gives_the_same_examples(tiny_glue, tmp_path):
-    """A local dataset repository laid out like nyu-mll/glue (parquet per config) loads through `datasets`."""
+    """A local dataset repository laid out like nyu-mll/glue (parquet per config) loads through
+    `datasets`."""
     cfg = task_cfg("rte", tiny_glue)
     tsv = load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
     repo = tmp_path / "glue_repo"
@@ -58,7 +60,8 @@ def test_hugging_face_source_gives_the_same_examples(tiny_glue, tmp_path):
     dev = load_split(task_spec(cfg.task), "validation", data_spec(cfg.data))
     dev.to_parquet(str(repo / "rte" / "validation-00000-of-00001.parquet"))
     (repo / "README.md").write_text(
-        "---\nconfigs:\n- config_name: rte\n  data_files:\n  - split: train\n    path: rte/train-*.parquet\n"
+        "---\nconfigs:\n- config_name: rte\n  data_files:\n  - split: train\n    path: "
+        "rte/train-*.parquet\n"
         "  - split: validation\n    path: rte/validation-*.parquet\n---\n"
     )
     hf_cfg = compose_config(["task=rte", f"data.hf_dataset={repo}"])
@@ -80,17 +83,27 @@ def test_tokenised_batches_are_dynamically_padded(tiny_glue):
 
     cfg = task_cfg("sst2", tiny_glue)
     tokenizer = tiny_tokenizer(tiny_glue / "tok")
-    encoded = tokenize(load_split(task_spec(cfg.task), "validation", data_spec(cfg.data)), task_spec(cfg.task), tokenizer, 128)
+    encoded = tokenize(
+        load_split(task_spec(cfg.task), "validation", data_spec(cfg.data)),
+        task_spec(cfg.task),
+        tokenizer,
+        128,
+    )
     batch = next(iter(make_loader(encoded, tokenizer, 4, shuffle=False)))
     lengths = batch["attention_mask"].sum(1)
-    assert batch["input_ids"].shape[1] == lengths.max()  # padded to the longest in the batch, not to 128
+    assert (
+        batch["input_ids"].shape[1] == lengths.max()
+    )  # padded to the longest in the batch, not to 128
     assert set(batch) >= {"input_ids", "attention_mask", "labels", "idx"}
 
 
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("sentence\tlabel\nfine\t1\nbroken-row-without-tab\n", ":3: row has 1 tab-separated columns"),
+        (
+            "sentence\tlabel\nfine\t1\nbroken-row-without-tab\n",
+            ":3: row has 1 tab-separated columns",
+        ),
         ("sentence\tlabel\nfine\t7\n", ":2: label '7' is outside the label set"),
         ("text\tlabel\nfine\t1\n", ":1: header lacks column 'sentence'"),
         ("", "is empty"),

@@ -17,8 +17,9 @@ from kdbench.training.reach import freeze_unreached, freeze_unreached_by_step
 CUDA = torch.device("cuda")
 
 
-@pytest.mark.parametrize(("visible", "local_rank", "index"),
-                         [(8, 3, 3), (2, 1, 1), (1, 3, 0), (1, 0, 0)])
+@pytest.mark.parametrize(
+    ("visible", "local_rank", "index"), [(8, 3, 3), (2, 1, 1), (1, 3, 0), (1, 0, 0)]
+)
 def test_each_process_drives_its_own_gpu(monkeypatch, visible, local_rank, index):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
     chosen = distributed.device_for(World(local_rank, 4, local_rank), CUDA)
@@ -83,8 +84,14 @@ def tiny_mlm_student():
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32)
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+    )
     return BertForMaskedLM(config)
 
 
@@ -99,8 +106,10 @@ def test_what_a_forward_stopped_at_layer_one_never_reaches_is_frozen():
     assert any(name.startswith("cls.") for name in frozen)  # the MLM head (less the tied decoder)
     trainable = {name for name, param in student.named_parameters() if param.requires_grad}
     assert not trainable & set(frozen)
-    assert {"bert.embeddings.word_embeddings.weight",
-            "bert.encoder.layer.0.output.dense.weight"} <= trainable
+    assert {
+        "bert.embeddings.word_embeddings.weight",
+        "bert.encoder.layer.0.output.dense.weight",
+    } <= trainable
 
 
 def test_a_whole_forward_freezes_nothing_and_the_probe_draws_from_no_rng_stream():

@@ -1,4 +1,5 @@
-"""Hooked features equal the model's own eager attention; forwards stop after the last needed layer."""
+"""Hooked features equal the model's own eager attention; forwards stop after the last needed
+layer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from kdbench.objectives.features import FeatureRecorder, attention_scores
 
 def _model(kind: str, attn: str):
     torch.manual_seed(0)
-    common = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
+    common = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=37,
+    )
     config = BertConfig(**common) if kind == "bert" else RobertaConfig(**common, pad_token_id=1)
     config._attn_implementation = attn
     return AutoModel.from_config(config, attn_implementation=attn).eval()
@@ -60,8 +67,14 @@ def test_forward_stops_after_the_last_needed_projection(wanted):
     with FeatureRecorder(model, {1: {"hidden"}, 2: wanted}) as recorder:
         recorder.forward(input_ids=ids)
         full = recorder.records
-    assert out is None and ran == ["attention.output", "intermediate", "output"]  # from the full forward only
-    assert stopped[2].keys() == wanted and all(torch.equal(stopped[2][k], full[2][k]) for k in wanted)
+    assert out is None and ran == [
+        "attention.output",
+        "intermediate",
+        "output",
+    ]  # from the full forward only
+    assert stopped[2].keys() == wanted and all(
+        torch.equal(stopped[2][k], full[2][k]) for k in wanted
+    )
 
 
 def test_hooks_are_removed_on_exit():

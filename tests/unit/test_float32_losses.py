@@ -13,8 +13,14 @@ from kdbench.objectives import losses as F
 from kdbench.objectives.tensors import split_heads
 
 B, L, H, D = 2, 6, 2, 8
-MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default,
-           torch.ops.aten.baddbmm.default, torch.ops.aten.mv.default, torch.ops.aten.dot.default}
+MATMULS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.baddbmm.default,
+    torch.ops.aten.mv.default,
+    torch.ops.aten.dot.default,
+}
 
 
 class MatmulDtypes(TorchDispatchMode):
@@ -38,7 +44,7 @@ def _mask():
 
 def _halves(x):
     """Queries and keys: the two halves of one [B, L, D] tensor."""
-    return x[..., : D // 2], x[..., D // 2:]
+    return x[..., : D // 2], x[..., D // 2 :]
 
 
 # name -> (the loss of (student features, teacher features), the features' shape, whether it
@@ -49,15 +55,24 @@ CASES = {
     "mlm": (lambda s, t: F.mlm(s, t, torch.tensor([1, 2, 3, 4, 5])), (5, 11), False),
     "att_mse": (lambda s, t: F.att_mse(s, t, _mask()), (B, H, L, L), False),
     "att_kl": (lambda s, t: F.att_kl(s, t, _mask()), (B, H, L, L), False),
-    "val_kl": (lambda s, t: F.val_kl(split_heads(s, H), split_heads(t, H), _mask()), (B, L, D),
-               True),
+    "val_kl": (
+        lambda s, t: F.val_kl(split_heads(s, H), split_heads(t, H), _mask()),
+        (B, L, D),
+        True,
+    ),
     "relation_kl": (lambda s, t: F.relation_kl(s, t, H, _mask()), (B, L, D), True),
     "hid_mse": (lambda s, t: F.hid_mse(s, t, _mask()), (B, L, D), False),
     "cosine": (lambda s, t: F.cosine(s, t, _mask()), (B, L, D), False),
-    "fused.att_kl": (lambda s, t: fused.att_kl(_halves(s), _halves(t), H, _mask()), (B, L, D),
-                     True),
-    "fused.att_mse": (lambda s, t: fused.att_mse(_halves(s), _halves(t), H, _mask()), (B, L, D),
-                      True),
+    "fused.att_kl": (
+        lambda s, t: fused.att_kl(_halves(s), _halves(t), H, _mask()),
+        (B, L, D),
+        True,
+    ),
+    "fused.att_mse": (
+        lambda s, t: fused.att_mse(_halves(s), _halves(t), H, _mask()),
+        (B, L, D),
+        True,
+    ),
     "fused.val_kl": (lambda s, t: fused.att_kl((s, s), (t, t), H, _mask()), (B, L, D), True),
 }
 

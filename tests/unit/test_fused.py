@@ -1,4 +1,5 @@
-"""The score-map losses (gradient formed in the forward pass) against the reference functions through autograd."""
+"""The score-map losses (gradient formed in the forward pass) against the reference functions
+through autograd."""
 
 from __future__ import annotations
 
@@ -29,11 +30,27 @@ def _scores(a, b, heads):
     return a @ b.transpose(-1, -2) / math.sqrt(a.shape[-1])
 
 
-# name -> (kind, the reference on (student A, B), (teacher A, B), heads, mask; student/teacher widths, self-relation)
+# name -> (kind, the reference on (student A, B), (teacher A, B), heads, mask; student/teacher
+# widths, self-relation)
 CASES = {
-    "att_kl": ("kl", lambda s, t, h, m: F.att_kl(_scores(*s, h), _scores(*t, h), m), (32, 32), False),
-    "att_mse": ("mse", lambda s, t, h, m: F.att_mse(_scores(*s, h), _scores(*t, h), m), (32, 32), False),
-    "val_kl": ("kl", lambda s, t, h, m: F.val_kl(split_heads(s[0], h), split_heads(t[0], h), m), (16, 32), True),
+    "att_kl": (
+        "kl",
+        lambda s, t, h, m: F.att_kl(_scores(*s, h), _scores(*t, h), m),
+        (32, 32),
+        False,
+    ),
+    "att_mse": (
+        "mse",
+        lambda s, t, h, m: F.att_mse(_scores(*s, h), _scores(*t, h), m),
+        (32, 32),
+        False,
+    ),
+    "val_kl": (
+        "kl",
+        lambda s, t, h, m: F.val_kl(split_heads(s[0], h), split_heads(t[0], h), m),
+        (16, 32),
+        True,
+    ),
     "relation_kl": ("kl", lambda s, t, h, m: F.relation_kl(s[0], t[0], h, m), (24, 40), True),
 }
 
@@ -41,7 +58,11 @@ CASES = {
 def _inputs(widths, self_relation, seed=0):
     g = torch.Generator().manual_seed(seed)
     student_a = torch.randn(B, L, widths[0], generator=g, requires_grad=True)
-    student_b = student_a if self_relation else torch.randn(B, L, widths[0], generator=g, requires_grad=True)
+    student_b = (
+        student_a
+        if self_relation
+        else torch.randn(B, L, widths[0], generator=g, requires_grad=True)
+    )
     teacher_a = torch.randn(B, L, widths[1], generator=g)
     teacher_b = teacher_a if self_relation else torch.randn(B, L, widths[1], generator=g)
     return (student_a, student_b), (teacher_a, teacher_b)
@@ -72,14 +93,17 @@ def test_same_loss_and_gradients_as_the_reference(name, mask_kind, one_head_at_a
 
 
 def test_a_hand_computed_value():
-    """One head, one example of two tokens: KL between two 2x2 row softmaxes and their MSE, by hand."""
+    """One head, one example of two tokens: KL between two 2x2 row softmaxes and their MSE, by
+    hand."""
     s = torch.tensor([[[1.0], [0.0]]])  # A = B = x: scores x x^T = [[1, 0], [0, 0]]
     t = torch.tensor([[[0.0], [2.0]]])  # scores [[0, 0], [0, 4]]
     ps = torch.softmax(torch.tensor([[1.0, 0.0], [0.0, 0.0]]), -1)
     pt = torch.softmax(torch.tensor([[0.0, 0.0], [0.0, 4.0]]), -1)
     kl = (pt * (pt.log() - ps.log())).sum() / 2  # mean over the 2 query rows of 1 head
     assert score_map_loss("kl", (s, s), (t, t), 1).item() == pytest.approx(kl.item(), rel=1e-6)
-    mse = ((torch.tensor([[1.0, 0.0], [0.0, 0.0]]) - torch.tensor([[0.0, 0.0], [0.0, 4.0]])) ** 2).sum() / 4
+    mse = (
+        (torch.tensor([[1.0, 0.0], [0.0, 0.0]]) - torch.tensor([[0.0, 0.0], [0.0, 4.0]])) ** 2
+    ).sum() / 4
     assert score_map_loss("mse", (s, s), (t, t), 1).item() == pytest.approx(mse.item(), rel=1e-6)
 
 
@@ -88,9 +112,14 @@ def test_padded_positions_change_nothing_even_when_non_finite():
     mask = _mask()
     value, grads = _value_and_grads(score_map_loss("kl", student, teacher, H, mask), student)
     padded = mask == 0
-    dirty_student = [x.detach().clone().masked_fill(padded[:, :, None], float("nan")).requires_grad_() for x in student]
+    dirty_student = [
+        x.detach().clone().masked_fill(padded[:, :, None], float("nan")).requires_grad_()
+        for x in student
+    ]
     dirty_teacher = [x.masked_fill(padded[:, :, None], float("inf")) for x in teacher]
-    dirty_value, dirty_grads = _value_and_grads(score_map_loss("kl", dirty_student, dirty_teacher, H, mask), dirty_student)
+    dirty_value, dirty_grads = _value_and_grads(
+        score_map_loss("kl", dirty_student, dirty_teacher, H, mask), dirty_student
+    )
     assert torch.equal(value, dirty_value)
     for grad, dirty in zip(grads, dirty_grads, strict=True):
         assert torch.equal(grad, dirty) and not grad[padded].any()
@@ -123,10 +152,12 @@ def test_bad_shapes_and_kinds_fail_with_a_clear_message():
         score_map_loss("cosine", *_inputs((32, 32), False), H)
 
 
-
-@pytest.mark.parametrize("name", sorted(name for name, entry in LOSSES.items() if entry.fused is not None))
+@pytest.mark.parametrize(
+    "name", sorted(name for name, entry in LOSSES.items() if entry.fused is not None)
+)
 def test_each_registered_fused_form_equals_its_loss_on_the_derived_features(name):
-    """The registry's `fused` of a loss, on a feature's raw projections, is its `fn` on the feature derived from them."""
+    """The registry's `fused` of a loss, on a feature's raw projections, is its `fn` on the feature
+    derived from them."""
     entry = LOSSES[name]
     for feature in entry.features:
         raw = FEATURES[feature].raw
@@ -135,8 +166,12 @@ def test_each_registered_fused_form_equals_its_loss_on_the_derived_features(name
         mask = _mask()
         params = {"num_heads": 2} if entry.takes_num_heads else {}
         heads = params.get("num_heads", H)
-        derived = [FEATURES[feature].derive(dict(zip((a, b), side)), H) for side in (student, teacher)]
-        expected, expected_grads = _value_and_grads(entry.fn(*derived, mask=mask, **params), student)
+        derived = [
+            FEATURES[feature].derive(dict(zip((a, b), side)), H) for side in (student, teacher)
+        ]
+        expected, expected_grads = _value_and_grads(
+            entry.fn(*derived, mask=mask, **params), student
+        )
         value, grads = _value_and_grads(entry.fused(student, teacher, heads, mask), student)
         torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-7)
         for grad, expected_grad in zip(grads, expected_grads, strict=True):

@@ -1,4 +1,5 @@
-"""Student initialisation copies exactly the chosen teacher layers; layer lists are validated once."""
+"""Student initialisation copies exactly the chosen teacher layers; layer lists are validated
+once."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ def test_presets_match_the_paper():
 
 def resolve(*overrides, teacher_layers=12, student_layers=3):
     cfg = compose_config(list(overrides))
-    return resolve_init_layers(cfg.init.name, cfg.init.get("layers"), teacher_layers, student_layers)
+    return resolve_init_layers(
+        cfg.init.name, cfg.init.get("layers"), teacher_layers, student_layers
+    )
 
 
 def test_resolution_of_each_init_option():
@@ -61,24 +64,34 @@ def test_init_copies_exactly_the_chosen_layers():
     init_from_teacher(student, teacher, InitSpec("layers", (1, 4), copy_head=True))
     t_blocks, s_blocks = encoder_layers(teacher), encoder_layers(student)
     for s_index, t_layer in enumerate([1, 4]):
-        for (name, s_param), t_param in zip(s_blocks[s_index].state_dict().items(), t_blocks[t_layer - 1].state_dict().values()):
+        for (name, s_param), t_param in zip(
+            s_blocks[s_index].state_dict().items(), t_blocks[t_layer - 1].state_dict().values()
+        ):
             assert torch.equal(s_param, t_param), name
     # ...and not a neighbour: block 0 must differ from teacher block 2
-    assert not torch.equal(s_blocks[0].attention.self.query.weight, t_blocks[1].attention.self.query.weight)
-    assert torch.equal(student.bert.embeddings.word_embeddings.weight, teacher.bert.embeddings.word_embeddings.weight)
+    assert not torch.equal(
+        s_blocks[0].attention.self.query.weight, t_blocks[1].attention.self.query.weight
+    )
+    assert torch.equal(
+        student.bert.embeddings.word_embeddings.weight,
+        teacher.bert.embeddings.word_embeddings.weight,
+    )
     assert torch.equal(student.classifier.weight, teacher.classifier.weight)
 
 
 def test_embeddings_and_head_copies_are_optional():
     teacher, student = _tiny_pair()
     before = student.bert.embeddings.word_embeddings.weight.clone()
-    init_from_teacher(student, teacher, InitSpec("layers", (2, 4), copy_embeddings=False, copy_head=False))
+    init_from_teacher(
+        student, teacher, InitSpec("layers", (2, 4), copy_embeddings=False, copy_head=False)
+    )
     assert torch.equal(student.bert.embeddings.word_embeddings.weight, before)
     assert not torch.equal(student.classifier.weight, teacher.classifier.weight)
 
 
 def test_by_default_the_task_head_starts_fresh_and_the_mlm_head_is_copied():
-    """As the paper's code: embeddings and LM head from the teacher, the classifier and pooler not."""
+    """As the paper's code: embeddings and LM head from the teacher, the classifier and pooler
+    not."""
     from kdbench.models.pretrained import pretrained_teacher
     from kdbench.models.student import build_student
     from kdbench.plan_groups import shape_spec, teacher_spec
@@ -89,7 +102,12 @@ def test_by_default_the_task_head_starts_fresh_and_the_mlm_head_is_copied():
     assert not torch.equal(student.bert.pooler.dense.weight, teacher.bert.pooler.dense.weight)
     cfg = compose_config(["teacher=tiny", "student=tiny"])
     mlm_teacher = pretrained_teacher(teacher_spec(cfg.teacher), 2, 0, mlm=True)
-    mlm_student = build_student(mlm_teacher.config, shape_spec(cfg.student, "student"), 2, 1, mlm=True)
+    mlm_student = build_student(
+        mlm_teacher.config, shape_spec(cfg.student, "student"), 2, 1, mlm=True
+    )
     init_from_teacher(mlm_student, mlm_teacher, InitSpec("layers", (2, 4)))
-    head, teacher_head = mlm_student.cls.predictions.transform, mlm_teacher.cls.predictions.transform
+    head, teacher_head = (
+        mlm_student.cls.predictions.transform,
+        mlm_teacher.cls.predictions.transform,
+    )
     assert torch.equal(head.dense.weight, teacher_head.dense.weight)

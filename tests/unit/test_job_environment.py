@@ -1,4 +1,5 @@
-"""A task of a multi-task SLURM or submitit job takes its ranks and rendezvous from the job (as torchrun's)."""
+"""A task of a multi-task SLURM or submitit job takes its ranks and rendezvous from the job (as
+torchrun's)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,18 @@ TORCHRUN = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    """No job or torchrun variables during the test; afterwards the environment is as before, also for the
-    variables `adopt_job_environment` writes (each is registered with monkeypatch first, so its undo removes it)."""
+    """No job or torchrun variables during the test; afterwards the environment is as before, also
+    for the variables `adopt_job_environment` writes (each is registered with monkeypatch first, so
+    its undo removes it)."""
     for key in [k for k in os.environ if k.startswith(("SLURM_", "SUBMITIT_"))] + list(TORCHRUN):
         monkeypatch.setenv(key, "")
         monkeypatch.delenv(key)
     return monkeypatch
 
 
-def slurm_task(env, nodelist: str, nodes: int, procid: int, ntasks: int, localid: int, job_id: str = "4242"):
+def slurm_task(
+    env, nodelist: str, nodes: int, procid: int, ntasks: int, localid: int, job_id: str = "4242"
+):
     env.setenv("SLURM_JOB_ID", job_id)
     env.setenv("SLURM_JOB_NODELIST", nodelist)
     env.setenv("SLURM_JOB_NUM_NODES", str(nodes))
@@ -32,13 +36,23 @@ def slurm_task(env, nodelist: str, nodes: int, procid: int, ntasks: int, localid
     env.setenv("SLURM_LOCALID", str(localid))
 
 
-@pytest.mark.parametrize(("nodelist", "nodes", "master"), [
-    ("gpu[01-04]", 4, "gpu01"), ("gpu01,gpu07", 2, "gpu01"), ("node[7,9-10]", 3, "node7"), ("a100-3", 1, "a100-3"),
-])
+@pytest.mark.parametrize(
+    ("nodelist", "nodes", "master"),
+    [
+        ("gpu[01-04]", 4, "gpu01"),
+        ("gpu01,gpu07", 2, "gpu01"),
+        ("node[7,9-10]", 3, "node7"),
+        ("a100-3", 1, "a100-3"),
+    ],
+)
 def test_a_slurm_task_adopts_its_job(clean_env, nodelist, nodes, master):
     slurm_task(clean_env, nodelist, nodes, procid=5, ntasks=8 * nodes, localid=1)
     distributed.adopt_job_environment()
-    assert (os.environ["MASTER_ADDR"], os.environ["RANK"], os.environ["LOCAL_RANK"]) == (master, "5", "1")
+    assert (os.environ["MASTER_ADDR"], os.environ["RANK"], os.environ["LOCAL_RANK"]) == (
+        master,
+        "5",
+        "1",
+    )
     assert distributed.current() == distributed.World(rank=5, size=8 * nodes, local_rank=1)
 
 
@@ -61,9 +75,15 @@ def test_the_port_is_the_users_when_given(clean_env):
 
 
 def test_a_submitit_local_task_adopts_its_job(clean_env):
-    for key, value in {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "77", "SUBMITIT_LOCAL_NTASKS": "2",
-                       "SUBMITIT_LOCAL_JOB_NUM_NODES": "1", "SUBMITIT_LOCAL_NODEID": "0",
-                       "SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1"}.items():
+    for key, value in {
+        "SUBMITIT_EXECUTOR": "local",
+        "SUBMITIT_LOCAL_JOB_ID": "77",
+        "SUBMITIT_LOCAL_NTASKS": "2",
+        "SUBMITIT_LOCAL_JOB_NUM_NODES": "1",
+        "SUBMITIT_LOCAL_NODEID": "0",
+        "SUBMITIT_LOCAL_GLOBALID": "1",
+        "SUBMITIT_LOCAL_LOCALID": "1",
+    }.items():
         clean_env.setenv(key, value)
     distributed.adopt_job_environment()
     assert distributed.current() == distributed.World(rank=1, size=2, local_rank=1)

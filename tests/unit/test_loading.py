@@ -33,10 +33,16 @@ def test_auto_workers_leave_the_main_process_a_core_on_a_gpu(monkeypatch, cores,
 
 
 def test_loader_options_keep_workers_between_epochs():
-    assert LoadingSpec(2, True).options() == {"num_workers": 2, "pin_memory": True,
-                                              "persistent_workers": True}
-    assert LoadingSpec().options() == {"num_workers": 0, "pin_memory": False,
-                                       "persistent_workers": False}
+    assert LoadingSpec(2, True).options() == {
+        "num_workers": 2,
+        "pin_memory": True,
+        "persistent_workers": True,
+    }
+    assert LoadingSpec().options() == {
+        "num_workers": 0,
+        "pin_memory": False,
+        "persistent_workers": False,
+    }
 
 
 def test_a_bad_num_workers_is_refused(tiny_glue, tmp_path):
@@ -55,7 +61,8 @@ def same_value(x, y) -> bool:
 
 def same_batches(a: list[dict], b: list[dict]) -> bool:
     return len(a) == len(b) and all(
-        x.keys() == y.keys() and all(same_value(x[k], y[k]) for k in x) for x, y in zip(a, b))
+        x.keys() == y.keys() and all(same_value(x[k], y[k]) for k in x) for x, y in zip(a, b)
+    )
 
 
 def test_glue_batches_are_the_same_with_workers_and_resumed(tiny_glue):
@@ -65,8 +72,18 @@ def test_glue_batches_are_the_same_with_workers_and_resumed(tiny_glue):
     tokenizer = tiny_tokenizer(tiny_glue / "tok")
     task = task_spec(cfg.task)
     encoded = tokenize(load_split(task, "train", data_spec(cfg.data)), task, tokenizer, 64)
-    loaders = [make_loader(encoded, tokenizer, 5, shuffle=True, seed=3, group_by_length=True,
-                           loading=LoadingSpec(n)) for n in (0, 2)]
+    loaders = [
+        make_loader(
+            encoded,
+            tokenizer,
+            5,
+            shuffle=True,
+            seed=3,
+            group_by_length=True,
+            loading=LoadingSpec(n),
+        )
+        for n in (0, 2)
+    ]
     for epoch in (0, 1):
         inline, workers = (batches_of(loader, epoch) for loader in loaders)
         assert same_batches(inline, workers) and len(inline) == 10
@@ -89,10 +106,13 @@ def corpus_sequences(count: int = 40, length: int = 16) -> list[dict]:
 def test_masked_corpus_batches_are_the_same_with_workers_and_resumed():
     masking = MaskingSpec(vocab_size=60, mask_token_id=4, special_ids=(0, 1, 2, 3))
     sequences = corpus_sequences()
-    plans = [SimpleNamespace(batches=SimpleNamespace(per_process=2), loading=LoadingSpec(n))
-             for n in (0, 2)]
-    loaders = [corpus_loader(sequences, 8, plan, World(), masking, 7, shuffle=True)
-               for plan in plans]
+    plans = [
+        SimpleNamespace(batches=SimpleNamespace(per_process=2), loading=LoadingSpec(n))
+        for n in (0, 2)
+    ]
+    loaders = [
+        corpus_loader(sequences, 8, plan, World(), masking, 7, shuffle=True) for plan in plans
+    ]
     for epoch in (0, 1):
         inline, workers = (batches_of(loader, epoch) for loader in loaders)
         assert same_batches(inline, workers) and len(inline) == 20

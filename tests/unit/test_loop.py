@@ -1,5 +1,5 @@
-"""The training loop and its hooks on a toy regression: when each hook runs, what it writes, and the samplers'
-shared protocol (positioning at an epoch and a batch, as a resumed run does)."""
+"""The training loop and its hooks on a toy regression: when each hook runs, what it writes, and the
+samplers' shared protocol (positioning at an epoch and a batch, as a resumed run does)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,37 @@ from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.hooks import Checkpoint, Hook, LogLosses, StopOnSignal, standard_hooks
 from kdbench.training.signals import Interrupted
 
-OPTIMIZER = OptimizerSpec(lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, warmup_ratio=0.0, max_grad_norm=None)
+OPTIMIZER = OptimizerSpec(
+    lr=0.1, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, warmup_ratio=0.0, max_grad_norm=None
+)
 
 
-def toy_stage(examples: int = 12, batch: int = 4, epochs: int = 2, accumulation: int = 1) -> loop.Stage:
+def toy_stage(
+    examples: int = 12, batch: int = 4, epochs: int = 2, accumulation: int = 1
+) -> loop.Stage:
     """y = 3x on `examples` points, a one-weight model, `batch` examples per micro-batch."""
     xs = torch.linspace(-1, 1, examples)
-    data = [{"input_ids": xs[i:i + 1], "labels": 3 * xs[i:i + 1]} for i in range(examples)]
+    data = [{"input_ids": xs[i : i + 1], "labels": 3 * xs[i : i + 1]} for i in range(examples)]
     sampler = SeededBatches(torch.ones(examples), batch, shuffle=True, seed=0)
-    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(
+        data, batch_sampler=sampler, generator=torch.Generator().manual_seed(0)
+    )
     model = torch.nn.Linear(1, 1, bias=False)
 
     def step(b):
         loss = ((model(b["input_ids"]) - b["labels"]) ** 2).mean()
         return {"mse": loss, "total": loss}
 
-    return loop.Stage("toy", [model], loader, step, OPTIMIZER, torch.device("cpu"), epochs=epochs,
-                      accumulation=accumulation)
+    return loop.Stage(
+        "toy",
+        [model],
+        loader,
+        step,
+        OPTIMIZER,
+        torch.device("cpu"),
+        epochs=epochs,
+        accumulation=accumulation,
+    )
 
 
 class Recorder(Hook):
@@ -60,18 +74,26 @@ def test_hooks_run_at_their_events_in_order():
     assert recorder.events[0] == ("start", 0) and recorder.events[-1] == ("end", 6)
     assert [s[1] for s in steps] == [1, 2, 3, 4, 5, 6]  # 12 examples / 4 per step, 2 epochs
     assert [s[3] for s in steps] == [1, 2, 3, 1, 2, 3]  # micro-batches consumed in the epoch
-    assert [e for e in recorder.events if e[0] == "epoch_end"] == [("epoch_end", 3, 1), ("epoch_end", 6, 2)]
+    assert [e for e in recorder.events if e[0] == "epoch_end"] == [
+        ("epoch_end", 3, 1),
+        ("epoch_end", 6, 2),
+    ]
     assert stats["examples_per_s"] > 0
 
 
 def test_accumulation_takes_a_step_every_few_micro_batches():
     recorder = Recorder()
     loop.train(toy_stage(accumulation=3, epochs=2), [recorder])
-    assert [e[3] for e in recorder.events if e[0] == "step"] == [3, 3]  # one step per epoch of 3 micro-batches
+    assert [e[3] for e in recorder.events if e[0] == "step"] == [
+        3,
+        3,
+    ]  # one step per epoch of 3 micro-batches
 
 
 def test_the_loop_learns_the_toy_problem():
-    stage = toy_stage(epochs=60)  # 180 Adam steps under a linear decay reach 3 from any start in [-1, 1]
+    stage = toy_stage(
+        epochs=60
+    )  # 180 Adam steps under a linear decay reach 3 from any start in [-1, 1]
     loop.train(stage)
     assert abs(stage.modules[0].weight.item() - 3.0) < 0.05
 
@@ -95,7 +117,9 @@ def test_a_checkpoint_resumes_to_the_same_weights(tmp_path):
     checkpoints = Checkpoints(tmp_path / "ckpt", keep=100)
     first = toy_stage()
     loop.train(first, [Checkpoint(checkpoints, every=2, at_epochs=False)])
-    states = [torch.load(p, weights_only=True) for p in sorted((tmp_path / "ckpt").glob("ckpt-*.pt"))]
+    states = [
+        torch.load(p, weights_only=True) for p in sorted((tmp_path / "ckpt").glob("ckpt-*.pt"))
+    ]
     mid_epoch = states[0]
     assert (mid_epoch["step"], mid_epoch["epoch"], mid_epoch["batch"]) == (2, 0, 2)
     resumed = toy_stage()  # other initial weights: the checkpoint replaces them
@@ -122,7 +146,10 @@ def test_a_stop_signal_checkpoints_then_interrupts(tmp_path, monkeypatch):
 
 def test_a_non_finite_loss_names_the_term_and_step():
     stage = toy_stage()
-    stage.step = lambda b: {"mse": torch.tensor(float("nan")), "total": torch.tensor(1.0, requires_grad=True)}
+    stage.step = lambda b: {
+        "mse": torch.tensor(float("nan")),
+        "total": torch.tensor(1.0, requires_grad=True),
+    }
     with pytest.raises(loop.NonFiniteLoss, match="'mse' became nan at toy step 0"):
         loop.train(stage)
 
@@ -151,14 +178,34 @@ def test_a_non_finite_step_is_skipped_on_the_device_and_named_at_the_next_read()
 def test_standard_hooks_are_log_evaluate_checkpoint_stop_progress(tmp_path):
     from kdbench.trainer_specs import TrainerSpec
 
-    trainer = TrainerSpec(name="t", lr=1e-3, batch_size=4, warmup_ratio=0.0, weight_decay=0.0, adam_betas=(0.9, 0.99),
-                          adam_eps=1e-8, max_grad_norm=None, device="cpu", precision="fp32", log_every=1,
-                          checkpoint_every=1)
-    hooks = standard_hooks(trainer, StepLog(None), Checkpoints(tmp_path), after_step=lambda step: None)
-    assert [type(h).__name__ for h in hooks] == ["LogLosses", "EveryStep", "Checkpoint", "StopOnSignal", "ProgressBar"]
+    trainer = TrainerSpec(
+        name="t",
+        lr=1e-3,
+        batch_size=4,
+        warmup_ratio=0.0,
+        weight_decay=0.0,
+        adam_betas=(0.9, 0.99),
+        adam_eps=1e-8,
+        max_grad_norm=None,
+        device="cpu",
+        precision="fp32",
+        log_every=1,
+        checkpoint_every=1,
+    )
+    hooks = standard_hooks(
+        trainer, StepLog(None), Checkpoints(tmp_path), after_step=lambda step: None
+    )
+    assert [type(h).__name__ for h in hooks] == [
+        "LogLosses",
+        "EveryStep",
+        "Checkpoint",
+        "StopOnSignal",
+        "ProgressBar",
+    ]
 
 
-# ------------------------------------------------------------------------------------ the sampler protocol
+# ------------------------------------------------------------------------------------ the sampler
+# protocol
 
 
 def samplers():
@@ -167,8 +214,12 @@ def samplers():
         SeededBatches(lengths, 4, shuffle=True, seed=1),
         SeededBatches(lengths, 4, shuffle=True, seed=1, group_by_length=True),
         SeededBatches(lengths, 4, shuffle=False),
-        ShardedBatches(37, 8, 2, World(0, 1, 0), seed=1),  # 4 micro-batches of 2 per global batch of 8
-        ShardedBatches(37, 8, 2, World(1, 2, 1), seed=1),  # rank 1 of 2: 2 micro-batches per global batch
+        ShardedBatches(
+            37, 8, 2, World(0, 1, 0), seed=1
+        ),  # 4 micro-batches of 2 per global batch of 8
+        ShardedBatches(
+            37, 8, 2, World(1, 2, 1), seed=1
+        ),  # rank 1 of 2: 2 micro-batches per global batch
     ]
 
 
@@ -196,14 +247,28 @@ def test_a_sampler_must_say_how_to_resume():
         Unpositionable()
 
 
-@pytest.mark.parametrize(("schedule", "warmup", "expected"), [
-    ("linear", 0.5, [0.0, 1 / 3, 2 / 3, 1.0, 2 / 3, 1 / 3]),  # 3 warm-up steps of 6, then decay
-    ("constant", 0.5, [1.0] * 6),  # TinyBERT's intermediate stage: the warm-up ratio is not used
-])
+@pytest.mark.parametrize(
+    ("schedule", "warmup", "expected"),
+    [
+        ("linear", 0.5, [0.0, 1 / 3, 2 / 3, 1.0, 2 / 3, 1 / 3]),  # 3 warm-up steps of 6, then decay
+        (
+            "constant",
+            0.5,
+            [1.0] * 6,
+        ),  # TinyBERT's intermediate stage: the warm-up ratio is not used
+    ],
+)
 def test_stage_schedules(schedule, warmup, expected):
     stage = toy_stage()
-    stage.optimizer = OptimizerSpec(lr=1.0, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                                    warmup_ratio=warmup, max_grad_norm=None, schedule=schedule)
+    stage.optimizer = OptimizerSpec(
+        lr=1.0,
+        weight_decay=0.0,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        warmup_ratio=warmup,
+        max_grad_norm=None,
+        schedule=schedule,
+    )
     progress = loop.start(stage, None)
     rates = []
     for _ in range(6):

@@ -97,7 +97,10 @@ CASES = [
     Case(
         "val_kl",
         val_kl,
-        lambda b, n, g: (torch.randn(b, H, n, 4, generator=g), torch.randn(b, H, n, 8, generator=g)),
+        lambda b, n, g: (
+            torch.randn(b, H, n, 4, generator=g),
+            torch.randn(b, H, n, 8, generator=g),
+        ),
         (2,),
         lambda n: H * n,
     ),
@@ -180,7 +183,9 @@ def test_equals_manual_from_unpadded_pieces(case: Case):
     s, t, mask = make_padded(case, lengths, seed=4, fill=777.0)
     out = case.fn(s, t, mask)
     num = sum(
-        float(case.fn(slice_tokens(s, b, case.token_dims, n), slice_tokens(t, b, case.token_dims, n)))
+        float(
+            case.fn(slice_tokens(s, b, case.token_dims, n), slice_tokens(t, b, case.token_dims, n))
+        )
         * case.weight(n)
         for b, n in enumerate(lengths)
     )
@@ -201,7 +206,9 @@ def test_fully_padded_example_is_ignored(case: Case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.int32, torch.int64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "mask_dtype", [torch.bool, torch.int32, torch.int64, torch.float32, torch.bfloat16]
+)
 def test_mask_dtypes(case: Case, mask_dtype: torch.dtype):
     s, t, mask = make_padded(case, [4, 2], seed=6, fill=3.0)
     assert close(case.fn(s, t, mask.to(mask_dtype)), case.fn(s, t, mask))
@@ -442,7 +449,9 @@ def test_relation_kl_indivisible_raises():
 # --------------------------------------------------------------------------- #
 # kd
 # --------------------------------------------------------------------------- #
-def _kd_by_hand(s: list[list[float]], t: list[list[float]], labels: list[int] | None, T: float, alpha: float):
+def _kd_by_hand(
+    s: list[list[float]], t: list[list[float]], labels: list[int] | None, T: float, alpha: float
+):
     kls, ces = [], []
     for srow, trow, i in zip(s, t, labels or [None] * len(s), strict=True):
         kls.append(_kl_by_hand([v / T for v in trow], [v / T for v in srow]))
@@ -518,7 +527,17 @@ def test_kd_bad_shapes_raise():
 
 
 def test_public_names():
-    assert set(Fn.__all__) == {"kd", "att_mse", "att_kl", "val_kl", "relation_kl", "hid_mse", "cosine", "mlm_kd", "mlm"}
+    assert set(Fn.__all__) == {
+        "kd",
+        "att_mse",
+        "att_kl",
+        "val_kl",
+        "relation_kl",
+        "hid_mse",
+        "cosine",
+        "mlm_kd",
+        "mlm",
+    }
 
 
 OBJECTIVE_CONFIGS = sorted((Path(kdbench.__file__).parent / "conf" / "objective").glob("*.yaml"))
@@ -529,7 +548,9 @@ def test_objective_configs_name_only_registered_losses(path: Path):
     config = yaml.safe_load(path.read_text())
     for spec in [*(config.get("terms") or []), *(config.get("terms_task_agnostic") or [])]:
         assert spec["loss"] in LOSSES, f"{path.name}: loss {spec['loss']!r} is not in LOSSES"
-        assert spec.get("feature", LOSSES[spec["loss"]].features[0]) in LOSSES[spec["loss"]].features
+        assert (
+            spec.get("feature", LOSSES[spec["loss"]].features[0]) in LOSSES[spec["loss"]].features
+        )
 
 
 def test_every_registered_loss_is_computed_by_a_function_of_its_name():

@@ -20,7 +20,12 @@ SPEC = MaskingSpec(VOCAB, MASK, (PAD, UNK, CLS, SEP, MASK))
 def tokenizer():
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *string.ascii_lowercase]
     tok = BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)})
-    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id) == (CLS, SEP, PAD, MASK)
+    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id, tok.mask_token_id) == (
+        CLS,
+        SEP,
+        PAD,
+        MASK,
+    )
     return tok
 
 
@@ -37,7 +42,9 @@ def random_batch(seed: int = 0):
 
 def test_masking_statistics_follow_bert():
     ids, attention = random_batch()
-    masked, labels = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(1), attention_mask=attention)
+    masked, labels = mask_tokens(
+        ids, SPEC, generator=torch.Generator().manual_seed(1), attention_mask=attention
+    )
     maskable = ~torch.isin(ids, torch.tensor([PAD, CLS, SEP]))
     chosen = labels != -100
     assert not (chosen & ~maskable).any()
@@ -66,9 +73,14 @@ def test_masking_is_seeded_and_fresh_each_call():
 def test_spec_from_tokenizer_masks_like_explicit_ids(tokenizer):
     ids = torch.randint(5, len(tokenizer), (4, 32), generator=torch.Generator().manual_seed(0))
     ids[:, 0] = CLS
-    via_tok = mask_tokens(ids, MaskingSpec.from_tokenizer(tokenizer), generator=torch.Generator().manual_seed(0))
-    explicit = mask_tokens(ids, MaskingSpec(len(tokenizer), MASK, (PAD, UNK, CLS, SEP, MASK)),
-                           generator=torch.Generator().manual_seed(0))
+    via_tok = mask_tokens(
+        ids, MaskingSpec.from_tokenizer(tokenizer), generator=torch.Generator().manual_seed(0)
+    )
+    explicit = mask_tokens(
+        ids,
+        MaskingSpec(len(tokenizer), MASK, (PAD, UNK, CLS, SEP, MASK)),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.equal(via_tok[0], explicit[0]) and torch.equal(via_tok[1], explicit[1])
     assert (via_tok[1][:, 0] == -100).all()
 
@@ -76,7 +88,7 @@ def test_spec_from_tokenizer_masks_like_explicit_ids(tokenizer):
 def test_smoothed_token_weights_are_counts_to_the_minus_smoothing():
     rows = np.array([[5, 5, 5, 5], [5, 6, 6, 7]])  # counts 5 -> 5, 6 -> 2, 7 -> 1, else 0 (as 1)
     weights = smoothed_token_weights(rows, 9, 0.7, chunk=1)
-    expected = torch.tensor([1, 1, 1, 1, 1, 5 ** -0.7, 2 ** -0.7, 1, 1], dtype=torch.float)
+    expected = torch.tensor([1, 1, 1, 1, 1, 5**-0.7, 2**-0.7, 1, 1], dtype=torch.float)
     assert torch.allclose(weights, expected)
 
 
@@ -102,8 +114,9 @@ def test_the_corpus_collator_gives_flat_mlm_positions_and_says_whether_the_batch
 
     ids, attention = random_batch()
     attention = attention if padded else torch.ones_like(attention)
-    sequences = [{"input_ids": i, "attention_mask": a}
-                 for i, a in zip(ids[:8], attention[:8], strict=True)]
+    sequences = [
+        {"input_ids": i, "attention_mask": a} for i, a in zip(ids[:8], attention[:8], strict=True)
+    ]
     corpus = KeyedCorpus(sequences)
     batch = CorpusCollator(SPEC, seed=3)([corpus[(0, index)] for index in range(8)])
     chosen = torch.zeros(8 * 128, dtype=torch.bool)
@@ -115,4 +128,6 @@ def test_the_corpus_collator_gives_flat_mlm_positions_and_says_whether_the_batch
     assert torch.equal(batch["input_ids"][unchosen], ids[:8][unchosen])  # only those change
     attended = batch["attention_mask"].flatten().nonzero().squeeze(1)
     assert torch.equal(batch["attended_positions"], attended)
-    assert torch.equal(batch["attended_positions"][batch["masked_in_attended"]], batch["mlm_positions"])
+    assert torch.equal(
+        batch["attended_positions"][batch["masked_in_attended"]], batch["mlm_positions"]
+    )

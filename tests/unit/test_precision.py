@@ -27,16 +27,18 @@ def gpu(monkeypatch):
     return like
 
 
-@pytest.mark.parametrize(("name", "precision"),
-                         [("H100", "bf16"), ("A100", "bf16"), ("T4", "fp32"), ("V100", "fp32")])
+@pytest.mark.parametrize(
+    ("name", "precision"), [("H100", "bf16"), ("A100", "bf16"), ("T4", "fp32"), ("V100", "fp32")]
+)
 def test_auto_precision_is_bf16_only_on_a_gpu_with_native_bf16(gpu, name, precision):
     gpu(name)
     assert resolve_precision("auto", CUDA) == precision
     assert resolve_precision("fp32", CUDA) == "fp32" and resolve_precision("bf16", CUDA) == "bf16"
 
 
-@pytest.mark.parametrize(("name", "tf32"),
-                         [("H100", True), ("A100", True), ("T4", False), ("V100", False)])
+@pytest.mark.parametrize(
+    ("name", "tf32"), [("H100", True), ("A100", True), ("T4", False), ("V100", False)]
+)
 def test_tf32_is_used_by_fp32_runs_on_a_gpu_that_has_it(gpu, name, tf32):
     gpu(name)
     assert resolve_tf32(True, CUDA, "fp32") is tf32
@@ -54,10 +56,12 @@ def test_the_cpu_computes_in_fp32_without_asking_cuda(monkeypatch):
     assert resolve_precision("auto", cpu) == "fp32" and resolve_tf32(True, cpu, "fp32") is False
 
 
-@pytest.mark.parametrize(("name", "precision", "tf32"),
-                         [("A100", "bf16", False), ("V100", "fp32", False)])
-def test_the_plan_resolves_the_default_precision_for_its_gpu(gpu, tiny_glue, tmp_path, name,
-                                                             precision, tf32):
+@pytest.mark.parametrize(
+    ("name", "precision", "tf32"), [("A100", "bf16", False), ("V100", "fp32", False)]
+)
+def test_the_plan_resolves_the_default_precision_for_its_gpu(
+    gpu, tiny_glue, tmp_path, name, precision, tf32
+):
     gpu(name)
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, "trainer.device=cuda"))
     assert cfg.trainer.precision == "auto" and cfg.trainer.tf32 is True
@@ -92,7 +96,6 @@ def test_matmul_precision_is_set_for_a_gpu_run_only():
     finally:
         torch.set_float32_matmul_precision(before[0])
         torch.backends.cudnn.allow_tf32 = before[1]
-
 
 
 def test_a_bad_tf32_is_refused(tiny_glue, tmp_path):

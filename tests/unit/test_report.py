@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from kdbench.report.cli import main
-from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_run, write_scores, write_three_objectives
+from tests.unit.report_helpers import (
+    A,
+    B,
+    C,
+    read_csv,
+    run_main,
+    write_run,
+    write_scores,
+    write_three_objectives,
+)
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -21,13 +30,16 @@ def three_objectives(tmp_path: Path) -> Path:
     return write_three_objectives(tmp_path / "results")
 
 
-# ------------------------------------------------------------------------------------------- bad input / CLI
+# ------------------------------------------------------------------------------------------- bad
+# input / CLI
 
 
 def test_failed_running_and_malformed_are_listed_not_counted(tmp_path: Path, capsys):
     results = tmp_path / "results"
     write_scores(results, {("rte", "att_kl", "4,8,12"): A, ("rte", "hid_mse", "4,8,12"): B})
-    failed = write_run(results, name="f", status="failed", error="Traceback\n...\nRuntimeError: CUDA OOM")
+    failed = write_run(
+        results, name="f", status="failed", error="Traceback\n...\nRuntimeError: CUDA OOM"
+    )
     running = write_run(results, name="r", status="running", objective="hid_mse", seed=9, score=1.0)
     (results / "bad").mkdir()
     (results / "bad" / "result.json").write_text("{not json")
@@ -53,7 +65,9 @@ def test_failed_running_and_malformed_are_listed_not_counted(tmp_path: Path, cap
     }
     reasons = dict(zip(excluded.path, excluded.reason, strict=True))
     assert "invalid JSON" in reasons["bad/result.json"]
-    assert "missing key" in reasons["nokeys/result.json"] and "seed" in reasons["nokeys/result.json"]
+    assert (
+        "missing key" in reasons["nokeys/result.json"] and "seed" in reasons["nokeys/result.json"]
+    )
 
     assert len(read_csv(out / "results.csv")) == 8
     summary = read_csv(out / "summary.csv")
@@ -88,8 +102,9 @@ def test_main_exits_2_without_results(tmp_path: Path, capsys, make: str):
 
 
 @pytest.mark.parametrize("out", ["file", "file/report"])
-def test_an_out_folder_that_cannot_be_one_is_one_line(three_objectives: Path, tmp_path: Path, capsys,
-                                                      out: str):
+def test_an_out_folder_that_cannot_be_one_is_one_line(
+    three_objectives: Path, tmp_path: Path, capsys, out: str
+):
     (tmp_path / "file").write_text("x")
     with pytest.raises(SystemExit) as exc:
         main([str(three_objectives), "--out", str(tmp_path / out), "--no-plots"])
@@ -131,7 +146,9 @@ def test_plots_are_non_empty_png(tmp_path: Path):
     out = run_main(results, plots=True)
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert "scores_task_specific_roberta_base_3x768.png" in pngs
-    assert "differences_task_specific_roberta_base_3x768.png" in pngs  # every compared family in one figure
+    assert (
+        "differences_task_specific_roberta_base_3x768.png" in pngs
+    )  # every compared family in one figure
     assert len(pngs) == 2
     for name in pngs:
         data = (out / name).read_bytes()

@@ -1,7 +1,8 @@
 """kdbench.report.verdicts: the paper's conclusions judged from synthetic runs with known effects.
 
-Scores are 70 + an offset per run set + a small zero-mean pattern of its own (orthogonal +-1 patterns), so a
-difference of offsets is exactly the mean paired difference and equal offsets give mean difference 0.
+Scores are 70 + an offset per run set + a small zero-mean pattern of its own (orthogonal +-1
+patterns), so a difference of offsets is exactly the mean paired difference and equal offsets give
+mean difference 0.
 """
 
 from __future__ import annotations
@@ -48,32 +49,59 @@ T1_OBJECTIVES, _ = TABLE_DESIGNS[1]
 T2_OBJECTIVES, _ = TABLE_DESIGNS[2]
 T3_OBJECTIVES, T3_INITS = TABLE_DESIGNS[3]
 ATTENTION_T3 = ("att_kl", "att_mse")
-T1_REPLICA = {"teacher": "minilm_l6", "student": "3x384",
-              "config": {"paper_analogue": {"table": 1, "inits": {"2,4,6": "4,8,12"}}}}
+T1_REPLICA = {
+    "teacher": "minilm_l6",
+    "student": "3x384",
+    "config": {"paper_analogue": {"table": 1, "inits": {"2,4,6": "4,8,12"}}},
+}
 T3_INIT_OF = {"4,8,12": "2,4,6", "1,8,12": "1,4,6", "1,2,3": "1,2,3"}  # paper -> measured
-T3_REPLICA = {"teacher": "minilm_l6", "student": "3x384",
-              "config": {"paper_analogue": {"table": 3, "inits": {v: k for k, v in T3_INIT_OF.items()}}}}
+T3_REPLICA = {
+    "teacher": "minilm_l6",
+    "student": "3x384",
+    "config": {"paper_analogue": {"table": 3, "inits": {v: k for k, v in T3_INIT_OF.items()}}},
+}
 AGNOSTIC = {"setting": "task_agnostic", "teacher": "bert_base_uncased", "student": "6x768"}
 
-# Table 1 as the paper has it: attention above the rest; att_kl noisy enough to tie with att_mse, att_kl+hid_seq
-# and att_mse+hid_seq; att_mse and att_mse+hid_seq equal; every other pair far apart.
-T1_PAPER_LIKE = {"vanilla_kd": -40, "hid_cls_contrast": -30, "hid_cls": -20, "hid_seq": -10, "att_kl": 0,
-                 "att_mse": 0.5, "att_kl+hid_seq": -0.5, "att_mse+hid_seq": 0.5, "att_kl+val_kl": 10}
+# Table 1 as the paper has it: attention above the rest; att_kl noisy enough to tie with att_mse,
+# att_kl+hid_seq and att_mse+hid_seq; att_mse and att_mse+hid_seq equal; every other pair far apart.
+T1_PAPER_LIKE = {
+    "vanilla_kd": -40,
+    "hid_cls_contrast": -30,
+    "hid_cls": -20,
+    "hid_seq": -10,
+    "att_kl": 0,
+    "att_mse": 0.5,
+    "att_kl+hid_seq": -0.5,
+    "att_mse+hid_seq": 0.5,
+    "att_kl+val_kl": 10,
+}
 T1_LOUD = {"att_kl": 0.6}  # att_kl 0.5 from its tied partners: not significant, equivalent within 1
 
 
-def scores(offsets: dict[str, float], noise: float = 0.1, loud: dict[str, float] | None = None) -> dict:
-    """Per level: 70 + offset + noise (``loud[level]`` for some) x a pattern of its own, over ``KEYS``."""
+def scores(
+    offsets: dict[str, float], noise: float = 0.1, loud: dict[str, float] | None = None
+) -> dict:
+    """Per level: 70 + offset + noise (``loud[level]`` for some) x a pattern of its own, over
+    ``KEYS``."""
     loud = loud or {}
-    return {level: [70.0 + offset + loud.get(level, noise) * p for p in PATTERNS[k % len(PATTERNS)]]
-            for k, (level, offset) in enumerate(offsets.items())}
+    return {
+        level: [70.0 + offset + loud.get(level, noise) * p for p in PATTERNS[k % len(PATTERNS)]]
+        for k, (level, offset) in enumerate(offsets.items())
+    }
 
 
-def write_table(root: Path, values: dict[str, list[float]], *, objective=None, init=None, keys=KEYS, **common):
-    """One run per (level, task, seed); levels are objectives (``init`` given) or measured inits (``objective``)."""
+def write_table(
+    root: Path, values: dict[str, list[float]], *, objective=None, init=None, keys=KEYS, **common
+):
+    """One run per (level, task, seed); levels are objectives (``init`` given) or measured inits
+    (``objective``)."""
     for level, row in values.items():
         for (task, seed), score in zip(keys, row, strict=False):
-            run = {"objective": level, "init": init} if objective is None else {"objective": objective, "init": level}
+            run = (
+                {"objective": level, "init": init}
+                if objective is None
+                else {"objective": objective, "init": level}
+            )
             write_run(root, task=task, seed=seed, score=score, **run, **common)
 
 
@@ -91,18 +119,33 @@ def write_t3(root: Path, offsets: dict[str, dict[str, float]], keys=KEYS, **nois
 
 
 def t3_offsets(lower: tuple[float, float, float], attention: tuple[float, float, float]) -> dict:
-    """Offsets at paper inits (4,8,12, 1,8,12, 1,2,3): ``lower`` for the non-attention objectives."""
-    return {objective: dict(zip(T3_INITS, attention if objective in ATTENTION_T3 else lower, strict=True))
-            for objective in T3_OBJECTIVES}
+    """Offsets at paper inits (4,8,12, 1,8,12, 1,2,3): ``lower`` for the non-attention
+    objectives."""
+    return {
+        objective: dict(
+            zip(T3_INITS, attention if objective in ATTENTION_T3 else lower, strict=True)
+        )
+        for objective in T3_OBJECTIVES
+    }
 
 
 def write_t2(root: Path, offsets: dict[str, float], **noise) -> Path:
-    """The paper's own task-agnostic design, two fine-tuning grid points per run: the worse one 30 points down."""
+    """The paper's own task-agnostic design, two fine-tuning grid points per run: the worse one 30
+    points down."""
     for objective, row in scores(offsets, **noise).items():
         for (task, seed), score in zip(KEYS, row, strict=True):
             for lr, points in ((1e-5, score), (5e-5, score - 30)):
-                write_run(root, task=task, objective=objective, init="random", seed=seed, score=points,
-                          grid={"lr": lr}, name=f"{objective}/{task}/s{seed}/lr{lr}", **AGNOSTIC)
+                write_run(
+                    root,
+                    task=task,
+                    objective=objective,
+                    init="random",
+                    seed=seed,
+                    score=points,
+                    grid={"lr": lr},
+                    name=f"{objective}/{task}/s{seed}/lr{lr}",
+                    **AGNOSTIC,
+                )
     return root
 
 
@@ -126,7 +169,8 @@ def without(offsets: dict, *levels: str) -> dict:
     return {level: value for level, value in offsets.items() if level not in levels}
 
 
-# ------------------------------------------------------------------------------------------------ the rules
+# ------------------------------------------------------------------------------------------------
+# the rules
 
 
 def test_claims_are_well_formed():
@@ -147,7 +191,8 @@ def test_combine_rule():
     assert combine([]) == NOT_COVERED
 
 
-# --------------------------------------------------------------------------------------- T1.attention_best
+# ---------------------------------------------------------------------------------------
+# T1.attention_best
 
 
 def test_attention_best_supported_on_a_replica(tmp_path: Path):
@@ -155,7 +200,9 @@ def test_attention_best_supported_on_a_replica(tmp_path: Path):
     assert judgement.verdict == SUPPORTED
     (group,) = judgement.groups
     assert group.runs.replica and group.runs.measured_init == {"4,8,12": "2,4,6"}
-    assert len(group.evidence) == 20 and all(e.n_pairs == 8 and e.p_holm < 0.05 for e in group.evidence)
+    assert len(group.evidence) == 20 and all(
+        e.n_pairs == 8 and e.p_holm < 0.05 for e in group.evidence
+    )
 
 
 def test_attention_best_contradicted_when_reversed(tmp_path: Path):
@@ -167,7 +214,9 @@ def test_attention_best_contradicted_when_reversed(tmp_path: Path):
 
 @pytest.mark.parametrize("noise, reason", [(0.1, NOT_SIGNIFICANT), (0.0, UNTESTABLE)])
 def test_attention_best_inconclusive_without_effect(tmp_path: Path, noise: float, reason: str):
-    judgement = judge(write_t1(tmp_path, dict.fromkeys(T1_OBJECTIVES, 0.0), noise=noise), "T1.attention_best")
+    judgement = judge(
+        write_t1(tmp_path, dict.fromkeys(T1_OBJECTIVES, 0.0), noise=noise), "T1.attention_best"
+    )
     assert judgement.verdict == INCONCLUSIVE
     assert reason in reasons(judgement)
 
@@ -178,7 +227,9 @@ def test_attention_best_not_covered_names_missing_objectives(tmp_path: Path):
     assert judgement.verdict == NOT_COVERED
     missing = missing_runs(judgement)
     assert len(missing) == 2
-    assert missing[0] == "hid_cls at paper init 4,8,12 (Table 1) in task_specific minilm_l6 -> 3x384"
+    assert (
+        missing[0] == "hid_cls at paper init 4,8,12 (Table 1) in task_specific minilm_l6 -> 3x384"
+    )
     assert missing[1].startswith("att_kl+val_kl at paper init 4,8,12 (Table 1)")
 
 
@@ -189,7 +240,8 @@ def test_no_runs_for_a_table_is_not_covered(tmp_path: Path):
     assert "vanilla_kd at paper init 1,2,3 (Table 3)" in missing_runs(judgement)
 
 
-# -------------------------------------------------------------------------------- T1.attention_variants_tie
+# --------------------------------------------------------------------------------
+# T1.attention_variants_tie
 
 
 def test_variants_tie_supported_when_only_the_four_pairs_tie(tmp_path: Path):
@@ -209,26 +261,37 @@ def test_variants_tie_contradicted_when_a_tie_is_significant(tmp_path: Path):
 
 
 def test_variants_tie_inconclusive_when_nothing_differs(tmp_path: Path):
-    judgement = judge(write_t1(tmp_path, dict.fromkeys(T1_OBJECTIVES, 0.0)), "T1.attention_variants_tie")
+    judgement = judge(
+        write_t1(tmp_path, dict.fromkeys(T1_OBJECTIVES, 0.0)), "T1.attention_variants_tie"
+    )
     assert judgement.verdict == INCONCLUSIVE  # the ties hold, the other pairs are not significant
     assert NOT_SIGNIFICANT in reasons(judgement)
 
 
 def test_variants_tie_not_covered_without_a_tied_objective(tmp_path: Path):
-    judgement = judge(write_t1(tmp_path, without(T1_PAPER_LIKE, "att_mse+hid_seq"), loud=T1_LOUD),
-                      "T1.attention_variants_tie")
+    judgement = judge(
+        write_t1(tmp_path, without(T1_PAPER_LIKE, "att_mse+hid_seq"), loud=T1_LOUD),
+        "T1.attention_variants_tie",
+    )
     assert judgement.verdict == NOT_COVERED
-    assert [m.split(" in ")[0] for m in missing_runs(judgement)] == ["att_mse+hid_seq at paper init 4,8,12 (Table 1)"]
+    assert [m.split(" in ")[0] for m in missing_runs(judgement)] == [
+        "att_mse+hid_seq at paper init 4,8,12 (Table 1)"
+    ]
 
 
-# ------------------------------------------------------------------------------------------------- Table 3
+# -------------------------------------------------------------------------------------------------
+# Table 3
 
 
 def test_lower_layers_and_attention_robust_supported(tmp_path: Path):
     write_t3(tmp_path, t3_offsets(lower=(0, 5, 10), attention=(-5, 0, 0)))
     lower = judge(tmp_path, "T3.lower_layers_help")
     assert lower.verdict == SUPPORTED
-    assert lower.groups[0].runs.measured_init == {"4,8,12": "2,4,6", "1,8,12": "1,4,6", "1,2,3": "1,2,3"}
+    assert lower.groups[0].runs.measured_init == {
+        "4,8,12": "2,4,6",
+        "1,8,12": "1,4,6",
+        "1,2,3": "1,2,3",
+    }
     assert len(lower.groups[0].evidence) == 12
     assert judge(tmp_path, "T3.attention_robust_to_init").verdict == SUPPORTED
 
@@ -250,10 +313,14 @@ def test_lower_layers_inconclusive_and_robust_tie_holds_without_effect(tmp_path:
 
 
 def test_attention_robust_inconclusive_when_identical_or_one_seed(tmp_path: Path):
-    identical = write_t3(tmp_path / "identical", t3_offsets(lower=(0, 0, 0), attention=(0, 0, 0)), noise=0.0)
+    identical = write_t3(
+        tmp_path / "identical", t3_offsets(lower=(0, 0, 0), attention=(0, 0, 0)), noise=0.0
+    )
     robust = judge(identical, "T3.attention_robust_to_init")
     assert robust.verdict == INCONCLUSIVE and reasons(robust) == {UNTESTABLE}
-    one_seed = write_t3(tmp_path / "one", t3_offsets(lower=(0, 5, 10), attention=(-5, 0, 0)), keys=KEYS[:1])
+    one_seed = write_t3(
+        tmp_path / "one", t3_offsets(lower=(0, 5, 10), attention=(-5, 0, 0)), keys=KEYS[:1]
+    )
     for claim_id in ("T3.attention_robust_to_init", "T3.lower_layers_help"):
         judgement = judge(one_seed, claim_id)
         assert judgement.verdict == INCONCLUSIVE and reasons(judgement) == {TOO_FEW}
@@ -266,13 +333,18 @@ def test_table3_not_covered_names_missing_inits(tmp_path: Path):
     write_t3(tmp_path, offsets)
     lower = judge(tmp_path, "T3.lower_layers_help")
     assert lower.verdict == NOT_COVERED
-    assert [m.split(" in ")[0] for m in missing_runs(lower)] == ["hid_seq at paper init 1,8,12 (Table 3)"]
+    assert [m.split(" in ")[0] for m in missing_runs(lower)] == [
+        "hid_seq at paper init 1,8,12 (Table 3)"
+    ]
     robust = judge(tmp_path, "T3.attention_robust_to_init")
     assert robust.verdict == NOT_COVERED
-    assert [m.split(" in ")[0] for m in missing_runs(robust)] == ["att_mse at paper init 1,2,3 (Table 3)"]
+    assert [m.split(" in ")[0] for m in missing_runs(robust)] == [
+        "att_mse at paper init 1,2,3 (Table 3)"
+    ]
 
 
-# ---------------------------------------------------------------------------------------- Tables 2 and 4
+# ---------------------------------------------------------------------------------------- Tables 2
+# and 4
 
 
 def test_att_mse_best_agnostic_supported_on_best_grid_points(tmp_path: Path):
@@ -281,15 +353,24 @@ def test_att_mse_best_agnostic_supported_on_best_grid_points(tmp_path: Path):
     assert judgement.verdict == SUPPORTED
     (group,) = judgement.groups
     assert not group.runs.replica and len(group.evidence) == 7
-    assert all(e.mean_a == pytest.approx(75.0) and e.mean_b == pytest.approx(70.0) for e in group.evidence)
+    assert all(
+        e.mean_a == pytest.approx(75.0) and e.mean_b == pytest.approx(70.0) for e in group.evidence
+    )
 
 
 def test_att_mse_best_agnostic_contradicted_inconclusive_not_covered(tmp_path: Path):
     reversed_ = {o: (-5.0 if o == "att_mse" else 0.0) for o in T2_OBJECTIVES}
-    assert judge(write_t2(tmp_path / "rev", reversed_), "T2.att_mse_best_agnostic").verdict == CONTRADICTED
+    assert (
+        judge(write_t2(tmp_path / "rev", reversed_), "T2.att_mse_best_agnostic").verdict
+        == CONTRADICTED
+    )
     flat = dict.fromkeys(T2_OBJECTIVES, 0.0)
-    assert judge(write_t2(tmp_path / "flat", flat), "T2.att_mse_best_agnostic").verdict == INCONCLUSIVE
-    judgement = judge(write_t2(tmp_path / "few", without(flat, "vanilla_kd")), "T2.att_mse_best_agnostic")
+    assert (
+        judge(write_t2(tmp_path / "flat", flat), "T2.att_mse_best_agnostic").verdict == INCONCLUSIVE
+    )
+    judgement = judge(
+        write_t2(tmp_path / "few", without(flat, "vanilla_kd")), "T2.att_mse_best_agnostic"
+    )
     assert judgement.verdict == NOT_COVERED
     assert missing_runs(judgement)[0].startswith("vanilla_kd at paper init random (Table 2)")
 
@@ -303,15 +384,21 @@ def test_first_six_layers_count_as_the_papers_first_6(tmp_path: Path):
     assert judgement.groups[0].runs.measured_init == {"random": "random", "first 6": "1,2,3,4,5,6"}
 
 
-# ----------------------------------------------------------------------------------------------- claims.md
+# -----------------------------------------------------------------------------------------------
+# claims.md
 
 
 def test_report_writes_claims_md(tmp_path: Path):
     results = write_t1(tmp_path / "results", T1_PAPER_LIKE, loud=T1_LOUD)
     text = (run_main(results) / "claims.md").read_text()
-    assert text.startswith("# Findings: results\n\n### task_specific / minilm_l6 / 3x384: 9 objective(s)")
+    assert text.startswith(
+        "# Findings: results\n\n### task_specific / minilm_l6 / 3x384: 9 objective(s)"
+    )
     assert text.index("# Findings") < text.index("# Claims of Wang et al. 2023")
-    assert "Not covered by these runs (a run set they compare has no run): T3.lower_layers_help (Table 3)" in text
+    assert (
+        "Not covered by these runs (a run set they compare has no run): T3.lower_layers_help "
+        "(Table 3)" in text
+    )
     assert "| T3.lower_layers_help |" not in text  # not covered: in the one line, not the table
     assert "alpha = 0.05" in text and "Holm-adjusted within the family" in text
     assert "## When not to trust a verdict" in text
@@ -333,11 +420,13 @@ def test_claims_md_follows_alpha(tmp_path: Path):
     assert "effect not significant" in text
 
 
-# ------------------------------------------------------------------------------------- equivalence and direction
+# ------------------------------------------------------------------------------------- equivalence
+# and direction
 
 
 def tost_by_hand(frame, objective: str, init_a: str, init_b: str, margin: float) -> float:
-    """TOST with scipy: the larger p of ``a - b > -margin`` and ``a - b < +margin``, paired by (task, seed)."""
+    """TOST with scipy: the larger p of ``a - b > -margin`` and ``a - b < +margin``, paired by
+    (task, seed)."""
     runs = frame[frame["objective"] == objective].set_index(["task", "seed"])
     a, b = runs[runs["init"] == init_a]["score"], runs[runs["init"] == init_b]["score"]
     a, b = a.align(b, join="inner")
@@ -346,11 +435,18 @@ def tost_by_hand(frame, objective: str, init_a: str, init_b: str, margin: float)
     return max(above, below)
 
 
-@pytest.mark.parametrize("attention, noise, verdict", [
-    ((0, 0, 0), 0.1, SUPPORTED),  # a real tie: equivalent within the margin
-    ((0, 0, 5), 0.1, CONTRADICTED),  # a large gap: significant
-    ((0, 0, 0.8), 1.0, INCONCLUSIVE),  # a gap near the margin, noisy: neither different nor equivalent
-])
+@pytest.mark.parametrize(
+    "attention, noise, verdict",
+    [
+        ((0, 0, 0), 0.1, SUPPORTED),  # a real tie: equivalent within the margin
+        ((0, 0, 5), 0.1, CONTRADICTED),  # a large gap: significant
+        (
+            (0, 0, 0.8),
+            1.0,
+            INCONCLUSIVE,
+        ),  # a gap near the margin, noisy: neither different nor equivalent
+    ],
+)
 def test_claimed_tie_needs_an_equivalence_test(tmp_path: Path, attention, noise, verdict):
     write_t3(tmp_path, t3_offsets(lower=(0, 5, 10), attention=attention), noise=noise)
     judgement = judge(tmp_path, "T3.attention_robust_to_init")
@@ -362,23 +458,39 @@ def test_claimed_tie_needs_an_equivalence_test(tmp_path: Path, attention, noise,
         assert (e.p_equivalence < 0.05) == (verdict == SUPPORTED)
         if verdict == INCONCLUSIVE:
             assert e.reason == NOT_EQUIVALENT and e.p_holm >= 0.05
-            assert e.seeds_needed > e.n_pairs  # |difference| inside the margin: more pairs would settle it
+            assert (
+                e.seeds_needed > e.n_pairs
+            )  # |difference| inside the margin: more pairs would settle it
 
 
 def test_power_advice_only_in_the_claimed_direction(tmp_path: Path):
     write_t3(tmp_path, t3_offsets(lower=(0.5, 0.25, 0), attention=(-5, 0, 0)), noise=1.0)
     evidence = judge(tmp_path, "T3.lower_layers_help").groups[0].evidence
     reversed_gap = [e for e in evidence if e.mean_a < e.mean_b]
-    assert reversed_gap and all(e.verdict == INCONCLUSIVE and e.reason == OPPOSITE for e in reversed_gap)
+    assert reversed_gap and all(
+        e.verdict == INCONCLUSIVE and e.reason == OPPOSITE for e in reversed_gap
+    )
     assert all(math.isnan(e.seeds_needed) for e in reversed_gap)
 
 
 def test_a_study_whose_runs_all_collapsed_makes_no_comparison(tmp_path: Path):
-    constant = {"dev_class_0": 428, "dev_class_1": 444}  # SST-2 dev: predicting class 1 everywhere scores 50.9
+    constant = {
+        "dev_class_0": 428,
+        "dev_class_1": 444,
+    }  # SST-2 dev: predicting class 1 everywhere scores 50.9
     for objective in T1_OBJECTIVES:
         for task, seed in KEYS:
-            write_run(tmp_path, task=task, seed=seed, objective=objective, init="2,4,6", score=100 * 444 / 872,
-                      metrics={"accuracy": 100 * 444 / 872, **constant}, score_metric="accuracy", **T1_REPLICA)
+            write_run(
+                tmp_path,
+                task=task,
+                seed=seed,
+                objective=objective,
+                init="2,4,6",
+                score=100 * 444 / 872,
+                metrics={"accuracy": 100 * 444 / 872, **constant},
+                score_metric="accuracy",
+                **T1_REPLICA,
+            )
     judgement = judge(tmp_path, "T1.attention_best")
     assert judgement.verdict == INCONCLUSIVE
     assert reasons(judgement) == {ALL_COLLAPSED} and judgement.groups[0].runs.all_collapsed

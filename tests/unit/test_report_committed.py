@@ -1,4 +1,5 @@
-"""The committed reports regenerate from their runs.jsonl alone, and no output names a path of the machine."""
+"""The committed reports regenerate from their runs.jsonl alone, and no output names a path of the
+machine."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ import pytest
 from kdbench.report.cli import main
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
-KEPT = {"README.md", "runs.jsonl"}  # written by hand or by experiments/runs_from_report.py, not by the report
+KEPT = {
+    "README.md",
+    "runs.jsonl",
+}  # written by hand or by experiments/runs_from_report.py, not by the report
 
 
 @pytest.mark.slow
 def test_mini_table1_regenerates_from_its_runs_jsonl(tmp_path: Path):
     folder = RESULTS / "mini_table1"
-    out = tmp_path / "mini_table1"  # the same name (the page's title is the study's), the records beside the page
+    out = (
+        tmp_path / "mini_table1"
+    )  # the same name (the page's title is the study's), the records beside the page
     out.mkdir()
     shutil.copy(folder / "runs.jsonl", out)
     assert main([str(out / "runs.jsonl"), "--out", str(out), "--paper"]) == 0

@@ -1,4 +1,5 @@
-"""The task-agnostic records in the report: distillations are listed, fine-tuning grids keep their best point."""
+"""The task-agnostic records in the report: distillations are listed, fine-tuning grids keep their
+best point."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ from kdbench.report.cli import main
 
 def write(path, **fields):
     path.mkdir(parents=True)
-    record = {"schema": 1, "status": "completed", "setting": "task_agnostic", "teacher": "bert_base_uncased",
-              "student": "6x768", "init": "random", "objective": "att_kl", "seed": 1, "task": "rte",
-              "metrics": {"accuracy": fields.get("score", 0)}, **fields}
+    record = {
+        "schema": 1,
+        "status": "completed",
+        "setting": "task_agnostic",
+        "teacher": "bert_base_uncased",
+        "student": "6x768",
+        "init": "random",
+        "objective": "att_kl",
+        "seed": 1,
+        "task": "rte",
+        "metrics": {"accuracy": fields.get("score", 0)},
+        **fields,
+    }
     (path / "result.json").write_text(json.dumps(record))
 
 
@@ -22,8 +33,13 @@ def test_best_grid_point_per_task_and_seed_is_the_result(tmp_path):
     write(runs / "distill", task=None, score=None, metrics={"heldout_loss": 0.3})
     for seed in (1, 2):
         for lr, bs, score in ((1e-5, 16, 60.0 + seed), (3e-5, 32, 65.0 + seed), (5e-5, 16, 62.0)):
-            write(runs / f"ft-{seed}-{lr}-{bs}", seed=seed, score=score, grid={"lr": lr, "batch_size": bs},
-                  distilled_from=str(runs / "distill" / "result.json"))
+            write(
+                runs / f"ft-{seed}-{lr}-{bs}",
+                seed=seed,
+                score=score,
+                grid={"lr": lr, "batch_size": bs},
+                distilled_from=str(runs / "distill" / "result.json"),
+            )
     assert main([str(runs), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
     results = pd.read_csv(tmp_path / "report" / "results.csv")
     assert sorted(results["score"]) == [66.0, 67.0]

@@ -1,4 +1,5 @@
-"""kdbench.report statistics: Holm, the paired t-tests against scipy, unmatched runs, significance.md."""
+"""kdbench.report statistics: Holm, the paired t-tests against scipy, unmatched runs,
+significance.md."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ from kdbench.report.frames import drop_duplicates, split_designs, to_frame
 from kdbench.report.load import load_records
 from kdbench.report.paired import MAX_SEEDS, holm, paired_effect, paired_power, seeds_needed
 from kdbench.report.stats import PVALUE_COLS, UNMATCHED_COLS, paired_tests
-from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_run, write_scores, write_three_objectives
+from tests.unit.report_helpers import (
+    A,
+    B,
+    C,
+    read_csv,
+    run_main,
+    write_run,
+    write_scores,
+    write_three_objectives,
+)
 
 
 @pytest.fixture
@@ -21,7 +31,8 @@ def three_objectives(tmp_path: Path) -> Path:
     return write_three_objectives(tmp_path / "results")
 
 
-# --------------------------------------------------------------------------------------------- statistics
+# ---------------------------------------------------------------------------------------------
+# statistics
 
 
 def test_holm_by_hand():
@@ -39,7 +50,11 @@ def test_paired_t_and_p_equal_scipy(three_objectives: Path):
     assert list(pv.columns) == PVALUE_COLS
     rte = pv[(pv.task == "rte") & (pv.factor == "objective")]
     assert len(rte) == 3
-    cases = [("att_kl", "hid_mse", A, B), ("att_kl", "logit_kl", A, C), ("hid_mse", "logit_kl", B, C)]
+    cases = [
+        ("att_kl", "hid_mse", A, B),
+        ("att_kl", "logit_kl", A, C),
+        ("hid_mse", "logit_kl", B, C),
+    ]
     for a, b, xs, ys in cases:
         row = rte[(rte.a == a) & (rte.b == b)].iloc[0]
         expected = stats.ttest_rel(xs, ys)
@@ -79,7 +94,11 @@ def test_pooled_all_pairs_by_task_and_seed(tmp_path: Path):
 def test_pair_with_one_matched_seed_is_kept_with_empty_p(tmp_path: Path):
     results = tmp_path / "results"
     write_scores(
-        results, {("rte", "att_kl", "4,8,12"): [70.0, 71.0], ("rte", "hid_mse", "4,8,12"): [None, 69.0, 68.0]}
+        results,
+        {
+            ("rte", "att_kl", "4,8,12"): [70.0, 71.0],
+            ("rte", "hid_mse", "4,8,12"): [None, 69.0, 68.0],
+        },
     )
     out = run_main(results)
     pv = read_csv(out / "pvalues.csv")
@@ -88,11 +107,15 @@ def test_pair_with_one_matched_seed_is_kept_with_empty_p(tmp_path: Path):
     assert math.isnan(rte.t) and math.isnan(rte.p) and math.isnan(rte.p_holm)
     assert rte.mean_a == 71.0 and rte.mean_b == 69.0
     raw = (out / "pvalues.csv").read_text().splitlines()
-    assert any(line.endswith(",1,71.0,69.0,2.0,,,,,,,,") for line in raw)  # a difference, nothing inferred
+    assert any(
+        line.endswith(",1,71.0,69.0,2.0,,,,,,,,") for line in raw
+    )  # a difference, nothing inferred
 
     unmatched = read_csv(out / "unmatched.csv")
     assert list(unmatched.columns) == UNMATCHED_COLS
-    got = set(unmatched[["task", "a", "b", "missing_side", "seed"]].itertuples(index=False, name=None))
+    got = set(
+        unmatched[["task", "a", "b", "missing_side", "seed"]].itertuples(index=False, name=None)
+    )
     assert got == {("rte", "att_kl", "hid_mse", "b", 1), ("rte", "att_kl", "hid_mse", "a", 3)}
     assert "untestable" in (out / "significance.md").read_text()
 
@@ -109,7 +132,9 @@ def test_zero_variance_pair_has_empty_p_and_is_left_out_of_holm(tmp_path: Path):
     )
     pv = read_csv(run_main(results) / "pvalues.csv")
     rte = pv[pv.task == "rte"].set_index(["a", "b"])
-    assert math.isnan(rte.loc[("att_kl", "copy"), "p"]) and math.isnan(rte.loc[("att_kl", "copy"), "p_holm"])
+    assert math.isnan(rte.loc[("att_kl", "copy"), "p"]) and math.isnan(
+        rte.loc[("att_kl", "copy"), "p_holm"]
+    )
     p = stats.ttest_rel(A, C).pvalue
     # m = 2 (the NaN pair is not counted), both remaining pairs have the same p
     assert rte.loc[("att_kl", "logit_kl"), "p_holm"] == pytest.approx(min(1.0, 2 * p))
@@ -133,7 +158,9 @@ def test_init_factor_compares_inits_within_objective(tmp_path: Path):
     assert (row.fixed, row.a, row.b) == ("att_kl", "4,8,12", "random")
     assert row.p == pytest.approx(stats.ttest_rel(A, C).pvalue)
     objective_rows = pv[pv.factor == "objective"]
-    assert set(objective_rows.fixed) == {"4,8,12"}  # 'random' has one objective only: nothing to compare
+    assert set(objective_rows.fixed) == {
+        "4,8,12"
+    }  # 'random' has one objective only: nothing to compare
 
 
 def test_significance_lists_non_significant_pairs(three_objectives: Path):
@@ -142,33 +169,44 @@ def test_significance_lists_non_significant_pairs(three_objectives: Path):
     rte = pv[(pv.task == "rte")].set_index(["a", "b"])
     assert rte.loc[("att_kl", "hid_mse"), "p_holm"] >= 0.05  # sanity of the fixture
     row = rte.loc[("att_kl", "hid_mse")]
-    rte_line = next(line for line in text.splitlines() if line.startswith("| rte | att_kl | hid_mse |"))
+    rte_line = next(
+        line for line in text.splitlines() if line.startswith("| rte | att_kl | hid_mse |")
+    )
     cells = [cell.strip() for cell in rte_line.strip("|").split("|")]
     assert cells[6] == f"{row['diff']:+.1f} [{row.ci_low:+.1f}, {row.ci_high:+.1f}]"
     assert cells[9:] == [f"{row.p_holm:.3f}", "no", f"{int(row.seeds_needed)} pairs"]
     assert "| | att_kl | hid_mse | logit_kl |" in text  # the ALL matrix of differences
     pooled = pv[pv.task == "ALL"].set_index(["a", "b"]).loc[("att_kl", "hid_mse")]
     matrix_row = next(line for line in text.splitlines() if line.startswith("| hid_mse | "))
-    assert f"{-pooled['diff']:+.1f}" in matrix_row.split("|")[2]  # hid_mse - att_kl, read from hid_mse's row
+    assert (
+        f"{-pooled['diff']:+.1f}" in matrix_row.split("|")[2]
+    )  # hid_mse - att_kl, read from hid_mse's row
 
 
-# ------------------------------------------------------------------------------------------------ designs
+# ------------------------------------------------------------------------------------------------
+# designs
 
 
 def _config(lr: float, seed: int, device: str = "cpu", compile_: bool = False) -> dict:
-    return {"seed": seed, "paths": {"out": f"runs/{seed}"}, "trainer": {"lr": lr, "device": device,
-                                                                         "compile": compile_}}
+    return {
+        "seed": seed,
+        "paths": {"out": f"runs/{seed}"},
+        "trainer": {"lr": lr, "device": device, "compile": compile_},
+    }
 
 
 def test_split_designs_excludes_a_cells_other_design_naming_the_key(tmp_path: Path):
     results = tmp_path / "results"
-    # seeds 1-3: one design, differing only in seed, paths, device and trainer.compile (not design keys)
+    # seeds 1-3: one design, differing only in seed, paths, device and trainer.compile (not design
+    # keys)
     write_run(results, seed=1, config=_config(5e-5, 1))
     write_run(results, seed=2, config=_config(5e-5, 2, device="cuda"))
     write_run(results, seed=3, config=_config(5e-5, 3, compile_=True))
     write_run(results, seed=4, config=_config(1e-4, 4))  # another learning rate: another design
     write_run(results, seed=5, config=None)  # no config: not compared, kept
-    write_run(results, seed=1, objective="hid_seq", config=_config(1e-4, 1))  # another cell: its own design
+    write_run(
+        results, seed=1, objective="hid_seq", config=_config(1e-4, 1)
+    )  # another cell: its own design
     frame, excluded = split_designs(to_frame(load_records(results).records))
     assert sorted(frame[frame.objective == "att_kl"].seed) == [1, 2, 3, 5]
     assert list(frame[frame.objective == "hid_seq"].seed) == [1]
@@ -191,17 +229,28 @@ def test_same_key_other_design_is_a_mismatch_not_a_duplicate(tmp_path: Path):
     for seed in (1, 2):  # one sweep, and a second sweep of another design into the same folder tree
         write_run(results, seed=seed, name=f"a/seed{seed}", config=_config(5e-5, seed))
         write_run(results, seed=seed, name=f"b/seed{seed}", config=_config(1e-4, seed))
-    write_run(results, seed=1, name="c/seed1", config=_config(5e-5, 1, device="cuda"))  # a re-run of a/seed1
+    write_run(
+        results, seed=1, name="c/seed1", config=_config(5e-5, 1, device="cuda")
+    )  # a re-run of a/seed1
     frame, duplicates = drop_duplicates(to_frame(load_records(results).records))
-    assert [(row["kind"], row["path"]) for row in duplicates] == [("duplicate", "c/seed1/result.json")]
+    assert [(row["kind"], row["path"]) for row in duplicates] == [
+        ("duplicate", "c/seed1/result.json")
+    ]
     assert "a/seed1/result.json" in duplicates[0]["reason"]
     kept, mismatched = split_designs(frame)
-    assert sorted(kept.path) == ["a/seed1/result.json", "a/seed2/result.json"]  # equal counts: the first path's
-    assert sorted(row["path"] for row in mismatched) == ["b/seed1/result.json", "b/seed2/result.json"]
+    assert sorted(kept.path) == [
+        "a/seed1/result.json",
+        "a/seed2/result.json",
+    ]  # equal counts: the first path's
+    assert sorted(row["path"] for row in mismatched) == [
+        "b/seed1/result.json",
+        "b/seed2/result.json",
+    ]
 
 
 def test_paired_effect_by_hand():
-    # differences 1, 2, 3: mean 2, sample std 1, t(0.975, 2) = 4.302653, half width 4.302653 / sqrt(3)
+    # differences 1, 2, 3: mean 2, sample std 1, t(0.975, 2) = 4.302653, half width 4.302653 /
+    # sqrt(3)
     effect = paired_effect([11.0, 12.0, 13.0], [10.0, 10.0, 10.0])
     assert effect["diff"] == pytest.approx(2.0) and effect["effect"] == pytest.approx(2.0)
     assert effect["ci_low"] == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-5)
@@ -225,12 +274,19 @@ def test_seeds_needed_bounds():
 
 def test_only_open_pairs_get_seeds_needed(tmp_path: Path):
     results = tmp_path / "results"
-    write_scores(results, {("rte", "a", "4,8,12"): [70.0, 71.0, 72.0, 73.0],
-                           ("rte", "b", "4,8,12"): [60.0, 61.0, 62.0, 63.5],
-                           ("rte", "c", "4,8,12"): [70.5, 70.0, 72.5, 73.5]})
+    write_scores(
+        results,
+        {
+            ("rte", "a", "4,8,12"): [70.0, 71.0, 72.0, 73.0],
+            ("rte", "b", "4,8,12"): [60.0, 61.0, 62.0, 63.5],
+            ("rte", "c", "4,8,12"): [70.5, 70.0, 72.5, 73.5],
+        },
+    )
     pv = read_csv(run_main(results) / "pvalues.csv")
     pooled = pv[pv.task == "ALL"].set_index(["a", "b"])
-    assert pooled.loc[("a", "b"), "p_holm"] < 0.05 and math.isnan(pooled.loc[("a", "b"), "seeds_needed"])
+    assert pooled.loc[("a", "b"), "p_holm"] < 0.05 and math.isnan(
+        pooled.loc[("a", "b"), "seeds_needed"]
+    )
     open_pair = pooled.loc[("a", "c")]
     assert open_pair.p_holm >= 0.05
     assert open_pair.seeds_needed == seeds_needed(open_pair.effect, 0.05) > 4

@@ -12,7 +12,16 @@ import numpy as np
 import pytest
 
 from kdbench.record import KEY_FIELDS
-from tests.unit.report_helpers import A, B, C, read_csv, run_main, write_run, write_scores, write_three_objectives
+from tests.unit.report_helpers import (
+    A,
+    B,
+    C,
+    read_csv,
+    run_main,
+    write_run,
+    write_scores,
+    write_three_objectives,
+)
 
 
 @pytest.fixture
@@ -20,7 +29,8 @@ def three_objectives(tmp_path: Path) -> Path:
     return write_three_objectives(tmp_path / "results")
 
 
-# ------------------------------------------------------------------------------------------------ summary
+# ------------------------------------------------------------------------------------------------
+# summary
 
 
 def test_summary_mean_and_std_equal_numpy(three_objectives: Path):
@@ -46,12 +56,16 @@ def test_results_csv_has_one_row_per_run_and_metric_columns(three_objectives: Pa
 
 def test_single_seed_cell_shows_mean_only(tmp_path: Path):
     results = tmp_path / "results"
-    write_scores(results, {("rte", "att_kl", "4,8,12"): [70.0], ("rte", "hid_mse", "4,8,12"): [60.0]})
+    write_scores(
+        results, {("rte", "att_kl", "4,8,12"): [70.0], ("rte", "hid_mse", "4,8,12"): [60.0]}
+    )
     out = run_main(results)
     summary = read_csv(out / "summary.csv")
     assert summary.loc[summary.task == "rte", "std"].isna().all()
     md = (out / "tables.md").read_text()
-    assert "| att_kl | **70.0** |\n" in md and "| Objective | RTE |\n" in md  # one task: no Avg column
+    assert (
+        "| att_kl | **70.0** |\n" in md and "| Objective | RTE |\n" in md
+    )  # one task: no Avg column
     assert "±" not in md.split("## ")[1].split("\n\n")[1]
     assert "n = 1 seed per cell" in md
 
@@ -86,7 +100,12 @@ def test_avg_blank_when_row_misses_a_task(tmp_path: Path):
     md = (out / "tables.md").read_text()
     hid_row = next(line for line in md.splitlines() if line.startswith("| hid_mse"))
     cells = [c.strip() for c in hid_row.split("|")[1:-1]]
-    assert cells == ["hid_mse", "", f"{np.mean(C):.1f} ± {np.std(C, ddof=1):.1f}", ""]  # MRPC and Avg blank
+    assert cells == [
+        "hid_mse",
+        "",
+        f"{np.mean(C):.1f} ± {np.std(C, ddof=1):.1f}",
+        "",
+    ]  # MRPC and Avg blank
 
 
 def test_task_columns_follow_paper_order_then_alphabetical(tmp_path: Path):
@@ -99,7 +118,9 @@ def test_task_columns_follow_paper_order_then_alphabetical(tmp_path: Path):
 
 
 def test_markdown_bolds_best_per_column(three_objectives: Path):
-    md = (run_main(three_objectives) / "tables.md").read_text().split("Cost (")[0]  # the measured table
+    md = (
+        (run_main(three_objectives) / "tables.md").read_text().split("Cost (")[0]
+    )  # the measured table
     lines = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line]
     rows = {line.split(" | ")[0][2:]: line for line in lines}
     # columns: Objective | MRPC | RTE | Avg ; att_kl is best everywhere
@@ -125,10 +146,13 @@ def test_init_rows_appear_when_init_varies(tmp_path: Path, three_objectives: Pat
     )
     md = (run_main(results) / "tables.md").read_text()
     assert "| Objective | Init | RTE |\n" in md
-    assert "| att_kl | 4,8,12 |" in md and "| att_kl | random |" in md and "| hid_mse | 4,8,12 |" in md
+    assert (
+        "| att_kl | 4,8,12 |" in md and "| att_kl | random |" in md and "| hid_mse | 4,8,12 |" in md
+    )
 
 
-# -------------------------------------------------------------------------------------------------- LaTeX
+# --------------------------------------------------------------------------------------------------
+# LaTeX
 
 
 def _tex_rows(tex: str) -> list[str]:
@@ -191,11 +215,23 @@ def test_latex_compiles(three_objectives: Path, tmp_path: Path):
 def test_cost_beside_the_scores(tmp_path: Path):
     results = tmp_path / "results"
     for seed, (stage1, params) in enumerate([(10.0, 1000), (20.0, 1000), (30.0, 1000)], start=1):
-        write_run(results, seed=seed, timing={"teacher_finetune_s": 0.0, "features_table_s": 2.0, "stage1_s": stage1,
-                                              "eval_s": 1.0}, student_parameters=params)
+        write_run(
+            results,
+            seed=seed,
+            timing={
+                "teacher_finetune_s": 0.0,
+                "features_table_s": 2.0,
+                "stage1_s": stage1,
+                "eval_s": 1.0,
+            },
+            student_parameters=params,
+        )
     write_run(results, objective="hid_cls", seed=1, timing={"stage1_s": 5.0})
     md = (run_main(results) / "tables.md").read_text()
-    assert "| Objective | Init | Student parameters | Jobs | Wall s per job | teacher_finetune | features_table | " \
-           "stage1 | eval |" in md
+    assert (
+        "| Objective | Init | Student parameters | Jobs | Wall s per job | teacher_finetune | "
+        "features_table | "
+        "stage1 | eval |" in md
+    )
     assert "| att_kl | 4,8,12 | 1,000 | 3 | 23.0 | 0.0 | 2.0 | 20.0 | 1.0 |" in md
     assert "| hid_cls | 4,8,12 |  | 1 | 5.0 |  |  | 5.0 |  |" in md

@@ -22,16 +22,34 @@ def _sweep(folder: Path, scores: dict[tuple[str, int], float], status: str = "co
     for (objective, seed), score in scores.items():
         run = folder / f"objective={objective},seed={seed}"
         run.mkdir(parents=True)
-        record = {"status": status, "task": "sst2", "objective": objective, "init": "2,4,6", "seed": seed,
-                  "score": score, "timing": {"stage1_s": 10.0, "stage2_s": 20.0}}
+        record = {
+            "status": status,
+            "task": "sst2",
+            "objective": objective,
+            "init": "2,4,6",
+            "seed": seed,
+            "score": score,
+            "timing": {"stage1_s": 10.0, "stage2_s": 20.0},
+        }
         (run / "result.json").write_text(json.dumps(record))
     return folder
 
 
 def test_runs_are_paired_by_objective_and_seed_and_their_differences_tested(tmp_path):
-    a = _sweep(tmp_path / "a", {("att_kl", 1): 80.0, ("att_kl", 2): 81.0, ("hid_seq", 1): 79.0, ("hid_seq", 2): 78.5})
-    b = _sweep(tmp_path / "b", {("att_kl", 1): 79.0, ("att_kl", 2): 80.5, ("hid_seq", 1): 78.0, ("hid_seq", 2): 78.0,
-                                ("hid_seq", 3): 50.0})  # unpaired: left out
+    a = _sweep(
+        tmp_path / "a",
+        {("att_kl", 1): 80.0, ("att_kl", 2): 81.0, ("hid_seq", 1): 79.0, ("hid_seq", 2): 78.5},
+    )
+    b = _sweep(
+        tmp_path / "b",
+        {
+            ("att_kl", 1): 79.0,
+            ("att_kl", 2): 80.5,
+            ("hid_seq", 1): 78.0,
+            ("hid_seq", 2): 78.0,
+            ("hid_seq", 3): 50.0,
+        },
+    )  # unpaired: left out
     text = _module().summary(a, b, ("grouped", "plain"))
     assert text.startswith("4 paired runs")
     overall = next(line for line in text.splitlines() if line.startswith("| every pair"))

@@ -1,5 +1,5 @@
-"""The stop flag: phases name where a stop lands, checks raise it between batches and between a model's blocks,
-a first Ctrl-C only asks, a second one stops at once."""
+"""The stop flag: phases name where a stop lands, checks raise it between batches and between a
+model's blocks, a first Ctrl-C only asks, a second one stops at once."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from kdbench.training import signals
-from kdbench.training.signals import Interrupted, StoppedAtOnce, check_stop, graceful_stop, phase, stop_between
+from kdbench.training.signals import (
+    Interrupted,
+    StoppedAtOnce,
+    check_stop,
+    graceful_stop,
+    phase,
+    stop_between,
+)
 
 
 def test_a_check_without_a_stop_does_nothing_and_phases_nest():

@@ -1,5 +1,5 @@
-"""The study's logic without training: checking a preset, finding completed students, building each step's
-command, stopping at a failed step."""
+"""The study's logic without training: checking a preset, finding completed students, building each
+step's command, stopping at a failed step."""
 
 from __future__ import annotations
 
@@ -13,9 +13,13 @@ from kdbench import study
 from kdbench.errors import ConfigError
 
 
-def write_record(run_dir: Path, *, status="completed", setting="task_agnostic", task=None, student=True) -> Path:
+def write_record(
+    run_dir: Path, *, status="completed", setting="task_agnostic", task=None, student=True
+) -> Path:
     run_dir.mkdir(parents=True)
-    (run_dir / "result.json").write_text(json.dumps({"status": status, "setting": setting, "task": task}))
+    (run_dir / "result.json").write_text(
+        json.dumps({"status": status, "setting": setting, "task": task})
+    )
     if student:
         (run_dir / "student").mkdir()
         (run_dir / "student" / "config.json").write_text("{}")
@@ -23,51 +27,104 @@ def write_record(run_dir: Path, *, status="completed", setting="task_agnostic", 
 
 
 def test_completed_students_are_the_saved_students_of_completed_distillations(tmp_path):
-    wanted = [write_record(tmp_path / "objective=att_kl,seed=1"), write_record(tmp_path / "objective=hid_seq,seed=1")]
+    wanted = [
+        write_record(tmp_path / "objective=att_kl,seed=1"),
+        write_record(tmp_path / "objective=hid_seq,seed=1"),
+    ]
     write_record(tmp_path / "objective=att_mse,seed=1", status="failed")
     write_record(tmp_path / "objective=hid_cls,seed=1", status="running")
     write_record(tmp_path / "objective=val_kl,seed=1", student=False)
-    write_record(tmp_path / "finetune" / "objective=att_kl,seed=1" / "task=rte,seed=1", setting="task_agnostic",
-                 task="rte", student=False)  # a fine-tuning record: it has a task
+    write_record(
+        tmp_path / "finetune" / "objective=att_kl,seed=1" / "task=rte,seed=1",
+        setting="task_agnostic",
+        task="rte",
+        student=False,
+    )  # a fine-tuning record: it has a task
     write_record(tmp_path / "task_specific_run", setting="task_specific", task="sst2")
     assert study.completed_students(tmp_path) == wanted
 
 
 def test_a_task_agnostic_preset_fine_tunes_with_its_own_grid_preset():
-    got = study.make_study("table2_agnostic", ["hydra/launcher=slurm", "hydra.launcher.partition=gpu",
-                                               "trainer.max_steps=10", "data.glue_dir=/data/glue"], ["task=rte"])
-    assert got.finetunes and got.sweep_dir == Path("multirun/table2_agnostic") and got.out == Path("results/table2_agnostic")
+    got = study.make_study(
+        "table2_agnostic",
+        [
+            "hydra/launcher=slurm",
+            "hydra.launcher.partition=gpu",
+            "trainer.max_steps=10",
+            "data.glue_dir=/data/glue",
+        ],
+        ["task=rte"],
+    )
+    assert (
+        got.finetunes
+        and got.sweep_dir == Path("multirun/table2_agnostic")
+        and got.out == Path("results/table2_agnostic")
+    )
     # where and how jobs run goes to every step; the distillation's recipe does not reach the grid
-    assert got.finetune_overrides == ("hydra/launcher=slurm", "hydra.launcher.partition=gpu", "data.glue_dir=/data/glue",
-                                      "task=rte")
+    assert got.finetune_overrides == (
+        "hydra/launcher=slurm",
+        "hydra.launcher.partition=gpu",
+        "data.glue_dir=/data/glue",
+        "task=rte",
+    )
 
 
 def test_commands_of_the_three_steps(tmp_path):
-    got = study.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}", "objective=att_kl,hid_seq"], ["task=rte"],
-                           out=tmp_path / "tables")
+    got = study.make_study(
+        "mini_table2",
+        [f"hydra.sweep.dir={tmp_path}", "objective=att_kl,hid_seq"],
+        ["task=rte"],
+        out=tmp_path / "tables",
+    )
     assert got.sweep_dir == tmp_path
-    assert study.distill_command(got) == [sys.executable, "-m", "kdbench.run", "-m", "+experiment=mini_table2",
-                                          f"hydra.sweep.dir='{tmp_path}'", "objective=att_kl,hid_seq"]
+    assert study.distill_command(got) == [
+        sys.executable,
+        "-m",
+        "kdbench.run",
+        "-m",
+        "+experiment=mini_table2",
+        f"hydra.sweep.dir='{tmp_path}'",
+        "objective=att_kl,hid_seq",
+    ]
     student = tmp_path / "objective=att_kl,seed=1" / "student"
     grid_dir = tmp_path / "finetune" / "objective=att_kl,seed=1"
     assert study.finetune_command(got, student) == [
-        sys.executable, "-m", "kdbench.run", "-m", "+experiment=mini_table2_finetune", f"hydra.sweep.dir='{grid_dir}'",
-        f"setting.student_path='{student.resolve()}'", "task=rte"]
-    assert study.report_command(got) == [sys.executable, "-m", "kdbench.report", str(tmp_path), "--out",
-                                         str(tmp_path / "tables"), "--paper"]
+        sys.executable,
+        "-m",
+        "kdbench.run",
+        "-m",
+        "+experiment=mini_table2_finetune",
+        f"hydra.sweep.dir='{grid_dir}'",
+        f"setting.student_path='{student.resolve()}'",
+        "task=rte",
+    ]
+    assert study.report_command(got) == [
+        sys.executable,
+        "-m",
+        "kdbench.report",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "tables"),
+        "--paper",
+    ]
 
 
 def test_paths_are_single_override_values_whatever_they_hold():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     path = Path("/runs/it's/objective=att_kl,seed=1/student")
-    (override,) = OverridesParser.create().parse_overrides([f"setting.student_path={study.quoted(path)}"])
+    (override,) = OverridesParser.create().parse_overrides(
+        [f"setting.student_path={study.quoted(path)}"]
+    )
     assert not override.is_sweep_override() and override.value() == str(path)
 
 
 def test_a_quoted_sweep_dir_is_read_as_hydra_reads_it():
     got = study.make_study("mini_table1", ["hydra.sweep.dir='runs/a=1,b'"], [])
-    assert got.sweep_dir == Path("runs/a=1,b") and study.distill_command(got)[5] == "hydra.sweep.dir='runs/a=1,b'"
+    assert (
+        got.sweep_dir == Path("runs/a=1,b")
+        and study.distill_command(got)[5] == "hydra.sweep.dir='runs/a=1,b'"
+    )
 
 
 def test_a_task_specific_preset_distils_and_reports_only():
@@ -85,7 +142,12 @@ def test_a_preset_without_a_fixed_sweep_dir_gets_one_a_rerun_finds_again():
         ("table9", [], [], "unknown experiment 'table9'"),
         ("table2_agnostic_finetune", [], [], "is a fine-tuning grid .* study of table2_agnostic$"),
         ("finetune_grid", [], [], "is a fine-tuning grid .* setting.student_path=DIR$"),
-        ("mini_table1", [], ["task=rte"], "mini_table1 is task_specific, its study fine-tunes no student"),
+        (
+            "mini_table1",
+            [],
+            ["task=rte"],
+            "mini_table1 is task_specific, its study fine-tunes no student",
+        ),
         ("mini_table2", ["objective=att_kll"], [], "unknown objective 'att_kll'"),
         ("mini_table2", [], ["task=rtee"], "unknown task 'rtee'"),
         ("mini_table2", ["trainer.nope=1"], [], "experiment mini_table2: .*nope"),
@@ -97,7 +159,8 @@ def test_bad_input_is_one_config_error_before_any_step(name, overrides, finetune
 
 
 class FakeSteps:
-    """Stands in for run_child: records the commands; `fail_at` (a module name) exits 1; no stop signal comes."""
+    """Stands in for run_child: records the commands; `fail_at` (a module name) exits 1; no stop
+    signal comes."""
 
     def __init__(self, fail_at: str | None = None):
         self.commands, self.fail_at = [], fail_at
@@ -113,8 +176,11 @@ def test_the_study_fine_tunes_every_completed_student_then_reports(tmp_path, mon
     monkeypatch.setattr(study, "run_child", fake)
     got = study.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], [])
     study.run_study(got)
-    assert fake.commands == [study.distill_command(got), *(study.finetune_command(got, s) for s in students),
-                             study.report_command(got)]
+    assert fake.commands == [
+        study.distill_command(got),
+        *(study.finetune_command(got, s) for s in students),
+        study.report_command(got),
+    ]
 
 
 def test_a_failed_step_stops_the_study_with_one_line_naming_it(tmp_path, monkeypatch, capsys):
@@ -139,7 +205,9 @@ def test_main_refuses_an_unknown_preset_with_exit_code_2(capsys):
     assert exc.value.code == 2 and "unknown experiment 'table9'" in capsys.readouterr().err
 
 
-def test_a_study_that_shares_its_folder_says_which_jobs_another_process_runs(tmp_path, monkeypatch, capsys):
+def test_a_study_that_shares_its_folder_says_which_jobs_another_process_runs(
+    tmp_path, monkeypatch, capsys
+):
     from kdbench.joblock import claim
 
     monkeypatch.setattr(study, "run_child", FakeSteps())

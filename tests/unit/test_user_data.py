@@ -19,8 +19,13 @@ def custom_task(*overrides: str):
 
 
 def reviews(user_data, *extra: str) -> list[str]:
-    return [f"task.train_file={user_data['csv']}", f"task.validation_file={user_data['csv_dev']}",
-            "task.text_columns=[review]", "task.label_column=sentiment", *extra]
+    return [
+        f"task.train_file={user_data['csv']}",
+        f"task.validation_file={user_data['csv_dev']}",
+        "task.text_columns=[review]",
+        "task.label_column=sentiment",
+        *extra,
+    ]
 
 
 def test_labels_are_inferred_sorted_and_loaded_as_ids(user_data):
@@ -40,15 +45,19 @@ def test_a_test_file_is_evaluated_after_the_validation_split(user_data):
 
 
 def test_given_label_names_set_the_ids(user_data):
-    task = custom_task(*reviews(user_data, "task.label_names=[pos,neg]",
-                                "task.metric=[f1,accuracy]"))
+    task = custom_task(
+        *reviews(user_data, "task.label_names=[pos,neg]", "task.metric=[f1,accuracy]")
+    )
     assert task.labels == ("pos", "neg") and task.metrics == ("f1", "accuracy")
     assert load_split(task, "train", None)["label"][:2] == [1, 0]  # the rows alternate neg, pos
 
 
 def test_without_a_validation_file_a_seeded_split_is_carved_from_train(user_data):
-    overrides = (f"task.train_file={user_data['jsonl']}", "task.text_columns=[question,answer]",
-                 "task.validation_fraction=0.25")
+    overrides = (
+        f"task.train_file={user_data['jsonl']}",
+        "task.text_columns=[question,answer]",
+        "task.validation_fraction=0.25",
+    )
     task = custom_task(*overrides)
     train, dev = load_split(task, "train", None), load_split(task, "validation", None)
     assert (len(train), len(dev)) == (30, 10) and task.text_fields == ("question", "answer")
@@ -63,15 +72,20 @@ def test_a_dataset_in_the_hub_layout_is_read_by_name(user_data, tmp_path, with_v
     (tmp_path / "train.csv").write_bytes(user_data["csv"].read_bytes())
     if with_validation:
         (tmp_path / "validation.csv").write_bytes(user_data["csv_dev"].read_bytes())
-    task = custom_task(f"task.dataset_name={tmp_path}", "task.text_columns=[review]",
-                       "task.label_column=sentiment")
+    task = custom_task(
+        f"task.dataset_name={tmp_path}", "task.text_columns=[review]", "task.label_column=sentiment"
+    )
     assert task.user_data.carve is not with_validation and task.labels == ("neg", "pos")
     assert len(load_split(task, "validation", None)) == (12 if with_validation else 4)
 
 
 def test_a_regression_reads_scores_and_defaults_to_correlations(user_data):
-    task = custom_task(f"task.train_file={user_data['scores']}", "task.text_columns=[first,second]",
-                       "task.label_column=score", "task.regression=true")
+    task = custom_task(
+        f"task.train_file={user_data['scores']}",
+        "task.text_columns=[first,second]",
+        "task.label_column=score",
+        "task.regression=true",
+    )
     assert task.regression and task.labels == () and task.metrics == ("pearson", "spearman")
     assert load_split(task, "train", None).features["label"].dtype == "float32"
 
@@ -88,25 +102,56 @@ def test_the_content_hash_follows_the_bytes(user_data, tmp_path):
 
 # name: (files to write {name: text}, overrides beyond the files, error type, fragments of the line)
 BAD = {
-    "missing column": ({"t.csv": "text,label\na,x\nb,y\n"}, ["task.text_columns=[review]"],
-                       DataError, ["t.csv has no column 'review'", "set task.text_columns"]),
+    "missing column": (
+        {"t.csv": "text,label\na,x\nb,y\n"},
+        ["task.text_columns=[review]"],
+        DataError,
+        ["t.csv has no column 'review'", "set task.text_columns"],
+    ),
     "empty file": ({"t.csv": ""}, [], DataError, ["t.csv is empty", "at least one example"]),
     "header only": ({"t.csv": "text,label\n"}, [], DataError, ["t.csv is empty"]),
-    "non-text column": ({"t.csv": "text,label\n1,x\n2,y\n"}, [], DataError,
-                        ["column 'text' holds int64, not text", "task.text_columns"]),
-    "single class": ({"t.csv": "text,label\na,x\nb,x\n"}, [], DataError,
-                     ["t.csv has one class only ('x')", "task.regression=true"]),
-    "unseen dev label": ({"t.csv": "text,label\na,x\nb,y\n", "d.csv": "text,label\nc,z\n"},
-                         ["task.validation_file={root}/d.csv"], DataError,
-                         ["d.csv has labels that", "t.csv lacks (z)", "add training examples"]),
-    "folder for a file": ({}, ["task.train_file={root}"], ConfigError,
-                          ["is a folder: give a data file"]),
-    "missing file": ({}, ["task.train_file={root}/nope.csv"], ConfigError,
-                     ["nope.csv does not exist"]),
-    "unknown format": ({"t.txt": "a\n"}, ["task.train_file={root}/t.txt"], ConfigError,
-                       ["t.txt is not a data file"]),
-    "f1 of many classes": ({"t.csv": "text,label\na,x\nb,y\nc,z\n"}, ["task.metric=[f1]"],
-                           ConfigError, ["task.metric=f1 is binary F1", "use f1_macro"]),
+    "non-text column": (
+        {"t.csv": "text,label\n1,x\n2,y\n"},
+        [],
+        DataError,
+        ["column 'text' holds int64, not text", "task.text_columns"],
+    ),
+    "single class": (
+        {"t.csv": "text,label\na,x\nb,x\n"},
+        [],
+        DataError,
+        ["t.csv has one class only ('x')", "task.regression=true"],
+    ),
+    "unseen dev label": (
+        {"t.csv": "text,label\na,x\nb,y\n", "d.csv": "text,label\nc,z\n"},
+        ["task.validation_file={root}/d.csv"],
+        DataError,
+        ["d.csv has labels that", "t.csv lacks (z)", "add training examples"],
+    ),
+    "folder for a file": (
+        {},
+        ["task.train_file={root}"],
+        ConfigError,
+        ["is a folder: give a data file"],
+    ),
+    "missing file": (
+        {},
+        ["task.train_file={root}/nope.csv"],
+        ConfigError,
+        ["nope.csv does not exist"],
+    ),
+    "unknown format": (
+        {"t.txt": "a\n"},
+        ["task.train_file={root}/t.txt"],
+        ConfigError,
+        ["t.txt is not a data file"],
+    ),
+    "f1 of many classes": (
+        {"t.csv": "text,label\na,x\nb,y\nc,z\n"},
+        ["task.metric=[f1]"],
+        ConfigError,
+        ["task.metric=f1 is binary F1", "use f1_macro"],
+    ),
     "no data": ({}, ["task.train_file=null"], ConfigError, ["task.train_file=... (a file)"]),
 }
 
@@ -135,13 +180,18 @@ def saved_teacher(tmp_path, labels: list[str]):
 
 def test_a_given_teacher_orders_inferred_labels_by_its_names(user_data, tmp_path):
     teacher = saved_teacher(tmp_path, ["POS", "NEG"])
-    plan = make_plan(compose_config(custom_overrides(tmp_path, *reviews(user_data),
-                                                     f"teacher.finetuned_path={teacher}")))
+    plan = make_plan(
+        compose_config(
+            custom_overrides(tmp_path, *reviews(user_data), f"teacher.finetuned_path={teacher}")
+        )
+    )
     assert plan.task.labels == ("pos", "neg")
 
 
 def test_a_teacher_of_other_labels_is_refused(user_data, tmp_path):
     teacher = saved_teacher(tmp_path, ["good", "bad"])
     overrides = custom_overrides(tmp_path, *reviews(user_data), f"teacher.finetuned_path={teacher}")
-    with pytest.raises(ConfigError, match=r"predicts the labels \['good', 'bad'\] and task custom has"):
+    with pytest.raises(
+        ConfigError, match=r"predicts the labels \['good', 'bad'\] and task custom has"
+    ):
         make_plan(compose_config(overrides))

@@ -1,9 +1,9 @@
-"""Batches: seeded, resumable samplers (GLUE examples by length; corpus sequences sharded over processes) and
-their collators.
+"""Batches: seeded, resumable samplers (GLUE examples by length; corpus sequences sharded over
+processes) and their collators.
 
 Every sampler the training loop iterates is a `ResumableSampler`: `len()` is a full epoch, and
-`set_epoch(epoch, start_batch)` positions it so that a resumed run sees exactly the batches an uninterrupted run
-would have seen from there.
+`set_epoch(epoch, start_batch)` positions it so that a resumed run sees exactly the batches an
+uninterrupted run would have seen from there.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class PaddingCollator(DataCollatorWithPadding):
 
 
 class ResumableSampler(torch.utils.data.Sampler, abc.ABC):
-    """A batch sampler the loop can position: what `kdbench.training.loop.train` calls on a loader's sampler."""
+    """A batch sampler the loop can position: what `kdbench.training.loop.train` calls on a loader's
+    sampler."""
 
     @abc.abstractmethod
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
@@ -53,15 +54,23 @@ class ResumableSampler(torch.utils.data.Sampler, abc.ABC):
 class SeededBatches(ResumableSampler):
     """Batches of example indices, reproducible per (seed, epoch), resumable mid-epoch.
 
-    `shuffle`: a fresh seeded permutation each epoch. `group_by_length`: the permutation is cut into chunks of
-    `megabatch` batches, each chunk sorted by length and split into batches whose order is shuffled again
-    (batches of similar length, so dynamic padding wastes little). Without shuffling, batches are in length
-    order (evaluation: the same examples, less padding). `set_epoch(epoch, start_batch)` positions the sampler
-    (resume); `len()` is always the full epoch.
+    `shuffle`: a fresh seeded permutation each epoch. `group_by_length`: the permutation is cut into
+    chunks of `megabatch` batches, each chunk sorted by length and split into batches whose order is
+    shuffled again (batches of similar length, so dynamic padding wastes little). Without shuffling,
+    batches are in length order (evaluation: the same examples, less padding). `set_epoch(epoch,
+    start_batch)` positions the sampler (resume); `len()` is always the full epoch.
     """
 
-    def __init__(self, lengths, batch_size: int, *, shuffle: bool, seed: int = 0, group_by_length: bool = False,
-                 megabatch: int = 50):
+    def __init__(
+        self,
+        lengths,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        group_by_length: bool = False,
+        megabatch: int = 50,
+    ):
         self.lengths = torch.as_tensor(lengths)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.group_by_length, self.megabatch = group_by_length, megabatch
@@ -87,7 +96,7 @@ class SeededBatches(ResumableSampler):
         return [batches[i].tolist() for i in shuffled]
 
     def __iter__(self):
-        yield from self.batches(self.epoch)[self.start_batch:]
+        yield from self.batches(self.epoch)[self.start_batch :]
 
     def __len__(self) -> int:
         return -(-len(self.lengths) // self.batch_size)
@@ -96,33 +105,60 @@ class SeededBatches(ResumableSampler):
 IN_PROCESS = LoadingSpec()  # no workers, no pinned memory
 
 
-def make_loader(encoded, tokenizer, batch_size: int, *, shuffle: bool, seed: int = 0,
-                group_by_length: bool = False, loading: LoadingSpec = IN_PROCESS) -> DataLoader:
+def make_loader(
+    encoded,
+    tokenizer,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int = 0,
+    group_by_length: bool = False,
+    loading: LoadingSpec = IN_PROCESS,
+) -> DataLoader:
     """Batches padded to their own longest example (dynamic padding), from a seeded, resumable
     sampler, loaded as `loading` says (the same batches with any number of workers)."""
-    sampler = SeededBatches(encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length)
-    # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a resumed
-    # run would diverge from an uninterrupted one.
-    return DataLoader(encoded, batch_sampler=sampler, collate_fn=PaddingCollator(tokenizer),
-                      generator=torch.Generator().manual_seed(seed), **loading.options())
+    sampler = SeededBatches(
+        encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length
+    )
+    # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a
+    # resumed run would diverge from an uninterrupted one.
+    return DataLoader(
+        encoded,
+        batch_sampler=sampler,
+        collate_fn=PaddingCollator(tokenizer),
+        generator=torch.Generator().manual_seed(seed),
+        **loading.options(),
+    )
 
 
 class ShardedBatches(ResumableSampler):
     """This process's micro-batches of seeded global batches, as (epoch, example) keys.
 
-    Global batch g is cut into `world_size * accumulation` micro-batches; process r takes micro-batches
-    r, r + world_size, ...: one process with accumulation a sees the same micro-batches, in the same order of
-    steps, as a processes with accumulation 1 (so their updates agree). The epoch travels with each key, so an
-    example's mask depends only on (seed, epoch, example), never on how the batch was split.
+    Global batch g is cut into `world_size * accumulation` micro-batches; process r takes
+    micro-batches r, r + world_size, ...: one process with accumulation a sees the same
+    micro-batches, in the same order of steps, as a processes with accumulation 1 (so their updates
+    agree). The epoch travels with each key, so an example's mask depends only on (seed, epoch,
+    example), never on how the batch was split.
     """
 
-    def __init__(self, num_examples: int, global_batch: int, micro: int, world: World, seed: int,
-                 shuffle: bool = True):
-        self.global_batches = SeededBatches(torch.zeros(num_examples), global_batch, shuffle=shuffle, seed=seed)
+    def __init__(
+        self,
+        num_examples: int,
+        global_batch: int,
+        micro: int,
+        world: World,
+        seed: int,
+        shuffle: bool = True,
+    ):
+        self.global_batches = SeededBatches(
+            torch.zeros(num_examples), global_batch, shuffle=shuffle, seed=seed
+        )
         self.micro, self.world = micro, world
         self.accumulation = global_batch // world.size // micro
 
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:  # start_batch counts this process's micro-batches
+    def set_epoch(
+        self, epoch: int, start_batch: int = 0
+    ) -> None:  # start_batch counts this process's micro-batches
         self.global_batches.set_epoch(epoch, start_batch // self.accumulation)
         self.skip = start_batch % self.accumulation
 
@@ -130,13 +166,15 @@ class ShardedBatches(ResumableSampler):
         epoch, skip = self.global_batches.epoch, getattr(self, "skip", 0)
         for batch in self.global_batches:
             if len(batch) < self.global_batches.batch_size:
-                return  # an epoch's incomplete last global batch is dropped (a step is always the full batch)
+                # an epoch's incomplete last global batch is dropped (a step is always the full
+                # batch)
+                return
             for j in range(self.accumulation):
                 if skip:
                     skip -= 1
                     continue
                 start = (j * self.world.size + self.world.rank) * self.micro
-                yield [(epoch, index) for index in batch[start:start + self.micro]]
+                yield [(epoch, index) for index in batch[start : start + self.micro]]
 
     def __len__(self) -> int:
         return len(self.global_batches) * self.accumulation
@@ -157,13 +195,15 @@ class KeyedCorpus(torch.utils.data.Dataset):
 
 
 class CorpusCollator:
-    """Stacks packed sequences; with `masking`, masks each one with its own (seed, epoch, example) RNG.
+    """Stacks packed sequences; with `masking`, masks each one with its own (seed, epoch, example)
+    RNG.
 
     A masked batch holds `mlm_positions` [M] (the masked positions as flat indices into the batch's
     B * L tokens, in row-major order) and `labels` [M] (their original ids, in that order): the MLM
     logits are computed there only, gathered by index (a boolean index's size would be read from the
     device). For soft targets at every attended token it also holds `attended_positions` [A] (the
-    attended tokens' flat indices) and `masked_in_attended` [M] (where each masked one sits among them).
+    attended tokens' flat indices) and `masked_in_attended` [M] (where each masked one sits among
+    them).
     """
 
     def __init__(self, masking: MaskingSpec | None, seed: int, mlm_probability: float = 0.15):
@@ -176,17 +216,27 @@ class CorpusCollator:
             return batch
         masked, labels = [], []
         for example in examples:
-            key = ((self.seed * 1_000_003 + example["epoch"]) * 4_294_967_311 + example["example"]) % 2**63
+            key = (
+                (self.seed * 1_000_003 + example["epoch"]) * 4_294_967_311 + example["example"]
+            ) % 2**63
             generator = torch.Generator().manual_seed(key)
-            ids, lab = mask_tokens(example["input_ids"][None], self.masking, mlm_probability=self.mlm_probability,
-                                   generator=generator, attention_mask=example["attention_mask"][None])
+            ids, lab = mask_tokens(
+                example["input_ids"][None],
+                self.masking,
+                mlm_probability=self.mlm_probability,
+                generator=generator,
+                attention_mask=example["attention_mask"][None],
+            )
             masked.append(ids[0])
             labels.append(lab[0])
         labels = torch.stack(labels).flatten()
         positions = torch.nonzero(labels != IGNORE_INDEX).squeeze(1)
         attended = batch["attention_mask"].flatten()
         rank = torch.cumsum(attended, 0) - 1  # each attended token's place among them
-        return batch | {"input_ids": torch.stack(masked), "mlm_positions": positions,
-                        "labels": labels[positions],
-                        "attended_positions": torch.nonzero(attended).squeeze(1),
-                        "masked_in_attended": rank[positions]}
+        return batch | {
+            "input_ids": torch.stack(masked),
+            "mlm_positions": positions,
+            "labels": labels[positions],
+            "attended_positions": torch.nonzero(attended).squeeze(1),
+            "masked_in_attended": rank[positions],
+        }

@@ -41,7 +41,11 @@ def _tokenizer_fingerprint(tokenizer) -> str:
     if backend is not None:
         # truncation / padding are call-time state (every call rewrites them), not part of what
         # tokens come out
-        settings = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+        settings = {
+            k: v
+            for k, v in json.loads(backend.to_str()).items()
+            if k not in ("truncation", "padding")
+        }
         payload = json.dumps(settings, sort_keys=True)
     else:
         payload = json.dumps(sorted(tokenizer.get_vocab().items()))
@@ -56,7 +60,14 @@ def _split_spec(heldout_fraction: float | None) -> dict[str, Any]:
     return {"mode": "hash_fraction", "fraction": fraction}
 
 
-def corpus_key(files: Sequence[Path], fmt: str, tokenizer, seq_len: int, split: Mapping[str, Any], max_docs: int | None) -> str:
+def corpus_key(
+    files: Sequence[Path],
+    fmt: str,
+    tokenizer,
+    seq_len: int,
+    split: Mapping[str, Any],
+    max_docs: int | None,
+) -> str:
     """The entry name: a hash of the files (path, size, mtime), format, tokenizer and settings."""
     stats = []
     for f in files:
@@ -82,8 +93,8 @@ def corpus_key(files: Sequence[Path], fmt: str, tokenizer, seq_len: int, split: 
 
 
 def _try_load(entry: Path) -> PackedCorpus | None:
-    """The entry when it exists and matches its manifest (a damaged one is removed with a warning).
-    """
+    """The entry when it exists and matches its manifest (a damaged one is removed with a
+    warning)."""
     if not storage.intact(entry, "the corpus cache entry"):
         return None
     return PackedCorpus.load(entry)
@@ -92,11 +103,17 @@ def _try_load(entry: Path) -> PackedCorpus | None:
 def _check_build_settings(fmt: str, tokenizer, seq_len: int, max_docs: int | None) -> None:
     reader_for(fmt)
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 3:
-        raise ConfigError(f"seq_len={seq_len!r} must be an integer >= 3 ([CLS] + at least one token + [SEP])")
+        raise ConfigError(
+            f"seq_len={seq_len!r} must be an integer >= 3 ([CLS] + at least one token + [SEP])"
+        )
     model_max = getattr(tokenizer, "model_max_length", None)
     if model_max is not None and model_max < _MAX_SANE_MODEL_LENGTH and seq_len > model_max:
-        raise ConfigError(f"seq_len={seq_len} exceeds the tokenizer's model_max_length={model_max}: lower seq_len")
-    if max_docs is not None and (isinstance(max_docs, bool) or not isinstance(max_docs, int) or max_docs < 1):
+        raise ConfigError(
+            f"seq_len={seq_len} exceeds the tokenizer's model_max_length={model_max}: lower seq_len"
+        )
+    if max_docs is not None and (
+        isinstance(max_docs, bool) or not isinstance(max_docs, int) or max_docs < 1
+    ):
         raise ConfigError(f"max_docs={max_docs!r} must be a positive integer or None")
 
 
@@ -107,7 +124,9 @@ def _build_entry(corpora: Path, job: BuildJob) -> PackedCorpus:
     with FileLock(str(corpora / f"{job.key}.lock")):
         if (found := _try_load(entry)) is not None:
             return found
-        for stale in corpora.glob(f".{job.key}.tmp-*"):  # the lock is held, so no live builder owns these
+        for stale in corpora.glob(
+            f".{job.key}.tmp-*"
+        ):  # the lock is held, so no live builder owns these
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{job.key}.tmp-", dir=corpora))
         try:
@@ -121,7 +140,13 @@ def _build_entry(corpora: Path, job: BuildJob) -> PackedCorpus:
     m = corpus.meta
     log.info(
         "corpus %s: %d docs, %d tokens, %d train + %d held-out sequences of %d (%.1fs)",
-        job.key, m["docs"], m["tokens"], len(corpus.train), len(corpus.heldout), job.seq_len, m["build_seconds"],
+        job.key,
+        m["docs"],
+        m["tokens"],
+        len(corpus.train),
+        len(corpus.heldout),
+        job.seq_len,
+        m["build_seconds"],
     )
     return corpus
 
@@ -155,4 +180,6 @@ def build_packed_corpus(
     files = input_files(origin)
     key = corpus_key(files, fmt, tokenizer, seq_len, split, max_docs)
     corpora = Path(cache_dir).expanduser() / "corpora"
-    return _build_entry(corpora, BuildJob(files, origin, fmt, tokenizer, seq_len, split, max_docs, key))
+    return _build_entry(
+        corpora, BuildJob(files, origin, fmt, tokenizer, seq_len, split, max_docs, key)
+    )

@@ -47,7 +47,11 @@ def _token_dtype(vocab_size: int) -> np.dtype:
 
 
 def special_ids(tokenizer) -> dict[str, int]:
-    ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id}
+    ids = {
+        "cls": tokenizer.cls_token_id,
+        "sep": tokenizer.sep_token_id,
+        "pad": tokenizer.pad_token_id,
+    }
     missing = [name for name, value in ids.items() if value is None]
     if missing:
         raise ConfigError(
@@ -80,9 +84,11 @@ class _SplitWriter:
         self.file.close()
 
 
-def _write_split(raw: Path, npy: Path, dtype: np.dtype, seq_len: int, ids: Mapping[str, int]) -> tuple[int, int]:
-    """Pack a raw stream file into `npy` (memory-mapped writes); returns (sequences, final_length).
-    """
+def _write_split(
+    raw: Path, npy: Path, dtype: np.dtype, seq_len: int, ids: Mapping[str, int]
+) -> tuple[int, int]:
+    """Pack a raw stream file into `npy` (memory-mapped writes); returns (sequences,
+    final_length)."""
     n_stream = raw.stat().st_size // dtype.itemsize
     width = seq_len - 2
     n_rows = -(-n_stream // width)
@@ -103,8 +109,15 @@ def _tokenise_batches(docs: Iterable[str], tokenizer) -> Iterator[tuple[str, lis
     docs = iter(docs)
     while batch := list(itertools.islice(docs, _TOKENISE_BATCH)):
         check_stop()
-        enc = tokenizer(batch, add_special_tokens=False, truncation=False, split_special_tokens=True,
-                        return_attention_mask=False, return_token_type_ids=False, verbose=False)
+        enc = tokenizer(
+            batch,
+            add_special_tokens=False,
+            truncation=False,
+            split_special_tokens=True,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )
         yield from zip(batch, enc["input_ids"])
 
 
@@ -127,9 +140,13 @@ class BuildJob:
         return docs if self.max_docs is None else itertools.islice(docs, self.max_docs)
 
 
-def _write_streams(tmp: Path, job: BuildJob, dtype: np.dtype, sep_id: int) -> tuple[dict[str, _SplitWriter], dict[str, int]]:
+def _write_streams(
+    tmp: Path, job: BuildJob, dtype: np.dtype, sep_id: int
+) -> tuple[dict[str, _SplitWriter], dict[str, int]]:
     """Tokenise the documents into a raw stream file per split; the writers and document counts."""
-    writers = {name: _SplitWriter(tmp / f"{name}.stream", dtype, sep_id) for name in ("train", "heldout")}
+    writers = {
+        name: _SplitWriter(tmp / f"{name}.stream", dtype, sep_id) for name in ("train", "heldout")
+    }
     counts = {"docs": 0, "docs_without_tokens": 0}
     try:
         for text, tokens in _tokenise_batches(job.documents(), job.tokenizer):
@@ -149,16 +166,23 @@ def _write_streams(tmp: Path, job: BuildJob, dtype: np.dtype, sep_id: int) -> tu
 def _check_streams(writers: Mapping[str, _SplitWriter], job: BuildJob) -> None:
     """Refuse a corpus with no tokens at all, or with none left for training."""
     if writers["train"].docs + writers["heldout"].docs == 0:
-        raise DataError(f"no document under {job.origin} produced any token with tokenizer {job.tokenizer.name_or_path}: "
-                        "check the corpus text")
+        raise DataError(
+            f"no document under {job.origin} produced any token with tokenizer "
+            f"{job.tokenizer.name_or_path}: "
+            "check the corpus text"
+        )
     if writers["train"].docs == 0:
-        raise DataError(f"every document under {job.origin} went to the held-out split ({dict(job.split)}): "
-                        "lower heldout_fraction or add text")
+        raise DataError(
+            f"every document under {job.origin} went to the held-out split ({dict(job.split)}): "
+            "lower heldout_fraction or add text"
+        )
 
 
-def _pack_split(writer: _SplitWriter, npy: Path, dtype: np.dtype, seq_len: int, ids: Mapping[str, int]) -> dict[str, int]:
-    """Pack one split's stream file into `npy`, delete the stream, and return the split's metadata.
-    """
+def _pack_split(
+    writer: _SplitWriter, npy: Path, dtype: np.dtype, seq_len: int, ids: Mapping[str, int]
+) -> dict[str, int]:
+    """Pack one split's stream file into `npy`, delete the stream, and return the split's
+    metadata."""
     sequences, final_length = _write_split(writer.path, npy, dtype, seq_len, ids)
     writer.path.unlink()
     return {
@@ -180,9 +204,17 @@ def build_entry_files(tmp: Path, job: BuildJob) -> None:
     dtype = _token_dtype(vocab_size)
     writers, counts = _write_streams(tmp, job, dtype, ids["sep"])
     _check_streams(writers, job)
-    splits = {name: _pack_split(w, tmp / f"{name}.npy", dtype, job.seq_len, ids) for name, w in writers.items()}
+    splits = {
+        name: _pack_split(w, tmp / f"{name}.npy", dtype, job.seq_len, ids)
+        for name, w in writers.items()
+    }
     if splits["heldout"]["docs"] == 0 and job.split["fraction"]:
-        log.warning("corpus %s: the held-out split is empty (%s over %d documents)", job.key, dict(job.split), counts["docs"])
+        log.warning(
+            "corpus %s: the held-out split is empty (%s over %d documents)",
+            job.key,
+            dict(job.split),
+            counts["docs"],
+        )
     meta = {
         "version": CORPUS_FORMAT_VERSION,
         "key": job.key,

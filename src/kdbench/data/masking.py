@@ -1,7 +1,8 @@
 """BERT-style masked-language-model masking of token ids.
 
-`MaskingSpec` holds what masking needs from a tokenizer; `mask_tokens` draws one mask over a batch of ids and
-returns the masked ids with their MLM labels (`IGNORE_INDEX` where no prediction is asked for).
+`MaskingSpec` holds what masking needs from a tokenizer; `mask_tokens` draws one mask over a batch
+of ids and returns the masked ids with their MLM labels (`IGNORE_INDEX` where no prediction is asked
+for).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ IGNORE_INDEX = -100
 
 @dataclass(frozen=True)
 class MaskingSpec:
-    """What MLM masking needs from a tokenizer: the vocabulary size (random replacements are drawn uniformly
-    from `range(vocab_size)`, as BERT), the [MASK] id, and the ids that are never chosen ([CLS], [SEP], [PAD], ...)."""
+    """What MLM masking needs from a tokenizer: the vocabulary size (random replacements are drawn
+    uniformly from `range(vocab_size)`, as BERT), the [MASK] id, and the ids that are never chosen
+    ([CLS], [SEP], [PAD], ...)."""
 
     vocab_size: int
     mask_token_id: int
@@ -32,7 +34,9 @@ class MaskingSpec:
     @classmethod
     def from_tokenizer(cls, tokenizer, token_weights: torch.Tensor | None = None) -> MaskingSpec:
         if tokenizer.mask_token_id is None:
-            raise ConfigError(f"tokenizer {tokenizer.name_or_path} has no mask token: MLM masking needs one")
+            raise ConfigError(
+                f"tokenizer {tokenizer.name_or_path} has no mask token: MLM masking needs one"
+            )
         specials = set(tokenizer.all_special_ids)
         if tokenizer.pad_token_id is not None:
             specials.add(tokenizer.pad_token_id)
@@ -40,19 +44,25 @@ class MaskingSpec:
         return cls(len(tokenizer), int(tokenizer.mask_token_id), specials, token_weights)
 
 
-def smoothed_token_weights(rows: np.ndarray, vocab_size: int, smoothing: float,
-                           chunk: int = 65536) -> torch.Tensor:
+def smoothed_token_weights(
+    rows: np.ndarray, vocab_size: int, smoothing: float, chunk: int = 65536
+) -> torch.Tensor:
     """DistilBERT's masking weights: max(count, 1) ** -smoothing of every token id in `rows`
     ([N, L] ids, read in chunks of rows): rarer tokens are masked more often (0.7 as released)."""
     counts = np.zeros(vocab_size, dtype=np.int64)
     for start in range(0, len(rows), chunk):
-        ids = np.asarray(rows[start:start + chunk]).ravel()
+        ids = np.asarray(rows[start : start + chunk]).ravel()
         counts += np.bincount(ids, minlength=vocab_size)[:vocab_size]
     return torch.from_numpy(np.maximum(counts, 1).astype(np.float64) ** -smoothing).float()
 
 
-def weighted_choice(ids: torch.Tensor, maskable: torch.Tensor, weights: torch.Tensor,
-                    mlm_probability: float, generator: torch.Generator | None) -> torch.Tensor:
+def weighted_choice(
+    ids: torch.Tensor,
+    maskable: torch.Tensor,
+    weights: torch.Tensor,
+    mlm_probability: float,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
     """[B, L] bool: per row, ceil(mlm_probability * maskable tokens) positions drawn without
     replacement, each with probability proportional to its token's weight (DistilBERT's masking)."""
     chosen = torch.zeros_like(maskable)
@@ -60,8 +70,9 @@ def weighted_choice(ids: torch.Tensor, maskable: torch.Tensor, weights: torch.Te
     for row in range(ids.shape[0]):
         count = math.ceil(mlm_probability * int(maskable[row].sum()))
         if count:
-            picked = torch.multinomial(row_weights[row].cpu(), count, replacement=False,
-                                       generator=generator)
+            picked = torch.multinomial(
+                row_weights[row].cpu(), count, replacement=False, generator=generator
+            )
             chosen[row, picked.to(ids.device)] = True
     return chosen
 
@@ -74,15 +85,16 @@ def mask_tokens(
     generator: torch.Generator | None = None,
     attention_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT's dynamic MLM masking; returns `(masked_input_ids, labels)` and leaves `input_ids` unchanged.
+    """BERT's dynamic MLM masking; returns `(masked_input_ids, labels)` and leaves `input_ids`
+    unchanged.
 
-    Each position that is not one of `spec.special_ids` (and, when `attention_mask` is given, is attended) is
-    chosen independently with probability `mlm_probability` (with `spec.token_weights`:
+    Each position that is not one of `spec.special_ids` (and, when `attention_mask` is given, is
+    attended) is chosen independently with probability `mlm_probability` (with `spec.token_weights`:
     ceil(mlm_probability x maskable tokens) per row, drawn by `weighted_choice`); a chosen position
     becomes [MASK] with probability 0.8, a token drawn uniformly from the whole vocabulary with
-    probability 0.1, and stays as is otherwise.
-    `labels` holds the original id at chosen positions and `IGNORE_INDEX` elsewhere. Randomness comes from
-    `generator` (the default torch RNG when None), drawn on the generator's device; every call draws a fresh mask.
+    probability 0.1, and stays as is otherwise. `labels` holds the original id at chosen positions
+    and `IGNORE_INDEX` elsewhere. Randomness comes from `generator` (the default torch RNG when
+    None), drawn on the generator's device; every call draws a fresh mask.
     """
     if not 0.0 < mlm_probability < 1.0:
         raise ConfigError(f"mlm_probability={mlm_probability} must be in (0, 1)")
@@ -100,7 +112,9 @@ def mask_tokens(
         chosen = weighted_choice(*rows, spec.token_weights, mlm_probability, generator)
         chosen = chosen.reshape(shape)
     action = torch.rand(shape, generator=generator, device=device).to(ids.device)
-    random_ids = torch.randint(spec.vocab_size, shape, generator=generator, device=device).to(ids.device)
+    random_ids = torch.randint(spec.vocab_size, shape, generator=generator, device=device).to(
+        ids.device
+    )
     masked = ids.clone()
     masked[chosen & (action < 0.8)] = spec.mask_token_id
     replace = chosen & (action >= 0.8) & (action < 0.9)

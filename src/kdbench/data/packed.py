@@ -29,7 +29,15 @@ CORPUS_FORMAT_VERSION = 1
 _PACK_CHUNK_ROWS = 16384  # rows written per step when packing a split onto disk
 
 
-def pack_tokens(stream: np.ndarray, seq_len: int, cls_id: int, sep_id: int, pad_id: int, *, out: np.ndarray | None = None):
+def pack_tokens(
+    stream: np.ndarray,
+    seq_len: int,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int,
+    *,
+    out: np.ndarray | None = None,
+):
     """Pack a flat token stream into rows `[CLS] window [SEP]` of exactly `seq_len` ids (see module
     docstring).
 
@@ -39,7 +47,9 @@ def pack_tokens(stream: np.ndarray, seq_len: int, cls_id: int, sep_id: int, pad_
     chunks.
     """
     if seq_len < 3:
-        raise ConfigError(f"seq_len={seq_len} leaves no room for text between [CLS] and [SEP]: use seq_len >= 3")
+        raise ConfigError(
+            f"seq_len={seq_len} leaves no room for text between [CLS] and [SEP]: use seq_len >= 3"
+        )
     width = seq_len - 2
     n_full, rest = divmod(len(stream), width)
     n_rows = n_full + (rest > 0)
@@ -51,7 +61,9 @@ def pack_tokens(stream: np.ndarray, seq_len: int, cls_id: int, sep_id: int, pad_
         stop = min(start + _PACK_CHUNK_ROWS, n_full)
         block = out[start:stop]
         block[:, 0] = cls_id
-        block[:, 1 : seq_len - 1] = np.asarray(stream[start * width : stop * width]).reshape(stop - start, width)
+        block[:, 1 : seq_len - 1] = np.asarray(stream[start * width : stop * width]).reshape(
+            stop - start, width
+        )
         block[:, seq_len - 1] = sep_id
     final_length = seq_len
     if rest:
@@ -133,13 +145,19 @@ class PackedCorpus:
         path = Path(path)
         meta = json.loads((path / "meta.json").read_text())
         if meta.get("version") != CORPUS_FORMAT_VERSION:
-            raise ValueError(f"cache format version {meta.get('version')} != {CORPUS_FORMAT_VERSION}")
+            raise ValueError(
+                f"cache format version {meta.get('version')} != {CORPUS_FORMAT_VERSION}"
+            )
         splits = {}
         for name in ("train", "heldout"):
             info = meta["splits"][name]
             ds = PackedDataset(path / f"{name}.npy", info["final_length"])
-            if (len(ds), ds.seq_len) != (info["sequences"], meta["seq_len"]) or str(ds.array.dtype) != meta["dtype"]:
-                raise ValueError(f"{name}.npy has shape {ds.array.shape} / dtype {ds.array.dtype}, meta disagrees")
+            if (len(ds), ds.seq_len) != (info["sequences"], meta["seq_len"]) or str(
+                ds.array.dtype
+            ) != meta["dtype"]:
+                raise ValueError(
+                    f"{name}.npy has shape {ds.array.shape} / dtype {ds.array.dtype}, meta "
+                    "disagrees"
+                )
             splits[name] = ds
         return cls(path=path, meta=meta, **splits)
-

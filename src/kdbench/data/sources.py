@@ -1,4 +1,5 @@
-"""Where the raw text comes from: local files, or Hugging Face datasets written once to a local text file."""
+"""Where the raw text comes from: local files, or Hugging Face datasets written once to a local text
+file."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def corpus_files(corpus: CorpusSpec, cache_dir: Path) -> tuple[Path, str]:
 
 
 def materialise_hf(corpus: CorpusSpec, cache_dir: Path) -> Path:
-    """Stream the Hugging Face datasets' documents once into a local text file (blank line between documents)."""
+    """Stream the Hugging Face datasets' documents once into a local text file (blank line between
+    documents)."""
     specs = list(corpus.hf_datasets)
     key = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
     target = cache_dir / "hf_corpora" / f"{corpus.name}-{key}.txt"
@@ -44,17 +46,20 @@ def materialise_hf(corpus: CorpusSpec, cache_dir: Path) -> Path:
 
 
 def hub_documents(specs: list[dict]) -> Iterator[str]:
-    """Each dataset's documents in turn, blank lines folded; a dataset that cannot be read is one DataError."""
+    """Each dataset's documents in turn, blank lines folded; a dataset that cannot be read is one
+    DataError."""
     import datasets
 
     for spec in specs:
         try:
-            for row in datasets.load_dataset(spec["path"], spec.get("name"), split=spec.get("split", "train"),
-                                             streaming=True):
+            for row in datasets.load_dataset(
+                spec["path"], spec.get("name"), split=spec.get("split", "train"), streaming=True
+            ):
                 if text := re.sub(r"\n\s*\n+", "\n", row[spec.get("field", "text")]).strip():
                     yield text
         except Exception as exc:
             raise DataError(
-                f"could not read {spec['path']} from the Hugging Face Hub ({type(exc).__name__}); offline, "
+                f"could not read {spec['path']} from the Hugging Face Hub ({type(exc).__name__}); "
+                "offline, "
                 "use corpus=local with corpus.path (or $KDBENCH_CORPUS) pointing at local text"
             ) from exc

@@ -19,8 +19,7 @@ import datasets
 from kdbench.errors import ConfigError, DataError
 from kdbench.specs import UserData
 
-FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json",
-           ".parquet": "parquet"}
+FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 CLASS_METRICS = ("accuracy", "f1", "f1_macro", "mcc")
 REGRESSION_METRICS = ("pearson", "spearman")
@@ -32,29 +31,44 @@ def data_file(value, key: str) -> Path:
     if path.is_dir():
         raise ConfigError(f"task.{key}={value} is a folder: give a data file ({kinds})")
     if not path.is_file():
-        raise ConfigError(f"task.{key}={value} does not exist: give an existing data file "
-                          f"({kinds})")
+        raise ConfigError(
+            f"task.{key}={value} does not exist: give an existing data file ({kinds})"
+        )
     if path.suffix.lower() not in FORMATS:
-        raise ConfigError(f"task.{key}={value} is not a data file kdbench reads: give a {kinds} "
-                          "file")
+        raise ConfigError(
+            f"task.{key}={value} is not a data file kdbench reads: give a {kinds} file"
+        )
     return path
 
 
 def user_data(task: dict) -> UserData:
     """Where the task's data lives, from its config (`conf/task/custom.yaml`'s keys)."""
     if bool(task.get("train_file")) == bool(task.get("dataset_name")):
-        raise ConfigError(f"task={task['name']} needs its data: task.train_file=... (a file) or "
-                          "task.dataset_name=... (a Hub dataset), one of them")
-    files = {split: data_file(task[key], key) for split, key in SPLIT_FILES.items()
-             if task.get(key)}
+        raise ConfigError(
+            f"task={task['name']} needs its data: task.train_file=... (a file) or "
+            "task.dataset_name=... (a Hub dataset), one of them"
+        )
+    files = {
+        split: data_file(task[key], key) for split, key in SPLIT_FILES.items() if task.get(key)
+    }
     formats = {FORMATS[path.suffix.lower()] for path in files.values()}
     if len(formats) > 1:
-        raise ConfigError(f"task.train_file={task['train_file']} and the other files differ in "
-                          "format: give every split in one format")
+        raise ConfigError(
+            f"task.train_file={task['train_file']} and the other files differ in "
+            "format: give every split in one format"
+        )
     name, config = task.get("dataset_name"), task.get("dataset_config")
     carve = "validation" not in (hub_splits(str(name), config) if name else files)
-    return UserData(files, formats.pop() if formats else None, name and str(name), config,
-                    task["label_column"], task["validation_fraction"], task["split_seed"], carve)
+    return UserData(
+        files,
+        formats.pop() if formats else None,
+        name and str(name),
+        config,
+        task["label_column"],
+        task["validation_fraction"],
+        task["split_seed"],
+        carve,
+    )
 
 
 def hub_splits(name: str, config: str | None) -> list[str]:
@@ -64,9 +78,11 @@ def hub_splits(name: str, config: str | None) -> list[str]:
         with quiet():
             return datasets.get_dataset_split_names(name, config)
     except Exception as exc:  # the Hub client raises many types
-        raise DataError(f"cannot read the dataset task.dataset_name={name} ({type(exc).__name__}): "
-                        "give a Hub dataset id (offline: one in the local Hugging Face cache) or a "
-                        "folder in the Hub layout (train.csv, validation.csv, ...)") from exc
+        raise DataError(
+            f"cannot read the dataset task.dataset_name={name} ({type(exc).__name__}): "
+            "give a Hub dataset id (offline: one in the local Hugging Face cache) or a "
+            "folder in the Hub layout (train.csv, validation.csv, ...)"
+        ) from exc
 
 
 def where(user: UserData, split: str) -> str:
@@ -84,7 +100,8 @@ def read_raw(user: UserData, split: str) -> datasets.Dataset:
     """A split as stored, every column (the carved validation split is cut from train here)."""
     if user.carve and split in ("train", "validation"):
         parts = read_source(user, "train").train_test_split(
-            test_size=user.validation_fraction, seed=user.split_seed)
+            test_size=user.validation_fraction, seed=user.split_seed
+        )
         return parts["train" if split == "train" else "test"]
     return read_source(user, split)
 
@@ -111,15 +128,17 @@ def read_source(user: UserData, split: str) -> datasets.Dataset:
             else:
                 path = user.files[split]
                 options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-                ds = datasets.load_dataset(user.format, data_files={split: str(path)}, split=split,
-                                           **options)
+                ds = datasets.load_dataset(
+                    user.format, data_files={split: str(path)}, split=split, **options
+                )
     except Exception as exc:  # parsers and the Hub client raise many types
         if split in user.files and no_rows(user.files[split]):
             raise empty(user, split) from None
         first = str(exc).splitlines()[0] if str(exc) else ""
-        raise DataError(f"cannot read {where(user, split)} ({type(exc).__name__}: {first}): give a "
-                        f"readable {user.format or 'Hub'} dataset with a header naming its columns"
-                        ) from exc
+        raise DataError(
+            f"cannot read {where(user, split)} ({type(exc).__name__}: {first}): give a "
+            f"readable {user.format or 'Hub'} dataset with a header naming its columns"
+        ) from exc
     if len(ds) == 0:
         raise empty(user, split)
     return ds
@@ -137,8 +156,9 @@ def no_rows(path: Path) -> bool:
 
 
 def empty(user: UserData, split: str) -> DataError:
-    return DataError(f"{where(user, split)} is empty: give a file with a header and at least one "
-                     "example")
+    return DataError(
+        f"{where(user, split)} is empty: give a file with a header and at least one example"
+    )
 
 
 def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields: tuple) -> None:
@@ -146,17 +166,23 @@ def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields:
     for column in (*text_fields, user.label_column):
         if column not in ds.column_names:
             key = "task.label_column" if column == user.label_column else "task.text_columns"
-            raise DataError(f"{where(user, split)} has no column {column!r} (it has "
-                            f"{', '.join(ds.column_names)}): set {key} to its columns")
+            raise DataError(
+                f"{where(user, split)} has no column {column!r} (it has "
+                f"{', '.join(ds.column_names)}): set {key} to its columns"
+            )
     for column in text_fields:
         dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
         if dtype not in ("string", "large_string"):
-            raise DataError(f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
-                            "name its text columns in task.text_columns")
+            raise DataError(
+                f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
+                "name its text columns in task.text_columns"
+            )
         if None in ds[column]:
             row = ds[column].index(None) + 1
-            raise DataError(f"{where(user, split)}: row {row} has no text in column {column!r}: "
-                            "fill it in or drop the row")
+            raise DataError(
+                f"{where(user, split)}: row {row} has no text in column {column!r}: "
+                "fill it in or drop the row"
+            )
 
 
 def label_values(ds: datasets.Dataset, user: UserData, split: str, regression: bool) -> list:
@@ -164,13 +190,17 @@ def label_values(ds: datasets.Dataset, user: UserData, split: str, regression: b
     refused."""
     values = ds[user.label_column]
     if None in values:
-        raise DataError(f"{where(user, split)}: row {values.index(None) + 1} has no label in "
-                        f"column {user.label_column!r}: fill it in or drop the row")
+        raise DataError(
+            f"{where(user, split)}: row {values.index(None) + 1} has no label in "
+            f"column {user.label_column!r}: fill it in or drop the row"
+        )
     if not regression:
         return [str(value) for value in values]
     if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values):
-        raise DataError(f"{where(user, split)}: column {user.label_column!r} holds text, not "
-                        "numbers: a regression needs numeric labels (or set task.regression=false)")
+        raise DataError(
+            f"{where(user, split)}: column {user.label_column!r} holds text, not "
+            "numbers: a regression needs numeric labels (or set task.regression=false)"
+        )
     return values
 
 
@@ -182,18 +212,22 @@ def class_names(ds: datasets.Dataset, user: UserData, given) -> tuple[str, ...]:
         return tuple(map(str, given))
     names = tuple(str(value) for value in sorted(set(raw), key=lambda v: (isinstance(v, str), v)))
     if len(names) < 2:
-        raise DataError(f"{where(user, 'train')} has one class only ({names[0]!r}): a classifier "
-                        "needs two or more; add examples of the others, or set "
-                        "task.regression=true for a score")
+        raise DataError(
+            f"{where(user, 'train')} has one class only ({names[0]!r}): a classifier "
+            "needs two or more; add examples of the others, or set "
+            "task.regression=true for a score"
+        )
     return names
 
 
 def check_known(labels: list[str], names: tuple[str, ...], user: UserData, split: str) -> None:
     unknown = sorted(set(labels) - set(names))
     if unknown:
-        raise DataError(f"{where(user, split)} has labels that {where(user, 'train')} lacks "
-                        f"({', '.join(unknown[:5])}): add training examples of them, or drop those "
-                        f"rows (known: {', '.join(names)})")
+        raise DataError(
+            f"{where(user, split)} has labels that {where(user, 'train')} lacks "
+            f"({', '.join(unknown[:5])}): add training examples of them, or drop those "
+            f"rows (known: {', '.join(names)})"
+        )
 
 
 def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
@@ -205,8 +239,9 @@ def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
             kind = "a regression" if regression else "classes"
             raise ConfigError(f"task.metric={name} does not fit {kind}: use {', '.join(valid)}")
         if name == "f1" and num_classes > 2:
-            raise ConfigError(f"task.metric=f1 is binary F1, and the task has {num_classes} "
-                              "classes: use f1_macro")
+            raise ConfigError(
+                f"task.metric=f1 is binary F1, and the task has {num_classes} classes: use f1_macro"
+            )
     return metrics
 
 
@@ -232,14 +267,14 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
     user = user_data(task)
     text_fields = tuple(task["text_columns"])
     if len(text_fields) not in (1, 2):
-        raise ConfigError(f"task.text_columns={list(text_fields)} must name one text column, or "
-                          "two for a pair")
+        raise ConfigError(
+            f"task.text_columns={list(text_fields)} must name one text column, or two for a pair"
+        )
     splits = ["train", "validation", *(["test"] if "test" in user.files else [])]
     raw = {split: read_raw(user, split) for split in splits}
     for split, ds in raw.items():
         check_columns(ds, user, split, text_fields)
-    labels = {split: label_values(ds, user, split, task["regression"])
-              for split, ds in raw.items()}
+    labels = {split: label_values(ds, user, split, task["regression"]) for split, ds in raw.items()}
     # the classes of the whole training file: a carved validation split's too
     whole_train = read_source(user, "train") if user.carve else raw["train"]
     names = () if task["regression"] else class_names(whole_train, user, task.get("label_names"))

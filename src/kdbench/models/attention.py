@@ -24,10 +24,20 @@ def _recomputed_sdpa(module, query, key, value, attention_mask, dropout: float =
     gradients are bitwise those of plain SDPA. The fused GPU kernels keep no maps (dropout
     included), so there, and without dropout, this is plain SDPA."""
     if dropout > 0 and query.device.type == "cpu" and torch.is_grad_enabled():
-        return checkpoint(sdpa_attention_forward, module, query, key, value, attention_mask,
-                          dropout=dropout, use_reentrant=False, **kwargs)
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                  **kwargs)
+        return checkpoint(
+            sdpa_attention_forward,
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            use_reentrant=False,
+            **kwargs,
+        )
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, **kwargs
+    )
 
 
 def prepare_for_training(model: PreTrainedModel, recompute_attention: bool) -> PreTrainedModel:

@@ -46,8 +46,8 @@ def pretrained_teacher(
 
 
 def teacher_config(teacher: TeacherSpec) -> PretrainedConfig:
-    """The teacher's architecture config, cheaply (no weights): used to validate before heavy work.
-    """
+    """The teacher's architecture config, cheaply (no weights): used to validate before heavy
+    work."""
     if teacher.shape is not None:
         return tiny_config(teacher.shape, 2)
     return load(AutoConfig, teacher.name_or_path)

@@ -1,30 +1,37 @@
-"""The `crd` loss (objective `hid_cls_contrast`): contrastive distillation of [CLS] representations with memory banks.
+"""The `crd` loss (objective `hid_cls_contrast`): contrastive distillation of [CLS] representations
+with memory banks.
 
 This is the contrastive term of "How to Distill your BERT" (Wang et al. 2023), which follows CoDIR
 (Sun et al. 2020a, "Contrastive Distillation on Intermediate Representations"), itself CRD-style
-(Tian et al. 2020): learnable heads map both sides to a small unit sphere, every training example owns
-one memory-bank slot per side, negatives are examples of *other* classes, and an InfoNCE loss is taken
-in both directions.
+(Tian et al. 2020): learnable heads map both sides to a small unit sphere, every training example
+owns one memory-bank slot per side, negatives are examples of *other* classes, and an InfoNCE loss
+is taken in both directions.
 
 Shapes (B = batch, N = training examples, F = ``feat_dim``, K = ``num_negatives``):
 
 * ``student_repr`` ``[B, student_width]``: the student's [CLS] hidden states at the mapped layers,
   concatenated by the caller.
-* ``teacher_repr`` ``[B, teacher_width]``: the same for the (frozen) teacher; always detached here and may
+* ``teacher_repr`` ``[B, teacher_width]``: the same for the (frozen) teacher; always detached here
+  and may
   be an inference-mode tensor.
-* ``idx`` ``[B]`` (long): the examples' ids, rows of the memory banks; ``labels`` ``[B]`` their classes.
-* memory banks ``memory_student`` / ``memory_teacher`` ``[N, F]`` (buffers, saved in ``state_dict``).
+* ``idx`` ``[B]`` (long): the examples' ids, rows of the memory banks; ``labels`` ``[B]`` their
+  classes.
+* memory banks ``memory_student`` / ``memory_teacher`` ``[N, F]`` (buffers, saved in
+  ``state_dict``).
 
-The loss, with ``z_s = normalize(W_s student_repr)``, ``z_t = normalize(W_t teacher_repr)``, negative ids
-``n_ij`` (j = 1..K) drawn uniformly, with replacement, among the training examples whose label differs from
-example i's, and temperature tau::
+The loss, with ``z_s = normalize(W_s student_repr)``, ``z_t = normalize(W_t teacher_repr)``,
+negative ids ``n_ij`` (j = 1..K) drawn uniformly, with replacement, among the training examples
+whose label differs from example i's, and temperature tau::
 
-    L = mean_i [ -log softmax( [z_s_i . z_t_i,  z_s_i . bank_t[n_i1], ..., z_s_i . bank_t[n_iK]] / tau )_0
-                 -log softmax( [z_t_i . z_s_i,  z_t_i . bank_s[n_i1], ..., z_t_i . bank_s[n_iK]] / tau )_0 ]
+    L = mean_i [ -log softmax( [z_s_i . z_t_i,  z_s_i . bank_t[n_i1], ..., z_s_i . bank_t[n_iK]] /
+    tau )_0
+                 -log softmax( [z_t_i . z_s_i,  z_t_i . bank_s[n_i1], ..., z_t_i . bank_s[n_iK]] /
+                 tau )_0 ]
 
-The positive is the *current* embedding of the same example on the other side; negatives are read from the
-other side's memory bank. Everything is computed in float32. After a training-mode forward the banks are
-updated at ``idx``: ``bank[idx] = normalize(m * bank[idx] + (1 - m) * z.detach())`` with momentum m.
+The positive is the *current* embedding of the same example on the other side; negatives are read
+from the other side's memory bank. Everything is computed in float32. After a training-mode forward
+the banks are updated at ``idx``: ``bank[idx] = normalize(m * bank[idx] + (1 - m) * z.detach())``
+with momentum m.
 
 ``form="nce"`` is CRD as the study's code releases it (Tian et al.'s binary NCE,
 ``crd/criterion.py`` and ``crd/memory.py``): banks start uniform in ``[-1/sqrt(F/3), 1/sqrt(F/3)]``;
@@ -52,7 +59,8 @@ __all__ = ["ContrastiveDistillation", "ContrastiveSetupError", "crd"]
 
 
 class ContrastiveSetupError(ConfigError, ValueError):
-    """The contrastive loss cannot be built for this training set (a ValueError and a one-line CLI error)."""
+    """The contrastive loss cannot be built for this training set (a ValueError and a one-line CLI
+    error)."""
 
 
 # The live modules by key: `_uniform` reads a module's sampler without taking the generator as an
@@ -81,7 +89,8 @@ def _unit(x: Tensor) -> Tensor:
 
 
 def _info_nce(anchor: Tensor, positive: Tensor, negatives: Tensor, temperature: float) -> Tensor:
-    """Mean over the batch of -log softmax(...)[positive]; anchor/positive [B, F], negatives [B, K, F]."""
+    """Mean over the batch of -log softmax(...)[positive]; anchor/positive [B, F], negatives [B, K,
+    F]."""
     pos = (anchor * positive).sum(-1, keepdim=True)  # [B, 1]
     neg = torch.einsum("bf,bkf->bk", anchor, negatives)  # [B, K]
     logits = torch.cat([pos, neg], dim=1) / temperature
@@ -91,8 +100,9 @@ def _info_nce(anchor: Tensor, positive: Tensor, negatives: Tensor, temperature: 
 def _class_layout(labels: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Validate train labels and group example ids by class.
 
-    Returns ``classes`` [C] (sorted label values), ``order`` [N] (example ids sorted by class, stable),
-    ``start`` [C] and ``count`` [C] (class c occupies ``order[start[c] : start[c] + count[c]]``).
+    Returns ``classes`` [C] (sorted label values), ``order`` [N] (example ids sorted by class,
+    stable), ``start`` [C] and ``count`` [C] (class c occupies ``order[start[c] : start[c] +
+    count[c]]``).
     """
     if labels.is_floating_point() or labels.is_complex():
         raise ContrastiveSetupError(
@@ -104,7 +114,9 @@ def _class_layout(labels: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
             f"crd needs a non-empty 1-D vector of training labels, got shape {tuple(labels.shape)}"
         )
     labels = labels.long()
-    classes, class_of, count = torch.unique(labels, sorted=True, return_inverse=True, return_counts=True)
+    classes, class_of, count = torch.unique(
+        labels, sorted=True, return_inverse=True, return_counts=True
+    )
     if len(classes) < 2:
         raise ContrastiveSetupError(
             f"crd draws negatives from other classes, but every training example has label "
@@ -116,20 +128,20 @@ def _class_layout(labels: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 
 class ContrastiveDistillation(nn.Module):
-    """Contrastive [CLS] distillation (CoDIR / CRD style) with per-example memory banks; see the module doc.
+    """Contrastive [CLS] distillation (CoDIR / CRD style) with per-example memory banks; see the
+    module doc.
 
     Args:
         student_width: width of ``student_repr`` (hidden size x number of mapped layers).
-        teacher_width: width of ``teacher_repr``.
-        labels: ``[N]`` integer labels of the whole training set, indexed by example id.
-        feat_dim: F, the dimension of the contrastive embedding.
-        num_negatives: K, negatives per example (drawn with replacement from other classes).
-        temperature: tau of the InfoNCE logits.
-        momentum: memory-bank momentum m.
-        seed: seeds the bank initialisation and the negative sampler (the sampler's state advances each call).
+        teacher_width: width of ``teacher_repr``. labels: ``[N]`` integer labels of the whole
+        training set, indexed by example id. feat_dim: F, the dimension of the contrastive
+        embedding. num_negatives: K, negatives per example (drawn with replacement from other
+        classes). temperature: tau of the InfoNCE logits. momentum: memory-bank momentum m. seed:
+        seeds the bank initialisation and the negative sampler (the sampler's state advances each
+        call).
 
-    Both heads (``student_head`` and ``teacher_head``) are learnable and belong to the student-side optimizer;
-    only the teacher *model* is frozen. ``forward`` returns a float32 scalar.
+    Both heads (``student_head`` and ``teacher_head``) are learnable and belong to the student-side
+    optimizer; only the teacher *model* is frozen. ``forward`` returns a float32 scalar.
     """
 
     def __init__(
@@ -152,10 +164,12 @@ class ContrastiveDistillation(nn.Module):
             )
         if form not in ("infonce", "nce"):
             raise ContrastiveSetupError(
-                f"crd: form must be infonce or nce (CRD as released), got {form!r}")
+                f"crd: form must be infonce or nce (CRD as released), got {form!r}"
+            )
         if temperature <= 0 or not 0.0 <= momentum <= 1.0:
             raise ContrastiveSetupError(
-                f"crd: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got {momentum})"
+                f"crd: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got "
+                f"{momentum})"
             )
         classes, order, start, count = _class_layout(torch.as_tensor(labels).detach().cpu())
         self.num_negatives = num_negatives
@@ -193,15 +207,17 @@ class ContrastiveDistillation(nn.Module):
         return torch.Generator(device=device).manual_seed(self.seed)
 
     def _apply(self, fn, recurse=True):
-        """Moved or cast as any module; on a new device the sampler starts afresh (seeded with `seed`)
-        there. It is made here, not on first use: a compiled step cannot create a generator."""
+        """Moved or cast as any module; on a new device the sampler starts afresh (seeded with
+        `seed`) there. It is made here, not on first use: a compiled step cannot create a
+        generator."""
         module = super()._apply(fn, recurse)
         if self.sampler.device != self.class_order.device:
             self.sampler = self._seeded(self.class_order.device)
         return module
 
     def get_extra_state(self) -> dict:
-        """The sampler's RNG state travels with the state dict: a resumed run draws the same negatives."""
+        """The sampler's RNG state travels with the state dict: a resumed run draws the same
+        negatives."""
         return {str(self.sampler.device): self.sampler.get_state()}
 
     def set_extra_state(self, state: dict) -> None:
@@ -213,14 +229,19 @@ class ContrastiveDistillation(nn.Module):
 
     @torch.no_grad()
     def sample_negatives(self, labels: Tensor) -> Tensor:
-        """``[B, K]`` example ids, each uniform (with replacement) among training examples whose label != ``labels[b]``.
+        """``[B, K]`` example ids, each uniform (with replacement) among training examples whose
+        label != ``labels[b]``.
 
-        Runs on the banks' device: the other-class examples of class c are ``class_order`` minus the contiguous
-        block of class c, so a uniform position in ``[0, N - count[c])`` is shifted past that block.
+        Runs on the banks' device: the other-class examples of class c are ``class_order`` minus the
+        contiguous block of class c, so a uniform position in ``[0, N - count[c])`` is shifted past
+        that block.
         """
         device = self.class_order.device
         cls = torch.searchsorted(self.classes, labels.to(device=device, dtype=torch.long))
-        start, count = self.class_start[cls].unsqueeze(1), self.class_count[cls].unsqueeze(1)  # [B, 1]
+        start, count = (
+            self.class_start[cls].unsqueeze(1),
+            self.class_count[cls].unsqueeze(1),
+        )  # [B, 1]
         available = len(self.class_order) - count
         u = _uniform(self._key, len(cls), self.num_negatives, device)
         pos = torch.minimum((u * available).long(), available - 1)
@@ -229,7 +250,8 @@ class ContrastiveDistillation(nn.Module):
 
     @torch.no_grad()
     def update_memory(self, idx: Tensor, z_student: Tensor, z_teacher: Tensor) -> None:
-        """``bank[idx] = normalize(m * bank[idx] + (1 - m) * z)`` for both banks; other rows are untouched."""
+        """``bank[idx] = normalize(m * bank[idx] + (1 - m) * z)`` for both banks; other rows are
+        untouched."""
         idx = idx.to(self.memory_student.device)
         for bank, z in ((self.memory_student, z_student), (self.memory_teacher, z_teacher)):
             mixed = self.momentum * bank[idx].float() + (1.0 - self.momentum) * z.detach().float()
@@ -252,16 +274,29 @@ class ContrastiveDistillation(nn.Module):
         return (losses[0] + losses[1]) / 2
 
     def _embed(self, head: nn.Linear, x: Tensor) -> Tensor:
-        return _unit(F.linear(x.float(), head.weight.float(), None if head.bias is None else head.bias.float()))
+        return _unit(
+            F.linear(
+                x.float(), head.weight.float(), None if head.bias is None else head.bias.float()
+            )
+        )
 
-    def forward(self, student_repr: Tensor, teacher_repr: Tensor, idx: Tensor, labels: Tensor) -> Tensor:
-        """Student->teacher-bank plus teacher->student-bank InfoNCE, float32 scalar; updates the banks in training mode."""
-        if student_repr.dim() != 2 or teacher_repr.dim() != 2 or not (len(student_repr) == len(teacher_repr) == len(idx)):
+    def forward(
+        self, student_repr: Tensor, teacher_repr: Tensor, idx: Tensor, labels: Tensor
+    ) -> Tensor:
+        """Student->teacher-bank plus teacher->student-bank InfoNCE, float32 scalar; updates the
+        banks in training mode."""
+        if (
+            student_repr.dim() != 2
+            or teacher_repr.dim() != 2
+            or not (len(student_repr) == len(teacher_repr) == len(idx))
+        ):
             raise ValueError(
                 f"crd expects student [B, Ws], teacher [B, Wt] and idx [B]; got "
                 f"{tuple(student_repr.shape)}, {tuple(teacher_repr.shape)}, {tuple(idx.shape)}"
             )
-        teacher_repr = teacher_repr.detach().clone()  # it may be an inference tensor, which backward cannot save
+        teacher_repr = (
+            teacher_repr.detach().clone()
+        )  # it may be an inference tensor, which backward cannot save
         negatives = self.sample_negatives(labels)  # [B, K]
         with torch.autocast(device_type=student_repr.device.type, enabled=False):
             z_s = self._embed(self.student_head, student_repr)
@@ -272,8 +307,9 @@ class ContrastiveDistillation(nn.Module):
             else:
                 sides = (self.memory_teacher, self.memory_student)
                 banks = [bank[negatives].float() for bank in sides]
-                loss = (_info_nce(z_s, z_t, banks[0], self.temperature)
-                        + _info_nce(z_t, z_s, banks[1], self.temperature))
+                loss = _info_nce(z_s, z_t, banks[0], self.temperature) + _info_nce(
+                    z_t, z_s, banks[1], self.temperature
+                )
         if self.training:
             self.update_memory(idx, z_s, z_t)
         return loss
@@ -297,10 +333,13 @@ def _nce_loss(scores: Tensor, num_examples: int, eps: float = 1e-7) -> Tensor:
     return -(log_positive.sum() + log_negative.sum()) / scores.shape[0]
 
 
-def crd(student_width: int, teacher_width: int, train_labels: Tensor, seed: int = 0, **params) -> ContrastiveDistillation:
-    """The `crd` loss of an objective term: its learnable module, for features of these widths and this training set.
+def crd(
+    student_width: int, teacher_width: int, train_labels: Tensor, seed: int = 0, **params
+) -> ContrastiveDistillation:
+    """The `crd` loss of an objective term: its learnable module, for features of these widths and
+    this training set.
 
-    `train_labels` [N]: the training set's labels by example id; `params`: feat_dim, num_negatives, temperature,
-    momentum (see `ContrastiveDistillation`).
+    `train_labels` [N]: the training set's labels by example id; `params`: feat_dim, num_negatives,
+    temperature, momentum (see `ContrastiveDistillation`).
     """
     return ContrastiveDistillation(student_width, teacher_width, train_labels, seed=seed, **params)

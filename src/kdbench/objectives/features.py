@@ -1,13 +1,15 @@
-"""The features an objective compares, and reading them from a model by forward hooks at the mapped layers only.
+"""The features an objective compares, and reading them from a model by forward hooks at the mapped
+layers only.
 
-The models keep their fast attention (SDPA): attention scores are not taken from `output_attentions`, they
-are recomputed inside the loss from the query/key projections captured here, and only at mapped layers.
-A forward can also stop right after the last layer a stage needs (the teacher in stage 1 never runs its
-upper layers or its classifier), and, where that layer is read at its query/key/value projections only, right
-after those projections.
+The models keep their fast attention (SDPA): attention scores are not taken from
+`output_attentions`, they are recomputed inside the loss from the query/key projections captured
+here, and only at mapped layers. A forward can also stop right after the last layer a stage needs
+(the teacher in stage 1 never runs its upper layers or its classifier), and, where that layer is
+read at its query/key/value projections only, right after those projections.
 
-Layer numbers are 1-based transformer blocks; layer 0 is the embedding output. A layer's records hold its raw
-features (`RAW_FEATURES`); the features a loss reads (`FEATURES`) are derived from them.
+Layer numbers are 1-based transformer blocks; layer 0 is the embedding output. A layer's records
+hold its raw features (`RAW_FEATURES`); the features a loss reads (`FEATURES`) are derived from
+them.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from torch import Tensor, nn
 from kdbench.models.anatomy import embeddings, encoder_layers
 from kdbench.objectives.tensors import LOGITS, split_heads
 
-# Raw features a hook can record at a layer: the attention projections, by their module names in BERT, RoBERTa
-# and DistilBERT, and the layer's output ("hidden").
+# Raw features a hook can record at a layer: the attention projections, by their module names in
+# BERT, RoBERTa and DistilBERT, and the layer's output ("hidden").
 PROJECTION_NAMES = {
     "query": ("query", "q_proj", "q_lin"),
     "key": ("key", "k_proj", "k_lin"),
@@ -44,9 +46,15 @@ class Feature:
     """A feature a loss term can read at a layer."""
 
     raw: tuple[str, ...]  # the raw features it is derived from (the hooks record them)
-    derive: Callable[[Mapping[str, Tensor], int], Tensor]  # (the layer's raw features, its head count) -> feature
-    token_level: bool = True  # one vector per token, [B, L, ...] or [B, H, L, ...], masked by padding
-    per_head: bool = False  # split into the attention heads: student and teacher compare head by head
+    derive: Callable[
+        [Mapping[str, Tensor], int], Tensor
+    ]  # (the layer's raw features, its head count) -> feature
+    token_level: bool = (
+        True  # one vector per token, [B, L, ...] or [B, H, L, ...], masked by padding
+    )
+    per_head: bool = (
+        False  # split into the attention heads: student and teacher compare head by head
+    )
 
 
 def _recorded(name: str) -> Feature:
@@ -56,12 +64,16 @@ def _recorded(name: str) -> Feature:
 
 FEATURES: dict[str, Feature] = {
     "attention_scores": Feature(("query", "key"), attention_scores, per_head=True),  # [B, H, L, L]
-    "values": Feature(("value",), lambda raw, heads: split_heads(raw["value"], heads), per_head=True),  # [B, H, L, d]
+    "values": Feature(
+        ("value",), lambda raw, heads: split_heads(raw["value"], heads), per_head=True
+    ),  # [B, H, L, d]
     "query": _recorded("query"),
     "key": _recorded("key"),
     "value": _recorded("value"),
     "hidden": _recorded("hidden"),
-    "cls": Feature(("hidden",), lambda raw, heads: raw["hidden"][:, 0], token_level=False),  # [B, D]
+    "cls": Feature(
+        ("hidden",), lambda raw, heads: raw["hidden"][:, 0], token_level=False
+    ),  # [B, D]
 }
 
 
@@ -79,20 +91,24 @@ def _first(output):
 
 
 class FeatureRecorder:
-    """Hooks recording raw features at chosen layers, optionally stopping the forward after `stop_after`.
+    """Hooks recording raw features at chosen layers, optionally stopping the forward after
+    `stop_after`.
 
-    `needs` maps a layer number (0 = embeddings) to the raw features wanted there. When `stop_after` needs only
-    projections, the forward stops as soon as they are recorded: that block's attention and feed-forward never
-    run. Use as a context manager (hooks are removed on exit); `forward(**batch)` returns the model output, or
-    None when stopped early.
+    `needs` maps a layer number (0 = embeddings) to the raw features wanted there. When `stop_after`
+    needs only projections, the forward stops as soon as they are recorded: that block's attention
+    and feed-forward never run. Use as a context manager (hooks are removed on exit);
+    `forward(**batch)` returns the model output, or None when stopped early.
     """
 
-    def __init__(self, model: nn.Module, needs: Mapping[int, set[str]], stop_after: int | None = None):
+    def __init__(
+        self, model: nn.Module, needs: Mapping[int, set[str]], stop_after: int | None = None
+    ):
         self.model = model  # called by `forward`; hooks go on its layers
         self.records: dict[int, dict[str, torch.Tensor]] = {}
         self._handles = []
         blocks = encoder_layers(model)
-        # A last layer read at its projections only stops once they have run (no attention, no feed-forward).
+        # A last layer read at its projections only stops once they have run (no attention, no
+        # feed-forward).
         last = set(needs.get(stop_after, ())) if stop_after is not None else set()
         stop_projections = set() if "hidden" in last else last & set(PROJECTION_NAMES)
         for layer, wanted in needs.items():
@@ -114,10 +130,13 @@ class FeatureRecorder:
         for layer in sorted(hidden_layers):
             module = embeddings(model) if layer == 0 else blocks[layer - 1]
             keep = "hidden" in needs.get(layer, ())
-            self._handles.append(module.register_forward_hook(self._block_hook(layer, keep, layer == stop_after)))
+            self._handles.append(
+                module.register_forward_hook(self._block_hook(layer, keep, layer == stop_after))
+            )
 
     def _keeper(self, layer: int, name: str, stop_once: set[str]):
-        """Records the projection; ends the forward once every projection in `stop_once` is recorded."""
+        """Records the projection; ends the forward once every projection in `stop_once` is
+        recorded."""
 
         def hook(module, inputs, output):
             recorded = self.records.setdefault(layer, {})

@@ -1,17 +1,18 @@
 """The score-map losses with their gradient formed in the forward pass, a chunk of heads at a time.
 
-att_kl and att_mse (maps Z = Q K^T / sqrt(d)), val_kl and relation_kl (maps Z = X X^T / sqrt(d)) are sums over
-heads of a function of the student's and the teacher's [B, h, L, L] score maps. Through autograd, every one of
-those maps and the loss's intermediates stay alive until backward: at length 512 and batch 8, 100 MiB per map and
-about 2 GiB for att_kl+val_kl over three layer pairs. Here the gradient with respect to the student's map has a
-closed form (KL: p_s - p_t on valid entries; MSE: 2 (z_s - z_t)), so the forward pass turns it into the gradients
-of the student's projections, dA = G B / sqrt(d) and dB = G^T A / sqrt(d) ([B, L, H*d], as small as the
-projections), and keeps only those; the maps of one chunk of heads exist at a time. The definitions, masking and
-normalisations are those of `losses` (the reference the tests compare with): the same losses and
-gradients to float32 rounding, in one pass instead of a forward and a backward through the maps.
+att_kl and att_mse (maps Z = Q K^T / sqrt(d)), val_kl and relation_kl (maps Z = X X^T / sqrt(d)) are
+sums over heads of a function of the student's and the teacher's [B, h, L, L] score maps. Through
+autograd, every one of those maps and the loss's intermediates stay alive until backward: at length
+512 and batch 8, 100 MiB per map and about 2 GiB for att_kl+val_kl over three layer pairs. Here the
+gradient with respect to the student's map has a closed form (KL: p_s - p_t on valid entries; MSE: 2
+(z_s - z_t)), so the forward pass turns it into the gradients of the student's projections, dA = G B
+/ sqrt(d) and dB = G^T A / sqrt(d) ([B, L, H*d], as small as the projections), and keeps only those;
+the maps of one chunk of heads exist at a time. The definitions, masking and normalisations are
+those of `losses` (the reference the tests compare with): the same losses and gradients to float32
+rounding, in one pass instead of a forward and a backward through the maps.
 
-`att_kl` and `att_mse` here are the fused forms the registry `losses.LOSSES` gives those losses (and val_kl and
-relation_kl, att_kl on self-relation maps).
+`att_kl` and `att_mse` here are the fused forms the registry `losses.LOSSES` gives those losses (and
+val_kl and relation_kl, att_kl on self-relation maps).
 """
 
 from __future__ import annotations
@@ -23,15 +24,17 @@ from torch import Tensor
 
 from kdbench.objectives.tensors import MASKED_SCORE, outside_autocast, padding_mask, split_heads
 
-# Heads per chunk are chosen so that one [B, h, L, L] float32 map is about this size: every head at once on
-# GLUE-length batches, a few heads at a time at length 512 (a chunk holds about four maps at once).
+# Heads per chunk are chosen so that one [B, h, L, L] float32 map is about this size: every head at
+# once on GLUE-length batches, a few heads at a time at length 512 (a chunk holds about four maps at
+# once).
 CHUNK_BYTES = 64 * 2**20
 
 
 def _heads_view(x: Tensor, start: int, stop: int, heads: int, valid: Tensor) -> Tensor:
-    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], padded tokens zeroed."""
+    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], padded tokens
+    zeroed."""
     d = x.shape[-1] // heads
-    chunk = x[..., start * d: stop * d].float().masked_fill(~valid[:, :, None], 0.0)
+    chunk = x[..., start * d : stop * d].float().masked_fill(~valid[:, :, None], 0.0)
     return split_heads(chunk, stop - start)
 
 
@@ -42,9 +45,11 @@ def _merge_heads(x: Tensor) -> Tensor:
 
 
 def _kl_rows(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
-    """sum over valid (query, key) of p_t (log p_t - log p_s), and its gradient p_s - p_t, for [B, h, L, L] maps.
+    """sum over valid (query, key) of p_t (log p_t - log p_s), and its gradient p_s - p_t, for [B,
+    h, L, L] maps.
 
-    Both maps are consumed (overwritten). Invalid keys leave the softmax; invalid rows contribute nothing.
+    Both maps are consumed (overwritten). Invalid keys leave the softmax; invalid rows contribute
+    nothing.
     """
     log_student = torch.log_softmax(student.masked_fill_(~pair, MASKED_SCORE), dim=-1)
     log_teacher = torch.log_softmax(teacher.masked_fill_(~pair, MASKED_SCORE), dim=-1)
@@ -61,19 +66,33 @@ def _squared_error(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tens
     return diff.square().sum(), diff.mul_(2.0)
 
 
-# kind -> (the sum over a chunk's valid entries and its gradient, the normaliser's per-example count)
+# kind -> (the sum over a chunk's valid entries and its gradient, the normaliser's per-example
+# count)
 KINDS = {
     "kl": (_kl_rows, lambda counts: counts.sum()),  # valid query rows: sum_b n_b
-    "mse": (_squared_error, lambda counts: counts.square().sum()),  # valid (query, key) pairs: sum_b n_b^2
+    "mse": (
+        _squared_error,
+        lambda counts: counts.square().sum(),
+    ),  # valid (query, key) pairs: sum_b n_b^2
 }
 
 
 class _ScoreMapLoss(torch.autograd.Function):
-    """The loss of the maps A B^T; B is None for a self-relation (B = A: the tensor is taken once, and its gradient
-    sums both roles in float32 before one cast to its dtype)."""
+    """The loss of the maps A B^T; B is None for a self-relation (B = A: the tensor is taken once,
+    and its gradient sums both roles in float32 before one cast to its dtype)."""
 
     @staticmethod
-    def forward(ctx, student_a, student_b, teacher_a, teacher_b, mask, heads: int, kind: str, with_grad: bool):
+    def forward(
+        ctx,
+        student_a,
+        student_b,
+        teacher_a,
+        teacher_b,
+        mask,
+        heads: int,
+        kind: str,
+        with_grad: bool,
+    ):
         rows, count = KINDS[kind]
         batch, length, _ = student_a.shape
         m = padding_mask(mask, batch, length, student_a.device)
@@ -83,26 +102,40 @@ class _ScoreMapLoss(torch.autograd.Function):
         self_relation = student_b is None
         student_b = student_a if self_relation else student_b
         teacher_b = teacher_a if teacher_b is None else teacher_b
-        # every chunk of heads writes its columns: the whole gradient is written, nothing needs zeroing
-        grad_a = torch.empty(student_a.shape, dtype=torch.float32, device=student_a.device) if with_grad else None
-        grad_b = torch.empty(student_b.shape, dtype=torch.float32, device=student_b.device) if with_grad else None
+        # every chunk of heads writes its columns: the whole gradient is written, nothing needs
+        # zeroing
+        grad_a = (
+            torch.empty(student_a.shape, dtype=torch.float32, device=student_a.device)
+            if with_grad
+            else None
+        )
+        grad_b = (
+            torch.empty(student_b.shape, dtype=torch.float32, device=student_b.device)
+            if with_grad
+            else None
+        )
         step = max(1, CHUNK_BYTES // (4 * batch * length * length))
         total = torch.zeros((), dtype=torch.float32, device=student_a.device)
         for start in range(0, heads, step):
             stop = min(heads, start + step)
-            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, valid)
-                              for x in (student_a, student_b, teacher_a, teacher_b))
+            sa, sb, ta, tb = (
+                _heads_view(x, start, stop, heads, valid)
+                for x in (student_a, student_b, teacher_a, teacher_b)
+            )
             student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
-            value, grad = rows((sa @ sb.transpose(-1, -2)).mul_(student_scale),
-                               (ta @ tb.transpose(-1, -2)).mul_(teacher_scale), pair)
+            value, grad = rows(
+                (sa @ sb.transpose(-1, -2)).mul_(student_scale),
+                (ta @ tb.transpose(-1, -2)).mul_(teacher_scale),
+                pair,
+            )
             total += value
             if not with_grad:
                 continue
             grad.mul_(student_scale / denom)
             d = sa.shape[-1]
             # dA = G B and dB = G^T A, back in the projections' [B, L, h*d] layout
-            grad_a[..., start * d: stop * d] = _merge_heads(grad @ sb)
-            grad_b[..., start * d: stop * d] = _merge_heads(grad.transpose(-1, -2) @ sa)
+            grad_a[..., start * d : stop * d] = _merge_heads(grad @ sb)
+            grad_b[..., start * d : stop * d] = _merge_heads(grad.transpose(-1, -2) @ sa)
         if with_grad and self_relation:
             ctx.save_for_backward(grad_a.add_(grad_b).to(student_a.dtype))
         elif with_grad:
@@ -116,41 +149,64 @@ class _ScoreMapLoss(torch.autograd.Function):
 
 
 @outside_autocast
-def score_map_loss(kind: str, student: tuple[Tensor, Tensor], teacher: tuple[Tensor, Tensor], heads: int,
-                   mask: Tensor | None = None) -> Tensor:
-    """The loss between per-head maps A B^T / sqrt(d) of the student and of the teacher, float32 scalar.
+def score_map_loss(
+    kind: str,
+    student: tuple[Tensor, Tensor],
+    teacher: tuple[Tensor, Tensor],
+    heads: int,
+    mask: Tensor | None = None,
+) -> Tensor:
+    """The loss between per-head maps A B^T / sqrt(d) of the student and of the teacher, float32
+    scalar.
 
-    `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be the same tensor,
-    a self-relation, passed to autograd once, its gradient summing both roles); `mask`: [B, L] or None.
-    kind "kl": `losses.att_kl` on the maps (sum / (heads * sum_b n_b)); "mse": `losses.att_mse`.
-    Padded tokens are zeroed before the product, as `losses`' relations do. Gradients reach the student only.
+    `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be
+    the same tensor, a self-relation, passed to autograd once, its gradient summing both roles);
+    `mask`: [B, L] or None. kind "kl": `losses.att_kl` on the maps (sum / (heads * sum_b n_b));
+    "mse": `losses.att_mse`. Padded tokens are zeroed before the product, as `losses`' relations do.
+    Gradients reach the student only.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown score-map loss {kind!r}; valid: {', '.join(KINDS)}")
     for name, x in (("student", student[0]), ("teacher", teacher[0])):
         if x.dim() != 3 or x.shape[-1] % heads:
-            raise ValueError(f"score_map_loss: {name} projections must be [B, L, heads*d] with {heads} heads, "
-                             f"got {tuple(x.shape)}")
+            raise ValueError(
+                f"score_map_loss: {name} projections must be [B, L, heads*d] with {heads} heads, "
+                f"got {tuple(x.shape)}"
+            )
     if student[0].shape[:2] != teacher[0].shape[:2]:
-        raise ValueError(f"score_map_loss: student and teacher [B, L] differ: {tuple(student[0].shape[:2])} vs "
-                         f"{tuple(teacher[0].shape[:2])}")
+        raise ValueError(
+            f"score_map_loss: student and teacher [B, L] differ: {tuple(student[0].shape[:2])} vs "
+            f"{tuple(teacher[0].shape[:2])}"
+        )
     with_grad = torch.is_grad_enabled() and (student[0].requires_grad or student[1].requires_grad)
     student_b = None if student[1] is student[0] else student[1]
     teacher_b = None if teacher[1] is teacher[0] else teacher[1].detach()
-    return _ScoreMapLoss.apply(student[0], student_b, teacher[0].detach(), teacher_b, mask, heads, kind, with_grad)
+    return _ScoreMapLoss.apply(
+        student[0], student_b, teacher[0].detach(), teacher_b, mask, heads, kind, with_grad
+    )
 
 
-def att_kl(student: tuple[Tensor, Tensor], teacher: tuple[Tensor, Tensor], num_heads: int,
-           mask: Tensor | None = None) -> Tensor:
-    """`losses.att_kl` on the per-head maps A B^T / sqrt(d) of (A, B) projections [B, L, num_heads*d], float32.
+def att_kl(
+    student: tuple[Tensor, Tensor],
+    teacher: tuple[Tensor, Tensor],
+    num_heads: int,
+    mask: Tensor | None = None,
+) -> Tensor:
+    """`losses.att_kl` on the per-head maps A B^T / sqrt(d) of (A, B) projections [B, L,
+    num_heads*d], float32.
 
-    (Q, K) gives att_kl on the attention scores; (V, V) `losses.val_kl`; (X, X) with `num_heads` relation heads
-    `losses.relation_kl`. `mask`: [B, L] or None.
+    (Q, K) gives att_kl on the attention scores; (V, V) `losses.val_kl`; (X, X) with `num_heads`
+    relation heads `losses.relation_kl`. `mask`: [B, L] or None.
     """
     return score_map_loss("kl", student, teacher, num_heads, mask)
 
 
-def att_mse(student: tuple[Tensor, Tensor], teacher: tuple[Tensor, Tensor], num_heads: int,
-            mask: Tensor | None = None) -> Tensor:
-    """`losses.att_mse` on the per-head maps Q K^T / sqrt(d) of (Q, K) projections [B, L, num_heads*d], float32."""
+def att_mse(
+    student: tuple[Tensor, Tensor],
+    teacher: tuple[Tensor, Tensor],
+    num_heads: int,
+    mask: Tensor | None = None,
+) -> Tensor:
+    """`losses.att_mse` on the per-head maps Q K^T / sqrt(d) of (Q, K) projections [B, L,
+    num_heads*d], float32."""
     return score_map_loss("mse", student, teacher, num_heads, mask)

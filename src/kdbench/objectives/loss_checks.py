@@ -18,7 +18,9 @@ def check_ndim(x: Tensor, ndims: tuple[int, ...], what: str, layout: str) -> Non
         raise ValueError(f"{what}: expected a tensor of shape {layout}, got shape {tuple(x.shape)}")
 
 
-def check_logits(student_logits: Tensor, teacher_logits: Tensor, temperature: float, what: str, layout: str) -> None:
+def check_logits(
+    student_logits: Tensor, teacher_logits: Tensor, temperature: float, what: str, layout: str
+) -> None:
     check_ndim(student_logits, (2,), what, layout)
     check_same_shape(student_logits, teacher_logits, what)
     if temperature <= 0:
@@ -39,5 +41,6 @@ def check_hidden(student: Tensor, teacher: Tensor, mask: Tensor | None, what: st
     check_ndim(student, (2, 3), what, "[B, L, D] or [B, D]")
     check_same_shape(student, teacher, what)
     if student.dim() == 2 and mask is not None:
-        raise ValueError(f"{what}: a mask is only supported for [B, L, D] inputs, got [B, D] inputs")
-
+        raise ValueError(
+            f"{what}: a mask is only supported for [B, L, D] inputs, got [B, D] inputs"
+        )

@@ -20,13 +20,21 @@ class LossEntry:
     mapped layers concatenated.
     """
 
-    fn: Callable[..., Tensor]  # the loss on one layer pair's features; for a `module` loss, its module's factory
-    features: tuple[str, ...]  # the features it reads (`features.FEATURES` or LOGITS); the first is the default
-    fused: Callable[..., Tensor] | None = None  # the same loss on the raw projections, its gradient formed in forward
+    fn: Callable[
+        ..., Tensor
+    ]  # the loss on one layer pair's features; for a `module` loss, its module's factory
+    features: tuple[
+        str, ...
+    ]  # the features it reads (`features.FEATURES` or LOGITS); the first is the default
+    fused: Callable[..., Tensor] | None = (
+        None  # the same loss on the raw projections, its gradient formed in forward
+    )
     projected: bool = False  # a learnable student->teacher width projection precedes it
-    module: bool = False  # `fn(student_width, teacher_width, train_labels, seed, **params)` builds an nn.Module
+    # `fn(student_width, teacher_width, train_labels, seed, **params)` builds an nn.Module
+    module: bool = False
     classification_only: bool = False  # contrasts examples by their task labels
-    mlm: bool = False  # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
+    # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
+    mlm: bool = False
 
     # Read at every step, so plain attributes (a step compiled by torch.compile traces them):
     # called with the batch's labels (the task's labels, or the MLM's original token ids)
@@ -49,4 +57,3 @@ class LossEntry:
             keywords = inspect.signature(builds).parameters.values()
             return frozenset(p.name for p in keywords if p.kind is p.KEYWORD_ONLY) - {"seed"}
         return frozenset(list(inspect.signature(self.fn).parameters)[2:]) - {"mask", "labels"}
-

@@ -133,7 +133,9 @@ def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float
 
 
 @outside_autocast
-def mlm(student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None) -> Tensor:
+def mlm(
+    student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None
+) -> Tensor:
     """Masked-language-model cross-entropy: ``[M, V]`` logits at the masked positions, ``[M]``
     original ids.
 
@@ -194,8 +196,13 @@ def att_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None =
 
 
 @outside_autocast
-def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None = None, *,
-           scale_by: str = "own") -> Tensor:
+def val_kl(
+    student_values: Tensor,
+    teacher_values: Tensor,
+    mask: Tensor | None = None,
+    *,
+    scale_by: str = "own",
+) -> Tensor:
     """Value-relation KL (MiniLM).
 
     Shapes: ``student_values``: ``[B, H, L, d_s]``, ``teacher_values``:
@@ -233,7 +240,9 @@ def val_kl(student_values: Tensor, teacher_values: Tensor, mask: Tensor | None =
 
 
 @outside_autocast
-def relation_kl(student_x: Tensor, teacher_x: Tensor, num_heads: int, mask: Tensor | None = None) -> Tensor:
+def relation_kl(
+    student_x: Tensor, teacher_x: Tensor, num_heads: int, mask: Tensor | None = None
+) -> Tensor:
     """Self-attention relation KL (MiniLMv2).
 
     Shapes: ``student_x``: ``[B, L, D_s]``, ``teacher_x``: ``[B, L, D_t]``
@@ -265,6 +274,7 @@ def relation_kl(student_x: Tensor, teacher_x: Tensor, num_heads: int, mask: Tens
 # --------------------------------------------------------------------------- #
 # hidden states
 # --------------------------------------------------------------------------- #
+
 
 @outside_autocast
 def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -327,7 +337,9 @@ LOSSES: dict[str, LossEntry] = {
     "att_mse": LossEntry(att_mse, ("attention_scores",), fused=fused.att_mse),
     "att_kl": LossEntry(att_kl, ("attention_scores",), fused=fused.att_kl),
     "val_kl": LossEntry(val_kl, ("values",), fused=fused.att_kl),  # att_kl on the maps V V^T
-    "relation_kl": LossEntry(relation_kl, ("query", "key", "value"), fused=fused.att_kl),  # att_kl on X X^T
+    "relation_kl": LossEntry(
+        relation_kl, ("query", "key", "value"), fused=fused.att_kl
+    ),  # att_kl on X X^T
     "hid_mse": LossEntry(hid_mse, ("hidden", "cls"), projected=True),
     "cosine": LossEntry(cosine, ("hidden", "cls"), projected=True),
     "crd": LossEntry(crd, ("cls",), module=True, classification_only=True),

@@ -49,4 +49,3 @@ def relation_scores(x: Tensor, valid: Tensor, head_size: int | None = None) -> T
     """
     x = x.masked_fill(~valid[:, None, :, None], 0.0)
     return torch.matmul(x, x.transpose(-1, -2)) / math.sqrt(head_size or x.shape[-1])
-

@@ -1,4 +1,5 @@
-"""An objective = weighted loss terms read from config, each applied to mapped (student, teacher) layer pairs.
+"""An objective = weighted loss terms read from config, each applied to mapped (student, teacher)
+layer pairs.
 
 Config (data only, `conf/objective/*.yaml`):
     name: att_kl+val_kl
@@ -7,9 +8,10 @@ Config (data only, `conf/objective/*.yaml`):
       - {loss: att_kl, feature: attention_scores, weight: 1.0}
       - {loss: val_kl, feature: values, weight: 1.0}
 
-A term's `loss` names an entry of `losses.LOSSES`, its `feature` one of `features.FEATURES` (or LOGITS).
-A term's loss is summed over its layer pairs (TinyBERT's and the paper's convention) and weighted;
-learnable parts (projections, CRD's heads) live here, on the student side, and are trained with the student.
+A term's `loss` names an entry of `losses.LOSSES`, its `feature` one of `features.FEATURES` (or
+LOGITS). A term's loss is summed over its layer pairs (TinyBERT's and the paper's convention) and
+weighted; learnable parts (projections, CRD's heads) live here, on the student side, and are trained
+with the student.
 """
 
 from __future__ import annotations
@@ -36,23 +38,35 @@ class Term:
     loss: str  # a LOSSES key
     feature: str  # a FEATURES key, or LOGITS
     weight: float
-    pairs: list[tuple[int, int]]  # (student layer, teacher layer); [(LOGITS, LOGITS)] for the logits
+    pairs: list[
+        tuple[int, int]
+    ]  # (student layer, teacher layer); [(LOGITS, LOGITS)] for the logits
     params: dict = field(default_factory=dict)  # the loss function's keyword arguments
     projected: bool = False  # the student's features go through a learnable W_h first
     positions: str = "masked"  # MLM logits at the masked positions or every attended token
 
 
-def build_terms(objective_name: str, term_specs: list[dict], default_mapping, init_layers: list[int] | None,
-                student_conf, teacher_conf, *, regression: bool, agnostic: bool,
-                teacher_has_mlm_head: bool) -> list[Term]:
-    """Terms of an objective's term specs, validated against the architectures, the task and the setting.
+def build_terms(
+    objective_name: str,
+    term_specs: list[dict],
+    default_mapping,
+    init_layers: list[int] | None,
+    student_conf,
+    teacher_conf,
+    *,
+    regression: bool,
+    agnostic: bool,
+    teacher_has_mlm_head: bool,
+) -> list[Term]:
+    """Terms of an objective's term specs, validated against the architectures, the task and the
+    setting.
 
     `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping,
     params, projection (a learnable W_h before the loss: null takes the loss's own choice, false
     compares the raw features and needs equal widths), embedding_pair (true adds the embedding
     outputs' pair (0, 0)) and positions (an MLM soft-target term's tokens: masked, or every attended
-    token as DistilBERT's code).
-    `default_mapping`: the layer mapping of a term without its own `mapping` (see `kdbench.layers.resolve_pairs`).
+    token as DistilBERT's code). `default_mapping`: the layer mapping of a term without its own
+    `mapping` (see `kdbench.layers.resolve_pairs`).
     """
     depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
     terms = []
@@ -63,46 +77,73 @@ def build_terms(objective_name: str, term_specs: list[dict], default_mapping, in
         feature = spec.get("feature") or entry.features[0]
         _check_feature(objective_name, index, loss, entry, feature, student_conf, teacher_conf)
         mapping = spec.get("mapping") or default_mapping
-        pairs = [(LOGITS, LOGITS)] if feature == LOGITS else resolve_pairs(mapping, init_layers, *depths)
+        pairs = (
+            [(LOGITS, LOGITS)]
+            if feature == LOGITS
+            else resolve_pairs(mapping, init_layers, *depths)
+        )
         if spec.get("embedding_pair") and (0, 0) not in pairs:
             pairs = [(0, 0), *pairs]
-        projected = _projected(objective_name, index, spec.get("projection"), entry, student_conf,
-                               teacher_conf)
+        projected = _projected(
+            objective_name, index, spec.get("projection"), entry, student_conf, teacher_conf
+        )
         params = dict(spec.get("params") or {})
         if unknown := sorted(set(params) - entry.param_names):
-            raise ConfigError(f"objective {objective_name}, term {index}: objective.terms.{index}.params.{unknown[0]} "
-                              f"is not a parameter of {loss}; valid: {', '.join(sorted(entry.param_names)) or 'none'}")
+            raise ConfigError(
+                f"objective {objective_name}, term {index}: "
+                f"objective.terms.{index}.params.{unknown[0]} "
+                f"is not a parameter of {loss}; valid: "
+                f"{', '.join(sorted(entry.param_names)) or 'none'}"
+            )
         if entry.takes_num_heads:
             params.setdefault("num_heads", teacher_conf.num_attention_heads)
-            _check_relation_heads(objective_name, index, params["num_heads"], student_conf, teacher_conf)
+            _check_relation_heads(
+                objective_name, index, params["num_heads"], student_conf, teacher_conf
+            )
         weight = float(spec.get("weight", 1.0))
         positions = _positions(objective_name, index, spec.get("positions") or "masked", entry)
-        terms.append(Term(spec.get("name") or loss, loss, feature, weight, pairs, params, projected,
-                          positions))
+        terms.append(
+            Term(
+                spec.get("name") or loss, loss, feature, weight, pairs, params, projected, positions
+            )
+        )
     names = [t.name for t in terms]
     if len(set(names)) != len(names):
-        raise ConfigError(f"objective {objective_name}: term names {names} repeat; give each term a `name`")
+        raise ConfigError(
+            f"objective {objective_name}: term names {names} repeat; give each term a `name`"
+        )
     return terms
 
 
-def _check_setting(objective: str, loss: str, entry: LossEntry, regression: bool, agnostic: bool,
-                   teacher_has_mlm_head: bool) -> None:
+def _check_setting(
+    objective: str,
+    loss: str,
+    entry: LossEntry,
+    regression: bool,
+    agnostic: bool,
+    teacher_has_mlm_head: bool,
+) -> None:
     """The loss has what it reads in this setting, on this task, with this teacher."""
     if entry.classification_only and agnostic:
-        raise ConfigError(f"objective {objective}: {loss} contrasts examples by their task labels, "
-                          "which raw text does not have: use it in setting=task_specific")
+        raise ConfigError(
+            f"objective {objective}: {loss} contrasts examples by their task labels, "
+            "which raw text does not have: use it in setting=task_specific"
+        )
     if entry.classification_only and regression:
         raise ConfigError(
             f"objective {objective}: {loss} contrasts examples of different classes and needs a "
             "classification task; this task is regression (STS-B): choose another objective or task"
         )
     if entry.mlm and not agnostic:
-        raise ConfigError(f"objective {objective}: {loss} reads MLM logits, which exist only in "
-                          "setting=task_agnostic")
+        raise ConfigError(
+            f"objective {objective}: {loss} reads MLM logits, which exist only in "
+            "setting=task_agnostic"
+        )
     if entry.mlm and not teacher_has_mlm_head:
         raise ConfigError(
             f"objective {objective} distils MLM logits ({loss}) but this teacher has no MLM head "
-            "(teacher.has_mlm_head=false): choose a teacher with one (bert_base_uncased, roberta_base) or an "
+            "(teacher.has_mlm_head=false): choose a teacher with one (bert_base_uncased, "
+            "roberta_base) or an "
             "objective on attention or hidden states"
         )
 
@@ -110,59 +151,99 @@ def _check_setting(objective: str, loss: str, entry: LossEntry, regression: bool
 def _positions(objective: str, index: int, positions: str, entry: LossEntry) -> str:
     """Where the term reads MLM logits: every attended token only for a soft-target term."""
     if positions == "attended" and (not entry.mlm or entry.takes_labels):
-        raise ConfigError(f"objective {objective}, term {index}: positions=attended reads MLM soft "
-                          "targets at every token, which only a soft-target MLM loss (mlm_kd) can "
-                          "use: remove the key")
+        raise ConfigError(
+            f"objective {objective}, term {index}: positions=attended reads MLM soft "
+            "targets at every token, which only a soft-target MLM loss (mlm_kd) can "
+            "use: remove the key"
+        )
     return positions
 
 
-def _projected(objective: str, index: int, projection: bool | None, entry: LossEntry, student_conf,
-               teacher_conf) -> bool:
+def _projected(
+    objective: str,
+    index: int,
+    projection: bool | None,
+    entry: LossEntry,
+    student_conf,
+    teacher_conf,
+) -> bool:
     """Whether the term learns a W_h: the loss's own choice unless the term's `projection` says."""
     if projection is None or projection == entry.projected:
         return entry.projected
     if projection:
-        raise ConfigError(f"objective {objective}, term {index}: projection=true, but its loss "
-                          "compares features without a width projection: remove the key")
+        raise ConfigError(
+            f"objective {objective}, term {index}: projection=true, but its loss "
+            "compares features without a width projection: remove the key"
+        )
     widths = (student_conf.hidden_size, teacher_conf.hidden_size)
     if widths[0] != widths[1]:
-        raise ConfigError(f"objective {objective}, term {index}: projection=false compares raw "
-                          f"hidden states, which needs the student's width {widths[0]} to equal "
-                          f"the teacher's {widths[1]}: give a student of the teacher's width, or "
-                          "projection=null")
+        raise ConfigError(
+            f"objective {objective}, term {index}: projection=false compares raw "
+            f"hidden states, which needs the student's width {widths[0]} to equal "
+            f"the teacher's {widths[1]}: give a student of the teacher's width, or "
+            "projection=null"
+        )
     return False
 
 
-def _check_relation_heads(objective: str, index: int, heads: int, student_conf, teacher_conf) -> None:
+def _check_relation_heads(
+    objective: str, index: int, heads: int, student_conf, teacher_conf
+) -> None:
     """Relation heads split both models' widths."""
     widths = (student_conf.hidden_size, teacher_conf.hidden_size)
     if any(width % heads for width in widths):
-        raise ConfigError(f"objective {objective}, term {index}: params.num_heads={heads} relation heads must divide the "
-                          f"student's width {widths[0]} and the teacher's {widths[1]}: choose a common divisor")
+        raise ConfigError(
+            f"objective {objective}, term {index}: params.num_heads={heads} relation heads must "
+            "divide the "
+            f"student's width {widths[0]} and the teacher's {widths[1]}: choose a common divisor"
+        )
 
 
-def _check_feature(objective: str, index: int, loss: str, entry: LossEntry, feature: str, student_conf,
-                   teacher_conf) -> None:
+def _check_feature(
+    objective: str,
+    index: int,
+    loss: str,
+    entry: LossEntry,
+    feature: str,
+    student_conf,
+    teacher_conf,
+) -> None:
     """The loss reads this feature, and the two models have it in comparable shapes."""
     if feature not in entry.features:
-        raise ConfigError(f"objective {objective}, term {index}: loss {loss} reads {', '.join(entry.features)}, not {feature!r}")
+        raise ConfigError(
+            f"objective {objective}, term {index}: loss {loss} reads {', '.join(entry.features)}, "
+            f"not {feature!r}"
+        )
     heads = (student_conf.num_attention_heads, teacher_conf.num_attention_heads)
     if feature != LOGITS and FEATURES[feature].per_head and heads[0] != heads[1]:
         raise ConfigError(
-            f"objective {objective}: {loss} compares attention heads one to one, but the student has {heads[0]} heads "
-            f"and the teacher {heads[1]}; use a student with as many heads (student.num_heads={heads[1]}), or "
+            f"objective {objective}: {loss} compares attention heads one to one, but the student "
+            f"has {heads[0]} heads "
+            f"and the teacher {heads[1]}; use a student with as many heads "
+            f"(student.num_heads={heads[1]}), or "
             "objective=minilm_v2 (relations work for any head count)"
         )
 
 
 class Objective(nn.Module):
-    """Computes every term from recorded student/teacher features; owns the learnable parts (projections, CRD)."""
+    """Computes every term from recorded student/teacher features; owns the learnable parts
+    (projections, CRD)."""
 
-    def __init__(self, terms: list[Term], student_conf, teacher_conf, train_labels: torch.Tensor | None = None,
-                 seed: int = 0, *, recompute: bool = False, fused: bool = True):
-        """`train_labels` [N]: the training labels by example number (for terms with per-example state).
-        `fused`: losses with a fused form (`LossEntry.fused`) through it (gradient formed in the forward pass, no
-        score maps kept); otherwise through autograd on the reference functions. `recompute`: see `forward`."""
+    def __init__(
+        self,
+        terms: list[Term],
+        student_conf,
+        teacher_conf,
+        train_labels: torch.Tensor | None = None,
+        seed: int = 0,
+        *,
+        recompute: bool = False,
+        fused: bool = True,
+    ):
+        """`train_labels` [N]: the training labels by example number (for terms with per-example
+        state). `fused`: losses with a fused form (`LossEntry.fused`) through it (gradient formed in
+        the forward pass, no score maps kept); otherwise through autograd on the reference
+        functions. `recompute`: see `forward`."""
         super().__init__()
         self.terms = terms
         self.recompute = recompute
@@ -174,9 +255,13 @@ class Objective(nn.Module):
         for term in terms:
             entry = LOSSES[term.loss]
             if term.projected:
-                self.projections[term.name] = width_projection(student_conf.hidden_size, teacher_conf.hidden_size)
+                self.projections[term.name] = width_projection(
+                    student_conf.hidden_size, teacher_conf.hidden_size
+                )
             if entry.module:
-                widths = [len(term.pairs) * conf.hidden_size for conf in (student_conf, teacher_conf)]
+                widths = [
+                    len(term.pairs) * conf.hidden_size for conf in (student_conf, teacher_conf)
+                ]
                 self.loss_modules[term.name] = entry.fn(*widths, train_labels, seed, **term.params)
 
     @property
@@ -200,7 +285,8 @@ class Objective(nn.Module):
         return wanted
 
     def last_layer(self, side: str) -> int | None:
-        """Where that side's forward may stop: its last needed layer, or None when the logits are needed."""
+        """Where that side's forward may stop: its last needed layer, or None when the logits are
+        needed."""
         needs = self.needs(side)
         return None if self.uses_logits or not needs else max(needs)
 
@@ -208,29 +294,41 @@ class Objective(nn.Module):
         """Per-term weighted losses (float32 scalars) and their sum under "total".
 
         Records map a layer (0 = embeddings) to its raw features, and LOGITS to the model's logits.
-        Terms computed by their fused form keep no score maps for backward (`fused`). With `recompute`, another
-        token-level term keeps only the raw features for the backward pass: each layer pair's loss intermediates
-        are recomputed then, one pair at a time (activation checkpointing), at the cost of evaluating it twice.
+        Terms computed by their fused form keep no score maps for backward (`fused`). With
+        `recompute`, another token-level term keeps only the raw features for the backward pass:
+        each layer pair's loss intermediates are recomputed then, one pair at a time (activation
+        checkpointing), at the cost of evaluating it twice.
         """
         losses: dict[str, torch.Tensor] = {}
         for term in self.terms:
-            losses[term.name] = term.weight * self._term_loss(term, student_records, teacher_records, batch)
+            losses[term.name] = term.weight * self._term_loss(
+                term, student_records, teacher_records, batch
+            )
         losses["total"] = sum(losses.values())
         return losses
 
     def _term_loss(self, term: Term, student_records, teacher_records, batch: dict) -> torch.Tensor:
-        """The term's unweighted loss: summed over its layer pairs, or one module call on all of them (CRD)."""
+        """The term's unweighted loss: summed over its layer pairs, or one module call on all of
+        them (CRD)."""
         if term.name in self.loss_modules:  # the mapped layers' features, concatenated
-            features = [self._pair_features(term, student_records, teacher_records, s, t) for s, t in term.pairs]
+            features = [
+                self._pair_features(term, student_records, teacher_records, s, t)
+                for s, t in term.pairs
+            ]
             student_all = torch.cat([s for s, _ in features], dim=-1)
             teacher_all = torch.cat([t for _, t in features], dim=-1)
-            return self.loss_modules[term.name](student_all, teacher_all, batch["example"], batch["labels"])
+            return self.loss_modules[term.name](
+                student_all, teacher_all, batch["example"], batch["labels"]
+            )
         fused = self._runs_fused(term)
         pair_loss = self._fused_pair_loss if fused else self._reference_pair_loss
         recompute = self.recompute and token_level(term.feature) and not fused
         return sum(
-            checkpoint(pair_loss, term, student_records, teacher_records, s, t, batch, use_reentrant=False)
-            if recompute else pair_loss(term, student_records, teacher_records, s, t, batch)
+            checkpoint(
+                pair_loss, term, student_records, teacher_records, s, t, batch, use_reentrant=False
+            )
+            if recompute
+            else pair_loss(term, student_records, teacher_records, s, t, batch)
             for s, t in term.pairs
         )
 
@@ -239,17 +337,22 @@ class Objective(nn.Module):
         own_scale = term.params.get("scale_by", "own") == "own"
         return self.fused and LOSSES[term.loss].fused is not None and own_scale
 
-    def _fused_pair_loss(self, term: Term, student_records, teacher_records, s: int, t: int,
-                         batch: dict) -> torch.Tensor:
-        """The term's loss at one layer pair by its fused form, on the raw projections of the score maps."""
+    def _fused_pair_loss(
+        self, term: Term, student_records, teacher_records, s: int, t: int, batch: dict
+    ) -> torch.Tensor:
+        """The term's loss at one layer pair by its fused form, on the raw projections of the score
+        maps."""
         entry = LOSSES[term.loss]
         a, b = _score_map_factors(term.feature)
         student, teacher = student_records[s], teacher_records[t]
         heads = term.params["num_heads"] if entry.takes_num_heads else self.student_heads
-        return entry.fused((student[a], student[b]), (teacher[a], teacher[b]), heads, batch["attention_mask"])
+        return entry.fused(
+            (student[a], student[b]), (teacher[a], teacher[b]), heads, batch["attention_mask"]
+        )
 
-    def _reference_pair_loss(self, term: Term, student_records, teacher_records, s: int, t: int,
-                             batch: dict) -> torch.Tensor:
+    def _reference_pair_loss(
+        self, term: Term, student_records, teacher_records, s: int, t: int, batch: dict
+    ) -> torch.Tensor:
         """The term's loss at one layer pair by the reference function, on the derived features."""
         entry = LOSSES[term.loss]
         kwargs = dict(term.params)
@@ -263,9 +366,11 @@ class Objective(nn.Module):
             features = tuple(feature.index_select(0, keep) for feature in features)
         return entry.fn(*features, **kwargs)
 
-    def _pair_features(self, term: Term, student_records, teacher_records, s: int,
-                       t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The term's (student, teacher) features at one layer pair, the student's projected when it has W_h."""
+    def _pair_features(
+        self, term: Term, student_records, teacher_records, s: int, t: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The term's (student, teacher) features at one layer pair, the student's projected when it
+        has W_h."""
         student = _read_feature(student_records, s, term.feature, self.student_heads)
         teacher = _read_feature(teacher_records, t, term.feature, self.teacher_heads)
         if term.name in self.projections:
@@ -280,8 +385,8 @@ def _read_feature(records, layer, feature: str, heads: int) -> torch.Tensor:
 
 
 def _score_map_factors(feature: str) -> tuple[str, str]:
-    """The raw projections (A, B) whose per-head products A B^T give the feature's score maps: q k^T for two raw
-    features, otherwise the one projection's self-relation x x^T."""
+    """The raw projections (A, B) whose per-head products A B^T give the feature's score maps: q k^T
+    for two raw features, otherwise the one projection's self-relation x x^T."""
     raw = FEATURES[feature].raw
     return raw if len(raw) == 2 else raw * 2
 
@@ -292,20 +397,25 @@ def carry_projections(objective: Objective, folder: Path) -> None:
     objective must be there."""
     path = folder / PROJECTIONS_FILE
     if not path.is_file():
-        raise ConfigError(f"init.carry_projections=true but {folder} has no {PROJECTIONS_FILE}: "
-                          "give a student saved by a task-agnostic run of an objective with "
-                          "projections, or init.carry_projections=false")
+        raise ConfigError(
+            f"init.carry_projections=true but {folder} has no {PROJECTIONS_FILE}: "
+            "give a student saved by a task-agnostic run of an objective with "
+            "projections, or init.carry_projections=false"
+        )
     saved = torch.load(path, map_location="cpu", weights_only=True)
     wanted = objective.projections.state_dict()
     if missing := sorted(set(wanted) - set(saved)):
-        raise ConfigError(f"{path} lacks the projection {missing[0]} this objective learns "
-                          f"({', '.join(sorted(saved))} saved): distil with the same objective, or "
-                          "init.carry_projections=false")
+        raise ConfigError(
+            f"{path} lacks the projection {missing[0]} this objective learns "
+            f"({', '.join(sorted(saved))} saved): distil with the same objective, or "
+            "init.carry_projections=false"
+        )
     objective.projections.load_state_dict({key: saved[key] for key in wanted})
 
 
 def width_projection(student_width: int, teacher_width: int) -> nn.Linear:
-    """Learnable W_h; the identity at start when the widths match (so a teacher-initialised student starts aligned)."""
+    """Learnable W_h; the identity at start when the widths match (so a teacher-initialised student
+    starts aligned)."""
     projection = nn.Linear(student_width, teacher_width)
     if student_width == teacher_width:
         with torch.no_grad():

@@ -1,9 +1,9 @@
 """GLUE fine-tuning of a distilled student: the task-agnostic setting's evaluation protocol.
 
-Each grid point (learning rate x batch size, `+experiment=finetune_grid`) is one job; the report keeps the best
-dev score per task, as the paper does. A fine-tuning record names the distillation it came from
-(`distilled_from`) and carries that run's teacher, student, init, objective and seed, so it joins the
-task-agnostic tables.
+Each grid point (learning rate x batch size, `+experiment=finetune_grid`) is one job; the report
+keeps the best dev score per task, as the paper does. A fine-tuning record names the distillation it
+came from (`distilled_from`) and carries that run's teacher, student, init, objective and seed, so
+it joins the task-agnostic tables.
 """
 
 from __future__ import annotations
@@ -33,14 +33,17 @@ STAGE = "finetune"
 
 
 def distillation_record(student_path: Path) -> dict:
-    """The record of the task-agnostic run that wrote this student (its result.json beside student/)."""
+    """The record of the task-agnostic run that wrote this student (its result.json beside
+    student/)."""
     record = RunRecord.read(student_path.parent / RESULT_FILE)
     if record is None or record.setting != "task_agnostic":
         return {}
     named = {field: getattr(record, field) for field in RECORD_FIELDS}
     return {field: value for field, value in named.items() if value is not None} | {
-        "setting": "task_agnostic", "stage": "finetune",  # so the task-agnostic tables read it
-        "distilled_from": str((student_path.parent / "result.json").resolve())}
+        "setting": "task_agnostic",
+        "stage": "finetune",  # so the task-agnostic tables read it
+        "distilled_from": str((student_path.parent / "result.json").resolve()),
+    }
 
 
 class BestDevStep(Hook):
@@ -85,22 +88,41 @@ class BestDevStep(Hook):
 def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     trainer = plan.trainer
     set_seed(plan.seed)
-    saved_as = ("a distilled student (setting.student_path: the student/ folder of a task-agnostic "
-                "run)")
-    model = hub.load(AutoModelForSequenceClassification, plan.student_path, saved_as=saved_as,
-                        num_labels=plan.num_labels).to(plan.device)
+    saved_as = (
+        "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
+    )
+    model = hub.load(
+        AutoModelForSequenceClassification,
+        plan.student_path,
+        saved_as=saved_as,
+        num_labels=plan.num_labels,
+    ).to(plan.device)
     tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
-    train_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True,
-                               seed=plan.seed, group_by_length=trainer.group_by_length,
-                               loading=plan.loading)
-    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
-                                        loading=plan.loading)
-                    for suffix, ds in eval_sets.items()}
-    stage = loop.Stage(STAGE, [model], train_loader,
-                       supervised_step(model, plan.device, plan.precision),
-                       OptimizerSpec.of(trainer, trainer.lr), plan.device,
-                       epochs=trainer.finetune_epochs)
+    train_loader = make_loader(
+        train_set,
+        tokenizer,
+        trainer.batch_size,
+        shuffle=True,
+        seed=plan.seed,
+        group_by_length=trainer.group_by_length,
+        loading=plan.loading,
+    )
+    eval_loaders = {
+        suffix: make_loader(
+            ds, tokenizer, trainer.eval_batch_size, shuffle=False, loading=plan.loading
+        )
+        for suffix, ds in eval_sets.items()
+    }
+    stage = loop.Stage(
+        STAGE,
+        [model],
+        train_loader,
+        supervised_step(model, plan.device, plan.precision),
+        OptimizerSpec.of(trainer, trainer.lr),
+        plan.device,
+        epochs=trainer.finetune_epochs,
+    )
     score = partial(evaluate, model, eval_loaders, plan.task.metrics, plan.device, plan.precision)
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     best = BestDevStep(score, model, trainer.eval_every, checkpoints.folder / "best.json")
@@ -109,9 +131,14 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     if not trainer.keep_checkpoints:
         checkpoints.clear()
     return {
-        "metrics": best.metrics, "teacher_metrics": {}, "best_step": best.step,
-        "timing": {"finetune_s": stats["seconds"] - best.seconds, "eval_s": best.seconds,
-                   "finetune_examples_per_s": stats["examples_per_s"]},
+        "metrics": best.metrics,
+        "teacher_metrics": {},
+        "best_step": best.step,
+        "timing": {
+            "finetune_s": stats["seconds"] - best.seconds,
+            "eval_s": best.seconds,
+            "finetune_examples_per_s": stats["examples_per_s"],
+        },
         "grid": {"lr": trainer.lr, "batch_size": trainer.batch_size},
         "student_path": str(plan.student_path),
         **distillation_record(plan.student_path),

@@ -1,11 +1,15 @@
-"""The task-agnostic recipe (the paper's Section 5): distil a pre-trained teacher on raw text, by steps.
+"""The task-agnostic recipe (the paper's Section 5): distil a pre-trained teacher on raw text, by
+steps.
 
-1. corpus: local text or Hugging Face datasets, tokenised with the teacher's tokenizer once, packed into
+1. corpus: local text or Hugging Face datasets, tokenised with the teacher's tokenizer once, packed
+   into
    sequences of `corpus.seq_len` and cached on disk (memory-mapped);
 2. teacher: the pre-trained model (no fine-tuning), frozen; student: random or from teacher layers;
-3. `trainer.max_steps` optimizer steps on global batches of `trainer.batch_size` sequences, split over the
+3. `trainer.max_steps` optimizer steps on global batches of `trainer.batch_size` sequences, split
+   over the
    torchrun processes and gradient-accumulation micro-batches; objectives on the last layer;
-4. the held-out loss of every term every `trainer.eval_every` steps and at the end (the record's metrics);
+4. the held-out loss of every term every `trainer.eval_every` steps and at the end (the record's
+   metrics);
 5. the student saved with `save_pretrained` for GLUE fine-tuning (`setting=finetune`).
 """
 
@@ -44,7 +48,9 @@ from kdbench.training.reach import freeze_unreached_by_step
 from kdbench.training.resume import Resume
 from kdbench.training.steps import StepFn, StudentSide, distillation_step, teacher_records_now
 
-if TYPE_CHECKING:  # the plan's module needs omegaconf, which the synthetic runs (kdbench.synthetic) go without
+if (
+    TYPE_CHECKING
+):  # the plan's module needs omegaconf, which the synthetic runs (kdbench.synthetic) go without
     from kdbench.plan import Plan
 
 
@@ -68,51 +74,85 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         recorder(student, objective, "student", layers[0]) as (student_recorder, student_logits),
         recorder(teacher, objective, "teacher", layers[1]) as (teacher_recorder, teacher_logits),
     ):
-        teacher_records = teacher_records_now(teacher_recorder, teacher_logits, device,
-                                              plan.precision)
+        teacher_records = teacher_records_now(
+            teacher_recorder, teacher_logits, device, plan.precision
+        )
         student_side = StudentSide(student_recorder, objective, student_logits)
-        student_side, step = reaching_step(student_side, teacher_records, train_loader, world,
-                                           device, plan.precision)
-        heldout = HeldoutLosses(step, heldout_loader, max(1, trainer.heldout_batches // world.size),
-                                [student, objective], world, device, log)
+        student_side, step = reaching_step(
+            student_side, teacher_records, train_loader, world, device, plan.precision
+        )
+        heldout = HeldoutLosses(
+            step,
+            heldout_loader,
+            max(1, trainer.heldout_batches // world.size),
+            [student, objective],
+            world,
+            device,
+            log,
+        )
         initial = heldout.logged(0)
-        stage = distillation_stage(plan, world, [student, objective], train_loader, step,
-                                   student_side)
-        hooks = standard_hooks(trainer, log, checkpoints if world.is_main else None,
-                               after_step=partial(heldout.periodic, trainer.eval_every))
+        stage = distillation_stage(
+            plan, world, [student, objective], train_loader, step, student_side
+        )
+        hooks = standard_hooks(
+            trainer,
+            log,
+            checkpoints if world.is_main else None,
+            after_step=partial(heldout.periodic, trainer.eval_every),
+        )
         stats = loop.train(stage, hooks, resume.at(STAGE))
         start = time.perf_counter()
         final = heldout.measure()
-    timing = {"distill_s": stats["seconds"],
-              "distill_examples_per_s": stats["examples_per_s"] * world.size,
-              "eval_s": time.perf_counter() - start}
+    timing = {
+        "distill_s": stats["seconds"],
+        "distill_examples_per_s": stats["examples_per_s"] * world.size,
+        "eval_s": time.perf_counter() - start,
+    }
     if world.is_main:
         save_distilled(plan, run_dir, student, objective, tokenizer, checkpoints)
-    return {"metrics": final, "teacher_metrics": {}, "timing": timing, "initial_heldout": initial,
-            "student_path": str(run_dir / "student"), "corpus": corpus.meta,
-            "world_size": world.size,
-            "batch": {"global": batches.global_batch, "per_device": batches.per_process,
-                      "accumulation": batches.accumulation}}
+    return {
+        "metrics": final,
+        "teacher_metrics": {},
+        "timing": timing,
+        "initial_heldout": initial,
+        "student_path": str(run_dir / "student"),
+        "corpus": corpus.meta,
+        "world_size": world.size,
+        "batch": {
+            "global": batches.global_batch,
+            "per_device": batches.per_process,
+            "accumulation": batches.accumulation,
+        },
+    }
 
 
 def unfinished(run_dir: Path, checkpoints: Checkpoints, fingerprint: str) -> Resume:
     """Where the distillation resumes; refuses a finished one (its student is saved)."""
     resume = Resume.of(checkpoints, (STAGE,), fingerprint)
     if resume.finished(STAGE):
-        raise ConfigError(f"{run_dir} already holds a finished distillation: give a new run "
-                          "directory")
+        raise ConfigError(
+            f"{run_dir} already holds a finished distillation: give a new run directory"
+        )
     return resume
 
 
-def distillation_stage(plan: Plan, world: World, modules: list, loader, step: StepFn,
-                       student_side) -> loop.Stage:
+def distillation_stage(
+    plan: Plan, world: World, modules: list, loader, step: StepFn, student_side
+) -> loop.Stage:
     """`trainer.max_steps` optimizer steps of global batches, in gradient-accumulation
     micro-batches; a data-parallel `student_side` all-reduces on a step's last one."""
     trainer = plan.trainer
-    return loop.Stage(STAGE, modules, loader, step, OptimizerSpec.of(trainer, trainer.lr),
-                      plan.device, max_steps=trainer.max_steps,
-                      accumulation=plan.batches.accumulation,
-                      sync_modules=[student_side] if world.distributed else [])
+    return loop.Stage(
+        STAGE,
+        modules,
+        loader,
+        step,
+        OptimizerSpec.of(trainer, trainer.lr),
+        plan.device,
+        max_steps=trainer.max_steps,
+        accumulation=plan.batches.accumulation,
+        sync_modules=[student_side] if world.distributed else [],
+    )
 
 
 def distillation_models(plan: Plan):
@@ -124,36 +164,65 @@ def distillation_models(plan: Plan):
     student = student_for(plan, teacher, mlm=True)
     compile_if_asked(plan.trainer, student, teacher)
     in_run_precision(teacher, plan.precision)
-    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed,
-                          recompute=trainer.recompute_losses, fused=trainer.fused_losses)
+    objective = Objective(
+        plan.terms,
+        plan.student_conf,
+        plan.teacher_conf,
+        None,
+        plan.seed,
+        recompute=trainer.recompute_losses,
+        fused=trainer.fused_losses,
+    )
     return teacher, student, objective.to(plan.device)
 
 
 def packed_corpus(plan: Plan, tokenizer):
     """The corpus tokenised with the teacher's tokenizer, packed and split (cached on disk)."""
     path, fmt = corpus_files(plan.corpus, plan.cache_dir)
-    return build_packed_corpus(path, fmt, tokenizer, plan.corpus.seq_len, plan.cache_dir,
-                               heldout_fraction=plan.corpus.heldout_fraction,
-                               max_docs=plan.corpus.max_docs)
+    return build_packed_corpus(
+        path,
+        fmt,
+        tokenizer,
+        plan.corpus.seq_len,
+        plan.cache_dir,
+        heldout_fraction=plan.corpus.heldout_fraction,
+        max_docs=plan.corpus.max_docs,
+    )
 
 
 def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
     """This process's training loader (shuffled global batches) and held-out loader (held-out
     batches in corpus order, dealt round-robin to the processes: the same set however many there
     are)."""
-    train = corpus_loader(corpus.train, plan.batches.global_batch, plan, world, masking, plan.seed,
-                          shuffle=True)
+    train = corpus_loader(
+        corpus.train, plan.batches.global_batch, plan, world, masking, plan.seed, shuffle=True
+    )
     if len(train) == 0:
-        raise DataError(f"the corpus has {len(corpus.train)} training sequences, fewer than one "
-                        f"global batch of trainer.batch_size={plan.trainer.batch_size}: add text "
-                        "or lower the batch size")
-    heldout = corpus_loader(corpus.heldout, plan.batches.per_process * world.size, plan, world,
-                            masking, 0, shuffle=False)
+        raise DataError(
+            f"the corpus has {len(corpus.train)} training sequences, fewer than one "
+            f"global batch of trainer.batch_size={plan.trainer.batch_size}: add text "
+            "or lower the batch size"
+        )
+    heldout = corpus_loader(
+        corpus.heldout,
+        plan.batches.per_process * world.size,
+        plan,
+        world,
+        masking,
+        0,
+        shuffle=False,
+    )
     return train, heldout
 
 
-def reaching_step(student_side: StudentSide, teacher_records, loader, world: World,
-                  device: torch.device, precision: str):
+def reaching_step(
+    student_side: StudentSide,
+    teacher_records,
+    loader,
+    world: World,
+    device: torch.device,
+    precision: str,
+):
     """The student side ready to train and its distillation step: the parameters its loss does not
     reach on the loader's first batch frozen, then wrapped for data parallelism. Only objectives
     that read the MLM logits (vanilla_kd, distilbert) run the student's whole model; the others
@@ -178,8 +247,9 @@ class HeldoutLosses:
     log: StepLog
 
     def measure(self) -> dict:
-        return heldout_losses(self.step, self.loader, self.per_process, self.modules, self.world,
-                              self.device)
+        return heldout_losses(
+            self.step, self.loader, self.per_process, self.modules, self.world, self.device
+        )
 
     def logged(self, at_step: int) -> dict:
         values = self.measure()
@@ -192,13 +262,13 @@ class HeldoutLosses:
             self.logged(at_step)
 
 
-def save_distilled(plan: Plan, run_dir: Path, student, objective: Objective, tokenizer,
-                   checkpoints: Checkpoints) -> None:
+def save_distilled(
+    plan: Plan, run_dir: Path, student, objective: Objective, tokenizer, checkpoints: Checkpoints
+) -> None:
     """The student in `run_dir`/student with the objective's learnt projections, for GLUE
     fine-tuning; the checkpoints cleared unless `trainer.keep_checkpoints`."""
     projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
-    save_student(student, tokenizer, run_dir / "student", plan.chain,
-                        projections=projections)
+    save_student(student, tokenizer, run_dir / "student", plan.chain, projections=projections)
     if not plan.trainer.keep_checkpoints:
         checkpoints.clear()
 
@@ -216,14 +286,21 @@ def input_masking(objective: Objective, trainer, tokenizer, train_rows) -> Maski
     return MaskingSpec.from_tokenizer(tokenizer, weights)
 
 
-def corpus_loader(sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool):
+def corpus_loader(
+    sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool
+):
     """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with
     `masking`, in the loader's workers (the same batches with any number of them)."""
-    sampler = ShardedBatches(len(sequences), global_batch, plan.batches.per_process, world, seed, shuffle=shuffle)
-    return torch.utils.data.DataLoader(KeyedCorpus(sequences), batch_sampler=sampler,
-                                       collate_fn=CorpusCollator(masking, seed),
-                                       generator=torch.Generator().manual_seed(seed),
-                                       **plan.loading.options())
+    sampler = ShardedBatches(
+        len(sequences), global_batch, plan.batches.per_process, world, seed, shuffle=shuffle
+    )
+    return torch.utils.data.DataLoader(
+        KeyedCorpus(sequences),
+        batch_sampler=sampler,
+        collate_fn=CorpusCollator(masking, seed),
+        generator=torch.Generator().manual_seed(seed),
+        **plan.loading.options(),
+    )
 
 
 def first_batch(loader) -> dict:
@@ -234,9 +311,10 @@ def first_batch(loader) -> dict:
 
 @contextmanager
 def recorder(model, objective: Objective, side: str, last_layer: int):
-    """The side's feature recorder, stopping after its last needed layer, and how its logits are read: the MLM
-    head at the masked positions only ([M, V]: the full [B, L, V] is never materialised), or at
-    every attended token when a term reads soft targets there (`Objective.logit_positions`)."""
+    """The side's feature recorder, stopping after its last needed layer, and how its logits are
+    read: the MLM head at the masked positions only ([M, V]: the full [B, L, V] is never
+    materialised), or at every attended token when a term reads soft targets there
+    (`Objective.logit_positions`)."""
     needs = objective.needs(side)
     logits = None
     if objective.uses_logits:
@@ -248,6 +326,6 @@ def recorder(model, objective: Objective, side: str, last_layer: int):
         def logits(records, output, batch):
             hidden = records[last_layer]["hidden"].flatten(0, 1)
             return head(hidden.index_select(0, batch[where]))
+
     with FeatureRecorder(model, needs, stop_after=max(needs)) as features:
         yield features, logits
-

@@ -1,6 +1,7 @@
 """The task-specific recipe (the paper's Section 4), top to bottom:
 
-1. data: the task's train subset and dev set(s), tokenised with the teacher's tokenizer; the stages train on the
+1. data: the task's train subset and dev set(s), tokenised with the teacher's tokenizer; the stages
+   train on the
    subset or, with `augment=tinybert`, on its augmentation (built once, cached);
 2. teacher: fine-tuned on the task's own subset (cached, shared by every run that needs it), frozen;
 3. student: built from its shape, initialised randomly or from the chosen teacher layers;
@@ -103,9 +104,13 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     start = time.perf_counter()
     metrics = evaluate(student, eval_loaders, plan.task.metrics, plan.device, plan.precision)
     timing["eval_s"] = time.perf_counter() - start
-    outcome = {"metrics": metrics, "teacher_metrics": teacher.metrics, "timing": timing,
-               "student_parameters": sum(p.numel() for p in student.parameters()),
-               **({"augmented": augmented} if augmented else {})}
+    outcome = {
+        "metrics": metrics,
+        "teacher_metrics": teacher.metrics,
+        "timing": timing,
+        "student_parameters": sum(p.numel() for p in student.parameters()),
+        **({"augmented": augmented} if augmented else {}),
+    }
     ship_student(plan, run_dir, student, lesson, outcome)
     if not trainer.keep_checkpoints:
         checkpoints.clear()
@@ -117,50 +122,91 @@ def teacher_and_dev(plan: Plan, train_set, tokenizer, log: StepLog) -> tuple[Fin
     `trainer.teacher_dropout`, and the loaders of the dev set(s) that score it and the student."""
     trainer = plan.trainer
     eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
-    teacher_loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True,
-                                 seed=trainer.teacher_seed, loading=plan.loading,
-                                 group_by_length=trainer.teacher_group_by_length)
-    eval_loaders = {suffix: make_loader(ds, tokenizer, trainer.eval_batch_size, shuffle=False,
-                                        loading=plan.loading)
-                    for suffix, ds in eval_sets.items()}
+    teacher_loader = make_loader(
+        train_set,
+        tokenizer,
+        trainer.batch_size,
+        shuffle=True,
+        seed=trainer.teacher_seed,
+        loading=plan.loading,
+        group_by_length=trainer.teacher_group_by_length,
+    )
+    eval_loaders = {
+        suffix: make_loader(
+            ds, tokenizer, trainer.eval_batch_size, shuffle=False, loading=plan.loading
+        )
+        for suffix, ds in eval_sets.items()
+    }
     teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
     if trainer.teacher_dropout:
         teacher.model.train()  # dropout on while it teaches, still without gradients
     return teacher, eval_loaders
 
 
-def train_stage1(plan: Plan, student, lesson: Lesson, hooks: list, resume: dict | None,
-                 timing: dict) -> None:
+def train_stage1(
+    plan: Plan, student, lesson: Lesson, hooks: list, resume: dict | None, timing: dict
+) -> None:
     """Stage 1 from `resume` (a checkpoint of it) when given; its times into `timing`."""
     trainer = plan.trainer
-    features = timed(partial(teacher_feature_table, lesson.teacher, lesson.train_set,
-                             lesson.tokenizer, plan, lesson.augmented), timing, "features_table_s")
+    features = timed(
+        partial(
+            teacher_feature_table,
+            lesson.teacher,
+            lesson.train_set,
+            lesson.tokenizer,
+            plan,
+            lesson.augmented,
+        ),
+        timing,
+        "features_table_s",
+    )
     cached = trainer.cache_teacher_features and not trainer.teacher_dropout
-    with stage1(plan, student, lesson.teacher.model, lesson.train_set["labels"],
-                features if cached else None) as (step, modules):
+    with stage1(
+        plan,
+        student,
+        lesson.teacher.model,
+        lesson.train_set["labels"],
+        features if cached else None,
+    ) as (step, modules):
         optimizer = OptimizerSpec.of(trainer, trainer.lr, trainer.stage1_schedule)
-        stage = loop.Stage("stage1", modules, lesson.loader, step, optimizer, plan.device,
-                           epochs=trainer.stage1_epochs)
+        stage = loop.Stage(
+            "stage1",
+            modules,
+            lesson.loader,
+            step,
+            optimizer,
+            plan.device,
+            epochs=trainer.stage1_epochs,
+        )
         stats = loop.train(stage, hooks, resume)
     timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
 
 
-def train_stage2(plan: Plan, student, lesson: Lesson, hooks: list, resume: dict | None,
-                 timing: dict) -> None:
+def train_stage2(
+    plan: Plan, student, lesson: Lesson, hooks: list, resume: dict | None, timing: dict
+) -> None:
     """Stage 2 from `resume` (a checkpoint of it) when given, on the teacher's cached logits unless
     its dropout is on; its times into `timing`."""
     trainer = plan.trainer
     if trainer.cache_teacher_logits and not trainer.teacher_dropout:
         table = timed(teacher_logits_table, timing, "logits_table_s")(
-            lesson.teacher, lesson.train_set, lesson.tokenizer, plan, lesson.augmented)
+            lesson.teacher, lesson.train_set, lesson.tokenizer, plan, lesson.augmented
+        )
         table = table.to(plan.device)
         targets = lambda batch: table[batch["example"]]  # noqa: E731
     else:
         targets = teacher_logits_now(lesson.teacher.model, plan.device, plan.precision)
     step = prediction_kd_step(student, targets, plan.kd, plan.device, plan.precision)
     optimizer = OptimizerSpec.of(trainer, trainer.stage2_lr or trainer.lr)
-    stage = loop.Stage("stage2", [student], lesson.loader, step, optimizer, plan.device,
-                       epochs=trainer.stage2_epochs)
+    stage = loop.Stage(
+        "stage2",
+        [student],
+        lesson.loader,
+        step,
+        optimizer,
+        plan.device,
+        epochs=trainer.stage2_epochs,
+    )
     stats = loop.train(stage, hooks, resume)
     timing.update(stage2_s=stats["seconds"], stage2_examples_per_s=stats["examples_per_s"])
 
@@ -169,11 +215,18 @@ def ship_student(plan: Plan, run_dir: Path, student, lesson: Lesson, outcome: di
     """The student's inference cost beside its teacher's into `outcome` (`plan.measure_cost`), and
     the student saved in `run_dir` with its model card (`plan.save_student`)."""
     if plan.measure_cost:
-        outcome["cost"] = compare_costs(lesson.teacher.model, student, lesson.train_set["length"],
-                                        plan.device, plan.precision)
+        outcome["cost"] = compare_costs(
+            lesson.teacher.model, student, lesson.train_set["length"], plan.device, plan.precision
+        )
     if plan.save_student:
-        save_student(student, lesson.tokenizer, run_dir / "student", plan.chain,
-                            labels=plan.task.labels, card=model_card(plan, outcome))
+        save_student(
+            student,
+            lesson.tokenizer,
+            run_dir / "student",
+            plan.chain,
+            labels=plan.task.labels,
+            card=model_card(plan, outcome),
+        )
 
 
 def distillation_set(plan: Plan, teacher: FineTuned, originals, train_set, tokenizer):
@@ -182,30 +235,56 @@ def distillation_set(plan: Plan, teacher: FineTuned, originals, train_set, token
     augmented = None
     if plan.augment is not None:
         source = str(plan.data.glue_dir or plan.data.hf_dataset)
-        examples, path = augmented_train_set(originals, plan.task, plan.augment, plan.cache_dir,
-                                             source, plan.device, plan.trainer.progress_bar)
+        examples, path = augmented_train_set(
+            originals,
+            plan.task,
+            plan.augment,
+            plan.cache_dir,
+            source,
+            plan.device,
+            plan.trainer.progress_bar,
+        )
         encoded = encode_train(examples, plan.task, tokenizer, plan.trainer.max_length)
-        augmented = {"entry": path.name, "path": str(path), "examples": len(encoded),
-                     "originals": len(train_set)}
+        augmented = {
+            "entry": path.name,
+            "path": str(path),
+            "examples": len(encoded),
+            "originals": len(train_set),
+        }
         train_set = encoded
     trainer = plan.trainer
-    loader = make_loader(train_set, tokenizer, trainer.batch_size, shuffle=True, seed=plan.seed,
-                         group_by_length=trainer.group_by_length, loading=plan.loading)
+    loader = make_loader(
+        train_set,
+        tokenizer,
+        trainer.batch_size,
+        shuffle=True,
+        seed=plan.seed,
+        group_by_length=trainer.group_by_length,
+        loading=plan.loading,
+    )
     lesson = Lesson(teacher, train_set, tokenizer, loader, augmented and augmented["entry"])
     return lesson, augmented
 
 
 @contextmanager
 def stage1(plan: Plan, student, teacher, train_labels, feature_table: FeatureTableFn | None = None):
-    """Intermediate-layer distillation: yields its step function and the modules it trains (student, objective).
+    """Intermediate-layer distillation: yields its step function and the modules it trains (student,
+    objective).
 
-    The teacher's records come from `feature_table(needs, stop_after, logits)` when it gives a table (the features
-    cache), else from a teacher forward at every step. Both models stop after their last mapped layer while the
-    context is open: nothing above it is computed.
+    The teacher's records come from `feature_table(needs, stop_after, logits)` when it gives a table
+    (the features cache), else from a teacher forward at every step. Both models stop after their
+    last mapped layer while the context is open: nothing above it is computed.
     """
     trainer = plan.trainer
-    objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, train_labels, plan.seed,
-                          recompute=trainer.recompute_losses, fused=trainer.fused_losses)
+    objective = Objective(
+        plan.terms,
+        plan.student_conf,
+        plan.teacher_conf,
+        train_labels,
+        plan.seed,
+        recompute=trainer.recompute_losses,
+        fused=trainer.fused_losses,
+    )
     if plan.init.carry_projections:
         carry_projections(objective, plan.init.path)
     objective = objective.to(plan.device)
@@ -213,12 +292,18 @@ def stage1(plan: Plan, student, teacher, train_labels, feature_table: FeatureTab
     needs, stop_after = objective.needs("teacher"), objective.last_layer("teacher")
     table = feature_table(needs, stop_after, logits) if feature_table is not None else None
     with (
-        FeatureRecorder(student, objective.needs("student"), objective.last_layer("student")) as student_recorder,
-        FeatureRecorder(teacher, needs, stop_after) if table is None else nullcontext() as teacher_recorder,
+        FeatureRecorder(
+            student, objective.needs("student"), objective.last_layer("student")
+        ) as student_recorder,
+        FeatureRecorder(teacher, needs, stop_after)
+        if table is None
+        else nullcontext() as teacher_recorder,
     ):
         student_side = StudentSide(student_recorder, objective, logits)
-        teacher_records = table.records if table is not None else teacher_records_now(
-            teacher_recorder, logits, plan.device, plan.precision)
+        teacher_records = (
+            table.records
+            if table is not None
+            else teacher_records_now(teacher_recorder, logits, plan.device, plan.precision)
+        )
         step = distillation_step(student_side, teacher_records, plan.device, plan.precision)
         yield step, [student, objective]
-

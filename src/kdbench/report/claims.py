@@ -60,7 +60,9 @@ class Claim:
     statement: str  # the paper's words (or their gist)
     tested_as: str  # how the assertions read the statement
     assertions: tuple[Assertion, ...]
-    margin: float = TIE_MARGIN  # a claimed tie holds when the difference is shown within +-margin points
+    margin: float = (
+        TIE_MARGIN  # a claimed tie holds when the difference is shown within +-margin points
+    )
 
 
 def _greater(factor: str, fixed: str, winners, losers) -> tuple[Assertion, ...]:
@@ -70,19 +72,26 @@ def _greater(factor: str, fixed: str, winners, losers) -> tuple[Assertion, ...]:
 def _ties_else_differ(fixed: str, objectives, ties) -> tuple[Assertion, ...]:
     """Every pair of ``objectives`` at ``fixed``: the ``ties`` tied, the rest different."""
     tied = {frozenset(pair) for pair in ties}
-    return tuple(Assertion("objective", fixed, a, b, TIE if {a, b} in tied else DIFFER)
-                 for a, b in itertools.combinations(objectives, 2))
+    return tuple(
+        Assertion("objective", fixed, a, b, TIE if {a, b} in tied else DIFFER)
+        for a, b in itertools.combinations(objectives, 2)
+    )
 
 
-_T1_TIES = (("att_kl", "att_mse"), ("att_kl", "att_kl+hid_seq"), ("att_kl", "att_mse+hid_seq"),
-            ("att_mse", "att_mse+hid_seq"))
+_T1_TIES = (
+    ("att_kl", "att_mse"),
+    ("att_kl", "att_kl+hid_seq"),
+    ("att_kl", "att_mse+hid_seq"),
+    ("att_mse", "att_mse+hid_seq"),
+)
 _LOWER_FIRST = ((BOTTOM, SPREAD), (SPREAD, EVERY_KTH), (BOTTOM, EVERY_KTH))
 _T2_OTHERS = tuple(o for o in TABLE_DESIGNS[2][0] if o != "att_mse")
 _T4_OTHERS = tuple(o for o in TABLE_DESIGNS[4][0] if o != "att_mse")
 
 CLAIMS = (
     Claim(
-        "T1.attention_best", 1,
+        "T1.attention_best",
+        1,
         "In the task-specific setting, attention transfer is the best choice with initialisation "
         "from every k-th teacher layer (Table 1: attention based objectives consistently "
         "outperform hidden states transfer and vanilla KD).",
@@ -91,7 +100,8 @@ CLAIMS = (
         _greater("objective", EVERY_KTH, ATTENTION, NON_ATTENTION),
     ),
     Claim(
-        "T1.attention_variants_tie", 1,
+        "T1.attention_variants_tie",
+        1,
         "For Table 1, all the pairs of objectives are statistically significant (p < 0.05) except "
         "four: (Att-KL, Att-MSE), (Att-KL, Att-KL + Hid-Seq), (Att-KL, Att-MSE + Hid-Seq), "
         "(Att-MSE, Att-MSE + Hid-Seq).",
@@ -101,25 +111,34 @@ CLAIMS = (
         _ties_else_differ(EVERY_KTH, TABLE_DESIGNS[1][0], _T1_TIES),
     ),
     Claim(
-        "T3.lower_layers_help", 3,
+        "T3.lower_layers_help",
+        3,
         "The performance of vanilla KD and hidden states transfer was significantly improved when "
         "initialising from lower layers of the teacher; the three initialisation choices differ "
         "significantly.",
         "for vanilla_kd, hid_cls_contrast, hid_cls and hid_seq: paper init 1,2,3 > 1,8,12 > "
         "4,8,12, every pair, tasks pooled",
-        tuple(Assertion("init", objective, a, b, GREATER) for objective in NON_ATTENTION for a, b in _LOWER_FIRST),
+        tuple(
+            Assertion("init", objective, a, b, GREATER)
+            for objective in NON_ATTENTION
+            for a, b in _LOWER_FIRST
+        ),
     ),
     Claim(
-        "T3.attention_robust_to_init", 3,
+        "T3.attention_robust_to_init",
+        3,
         "All three initialisation choices are significantly different for all the objectives, "
         "except the pair (1,8,12, 1,2,3) for Att-KL and Att-MSE, which indicates the robustness of "
         "attention transfer.",
         f"for att_kl and att_mse: paper init 1,8,12 ~ 1,2,3 (equivalent within +-{TIE_MARGIN} "
         "points)",
-        tuple(Assertion("init", objective, SPREAD, BOTTOM, TIE) for objective in ("att_kl", "att_mse")),
+        tuple(
+            Assertion("init", objective, SPREAD, BOTTOM, TIE) for objective in ("att_kl", "att_mse")
+        ),
     ),
     Claim(
-        "T2.att_mse_best_agnostic", 2,
+        "T2.att_mse_best_agnostic",
+        2,
         "In the task-agnostic setting (random init), Att-MSE performs the best among all the "
         "objectives.",
         "at paper init random, att_mse > every other objective of Table 2, over the tasks (each "
@@ -127,7 +146,8 @@ CLAIMS = (
         _greater("objective", "random", ("att_mse",), _T2_OTHERS),
     ),
     Claim(
-        "T4.attention_best_both_inits", 4,
+        "T4.attention_best_both_inits",
+        4,
         "Attention transfer performs the best in both initialisation settings (random weights and "
         "the first 6 teacher layers).",
         "at paper inits random and first 6, att_mse > vanilla_kd, hid_cls and hid_seq, over the "

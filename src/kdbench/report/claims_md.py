@@ -54,16 +54,24 @@ _CAVEATS = [
 
 def _header(alpha: float) -> list[str]:
     """The title, what a section is, how to read a verdict and when not to trust one."""
-    return [
-        f"# Claims of {PAPER_CITE}, judged from these runs",
-        "",
-        "Each section is a conclusion of the paper (Section 5 and the table captions; stored in "
-        "`kdbench/report/claims.py`) with its verdict: `supported`, `contradicted`, `inconclusive` "
-        "or `not covered`. Its runs are those that stand for its table: the paper's own design "
-        "(setting, teacher, student) or a preset whose `paper_analogue` names the table, with the "
-        "measured inits mapped to the paper's; only the table's objectives and inits take part.",
-        "",
-    ] + _how_to_read(alpha) + _CAVEATS
+    return (
+        [
+            f"# Claims of {PAPER_CITE}, judged from these runs",
+            "",
+            "Each section is a conclusion of the paper (Section 5 and the table captions; stored "
+            "in "
+            "`kdbench/report/claims.py`) with its verdict: `supported`, `contradicted`, "
+            "`inconclusive` "
+            "or `not covered`. Its runs are those that stand for its table: the paper's own design "
+            "(setting, teacher, student) or a preset whose `paper_analogue` names the table, with "
+            "the "
+            "measured inits mapped to the paper's; only the table's objectives and inits take "
+            "part.",
+            "",
+        ]
+        + _how_to_read(alpha)
+        + _CAVEATS
+    )
 
 
 def _how_to_read(alpha: float) -> list[str]:
@@ -99,7 +107,9 @@ def _summary(judgements: list[Judgement]) -> list[str]:
     lines = [md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"] if covered else []
     for judgement in covered:
         claim = judgement.claim
-        lines.append(md_row([claim.id, str(claim.table), judgement.verdict, md_escape(_why(judgement))]))
+        lines.append(
+            md_row([claim.id, str(claim.table), judgement.verdict, md_escape(_why(judgement))])
+        )
     return lines + [""] + not_covered_line(judgements)
 
 
@@ -113,8 +123,8 @@ def not_covered_line(judgements: list[Judgement]) -> list[str]:
 
 
 def _why(judgement: Judgement) -> str:
-    """A one-line reason: the tally of comparison outcomes, and the missing runs when not covered.
-    """
+    """A one-line reason: the tally of comparison outcomes, and the missing runs when not
+    covered."""
     evidence = [e for group in judgement.groups for e in group.evidence]
     if judgement.verdict == NOT_COVERED:
         missing = missing_runs(judgement)
@@ -122,39 +132,76 @@ def _why(judgement: Judgement) -> str:
         return "missing: " + "; ".join(missing[:3]) + more
     ranked = sorted(evidence, key=lambda e: SEVERITY.index(e.verdict))
     tally = Counter(e.reason if e.verdict != SUPPORTED else SUPPORTED for e in ranked)
-    shown = [SUPPORTED] if judgement.verdict == SUPPORTED else [reason for reason in tally if reason != SUPPORTED]
-    return "; ".join(f"{tally[reason]} of {len(evidence)} comparisons: {reason}" for reason in shown)
+    shown = (
+        [SUPPORTED]
+        if judgement.verdict == SUPPORTED
+        else [reason for reason in tally if reason != SUPPORTED]
+    )
+    return "; ".join(
+        f"{tally[reason]} of {len(evidence)} comparisons: {reason}" for reason in shown
+    )
 
 
 def _group_lines(claim: Claim, group: GroupVerdict, digits: int) -> list[str]:
     if group.runs is None:
         setting, teacher, student = PAPER_DESIGNS[claim.table]
-        return [f"No run stands for Table {claim.table} (the paper's design {setting} {teacher} -> {student}, "
-                f"or a preset with `paper_analogue` table {claim.table}): **{group.verdict}**.", ""]
+        return [
+            f"No run stands for Table {claim.table} (the paper's design {setting} {teacher} -> "
+            f"{student}, "
+            f"or a preset with `paper_analogue` table {claim.table}): **{group.verdict}**.",
+            "",
+        ]
     runs = group.runs
-    kind = f"scaled replica (paper_analogue Table {claim.table})" if runs.replica else "the paper's design"
+    kind = (
+        f"scaled replica (paper_analogue Table {claim.table})"
+        if runs.replica
+        else "the paper's design"
+    )
     order = TABLE_DESIGNS[claim.table][1]
-    inits = "; ".join(f"{paper} ({runs.measured_init[paper]})" for paper in order if paper in runs.measured_init)
-    collapsed = f" {runs.n_collapsed} of its {runs.n_runs} runs collapsed to one class." if runs.n_collapsed else ""
-    lines = [f"### {runs.name}: {group.verdict}", "",
-             f"{kind}; paper init (measured): {inits}.{collapsed}", ""]
+    inits = "; ".join(
+        f"{paper} ({runs.measured_init[paper]})" for paper in order if paper in runs.measured_init
+    )
+    collapsed = (
+        f" {runs.n_collapsed} of its {runs.n_runs} runs collapsed to one class."
+        if runs.n_collapsed
+        else ""
+    )
+    lines = [
+        f"### {runs.name}: {group.verdict}",
+        "",
+        f"{kind}; paper init (measured): {inits}.{collapsed}",
+        "",
+    ]
     return lines + _evidence_table(group.evidence, digits)
 
 
 def _evidence_table(evidence: tuple[Evidence, ...], digits: int) -> list[str]:
-    lines = [md_row(["Asserted", "Mean a", "Mean b", "n", "p (Holm)", "p (TOST)", "Verdict", "Why"]),
-             "|---|---:|---:|---:|---:|---:|---|---|"]
+    lines = [
+        md_row(["Asserted", "Mean a", "Mean b", "n", "p (Holm)", "p (TOST)", "Verdict", "Why"]),
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
     for e in evidence:
         means = ["" if math.isnan(m) else fmt(m, digits) for m in (e.mean_a, e.mean_b)]
         n = "" if e.verdict == NOT_COVERED else str(e.n_pairs)
-        why = "no runs of " + ", ".join(f"{o} at {i}" for o, i in e.missing) if e.missing else e.reason
+        why = (
+            "no runs of " + ", ".join(f"{o} at {i}" for o, i in e.missing)
+            if e.missing
+            else e.reason
+        )
         if not math.isnan(e.margin):
             why += f" (margin +-{fmt(e.margin, digits)})"
         if not math.isnan(e.seeds_needed):
             goal = "to show equivalence" if e.reason == NOT_EQUIVALENT else "at the observed effect"
             why += f"; {seeds_text(e.seeds_needed)} for 80% power {goal}"
-        cells = [md_escape(e.assertion.label()), *means, n, format_p(e.p_holm), format_p(e.p_equivalence),
-                 e.verdict, md_escape(why)]
+        cells = [
+            md_escape(e.assertion.label()),
+            *means,
+            n,
+            format_p(e.p_holm),
+            format_p(e.p_equivalence),
+            e.verdict,
+            md_escape(why),
+        ]
         lines.append(md_row(cells))
     return lines + [""]
 
@@ -162,9 +209,19 @@ def _evidence_table(evidence: tuple[Evidence, ...], digits: int) -> list[str]:
 def _claim_section(judgement: Judgement, digits: int) -> list[str]:
     claim = judgement.claim
     missing = missing_runs(judgement)
-    why = f"{len(missing)} run set(s) missing, listed below" if judgement.verdict == NOT_COVERED else _why(judgement)
-    lines = [f"## {claim.id}: {judgement.verdict}", "", f"> {md_escape(claim.statement)}", "",
-             f"Table {claim.table}. Tested as: {md_escape(claim.tested_as)}. Why: {md_escape(why)}.", ""]
+    why = (
+        f"{len(missing)} run set(s) missing, listed below"
+        if judgement.verdict == NOT_COVERED
+        else _why(judgement)
+    )
+    lines = [
+        f"## {claim.id}: {judgement.verdict}",
+        "",
+        f"> {md_escape(claim.statement)}",
+        "",
+        f"Table {claim.table}. Tested as: {md_escape(claim.tested_as)}. Why: {md_escape(why)}.",
+        "",
+    ]
     if missing:
         lines += ["Missing runs:", "", *[f"- {md_escape(name)}" for name in missing], ""]
     for group in judgement.groups:
@@ -187,14 +244,20 @@ class ClaimsText:
         return "\n".join(lines).rstrip() + "\n"
 
 
-def render_claims(judgements: list[Judgement], alpha: float, digits: int = 1,
-                  findings: list[str] | None = None) -> ClaimsText:
+def render_claims(
+    judgements: list[Judgement], alpha: float, digits: int = 1, findings: list[str] | None = None
+) -> ClaimsText:
     details = [line for judgement in judgements for line in _claim_section(judgement, digits)]
     return ClaimsText(_header(alpha), _summary(judgements), details, findings or [])
 
 
-def claims_text(frame: pd.DataFrame, alpha: float = 0.05, digits: int = 1, pvalues: pd.DataFrame | None = None,
-                name: str = "") -> ClaimsText:
+def claims_text(
+    frame: pd.DataFrame,
+    alpha: float = 0.05,
+    digits: int = 1,
+    pvalues: pd.DataFrame | None = None,
+    name: str = "",
+) -> ClaimsText:
     """``claims.md``: the findings of study ``name`` (from ``pvalues``, the report's paired tests),
     then every claim of :data:`CLAIMS` judged from ``frame`` (the report's usable runs)."""
     judgements = judge_claims(frame, alpha)

@@ -4,108 +4,118 @@ Usage::
 
     python -m kdbench.report RESULTS_DIR [--out DIR] [--digits N] [--alpha A] [--no-plots] [--paper]
 
-Every ``result.json`` under RESULTS_DIR (any depth) is read; RESULTS_DIR may also be a ``.jsonl`` file of
-records, one result.json per line (``runs.jsonl``, as committed reports keep them; the page links to its
-lines). Only ``status: completed`` records enter the tables and tests; failed/running records and malformed
-files are listed (with their path and the reason) on stdout, in ``excluded.csv`` and at the end of
-``tables.md``. Written to DIR (default ``RESULTS_DIR/report``, or ``report`` beside a ``.jsonl`` file):
+Every ``result.json`` under RESULTS_DIR (any depth) is read; RESULTS_DIR may also be a ``.jsonl``
+file of records, one result.json per line (``runs.jsonl``, as committed reports keep them; the page
+links to its lines). Only ``status: completed`` records enter the tables and tests; failed/running
+records and malformed files are listed (with their path and the reason) on stdout, in
+``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default ``RESULTS_DIR/report``, or
+``report`` beside a ``.jsonl`` file):
 
 ``results.csv``
-    one row per completed run: key columns, ``score``, one column per metric (nested metric dicts are
-    flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_`` prefix), ``grid``
-    (the fine-tuning grid point, if any), ``score_metric`` (the metric ``score`` is), ``teacher_score`` (the
-    fine-tuned teacher's score on it, empty when the record has none), ``path``, ``commit`` (the code: git
-    commit, ``+dirty`` when the checkout had changes, else the kdbench version), ``paper_table`` /
-    ``paper_init`` / ``paper_note`` (the paper design a scaled replica stands for, from its config's
-    ``paper_analogue``), and the measured cost's columns (``student_params``,
-    ``teacher_latency_ms``, ...).
+    one row per completed run: key columns, ``score``, one column per metric (nested metric dicts
+    are flattened with ``.``; a metric whose name clashes with a key column gets a ``metric_``
+    prefix), ``grid`` (the fine-tuning grid point, if any), ``score_metric`` (the metric ``score``
+    is), ``teacher_score`` (the fine-tuned teacher's score on it, empty when the record has none),
+    ``path``, ``commit`` (the code: git commit, ``+dirty`` when the checkout had changes, else the
+    kdbench version), ``paper_table`` / ``paper_init`` / ``paper_note`` (the paper design a scaled
+    replica stands for, from its config's ``paper_analogue``), and the measured cost's columns
+    (``student_params``, ``teacher_latency_ms``, ...).
 ``cost.csv``
-    (when a run measured its cost) per (task, teacher, student, objective, init) with a measured cost (``kdbench.cost``): the
-    score's mean, std and n over seeds, both models' parameters, FLOPs per example, latency
-    (batch 1) and throughput (batch 32), and the student's speed-ups over its teacher; shown as the
-    Cost section of ``tables.md`` and, per task, in ``cost_<task>.png`` (score against latency,
-    seeds as error bars, the teacher as a star).
+    (when a run measured its cost) per (task, teacher, student, objective, init) with a measured
+    cost (``kdbench.cost``): the score's mean, std and n over seeds, both models' parameters, FLOPs
+    per example, latency (batch 1) and throughput (batch 32), and the student's speed-ups over its
+    teacher; shown as the Cost section of ``tables.md`` and, per task, in ``cost_<task>.png`` (score
+    against latency, seeds as error bars, the teacher as a star).
 ``summary.csv``
-    long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample std
-    (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of a row that has
-    every task of its table (std and n empty).
+    long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample
+    std (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of
+    a row that has every task of its table (std and n empty).
 ``tables.md`` / ``tables.tex``
-    one table per (setting, teacher, student). Rows are objectives, or (objective, init) when the init varies
-    within the table. Cells are ``mean ± std`` (just the mean when n=1), Avg is the mean of the per-task
-    means. The best displayed mean per column is bold (all tied rows; no bold when a column has fewer than
-    two values). When n is the same in every cell the footnote reads ``n = 4 seeds per cell``; otherwise
-    cells whose n differs from the most common n carry ``(n=k)`` and the footnote says so.
-    ``tables.tex`` is a fragment of ``table`` environments that needs ``\\usepackage{booktabs}``.
+    one table per (setting, teacher, student). Rows are objectives, or (objective, init) when the
+    init varies within the table. Cells are ``mean ± std`` (just the mean when n=1), Avg is the mean
+    of the per-task means. The best displayed mean per column is bold (all tied rows; no bold when a
+    column has fewer than two values). When n is the same in every cell the footnote reads ``n = 4
+    seeds per cell``; otherwise cells whose n differs from the most common n carry ``(n=k)`` and the
+    footnote says so. ``tables.tex`` is a fragment of ``table`` environments that needs
+    ``\\usepackage{booktabs}``.
 ``pvalues.csv``
     paired t-tests (``scipy.stats.ttest_rel``, runs paired by seed; for the pooled task ``ALL`` by
-    (task, seed)). Factor ``objective`` compares every pair of objectives at a fixed init, factor ``init``
-    every pair of inits at a fixed objective. Per task only the levels with runs on that task are compared;
-    for ``ALL`` every level of the (group, factor, fixed) slice is. ``p_holm`` is Holm-Bonferroni within
-    the family (setting, teacher, student, factor, fixed, task).
+    (task, seed)). Factor ``objective`` compares every pair of objectives at a fixed init, factor
+    ``init`` every pair of inits at a fixed objective. Per task only the levels with runs on that
+    task are compared; for ``ALL`` every level of the (group, factor, fixed) slice is. ``p_holm`` is
+    Holm-Bonferroni within the family (setting, teacher, student, factor, fixed, task).
 ``unmatched.csv``
-    every (task, seed) run that one side of a compared pair has and the other lacks (``missing_side`` names
-    the side without it). Listed once per pair, with the real task (this covers both the per-task and the
-    pooled tests).
+    every (task, seed) run that one side of a compared pair has and the other lacks
+    (``missing_side`` names the side without it). Listed once per pair, with the real task (this
+    covers both the per-task and the pooled tests).
 ``significance.md``
-    per family, the pairs that are not significant at ``alpha`` after Holm, the untestable pairs, and the
-    Holm-adjusted p-value matrix for task ALL.
+    per family, the pairs that are not significant at ``alpha`` after Holm, the untestable pairs,
+    and the Holm-adjusted p-value matrix for task ALL.
 ``claims.md``
-    the paper's conclusions (``kdbench.report.claims.CLAIMS``), each judged from the runs that stand for its
-    table: ``supported`` / ``contradicted`` / ``inconclusive`` / ``not covered``, with the means, n and
-    Holm-adjusted p of the pooled paired tests it rests on, the missing runs by name, how to read a verdict and
-    when not to trust one.
+    the paper's conclusions (``kdbench.report.claims.CLAIMS``), each judged from the runs that stand
+    for its table: ``supported`` / ``contradicted`` / ``inconclusive`` / ``not covered``, with the
+    means, n and Holm-adjusted p of the pooled paired tests it rests on, the missing runs by name,
+    how to read a verdict and when not to trust one.
 ``scores_<group>.png``
-    one panel per task: every seed's score (a cross: a collapsed run), the cell's mean and its 95% t interval, the
-    paper's value where a published cell stands for it, objectives grouped by family (vanilla, hidden, attention),
-    one colour per objective (or per init, when the init varies) fixed across every report
-    (``figures.OBJECTIVE_COLOURS`` / ``INIT_COLOURS``). Lines: the fine-tuned teacher's mean score (from the
-    records) and the dev set's majority-class score (``kdbench.tasks.MAJORITY``), written at the axis' edge when
-    off it. A star marks a cell significantly below the best of its group (per-task paired test, Holm).
+    one panel per task: every seed's score (a cross: a collapsed run), the cell's mean and its 95% t
+    interval, the paper's value where a published cell stands for it, objectives grouped by family
+    (vanilla, hidden, attention), one colour per objective (or per init, when the init varies) fixed
+    across every report (``figures.OBJECTIVE_COLOURS`` / ``INIT_COLOURS``). Lines: the fine-tuned
+    teacher's mean score (from the records) and the dev set's majority-class score
+    (``kdbench.tasks.MAJORITY``), written at the axis' edge when off it. A star marks a cell
+    significantly below the best of its group (per-task paired test, Holm).
 ``differences_<group>.png``
-    the task-ALL mean paired differences row - column of every family of the group, one matrix each, on one
-    symmetric colour scale; significant cells (Holm) starred and framed.
+    the task-ALL mean paired differences row - column of every family of the group, one matrix each,
+    on one symmetric colour scale; significant cells (Holm) starred and framed.
 ``report.html``
-    the report as one self-contained page (styles and plots inline, no script, nothing fetched): the findings
-    first (its first heading), then the claims' verdicts, then per (setting, teacher, student) its design and code,
-    the measured table with links from every cell to its records (result.json or a line of runs.jsonl, relative
-    paths), its cost, the published numbers beside it (``--paper``), its captioned plots and significance
-    tables, then the evidence per claim and the excluded runs. Opens from the file system.
+    the report as one self-contained page (styles and plots inline, no script, nothing fetched): the
+    findings first (its first heading), then the claims' verdicts, then per (setting, teacher,
+    student) its design and code, the measured table with links from every cell to its records
+    (result.json or a line of runs.jsonl, relative paths), its cost, the published numbers beside it
+    (``--paper``), its captioned plots and significance tables, then the evidence per claim and the
+    excluded runs. Opens from the file system.
 ``excluded.csv``
     path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
-    config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose resolved
-    config differs from the other runs of its cell in more than the seed, paths, device and how-not-what
-    settings (``kdbench.record.NOT_DESIGN``); the cell keeps its most common design and the reason names the
-    differing keys. ``distillation``: a task-agnostic distillation record (no task; its
-    GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point (record with a ``grid``
-    dict) that lost to the best point of the same run key, which is the one used.
+    config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose
+    resolved config differs from the other runs of its cell in more than the seed, paths, device and
+    how-not-what settings (``kdbench.record.NOT_DESIGN``); the cell keeps its most common design and
+    the reason names the differing keys. ``distillation``: a task-agnostic distillation record (no
+    task; its GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point (record
+    with a ``grid`` dict) that lost to the best point of the same run key, which is the one used.
 ``paper.csv`` (only with ``--paper``)
-    every published cell of Wang et al. (2023), Tables 1-4 (the package data ``kdbench/paper/wang2023_tables.csv``),
-    long form in kdbench's names: table, setting, teacher, student, objective, init, task, metric (the paper's
-    column label), measured_metric (the record metric it is compared with), mean, std, n_runs, avg_flag (on Avg
-    cells: the printed Avg is not the mean of the row's cells up to rounding), and, where runs stand for the cell,
-    measured_setting/teacher/student, measured_mean, measured_std, measured_n (one row per measured group).
-    Runs stand for a paper table when their config's ``paper_analogue`` declares it (and maps their init to the
-    paper's) or when they are the paper's own design (setting, teacher, student); no analogy is guessed. With
-    ``--paper``, ``tables.md`` also gets, after the measured tables, a "Table k: published vs measured" section per
-    paper table with matching runs: per published row (objective, paper init) and task the published
-    ``mean ± std`` and the measured ``mean ± std (n)``, then the published Avg as printed (flagged ones marked) and
-    the measured Avg (only for rows measured on all seven tasks). Measured values are the metric the paper reports:
-    in Tables 1 and 3 its CoLA "Mcc" and MRPC "F1" columns are accuracy (footnoted with the reasons), in Tables 2
-    and 4 they are as labelled; MNLI is matched accuracy. A line names the runs that stand for no paper table.
+    every published cell of Wang et al. (2023), Tables 1-4 (the package data
+    ``kdbench/paper/wang2023_tables.csv``), long form in kdbench's names: table, setting, teacher,
+    student, objective, init, task, metric (the paper's column label), measured_metric (the record
+    metric it is compared with), mean, std, n_runs, avg_flag (on Avg cells: the printed Avg is not
+    the mean of the row's cells up to rounding), and, where runs stand for the cell,
+    measured_setting/teacher/student, measured_mean, measured_std, measured_n (one row per measured
+    group). Runs stand for a paper table when their config's ``paper_analogue`` declares it (and
+    maps their init to the paper's) or when they are the paper's own design (setting, teacher,
+    student); no analogy is guessed. With ``--paper``, ``tables.md`` also gets, after the measured
+    tables, a "Table k: published vs measured" section per paper table with matching runs: per
+    published row (objective, paper init) and task the published ``mean ± std`` and the measured
+    ``mean ± std (n)``, then the published Avg as printed (flagged ones marked) and the measured Avg
+    (only for rows measured on all seven tasks). Measured values are the metric the paper reports:
+    in Tables 1 and 3 its CoLA "Mcc" and MRPC "F1" columns are accuracy (footnoted with the
+    reasons), in Tables 2 and 4 they are as labelled; MNLI is matched accuracy. A line names the
+    runs that stand for no paper table.
 
 Conventions:
 
-* A pair with fewer than 2 matched seeds is reported with ``n_pairs`` (and the means over the matches, if
+* A pair with fewer than 2 matched seeds is reported with ``n_pairs`` (and the means over the
+  matches, if
   any) and empty ``t``/``p``/``p_holm``.
-* Zero variance of the differences: all-zero differences make scipy return NaN t and p; they are reported
-  empty and are *not* counted in the Holm family size m (they are untestable, not tests that failed). A
-  constant non-zero difference makes scipy return t = ±inf and p = 0; that is kept as scipy gives it and
-  counts in the family.
+* Zero variance of the differences: all-zero differences make scipy return NaN t and p; they are
+  reported
+  empty and are *not* counted in the Holm family size m (they are untestable, not tests that
+  failed). A constant non-zero difference makes scipy return t = ±inf and p = 0; that is kept as
+  scipy gives it and counts in the family.
 * Two completed records with the same (setting, teacher, student, task, objective, init, seed) are
   duplicates: the first by path is used, the others are listed in ``excluded.csv`` as ``duplicate``.
 * ``schema`` may be absent (taken as 1); any other schema value makes the file skipped.
 * Scores are "higher is better" for every GLUE metric, so best = largest mean.
-* No completed run at all (only failed/running/malformed files): the exclusions are listed and written, then
+* No completed run at all (only failed/running/malformed files): the exclusions are listed and
+  written, then
   the CLI exits 2 like for an empty directory.
 """
 
@@ -148,11 +158,15 @@ def _parser() -> argparse.ArgumentParser:
         prog=f"python -m {PROG}",
         description="Collect result.json files into tables (md/tex/csv), paired t-tests and plots.",
     )
-    parser.add_argument("results_dir", type=Path, help="directory searched (any depth) for result.json files")
+    parser.add_argument(
+        "results_dir", type=Path, help="directory searched (any depth) for result.json files"
+    )
     parser.add_argument(
         "--out", type=Path, default=None, help="output directory (default: RESULTS_DIR/report)"
     )
-    parser.add_argument("--digits", type=int, default=1, help="decimals shown in the tables (default 1)")
+    parser.add_argument(
+        "--digits", type=int, default=1, help="decimals shown in the tables (default 1)"
+    )
     parser.add_argument(
         "--alpha", type=float, default=0.05, help="significance level after Holm (default 0.05)"
     )
@@ -160,7 +174,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--paper",
         action="store_true",
-        help=f"show the published numbers ({PAPER_CITE}) beside the measured tables; write paper.csv",
+        help=(
+            f"show the published numbers ({PAPER_CITE}) beside the measured tables; write paper.csv"
+        ),
     )
     return parser
 
@@ -171,7 +187,8 @@ def study_name(source: Path) -> str:
 
 
 def source_root(source: Path) -> Path:
-    """What records' paths are relative to: the results folder, or the folder of a ``.jsonl`` file."""
+    """What records' paths are relative to: the results folder, or the folder of a ``.jsonl``
+    file."""
     return source.parent if source.is_file() else source
 
 
@@ -204,8 +221,8 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataFrame, list[dict]]:
-    """The runs the tables use (best grid point, first of duplicates) and every exclusion, which are printed
-    and written to ``excluded.csv``; exits 2 when no run is left."""
+    """The runs the tables use (best grid point, first of duplicates) and every exclusion, which are
+    printed and written to ``excluded.csv``; exits 2 when no run is left."""
     frame, below_best = best_of_grid(to_frame(loaded.records))
     frame, duplicates = drop_duplicates(frame)
     frame, mismatched = split_designs(frame)
@@ -221,15 +238,21 @@ def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataF
     if frame.empty:
         _fail(
             f"no completed run among {loaded.n_files} {RESULT_FILE} file(s) under {results_dir} "
-            f"(listed above and in {out / 'excluded.csv'}); wait for runs to finish or fix the failures"
+            f"(listed above and in {out / 'excluded.csv'}); wait for runs to finish or fix the "
+            "failures"
         )
     return frame, excluded
 
 
 def _write_report(
-    frame: pd.DataFrame, excluded: list[dict], paper: pd.DataFrame | None, args: argparse.Namespace, out: Path
+    frame: pd.DataFrame,
+    excluded: list[dict],
+    paper: pd.DataFrame | None,
+    args: argparse.Namespace,
+    out: Path,
 ) -> tuple[PageParts, int]:
-    """Write the csv, markdown and LaTeX files; returns what the page shows and the number of unmatched runs."""
+    """Write the csv, markdown and LaTeX files; returns what the page shows and the number of
+    unmatched runs."""
     summary = summarise(frame)
     tables = build_tables(summary)
     pvalues = paired_tests(frame, args.alpha)
@@ -246,8 +269,9 @@ def _write_report(
     else:
         _write_csv(cost, out / "cost.csv")
     cost_lines = cost_markdown(cost, args.digits, [] if args.no_plots else plot_cost(cost, out))
-    markdown = render_markdown(tables, args.digits, excluded, versus, code_versions(frame),
-                               walltimes, cost_lines)
+    markdown = render_markdown(
+        tables, args.digits, excluded, versus, code_versions(frame), walltimes, cost_lines
+    )
     _write_text(out / "tables.md", markdown)
     if paper is not None:
         _write_csv(comparison(frame, paper), out / "paper.csv")
@@ -256,8 +280,21 @@ def _write_report(
     claims = claims_text(frame, args.alpha, args.digits, pvalues, study_name(args.results_dir))
     _write_text(out / "claims.md", claims.markdown())
     sections = [] if paper is None else versus_sections(frame, paper, args.digits)
-    page = PageParts(source_root(args.results_dir), out, frame, tables, pvalues, claims, sections, excluded, {},
-                     args.alpha, args.digits, study_name(args.results_dir), walltimes)
+    page = PageParts(
+        source_root(args.results_dir),
+        out,
+        frame,
+        tables,
+        pvalues,
+        claims,
+        sections,
+        excluded,
+        {},
+        args.alpha,
+        args.digits,
+        study_name(args.results_dir),
+        walltimes,
+    )
     return page, len(unmatched)
 
 
@@ -286,12 +323,16 @@ def main(argv: list[str] | None = None) -> int:
     n_sig = int((pvalues["p_holm"] < args.alpha).sum()) if not pvalues.empty else 0
     print(
         f"{PROG}: wrote {len(page.tables)} table(s) to {out}/tables.md and tables.tex; "
-        f"{len(pvalues)} paired test(s) ({n_sig} significant at {args.alpha} after Holm) to pvalues.csv; "
-        f"{n_unmatched} unmatched run(s); {sum(len(p) for p in page.plots.values())} plot(s); the page {PAGE_FILE}"
+        f"{len(pvalues)} paired test(s) ({n_sig} significant at {args.alpha} after Holm) to "
+        "pvalues.csv; "
+        f"{n_unmatched} unmatched run(s); {sum(len(p) for p in page.plots.values())} plot(s); the "
+        f"page {PAGE_FILE}"
     )
     print(
-        f"{PROG}: files: results.csv summary.csv" + (" cost.csv" if (out / "cost.csv").exists() else "")
+        f"{PROG}: files: results.csv summary.csv"
+        + (" cost.csv" if (out / "cost.csv").exists() else "")
         + " tables.md tables.tex pvalues.csv unmatched.csv "
-        f"significance.md claims.md excluded.csv {PAGE_FILE}" + (" paper.csv" if paper is not None else "")
+        f"significance.md claims.md excluded.csv {PAGE_FILE}"
+        + (" paper.csv" if paper is not None else "")
     )
     return 0

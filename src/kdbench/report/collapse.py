@@ -1,14 +1,16 @@
 """Collapsed runs: students whose dev predictions are (almost) all one class.
 
-A run is ``collapsed`` when its most predicted class holds at least :data:`COLLAPSE_SHARE` of its dev
-predictions (the record's ``predicted_class_<c>`` counts, written by ``kdbench.metrics.label_counts``). A record
-without them (older runs) is judged from its scores: ``collapsed`` when every accuracy, F1 and MCC it has equals,
-up to float rounding, what predicting one class c everywhere scores on its dev set, computed from the record's
-gold counts (``dev_class_<c>``); ``ok`` when its accuracy lies more than 100 (1 - COLLAPSE_SHARE) points from
-every constant prediction's accuracy (a run predicting class c for at least 95% of N examples gets between
-n_c - 0.05 N and n_c + 0.05 N of them right); ``unknown`` otherwise (a score near a constant predictor's, or no
-gold counts). A score equal to a constant prediction's is not a proof (another predictor can score the same), but
-on dev sets of hundreds of examples it is the one that does in practice.
+A run is ``collapsed`` when its most predicted class holds at least :data:`COLLAPSE_SHARE` of its
+dev predictions (the record's ``predicted_class_<c>`` counts, written by
+``kdbench.metrics.label_counts``). A record without them (older runs) is judged from its scores:
+``collapsed`` when every accuracy, F1 and MCC it has equals, up to float rounding, what predicting
+one class c everywhere scores on its dev set, computed from the record's gold counts
+(``dev_class_<c>``); ``ok`` when its accuracy lies more than 100 (1 - COLLAPSE_SHARE) points from
+every constant prediction's accuracy (a run predicting class c for at least 95% of N examples gets
+between n_c - 0.05 N and n_c + 0.05 N of them right); ``unknown`` otherwise (a score near a constant
+predictor's, or no gold counts). A score equal to a constant prediction's is not a proof (another
+predictor can score the same), but on dev sets of hundreds of examples it is the one that does in
+practice.
 """
 
 from __future__ import annotations
@@ -23,25 +25,36 @@ _TOLERANCE = 1e-6  # score points: float rounding of a metric x100
 
 
 def _counts(metrics: dict, prefix: str, split: str) -> dict[int, float]:
-    """{class: count} of the ``prefix`` count metrics of one dev split ("" or a suffix such as "matched")."""
+    """{class: count} of the ``prefix`` count metrics of one dev split ("" or a suffix such as
+    "matched")."""
     end = f"_{split}" if split else ""
     pattern = re.compile(rf"{prefix}_(\d+){re.escape(end)}$")
-    return {int(m.group(1)): float(v) for name, v in metrics.items()
-            if (m := pattern.match(name)) and isinstance(v, int | float)}
+    return {
+        int(m.group(1)): float(v)
+        for name, v in metrics.items()
+        if (m := pattern.match(name)) and isinstance(v, int | float)
+    }
 
 
 def _split(score_metric: str | None) -> str:
-    """The dev split a score is on: the suffix after the metric's name ("matched" of accuracy_matched)."""
+    """The dev split a score is on: the suffix after the metric's name ("matched" of
+    accuracy_matched)."""
     return score_metric.split("_", 1)[1] if score_metric and "_" in score_metric else ""
 
 
 def constant_scores(gold: dict[int, float], positive: int = 1) -> dict[int, dict[str, float]]:
-    """Per class c, the accuracy, F1 (of class ``positive``) and MCC, x100, of predicting c everywhere."""
+    """Per class c, the accuracy, F1 (of class ``positive``) and MCC, x100, of predicting c
+    everywhere."""
     total = sum(gold.values())
     true_positive = gold.get(positive, 0.0)
-    return {c: {"accuracy": 100 * gold[c] / total, "mcc": 0.0,
-                "f1": 100 * 2 * true_positive / (true_positive + total) if c == positive else 0.0}
-            for c in gold}
+    return {
+        c: {
+            "accuracy": 100 * gold[c] / total,
+            "mcc": 0.0,
+            "f1": 100 * 2 * true_positive / (true_positive + total) if c == positive else 0.0,
+        }
+        for c in gold
+    }
 
 
 def collapse_status(metrics: dict, score_metric: str | None) -> str:
@@ -62,6 +75,8 @@ def collapse_status(metrics: dict, score_metric: str | None) -> str:
         if all(abs(value - constant[name]) < _TOLERANCE for name, value in measured.items()):
             return COLLAPSED
     accuracy = measured.get("accuracy")
-    if accuracy is not None and all(abs(accuracy - c["accuracy"]) > 100 * (1 - COLLAPSE_SHARE) for c in constants):
+    if accuracy is not None and all(
+        abs(accuracy - c["accuracy"]) > 100 * (1 - COLLAPSE_SHARE) for c in constants
+    ):
         return HEALTHY
     return UNKNOWN

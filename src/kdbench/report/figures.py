@@ -18,16 +18,38 @@ from kdbench.report.frames import natural_key
 # "vibrant" schemes). Inits are coloured by role: a 6-layer teacher's every-k-th (2,4,6) and spread
 # (1,4,6) inits share the colours of the 12-layer ones they stand for.
 OBJECTIVE_COLOURS = {
-    "vanilla_kd": "#332288", "distilbert": "#0077BB",
-    "hid_cls": "#117733", "hid_cls_contrast": "#44AA99", "hid_seq": "#999933",
-    "att_mse": "#882255", "att_kl": "#CC6677", "att_mse+hid_seq": "#AA4499", "att_kl+hid_seq": "#DDCC77",
-    "att_kl+val_kl": "#88CCEE", "val_kl": "#EE7733", "minilm_v2": "#EE3377", "tinybert": "#CC3311",
+    "vanilla_kd": "#332288",
+    "distilbert": "#0077BB",
+    "hid_cls": "#117733",
+    "hid_cls_contrast": "#44AA99",
+    "hid_seq": "#999933",
+    "att_mse": "#882255",
+    "att_kl": "#CC6677",
+    "att_mse+hid_seq": "#AA4499",
+    "att_kl+hid_seq": "#DDCC77",
+    "att_kl+val_kl": "#88CCEE",
+    "val_kl": "#EE7733",
+    "minilm_v2": "#EE3377",
+    "tinybert": "#CC3311",
 }
 INIT_COLOURS = {
-    "4,8,12": "#0077BB", "2,4,6": "#0077BB", "1,8,12": "#009988", "1,4,6": "#009988", "1,2,3": "#EE7733",
-    "random": "#555555", "1,2,3,4,5,6": "#EE3377", "first 6": "#EE3377",
+    "4,8,12": "#0077BB",
+    "2,4,6": "#0077BB",
+    "1,8,12": "#009988",
+    "1,4,6": "#009988",
+    "1,2,3": "#EE7733",
+    "random": "#555555",
+    "1,2,3,4,5,6": "#EE3377",
+    "first 6": "#EE3377",
 }
-FALLBACK = ("#33BBEE", "#CC3311", "#BBBBBB", "#000000", "#DDAA33", "#BB5566")  # other levels, by a hash of the name
+FALLBACK = (
+    "#33BBEE",
+    "#CC3311",
+    "#BBBBBB",
+    "#000000",
+    "#DDAA33",
+    "#BB5566",
+)  # other levels, by a hash of the name
 FAMILIES = ("vanilla", "hidden", "attention", "other")
 
 
@@ -59,6 +81,7 @@ def safe_name(text: str) -> str:
     """A filesystem-safe file-name fragment."""
     name = re.sub(r"[^A-Za-z0-9._+-]+", "-", str(text)).strip("-.")
     return name or "x"
+
 
 def save_png(fig: Figure, path: Path) -> None:
     """A 256-colour palette PNG: a plot's flat colours and their anti-aliased edges fit in it, at

@@ -1,7 +1,7 @@
-"""The findings that open claims.md and report.html, generated from the runs: per (setting, teacher, student)
-study its design, which runs collapsed to one class, which pooled comparisons differ significantly and by how
-much, which do not and how many seeds would settle them; then the claims' verdicts in one line each, the claims
-no run covers in one line."""
+"""The findings that open claims.md and report.html, generated from the runs: per (setting, teacher,
+student) study its design, which runs collapsed to one class, which pooled comparisons differ
+significantly and by how much, which do not and how many seeds would settle them; then the claims'
+verdicts in one line each, the claims no run covers in one line."""
 
 from __future__ import annotations
 
@@ -24,27 +24,43 @@ def design_line(runs: pd.DataFrame) -> str:
     """A study's design in words: objectives x inits on its tasks, its seeds and runs."""
     seeds = sorted(runs["seed"].unique())
     tasks = ", ".join(TASKS.get(t, t) for t in ordered_tasks(runs["task"]))
-    return (f"{runs['objective'].nunique()} objective(s) ({_levels(runs['objective'])}) x "
-            f"{runs['init'].nunique()} init(s) ({_levels(runs['init'])}) on {tasks}; seeds "
-            f"{', '.join(str(s) for s in seeds)}; {len(runs)} runs")
+    return (
+        f"{runs['objective'].nunique()} objective(s) ({_levels(runs['objective'])}) x "
+        f"{runs['init'].nunique()} init(s) ({_levels(runs['init'])}) on {tasks}; seeds "
+        f"{', '.join(str(s) for s in seeds)}; {len(runs)} runs"
+    )
 
 
 def _collapse_line(runs: pd.DataFrame) -> str:
     collapsed = runs[runs["collapse"] == COLLAPSED]
     known = int(runs["collapse"].isin([COLLAPSED, HEALTHY]).sum())
     if known == 0:
-        return "- Collapse: unknown (the records keep neither predicted-label counts nor dev label counts)."
+        return (
+            "- Collapse: unknown (the records keep neither "
+            "predicted-label counts nor dev label counts)."
+        )
     if collapsed.empty:
         return f"- Collapse: none of the {known} runs with known predictions predicts one class."
     if len(collapsed) == len(runs):
-        return (f"- **Every run collapsed**: all {len(runs)} runs predict one class for at least 95% of the dev "
-                "set, so the scores compare nothing and no comparison is made.")
+        return (
+            f"- **Every run collapsed**: all {len(runs)} runs predict one class for at least 95% "
+            "of the dev "
+            "set, so the scores compare nothing and no comparison is made."
+        )
     cells = collapsed.groupby(["objective", "init", "task"]).size()
     named = "; ".join(f"{o} at {i} on {TASKS.get(t, t)} ({k})" for (o, i, t), k in cells.items())
     unknown = len(runs) - known
-    rest = (f" {unknown} more score(s) lie within 5 points of a constant predictor's without predicted-label "
-            "counts to tell" if unknown else "")
-    return f"- **{len(collapsed)} of {len(runs)} runs collapsed** to one class: {md_escape(named)}.{rest}"
+    rest = (
+        f" {unknown} more score(s) lie within 5 points of a constant predictor's without "
+        "predicted-label "
+        "counts to tell"
+        if unknown
+        else ""
+    )
+    return (
+        f"- **{len(collapsed)} of {len(runs)} runs "
+        f"collapsed** to one class: {md_escape(named)}.{rest}"
+    )
 
 
 def _pooled(pvalues: pd.DataFrame, key: tuple) -> pd.DataFrame:
@@ -58,8 +74,11 @@ def _comparison(row, digits: int) -> str:
     high, low, diff = (row.a, row.b, row.diff) if row.diff >= 0 else (row.b, row.a, -row.diff)
     ci = sorted((abs(row.ci_low), abs(row.ci_high)))
     held = "init" if row.factor == "objective" else "objective"
-    return (f"{high} > {low} by {fmt(diff, digits)} points (95% CI {fmt(ci[0], digits)} to {fmt(ci[1], digits)}; "
-            f"{held} {row.fixed}; Holm p {format_p(row.p_holm)})")
+    return (
+        f"{high} > {low} by {fmt(diff, digits)} points (95% CI {fmt(ci[0], digits)} to "
+        f"{fmt(ci[1], digits)}; "
+        f"{held} {row.fixed}; Holm p {format_p(row.p_holm)})"
+    )
 
 
 def _test_lines(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]:
@@ -68,27 +87,47 @@ def _test_lines(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]:
     significant = pooled[pooled["p_holm"] < alpha].assign(size=lambda f: f["diff"].abs())
     significant = significant.sort_values("size", ascending=False)
     shown = "; ".join(_comparison(row, digits) for row in significant.head(SHOWN).itertuples())
-    more = f"; and {len(significant) - SHOWN} more (significance.md)" if len(significant) > SHOWN else ""
-    lines = [f"- Differ significantly (paired t-test pooled over tasks, Holm, p < {alpha}): {len(significant)} of "
-             f"{len(pooled)} pairs" + (f": {md_escape(shown + more)}." if shown else ".")]
+    more = (
+        f"; and {len(significant) - SHOWN} more (significance.md)"
+        if len(significant) > SHOWN
+        else ""
+    )
+    lines = [
+        f"- Differ significantly (paired t-test pooled over tasks, Holm, p < {alpha}): "
+        f"{len(significant)} of "
+        f"{len(pooled)} pairs" + (f": {md_escape(shown + more)}." if shown else ".")
+    ]
     open_pairs = pooled[~(pooled["p_holm"] < alpha)]
     if not open_pairs.empty:
         gaps = open_pairs["diff"].abs()
         seeds = open_pairs["seeds_needed"].dropna()
-        settle = (f"; at their observed effects a paired t-test would need {seeds_text(seeds.min())} to "
-                  f"{seeds_text(seeds.max())} (median {seeds_text(seeds.median())}) for 80% power"
-                  if not seeds.empty else "")
-        lines.append(f"- Not significantly different: {len(open_pairs)} pairs, gaps {fmt(gaps.min(), digits)} to "
-                     f"{fmt(gaps.max(), digits)} points{settle} (not significant is not equal: see claims for "
-                     "equivalence tests).")
+        settle = (
+            f"; at their observed effects a paired t-test would need {seeds_text(seeds.min())} to "
+            f"{seeds_text(seeds.max())} (median {seeds_text(seeds.median())}) for 80% power"
+            if not seeds.empty
+            else ""
+        )
+        lines.append(
+            f"- Not significantly different: {len(open_pairs)} pairs, gaps "
+            f"{fmt(gaps.min(), digits)} to "
+            f"{fmt(gaps.max(), digits)} points{settle} (not significant is not equal: see claims "
+            "for "
+            "equivalence tests)."
+        )
     return lines
 
 
-def study_findings(frame: pd.DataFrame, pvalues: pd.DataFrame, alpha: float, digits: int) -> list[str]:
+def study_findings(
+    frame: pd.DataFrame, pvalues: pd.DataFrame, alpha: float, digits: int
+) -> list[str]:
     """Per study: its design as the heading, then collapse, significant and open comparisons."""
     lines = []
     for key, runs in frame.groupby(GROUP_COLS, sort=True):
-        lines += [f"### {md_escape(' / '.join(key))}: {md_escape(design_line(runs))}", "", _collapse_line(runs)]
+        lines += [
+            f"### {md_escape(' / '.join(key))}: {md_escape(design_line(runs))}",
+            "",
+            _collapse_line(runs),
+        ]
         if (runs["collapse"] == COLLAPSED).all():
             lines.append("")
             continue

@@ -19,9 +19,22 @@ ROW_COLS = ["objective", "init"]
 # sum; per entry of `timing` in memory only), the student's parameter count, its measured inference
 # cost, its design (config less what does not change a measurement; in memory only, not in
 # results.csv).
-ORIGIN_COLS = ["score_metric", "teacher_score", "collapse", "wall_s", "student_parameters", "path",
-               "link", "commit", "paper_table", "paper_init", "paper_note", *COST_COLS, "design",
-               "timing"]
+ORIGIN_COLS = [
+    "score_metric",
+    "teacher_score",
+    "collapse",
+    "wall_s",
+    "student_parameters",
+    "path",
+    "link",
+    "commit",
+    "paper_table",
+    "paper_init",
+    "paper_note",
+    *COST_COLS,
+    "design",
+    "timing",
+]
 IN_MEMORY_COLS = ["design", "timing"]  # dicts, not written to results.csv
 _TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
 
@@ -52,7 +65,9 @@ def to_frame(records: list[dict]) -> pd.DataFrame:
         for name in record["metrics"]:
             if name not in metric_names:
                 metric_names.append(name)
-    rename = {name: (f"metric_{name}" if name in base + ORIGIN_COLS else name) for name in metric_names}
+    rename = {
+        name: (f"metric_{name}" if name in base + ORIGIN_COLS else name) for name in metric_names
+    }
     rows = []
     for record in records:
         row = {key: record.get(key) for key in base}
@@ -88,7 +103,9 @@ def sort_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Sort runs by group, task (paper order), objective, init (natural order), seed."""
     if frame.empty:
         return frame.reset_index(drop=True)
-    return sorted_by(frame, lambda r: (*group_key(r), task_sort_key(r["task"]), *row_key(r), r["seed"]))
+    return sorted_by(
+        frame, lambda r: (*group_key(r), task_sort_key(r["task"]), *row_key(r), r["seed"])
+    )
 
 
 def _excluded_copies(frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason) -> list[dict]:
@@ -98,7 +115,9 @@ def _excluded_copies(frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason)
     rows = []
     for _, row in frame.iterrows():
         winner = kept.loc[tuple(row[keys])]
-        rows.append(exclusion(row["path"], kind, reason(row, winner), {key: row[key] for key in keys}))
+        rows.append(
+            exclusion(row["path"], kind, reason(row, winner), {key: row[key] for key in keys})
+        )
     return rows
 
 
@@ -136,12 +155,18 @@ def drop_duplicates(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     Runs with one key but different designs are not duplicates: :func:`split_designs` decides
     between them."""
     same = [*KEY_FIELDS, "signature"]
-    by_path = frame.sort_values("path", kind="stable").assign(signature=frame["design"].map(design_signature))
+    by_path = frame.sort_values("path", kind="stable").assign(
+        signature=frame["design"].map(design_signature)
+    )
     repeated = by_path.duplicated(same, keep="first")
     first = by_path[~repeated].set_index(same)["path"]
     excluded = [
-        exclusion(row["path"], "duplicate", f"same run as {first[tuple(row[same])]} (that one is used)",
-                  {key: row[key] for key in KEY_FIELDS})
+        exclusion(
+            row["path"],
+            "duplicate",
+            f"same run as {first[tuple(row[same])]} (that one is used)",
+            {key: row[key] for key in KEY_FIELDS},
+        )
         for _, row in by_path[repeated].iterrows()
     ]
     return sort_frame(by_path[~repeated].drop(columns="signature")), excluded
@@ -156,13 +181,19 @@ def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     for _, cell in frame.sort_values("path").groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False):
         signature = cell["design"].map(design_signature)
         known = [sig for sig in signature if sig]
-        majority = max(dict.fromkeys(known), key=known.count, default="")  # the first path's among equals
+        majority = max(
+            dict.fromkeys(known), key=known.count, default=""
+        )  # the first path's among equals
         odd = (signature != "") & (signature != majority)
         kept.append(cell[~odd])
         reference, n_used = json.loads(majority or "{}"), known.count(majority)
         excluded += [
-            exclusion(row["path"], "config_mismatch", _design_difference(row["design"], reference, n_used),
-                      {key: row[key] for key in KEY_FIELDS})
+            exclusion(
+                row["path"],
+                "config_mismatch",
+                _design_difference(row["design"], reference, n_used),
+                {key: row[key] for key in KEY_FIELDS},
+            )
             for _, row in cell[odd].iterrows()
         ]
     return (sort_frame(pd.concat(kept)) if kept else frame), excluded
@@ -176,7 +207,11 @@ def code_versions(frame: pd.DataFrame) -> str:
 
 def _design_difference(design: dict, reference: dict, n_reference: int, limit: int = 4) -> str:
     """Which keys a run's design differs in from the cell's majority design, with both values."""
-    keys = sorted(key for key in design.keys() | reference.keys() if design.get(key) != reference.get(key))
-    shown = ", ".join(f"{key}={design.get(key)!r} (used: {reference.get(key)!r})" for key in keys[:limit])
+    keys = sorted(
+        key for key in design.keys() | reference.keys() if design.get(key) != reference.get(key)
+    )
+    shown = ", ".join(
+        f"{key}={design.get(key)!r} (used: {reference.get(key)!r})" for key in keys[:limit]
+    )
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
     return f"config differs from the {n_reference} run(s) used for this cell in {shown}{more}"

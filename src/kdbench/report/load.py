@@ -1,4 +1,5 @@
-"""Finding and parsing ``result.json`` records; what is not a usable completed run becomes an exclusion."""
+"""Finding and parsing ``result.json`` records; what is not a usable completed run becomes an
+exclusion."""
 
 from __future__ import annotations
 
@@ -8,16 +9,28 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdbench.record import COMPLETED_FIELDS, KEY_FIELDS, RESULT_FILE, SCHEMA_VERSION, RunRecord, design
+from kdbench.record import (
+    COMPLETED_FIELDS,
+    KEY_FIELDS,
+    RESULT_FILE,
+    SCHEMA_VERSION,
+    RunRecord,
+    design,
+)
 from kdbench.report.collapse import collapse_status
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
 # The record's measured cost (`kdbench.cost`) as report columns: (column, the model, its field).
 COST_FIELDS = tuple(
-    (f"{model}_{column}", model, field) for column, field in (
-        ("params", "params"), ("flops", "flops_per_example"), ("latency_ms", "latency_ms"),
-        ("throughput", "throughput_per_s"))
-    for model in ("student", "teacher"))
+    (f"{model}_{column}", model, field)
+    for column, field in (
+        ("params", "params"),
+        ("flops", "flops_per_example"),
+        ("latency_ms", "latency_ms"),
+        ("throughput", "throughput_per_s"),
+    )
+    for model in ("student", "teacher")
+)
 COST_COLS = [column for column, _, _ in COST_FIELDS] + ["speedup_latency", "speedup_throughput"]
 
 
@@ -27,7 +40,8 @@ class ReportError(Exception):
 
 @dataclass
 class Loaded:
-    """What :func:`load_records` found: completed records, exclusions, and how many files were read."""
+    """What :func:`load_records` found: completed records, exclusions, and how many files were
+    read."""
 
     records: list[dict]
     excluded: list[dict]
@@ -35,7 +49,8 @@ class Loaded:
 
 
 def find_result_files(results_dir: Path, skip: Path | None = None) -> list[Path]:
-    """All ``result.json`` files under ``results_dir`` (sorted), ignoring anything under ``skip``."""
+    """All ``result.json`` files under ``results_dir`` (sorted), ignoring anything under
+    ``skip``."""
     files = []
     for path in sorted(results_dir.rglob(RESULT_FILE)):
         if not path.is_file():
@@ -88,7 +103,8 @@ def _flatten(metrics: dict, prefix: str = "") -> dict:
 
 
 def _last_line(text: str, limit: int = 300) -> str:
-    """The most informative single line of an error message (the last non-empty one of a traceback)."""
+    """The most informative single line of an error message (the last non-empty one of a
+    traceback)."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     line = lines[-1] if lines else ""
     return line if len(line) <= limit else line[: limit - 3] + "..."
@@ -103,7 +119,8 @@ def exclusion(path: str, kind: str, reason: str, data: dict | None = None) -> di
 
 
 def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
-    """One ``result.json`` -> (record, None) when completed and well formed, else (None, exclusion)."""
+    """One ``result.json`` -> (record, None) when completed and well formed, else (None,
+    exclusion)."""
     rel = _relative(path, root)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -115,7 +132,8 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
 
 
 def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
-    """One record's JSON value (``rel`` names where it is) -> (record, None) or (None, exclusion)."""
+    """One record's JSON value (``rel`` names where it is) -> (record, None) or (None,
+    exclusion)."""
     if not isinstance(data, dict):
         return None, exclusion(rel, "skipped", "top level is not a JSON object")
     problem = _not_completed(data) or _malformed(data)
@@ -130,15 +148,18 @@ def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
     record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
     references = _references(run)
     references["collapse"] = collapse_status(metrics, references["score_metric"])
-    return (record | references | _walltime(run) | _origin(run, record["init"], grid)
-            | _cost(run)), None
+    return (
+        record | references | _walltime(run) | _origin(run, record["init"], grid) | _cost(run)
+    ), None
 
 
 def _cost(run: RunRecord) -> dict:
     """The record's measured cost as flat columns (None where it has none)."""
     cost = run.cost if isinstance(run.cost, dict) else {}
-    values = {column: (cost.get(model) if isinstance(cost.get(model), dict) else {}).get(field)
-              for column, model, field in COST_FIELDS}
+    values = {
+        column: (cost.get(model) if isinstance(cost.get(model), dict) else {}).get(field)
+        for column, model, field in COST_FIELDS
+    }
     values |= {key: cost.get(key) for key in ("speedup_latency", "speedup_throughput")}
     return {key: _as_float(value) for key, value in values.items()}
 
@@ -147,11 +168,17 @@ def _walltime(run: RunRecord) -> dict:
     """The run's wall times (the record's ``timing`` entries in seconds, ``*_s``), their sum
     ``wall_s``, and the student's parameter count; None where the record has none."""
     timing = run.timing if isinstance(run.timing, dict) else {}
-    seconds = {name: float(v) for name, v in timing.items()
-               if name.endswith("_s") and _as_float(v) is not None}
+    seconds = {
+        name: float(v)
+        for name, v in timing.items()
+        if name.endswith("_s") and _as_float(v) is not None
+    }
     parameters = _as_int(run.student_parameters)
-    return {"timing": seconds or None, "wall_s": sum(seconds.values()) if seconds else None,
-            "student_parameters": parameters}
+    return {
+        "timing": seconds or None,
+        "wall_s": sum(seconds.values()) if seconds else None,
+        "student_parameters": parameters,
+    }
 
 
 def _references(run: RunRecord) -> dict:
@@ -182,13 +209,18 @@ def _origin(run: RunRecord, init: str, grid: dict | None) -> dict:
     else:
         paper_table = _as_int(analogue.get("table"))
         paper_init = _text((analogue.get("inits") or {}).get(init))
-    return {"design": None if config is None else design(config, grid), "commit": _text(commit),
-            "paper_table": paper_table, "paper_init": paper_init,
-            "paper_note": _text((analogue or {}).get("note"))}
+    return {
+        "design": None if config is None else design(config, grid),
+        "commit": _text(commit),
+        "paper_table": paper_table,
+        "paper_init": paper_init,
+        "paper_note": _text((analogue or {}).get("note")),
+    }
 
 
 def _not_completed(data: dict) -> tuple[str, str] | None:
-    """(kind, reason) for a record of another schema, without a status, not completed, or a distillation."""
+    """(kind, reason) for a record of another schema, without a status, not completed, or a
+    distillation."""
     if data.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
         return "skipped", f"unsupported schema {data.get('schema')!r} (expected {SCHEMA_VERSION})"
     status = _text(data.get("status"))
@@ -200,14 +232,17 @@ def _not_completed(data: dict) -> tuple[str, str] | None:
         metrics = data.get("metrics")
         loss = metrics.get("heldout_loss") if isinstance(metrics, dict) else None
         return "distillation", (
-            f"task-agnostic distillation (held-out loss {loss}); its GLUE fine-tuning runs carry the scores"
+            f"task-agnostic distillation (held-out loss {loss}); its GLUE fine-tuning runs carry "
+            "the scores"
         )
     return None
 
 
 def _malformed(data: dict) -> tuple[str, str] | None:
     """("skipped", reason) for a completed record with a missing or ill-typed field."""
-    missing = [key for key in COMPLETED_FIELDS if data.get(key) is None or _text(data.get(key)) is None]
+    missing = [
+        key for key in COMPLETED_FIELDS if data.get(key) is None or _text(data.get(key)) is None
+    ]
     if missing:
         return "skipped", "missing key(s): " + ", ".join(missing)
     if _as_int(data["seed"]) is None:
@@ -230,8 +265,9 @@ RUNS_FILE = "runs.jsonl"  # records kept in a repository: one result.json per li
 
 
 def load_lines(path: Path) -> Loaded:
-    """The records of a ``.jsonl`` file, one result.json per line: each keeps the path of the run folder it came
-    from (its ``run_dir``; else ``<file name>#L<line>``) and links to its line (``link``, for the page)."""
+    """The records of a ``.jsonl`` file, one result.json per line: each keeps the path of the run
+    folder it came from (its ``run_dir``; else ``<file name>#L<line>``) and links to its line
+    (``link``, for the page)."""
     records, excluded, n_lines = [], [], 0
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -243,18 +279,24 @@ def load_lines(path: Path) -> Loaded:
         except json.JSONDecodeError as exc:
             excluded.append(exclusion(link, "skipped", f"invalid JSON: {exc}"))
             continue
-        where = data.get("run_dir") if isinstance(data, dict) and isinstance(data.get("run_dir"), str) else link
+        where = (
+            data.get("run_dir")
+            if isinstance(data, dict) and isinstance(data.get("run_dir"), str)
+            else link
+        )
         record, excluded_row = parse_data(data, where)
         records += [record | {"link": link}] if record is not None else []
         excluded += [excluded_row] if excluded_row is not None else []
     if n_lines == 0:
-        raise ReportError(f"{path} holds no record; pass a .jsonl file with one result.json per line")
+        raise ReportError(
+            f"{path} holds no record; pass a .jsonl file with one result.json per line"
+        )
     return Loaded(records=records, excluded=excluded, n_files=n_lines)
 
 
 def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
-    """Parse every ``result.json`` under ``results_dir``, or every line of ``results_dir`` when it is a
-    ``.jsonl`` file; raises :class:`ReportError` on unusable input."""
+    """Parse every ``result.json`` under ``results_dir``, or every line of ``results_dir`` when it
+    is a ``.jsonl`` file; raises :class:`ReportError` on unusable input."""
     if results_dir.is_file() and results_dir.suffix == ".jsonl":
         return load_lines(results_dir)
     if not results_dir.exists():
@@ -262,7 +304,9 @@ def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
             f"results directory {results_dir} does not exist; pass the directory your runs wrote to"
         )
     if not results_dir.is_dir():
-        raise ReportError(f"{results_dir} is not a directory; pass the directory your runs wrote to")
+        raise ReportError(
+            f"{results_dir} is not a directory; pass the directory your runs wrote to"
+        )
     files = find_result_files(results_dir, skip=skip)
     if not files:
         raise ReportError(

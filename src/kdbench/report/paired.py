@@ -50,8 +50,13 @@ def paired_effect(x, y, confidence: float = 0.95) -> dict:
     and infinite when they are equal and non-zero."""
     d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
     if len(d) < 2:
-        return {"diff": float(np.mean(d)) if len(d) else math.nan, "se": math.nan, "ci_low": math.nan,
-                "ci_high": math.nan, "effect": math.nan}
+        return {
+            "diff": float(np.mean(d)) if len(d) else math.nan,
+            "se": math.nan,
+            "ci_low": math.nan,
+            "ci_high": math.nan,
+            "effect": math.nan,
+        }
     mean, sd = float(d.mean()), float(d.std(ddof=1))
     se = sd / math.sqrt(len(d))
     half = float(stats.t.ppf((1 + confidence) / 2, len(d) - 1)) * se
@@ -73,8 +78,14 @@ def equivalence_p(diff: float, se: float, n_pairs: int, margin: float) -> float:
     return float(max(above, below))
 
 
-def equivalence_pairs(diff: float, sd: float, margin: float, alpha: float, power: float = POWER,
-                      limit: int = MAX_SEEDS) -> float:
+def equivalence_pairs(
+    diff: float,
+    sd: float,
+    margin: float,
+    alpha: float,
+    power: float = POWER,
+    limit: int = MAX_SEEDS,
+) -> float:
     """About how many pairs TOST at ``alpha`` needs to show equivalence within ``margin`` with
     ``power`` when the true difference is ``diff`` and the differences' std is ``sd``: the normal
     approximation n = ((z_(1-alpha) + z_power) sd / (margin - |diff|))^2, at least 2, ``limit`` at
@@ -94,7 +105,9 @@ def paired_power(effect: float, n: int, alpha: float) -> float:
     return float(stats.nct.sf(critical, n - 1, shift) + stats.nct.cdf(-critical, n - 1, shift))
 
 
-def seeds_needed(effect: float, alpha: float, power: float = POWER, limit: int = MAX_SEEDS) -> float:
+def seeds_needed(
+    effect: float, alpha: float, power: float = POWER, limit: int = MAX_SEEDS
+) -> float:
     """The fewest pairs n >= 2 whose paired t-test at ``alpha`` detects ``effect`` with ``power``;
     ``limit`` when none up to it does, NaN for a zero or undefined effect, 2 for an infinite one
     (equal non-zero differences)."""

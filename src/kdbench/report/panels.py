@@ -48,7 +48,9 @@ class Slot:
         mean = float(values.mean())
         if len(values) < 2:
             return mean, mean, mean
-        half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
+        half = float(
+            stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
+        )
         return mean, mean - half, mean + half
 
 
@@ -58,28 +60,56 @@ def _draw_seeds(ax, slot: Slot) -> None:
     offsets = np.linspace(-0.15, 0.15, n) if n > 1 else np.zeros(1)
     for dx, score, collapsed in zip(offsets, slot.scores, slot.collapsed, strict=True):
         if collapsed:
-            ax.plot(slot.x + dx, score, marker="x", color=COLLAPSED_COLOUR, markersize=6,
-                    linestyle="none")
+            ax.plot(
+                slot.x + dx,
+                score,
+                marker="x",
+                color=COLLAPSED_COLOUR,
+                markersize=6,
+                linestyle="none",
+            )
         else:
-            ax.plot(slot.x + dx, score, marker="o", color=slot.colour, markeredgecolor="black",
-                    markeredgewidth=0.4, markersize=5, linestyle="none")
+            ax.plot(
+                slot.x + dx,
+                score,
+                marker="o",
+                color=slot.colour,
+                markeredgecolor="black",
+                markeredgewidth=0.4,
+                markersize=5,
+                linestyle="none",
+            )
 
 
 def _draw_paper(ax, x: float, paper: float, limits: tuple[float, float]) -> None:
     """The paper's value as a diamond, or off the axis a pointer at its edge with the value."""
     low, high = limits
     if low <= paper <= high:
-        ax.plot(x, paper, marker="D", markerfacecolor="none", markeredgecolor="black",
-                markersize=5, linestyle="none")
+        ax.plot(
+            x,
+            paper,
+            marker="D",
+            markerfacecolor="none",
+            markeredgecolor="black",
+            markersize=5,
+            linestyle="none",
+        )
         return
     edge, marker = (high, "^") if paper > high else (low, "v")
     ax.plot(x, edge, marker=marker, color="black", markersize=5, linestyle="none", clip_on=False)
-    ax.annotate(f"{paper:.1f}", xy=(x, edge), xytext=(0, -10 if paper > high else 4),
-                textcoords="offset points", ha="center", fontsize=6)
+    ax.annotate(
+        f"{paper:.1f}",
+        xy=(x, edge),
+        xytext=(0, -10 if paper > high else 4),
+        textcoords="offset points",
+        ha="center",
+        fontsize=6,
+    )
 
 
-def _draw_slot(ax, slot: Slot, below: bool, paper: float | None,
-               limits: tuple[float, float]) -> None:
+def _draw_slot(
+    ax, slot: Slot, below: bool, paper: float | None, limits: tuple[float, float]
+) -> None:
     _draw_seeds(ax, slot)
     mean, low, high = slot.interval()
     ax.hlines(mean, slot.x - 0.3, slot.x + 0.3, color="black", linewidth=1.5)
@@ -96,7 +126,9 @@ def _limits(points: list[float]) -> tuple[float, float]:
     return low - margin, high + 2 * margin
 
 
-def _reference(ax, value: float | None, label: str, style: dict, limits: tuple[float, float], right: float) -> None:
+def _reference(
+    ax, value: float | None, label: str, style: dict, limits: tuple[float, float], right: float
+) -> None:
     """A reference line across the panel, or, when off the axis, its value written at that edge."""
     if value is None or math.isnan(value):
         return
@@ -105,8 +137,15 @@ def _reference(ax, value: float | None, label: str, style: dict, limits: tuple[f
         ax.axhline(value, label=label, **style)
         return
     edge, arrow = (high, "above") if value > high else (low, "below")
-    ax.annotate(f"{label} {value:.1f} ({arrow})", xy=(right, edge), xytext=(0, -9 if value > high else 3),
-                textcoords="offset points", ha="right", fontsize=7, color=style["color"])
+    ax.annotate(
+        f"{label} {value:.1f} ({arrow})",
+        xy=(right, edge),
+        xytext=(0, -9 if value > high else 3),
+        textcoords="offset points",
+        ha="right",
+        fontsize=7,
+        color=style["color"],
+    )
 
 
 def _family_labels(ax, panel: list[Slot]) -> None:
@@ -114,15 +153,31 @@ def _family_labels(ax, panel: list[Slot]) -> None:
     for family in FAMILIES:
         xs = [s.x for s in panel if family_of(s.objective) == family]
         if xs:
-            ax.text((min(xs) + max(xs)) / 2, 1.01, family, transform=ax.get_xaxis_transform(), ha="center",
-                    va="bottom", fontsize=7, color="#555555")
+            ax.text(
+                (min(xs) + max(xs)) / 2,
+                1.01,
+                family,
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="#555555",
+            )
 
 
-def draw_panel(ax, panel: list[Slot], marked: set, papers: dict, refs: References, task: str) -> None:
+def draw_panel(
+    ax, panel: list[Slot], marked: set, papers: dict, refs: References, task: str
+) -> None:
     points = [v for s in panel for v in s.scores] + [v for s in panel for v in s.interval()[1:]]
     limits = _limits(points)
     for slot in panel:
-        _draw_slot(ax, slot, (slot.objective, slot.init) in marked, papers.get((slot.objective, slot.init)), limits)
+        _draw_slot(
+            ax,
+            slot,
+            (slot.objective, slot.init) in marked,
+            papers.get((slot.objective, slot.init)),
+            limits,
+        )
     ax.set_ylim(*limits)
     right = max(s.x for s in panel) + 0.7  # room for the paper's diamond
     ax.set_xlim(min(s.x for s in panel) - 0.5, right)
@@ -130,23 +185,65 @@ def draw_panel(ax, panel: list[Slot], marked: set, papers: dict, refs: Reference
     _reference(ax, refs.majority(task), "majority class", MAJORITY_STYLE, limits, right)
     _family_labels(ax, panel)
     several_inits = len({s.init for s in panel}) > 1
-    ax.set_xticks([s.x for s in panel], [s.init if several_inits else s.objective for s in panel], fontsize=7,
-                  rotation=0 if several_inits else 30, ha="center" if several_inits else "right")
+    ax.set_xticks(
+        [s.x for s in panel],
+        [s.init if several_inits else s.objective for s in panel],
+        fontsize=7,
+        rotation=0 if several_inits else 30,
+        ha="center" if several_inits else "right",
+    )
     if several_inits:  # the objective's name under its inits
         for objective in dict.fromkeys(s.objective for s in panel):
             xs = [s.x for s in panel if s.objective == objective]
-            ax.text((min(xs) + max(xs)) / 2, -0.16, objective, transform=ax.get_xaxis_transform(), ha="center",
-                    va="top", fontsize=8)
+            ax.text(
+                (min(xs) + max(xs)) / 2,
+                -0.16,
+                objective,
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="top",
+                fontsize=8,
+            )
 
 
 def legend(fig: Figure, table: Table, factor: str, paper: bool) -> None:
     levels = table.inits if factor == "init" else family_order(o for o, _ in table.rows)
-    handles = [fig.axes[0].plot([], [], marker="o", color=colour_of(factor, level), markeredgecolor="black",
-                                linestyle="none", label=level)[0] for level in levels]
-    extra = [("x", COLLAPSED_COLOUR, "collapsed seed")] + ([("D", "black", "paper")] if paper else [])
-    handles += [fig.axes[0].plot([], [], marker=m, color=c, markerfacecolor="none" if m == "D" else c,
-                                 linestyle="none", label=label)[0] for m, c, label in extra]
-    handles += [fig.axes[0].plot([], [], label=label, **style)[0]
-                for label, style in (("teacher", TEACHER_STYLE), ("majority class", MAJORITY_STYLE))]
-    fig.legend(handles=handles, title=factor, fontsize=7, title_fontsize=7, loc="upper left",
-               bbox_to_anchor=(LEGEND_LEFT, 0.95))
+    handles = [
+        fig.axes[0].plot(
+            [],
+            [],
+            marker="o",
+            color=colour_of(factor, level),
+            markeredgecolor="black",
+            linestyle="none",
+            label=level,
+        )[0]
+        for level in levels
+    ]
+    extra = [("x", COLLAPSED_COLOUR, "collapsed seed")] + (
+        [("D", "black", "paper")] if paper else []
+    )
+    handles += [
+        fig.axes[0].plot(
+            [],
+            [],
+            marker=m,
+            color=c,
+            markerfacecolor="none" if m == "D" else c,
+            linestyle="none",
+            label=label,
+        )[0]
+        for m, c, label in extra
+    ]
+    handles += [
+        fig.axes[0].plot([], [], label=label, **style)[0]
+        for label, style in (("teacher", TEACHER_STYLE), ("majority class", MAJORITY_STYLE))
+    ]
+    fig.legend(
+        handles=handles,
+        title=factor,
+        fontsize=7,
+        title_fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(LEGEND_LEFT, 0.95),
+    )

@@ -11,8 +11,8 @@ from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
 
 
 def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> str:
-    """Per family: the task-ALL matrix of signed differences, then one table of every pair and task.
-    """
+    """Per family: the task-ALL matrix of signed differences, then one table of every pair and
+    task."""
     out = ["# Significance", "", significance_intro(alpha), ""]
     if pvalues.empty:
         out.append("No comparisons: no group has two objectives (or two inits) to compare.")
@@ -37,9 +37,16 @@ def significance_intro(alpha: float) -> str:
 def family_section(head: dict, part: pd.DataFrame, alpha: float, digits: int) -> list[str]:
     """One family's heading, task-ALL difference matrix and table of pairs."""
     held = "init" if head["factor"] == "objective" else "objective"
-    out = [f"## {head['setting']} / {head['teacher']} / {head['student']}: "
-           f"{head['factor']} pairs at {held} = {md_escape(head['fixed'])}", ""]
-    return out + _pooled_matrix(part[part["task"] == ALL], alpha, digits) + _pair_table(part, alpha, digits)
+    out = [
+        f"## {head['setting']} / {head['teacher']} / {head['student']}: "
+        f"{head['factor']} pairs at {held} = {md_escape(head['fixed'])}",
+        "",
+    ]
+    return (
+        out
+        + _pooled_matrix(part[part["task"] == ALL], alpha, digits)
+        + _pair_table(part, alpha, digits)
+    )
 
 
 def significance_mark(p_holm: float, alpha: float) -> str:
@@ -56,8 +63,13 @@ def _pooled_matrix(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]
     out.append("| | " + " | ".join(md_escape(c) for c in diff.columns) + " |")
     out.append("|---|" + "---:|" * len(diff.columns))
     for level in diff.index:
-        cells = ["—" if level == other else _signed(diff.at[level, other], digits)
-                 + significance_mark(p_holm.at[level, other], alpha) for other in diff.columns]
+        cells = [
+            "—"
+            if level == other
+            else _signed(diff.at[level, other], digits)
+            + significance_mark(p_holm.at[level, other], alpha)
+            for other in diff.columns
+        ]
         out.append(f"| {md_escape(level)} | " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -68,7 +80,9 @@ def _signed(value: float, digits: int) -> str:
 
 def _verdict(row, alpha: float) -> str:
     if pd.isna(row.p_holm):
-        return "untestable (" + ("zero variance" if row.n_pairs >= 2 else f"n = {row.n_pairs}") + ")"
+        return (
+            "untestable (" + ("zero variance" if row.n_pairs >= 2 else f"n = {row.n_pairs}") + ")"
+        )
     return "yes" if row.p_holm < alpha else "no"
 
 
@@ -77,9 +91,25 @@ def _pair_table(part: pd.DataFrame, alpha: float, digits: int) -> list[str]:
     significance. A family of one task lists its tests once (task ALL pools that task alone, the
     same test)."""
     tasks = [t for t in ordered_tasks(part["task"]) if t != ALL]
-    out = [md_row(["Task", "a", "b", "n", "Mean a", "Mean b", "a - b [95% CI]", "d_z", "p", "p (Holm)",
-                   "Significant", "Pairs for 80% power"]),
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    out = [
+        md_row(
+            [
+                "Task",
+                "a",
+                "b",
+                "n",
+                "Mean a",
+                "Mean b",
+                "a - b [95% CI]",
+                "d_z",
+                "p",
+                "p (Holm)",
+                "Significant",
+                "Pairs for 80% power",
+            ]
+        ),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
     for task in [ALL] + (tasks if len(tasks) > 1 else []):
         for row in part[part["task"] == task].itertuples(index=False):
             out.append(md_row(_pair_cells(task, row, alpha, digits)))
@@ -94,6 +124,16 @@ def _pair_cells(task: str, row, alpha: float, digits: int) -> list[str]:
         ci = f" [{_signed(row.ci_low, digits)}, {_signed(row.ci_high, digits)}]"
     effect = "" if pd.isna(row.effect) else f"{row.effect:.2f}"
     seeds = "" if pd.isna(row.seeds_needed) else seeds_text(row.seeds_needed)
-    return [md_escape(task), md_escape(row.a), md_escape(row.b), str(row.n_pairs), *means,
-            _signed(row.diff, digits) + ci, effect, format_p(row.p), format_p(row.p_holm),
-            _verdict(row, alpha), seeds]
+    return [
+        md_escape(task),
+        md_escape(row.a),
+        md_escape(row.b),
+        str(row.n_pairs),
+        *means,
+        _signed(row.diff, digits) + ci,
+        effect,
+        format_p(row.p),
+        format_p(row.p_holm),
+        _verdict(row, alpha),
+        seeds,
+    ]

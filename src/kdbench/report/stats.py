@@ -26,8 +26,22 @@ from kdbench.report.paired import holm, paired_effect, paired_ttest, seeds_neede
 
 SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n", "collapsed"]
 FAMILY_COLS = GROUP_COLS + ["factor", "fixed", "task"]
-PVALUE_COLS = FAMILY_COLS + ["a", "b", "n_pairs", "mean_a", "mean_b", "diff", "se", "ci_low", "ci_high", "effect", "t",
-                             "p", "p_holm", "seeds_needed"]
+PVALUE_COLS = FAMILY_COLS + [
+    "a",
+    "b",
+    "n_pairs",
+    "mean_a",
+    "mean_b",
+    "diff",
+    "se",
+    "ci_low",
+    "ci_high",
+    "effect",
+    "t",
+    "p",
+    "p_holm",
+    "seeds_needed",
+]
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
 AVG = "Avg"
 ALL = "ALL"
@@ -51,8 +65,11 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
         .agg(mean="mean", std=lambda s: s.std(ddof=1) if len(s) > 1 else np.nan, n="count")
         .reset_index()
     )
-    per_task["collapsed"] = collapsed_counts(frame).reindex(
-        pd.MultiIndex.from_frame(per_task[GROUP_COLS + ROW_COLS + ["task"]])).to_numpy()
+    per_task["collapsed"] = (
+        collapsed_counts(frame)
+        .reindex(pd.MultiIndex.from_frame(per_task[GROUP_COLS + ROW_COLS + ["task"]]))
+        .to_numpy()
+    )
     averages = pd.DataFrame(_averages(per_task), columns=SUMMARY_COLS)
     summary = pd.concat([per_task, averages], ignore_index=True)
     summary["n"] = summary["n"].astype("Int64")
@@ -60,13 +77,19 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
     avg_last = (2, 0, "")  # after every task_sort_key
     return sorted_by(
         summary[SUMMARY_COLS],
-        lambda r: (*group_key(r), *row_key(r), avg_last if r["task"] == AVG else task_sort_key(r["task"])),
+        lambda r: (
+            *group_key(r),
+            *row_key(r),
+            avg_last if r["task"] == AVG else task_sort_key(r["task"]),
+        ),
     )
 
 
 def collapsed_counts(frame: pd.DataFrame) -> pd.Series:
     """Per (group, objective, init, task): runs collapsed to one class (NaN when none is known)."""
-    known = frame.assign(known=frame["collapse"].isin([COLLAPSED, HEALTHY]), hit=frame["collapse"] == COLLAPSED)
+    known = frame.assign(
+        known=frame["collapse"].isin([COLLAPSED, HEALTHY]), hit=frame["collapse"] == COLLAPSED
+    )
     counts = known.groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False)[["known", "hit"]].sum()
     return counts["hit"].where(counts["known"] > 0).astype(float)
 
@@ -139,7 +162,6 @@ def _key_order(key: tuple[str, int]) -> tuple:
     return (task_sort_key(key[0]), key[1])
 
 
-
 def _pair_row(comp: Comparison, task: str, a: str, b: str, keys_a: dict, keys_b: dict) -> dict:
     common = sorted(set(keys_a) & set(keys_b), key=_key_order)
     x = [keys_a[k] for k in common]
@@ -182,8 +204,10 @@ def paired_tests(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         pvalues["p_holm"] = by_family.transform(lambda s: holm(s.to_numpy()))
         pvalues["n_pairs"] = pvalues["n_pairs"].astype("int64")
         open_pairs = pvalues["p_holm"] >= alpha
-        pvalues["seeds_needed"] = [seeds_needed(e, alpha) if o else math.nan
-                                   for e, o in zip(pvalues["effect"], open_pairs, strict=True)]
+        pvalues["seeds_needed"] = [
+            seeds_needed(e, alpha) if o else math.nan
+            for e, o in zip(pvalues["effect"], open_pairs, strict=True)
+        ]
     return pvalues
 
 
@@ -214,7 +238,9 @@ def families(pvalues: pd.DataFrame) -> Iterator[tuple[dict, pd.DataFrame]]:
         yield dict(zip(keys, key, strict=True)), part
 
 
-def pair_matrix(pvalues: pd.DataFrame, column: str = "p_holm", antisymmetric: bool = False) -> pd.DataFrame:
+def pair_matrix(
+    pvalues: pd.DataFrame, column: str = "p_holm", antisymmetric: bool = False
+) -> pd.DataFrame:
     """Level x level matrix of ``column`` for one family (diagonal NaN): symmetric, or with the sign
     flipped below the pairs' own orientation when ``antisymmetric`` (a difference a - b read from
     b's row is b - a)."""

@@ -35,11 +35,15 @@ def md_row(cells) -> str:
 
 
 def column_head(columns: list[str], show_init: bool) -> list[str]:
-    """A score table's heading: the row labels, then each task's display name (other columns as they are)."""
+    """A score table's heading: the row labels, then each task's display name (other columns as they
+    are)."""
     return ["Objective"] + (["Init"] if show_init else []) + [TASKS.get(c, c) for c in columns]
 
 
 def md_head(columns: list[str], show_init: bool) -> list[str]:
     """The heading and alignment lines of a markdown score table (labels left, numbers right)."""
     align = ["---"] * (2 if show_init else 1) + ["---:"] * len(columns)
-    return [md_row(md_escape(h) for h in column_head(columns, show_init)), "|" + "|".join(align) + "|"]
+    return [
+        md_row(md_escape(h) for h in column_head(columns, show_init)),
+        "|" + "|".join(align) + "|",
+    ]

@@ -41,7 +41,12 @@ from kdbench.report.paired import equivalence_p, equivalence_pairs
 from kdbench.report.paper import runs_for_table
 from kdbench.report.stats import ALL, paired_tests
 
-SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_COVERED = "supported", "contradicted", "inconclusive", "not covered"
+SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_COVERED = (
+    "supported",
+    "contradicted",
+    "inconclusive",
+    "not covered",
+)
 TOO_FEW = "too few seeds (n_pairs < 2)"
 UNTESTABLE = "untestable (every paired difference is 0)"
 NOT_SIGNIFICANT = "effect not significant"
@@ -89,12 +94,22 @@ def table_runs(frame: pd.DataFrame, table: int, alpha: float) -> list[TableRuns]
 
 def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
     measured: dict[str, str] = {}
-    for paper_init, init in sorted(zip(part["paper_init"], part["init"]), key=lambda pair: natural_key(pair[1])):
-        measured.setdefault(paper_init, init)  # a paper init measured under two labels: the first, naturally
+    for paper_init, init in sorted(
+        zip(part["paper_init"], part["init"]), key=lambda pair: natural_key(pair[1])
+    ):
+        measured.setdefault(
+            paper_init, init
+        )  # a paper init measured under two labels: the first, naturally
     part = part[[measured[p] == i for p, i in zip(part["paper_init"], part["init"])]]
-    return TableRuns(tuple(group), bool(part["paper_table"].notna().any()), measured,
-                     frozenset(zip(part["objective"], part["paper_init"])), paired_tests(part, alpha),
-                     len(part), int((part["collapse"] == COLLAPSED).sum()))
+    return TableRuns(
+        tuple(group),
+        bool(part["paper_table"].notna().any()),
+        measured,
+        frozenset(zip(part["objective"], part["paper_init"])),
+        paired_tests(part, alpha),
+        len(part),
+        int((part["collapse"] == COLLAPSED).sum()),
+    )
 
 
 # ------------------------------------------------------------------------------------- the verdicts
@@ -102,8 +117,8 @@ def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One assertion judged on one group's runs: the pooled paired test it rests on and its verdict.
-    """
+    """One assertion judged on one group's runs: the pooled paired test it rests on and its
+    verdict."""
 
     assertion: Assertion
     verdict: str
@@ -148,8 +163,15 @@ def combine(verdicts) -> str:
     return INCONCLUSIVE
 
 
-def comparison_verdict(relation: str, n_pairs: int, mean_a: float, mean_b: float, p_holm: float,
-                       alpha: float, p_equivalence: float = math.nan) -> tuple[str, str]:
+def comparison_verdict(
+    relation: str,
+    n_pairs: int,
+    mean_a: float,
+    mean_b: float,
+    p_holm: float,
+    alpha: float,
+    p_equivalence: float = math.nan,
+) -> tuple[str, str]:
     """(verdict, reason) of one asserted comparison from its pooled paired test (and, for a claimed
     tie, the TOST p-value of its equivalence test)."""
     if n_pairs < 2:
@@ -162,9 +184,14 @@ def comparison_verdict(relation: str, n_pairs: int, mean_a: float, mean_b: float
             return CONTRADICTED, "claimed tie is significant"
         return (SUPPORTED, EQUIVALENT) if p_equivalence < alpha else (INCONCLUSIVE, NOT_EQUIVALENT)
     if not significant:
-        return INCONCLUSIVE, OPPOSITE if relation == GREATER and mean_a < mean_b else NOT_SIGNIFICANT
+        return (
+            INCONCLUSIVE,
+            OPPOSITE if relation == GREATER and mean_a < mean_b else NOT_SIGNIFICANT,
+        )
     if relation == DIFFER or mean_a > mean_b:
-        return SUPPORTED, "significant" + (", as claimed" if relation == DIFFER else ", in the claimed direction")
+        return SUPPORTED, "significant" + (
+            ", as claimed" if relation == DIFFER else ", in the claimed direction"
+        )
     return CONTRADICTED, "significant in the opposite direction"
 
 
@@ -174,15 +201,26 @@ def _pooled_test(runs: TableRuns, assertion: Assertion) -> dict:
     if assertion.factor == "objective":
         fixed, a, b = runs.measured_init[assertion.fixed], assertion.a, assertion.b
     else:
-        fixed, a, b = assertion.fixed, runs.measured_init[assertion.a], runs.measured_init[assertion.b]
+        fixed, a, b = (
+            assertion.fixed,
+            runs.measured_init[assertion.a],
+            runs.measured_init[assertion.b],
+        )
     tests = runs.pvalues
-    tests = tests[(tests["factor"] == assertion.factor) & (tests["fixed"] == fixed) & (tests["task"] == ALL)]
+    tests = tests[
+        (tests["factor"] == assertion.factor) & (tests["fixed"] == fixed) & (tests["task"] == ALL)
+    ]
     forward = tests[(tests["a"] == a) & (tests["b"] == b)]
     row = forward.iloc[0] if len(forward) else tests[(tests["a"] == b) & (tests["b"] == a)].iloc[0]
     flip = not len(forward)
-    return {"n_pairs": int(row["n_pairs"]), "mean_a": float(row["mean_b" if flip else "mean_a"]),
-            "mean_b": float(row["mean_a" if flip else "mean_b"]), "se": float(row["se"]),
-            "p_holm": float(row["p_holm"]), "seeds_needed": float(row["seeds_needed"])}
+    return {
+        "n_pairs": int(row["n_pairs"]),
+        "mean_a": float(row["mean_b" if flip else "mean_a"]),
+        "mean_b": float(row["mean_a" if flip else "mean_b"]),
+        "se": float(row["se"]),
+        "p_holm": float(row["p_holm"]),
+        "seeds_needed": float(row["seeds_needed"]),
+    }
 
 
 def _seeds_to_settle(test: dict, reason: str, margin: float, alpha: float) -> float:
@@ -196,7 +234,9 @@ def _seeds_to_settle(test: dict, reason: str, margin: float, alpha: float) -> fl
     return math.nan
 
 
-def _evidence(runs: TableRuns | None, assertion: Assertion, margin: float, alpha: float) -> Evidence:
+def _evidence(
+    runs: TableRuns | None, assertion: Assertion, margin: float, alpha: float
+) -> Evidence:
     present = runs.present if runs is not None else frozenset()
     missing = tuple(run for run in assertion.runs() if run not in present)
     if missing:
@@ -207,23 +247,46 @@ def _evidence(runs: TableRuns | None, assertion: Assertion, margin: float, alpha
     tie = assertion.relation == TIE
     p_equivalence = math.nan
     if tie:
-        p_equivalence = equivalence_p(test["mean_a"] - test["mean_b"], test["se"], test["n_pairs"], margin)
-    verdict, reason = comparison_verdict(assertion.relation, test["n_pairs"], test["mean_a"], test["mean_b"],
-                                         test["p_holm"], alpha, p_equivalence)
-    return Evidence(assertion, verdict, reason, test["n_pairs"], test["mean_a"], test["mean_b"], test["p_holm"],
-                    _seeds_to_settle(test, reason, margin, alpha), p_equivalence=p_equivalence,
-                    margin=margin if tie else math.nan)
+        p_equivalence = equivalence_p(
+            test["mean_a"] - test["mean_b"], test["se"], test["n_pairs"], margin
+        )
+    verdict, reason = comparison_verdict(
+        assertion.relation,
+        test["n_pairs"],
+        test["mean_a"],
+        test["mean_b"],
+        test["p_holm"],
+        alpha,
+        p_equivalence,
+    )
+    return Evidence(
+        assertion,
+        verdict,
+        reason,
+        test["n_pairs"],
+        test["mean_a"],
+        test["mean_b"],
+        test["p_holm"],
+        _seeds_to_settle(test, reason, margin, alpha),
+        p_equivalence=p_equivalence,
+        margin=margin if tie else math.nan,
+    )
 
 
 def _judge_group(claim: Claim, runs: TableRuns | None, alpha: float) -> GroupVerdict:
-    evidence = tuple(_evidence(runs, assertion, claim.margin, alpha) for assertion in claim.assertions)
+    evidence = tuple(
+        _evidence(runs, assertion, claim.margin, alpha) for assertion in claim.assertions
+    )
     return GroupVerdict(runs, combine(e.verdict for e in evidence), evidence)
 
 
 def judge_claims(frame: pd.DataFrame, alpha: float = 0.05, claims=CLAIMS) -> list[Judgement]:
-    """Every claim judged on each group of runs that stands for its table (no group: not covered).
-    """
-    by_table = {table: table_runs(frame, table, alpha) for table in sorted({claim.table for claim in claims})}
+    """Every claim judged on each group of runs that stands for its table (no group: not
+    covered)."""
+    by_table = {
+        table: table_runs(frame, table, alpha)
+        for table in sorted({claim.table for claim in claims})
+    }
     judgements = []
     for claim in claims:
         groups = tuple(_judge_group(claim, runs, alpha) for runs in by_table[claim.table] or [None])
@@ -239,6 +302,8 @@ def missing_runs(judgement: Judgement) -> list[str]:
     for group in judgement.groups:
         where = "" if group.runs is None else f" in {group.runs.name}"
         missing = {run for evidence in group.evidence for run in evidence.missing}
-        for objective, init in sorted(missing, key=lambda run: (objectives.index(run[0]), inits.index(run[1]))):
+        for objective, init in sorted(
+            missing, key=lambda run: (objectives.index(run[0]), inits.index(run[1]))
+        ):
             names.append(f"{objective} at paper init {init} (Table {table}){where}")
     return names

@@ -18,8 +18,18 @@ from kdbench import storage
 
 TEACHER_CACHE_VERSION = 1
 # The trainer settings that determine the fine-tuned teacher.
-TEACHER_RECIPE = ("teacher_epochs", "teacher_lr", "batch_size", "warmup_ratio", "weight_decay",
-                  "adam_betas", "adam_eps", "max_grad_norm", "max_length", "teacher_seed")
+TEACHER_RECIPE = (
+    "teacher_epochs",
+    "teacher_lr",
+    "batch_size",
+    "warmup_ratio",
+    "weight_decay",
+    "adam_betas",
+    "adam_eps",
+    "max_grad_norm",
+    "max_length",
+    "teacher_seed",
+)
 
 
 def present(entries: dict) -> dict:
@@ -37,13 +47,25 @@ def teacher_key(plan) -> dict:
     trainer = plan.trainer
     recipe = {name: getattr(trainer, name) for name in TEACHER_RECIPE}
     recipe["precision"] = plan.precision
-    recipe |= present({"group_by_length": trainer.teacher_group_by_length or None,
-                       "best_checkpoint": trainer.teacher_best_checkpoint or None})
-    data = {"source": str(plan.data.glue_dir or "hub"), "train_limit": plan.data.train_limit,
-            "subset_seed": plan.data.subset_seed}
-    return {"version": TEACHER_CACHE_VERSION, "teacher": plan.teacher.identity,
-            "task": plan.task.name, "data": data, "recipe": recipe,
-            **present({"content": plan.task.content_hash})}  # a user's data file's hash
+    recipe |= present(
+        {
+            "group_by_length": trainer.teacher_group_by_length or None,
+            "best_checkpoint": trainer.teacher_best_checkpoint or None,
+        }
+    )
+    data = {
+        "source": str(plan.data.glue_dir or "hub"),
+        "train_limit": plan.data.train_limit,
+        "subset_seed": plan.data.subset_seed,
+    }
+    return {
+        "version": TEACHER_CACHE_VERSION,
+        "teacher": plan.teacher.identity,
+        "task": plan.task.name,
+        "data": data,
+        "recipe": recipe,
+        **present({"content": plan.task.content_hash}),
+    }  # a user's data file's hash
 
 
 def cache_path(plan) -> Path:
@@ -56,13 +78,20 @@ def derived_key(identity: str, train_set, tokenizer, plan, augmented: str | None
     """What determines anything computed from the frozen teacher of `identity` over the training
     set: the teacher's weights (in bf16 in a bf16 run: `in_run_precision`), the examples and their
     tokenisation, the precision. `augmented` names the augmented set's cache entry."""
-    key = {"teacher": identity, "task": plan.task.name, "train_limit": plan.data.train_limit,
-           "subset_seed": plan.data.subset_seed, "max_length": plan.trainer.max_length,
-           "tokenizer": getattr(tokenizer, "name_or_path", ""), "precision": plan.precision,
-           "n": len(train_set)}
+    key = {
+        "teacher": identity,
+        "task": plan.task.name,
+        "train_limit": plan.data.train_limit,
+        "subset_seed": plan.data.subset_seed,
+        "max_length": plan.trainer.max_length,
+        "tokenizer": getattr(tokenizer, "name_or_path", ""),
+        "precision": plan.precision,
+        "n": len(train_set),
+    }
     bf16 = "bf16" if plan.precision == "bf16" else None
-    return key | present({"teacher_weights": bf16, "augmented": augmented,
-                          "content": plan.task.content_hash})
+    return key | present(
+        {"teacher_weights": bf16, "augmented": augmented, "content": plan.task.content_hash}
+    )
 
 
 def cached_tensors(folder: Path, prefix: str, key: dict, build, size: int, what: str):
@@ -76,7 +105,8 @@ def cached_tensors(folder: Path, prefix: str, key: dict, build, size: int, what:
             return torch.load(path, map_location="cpu", weights_only=True)
         tensors = build()
         tmp = path.with_name(f".{path.name}.tmp")
-        storage.atomic_write(tmp, lambda handle: torch.save(tensors, handle), binary=True,
-                             need=size)
+        storage.atomic_write(
+            tmp, lambda handle: torch.save(tensors, handle), binary=True, need=size
+        )
         storage.publish(tmp, path)
         return tensors

@@ -1,11 +1,13 @@
-"""The teacher's stage-1 features of every training example, computed once and read back at every step.
+"""The teacher's stage-1 features of every training example, computed once and read back at every
+step.
 
-The frozen teacher is deterministic in eval mode, and stage 1 shows it the same examples every epoch, seed and
-objective: its features at the mapped layers are a function of the example alone (padding is masked in its
-attention). They are computed in one pass, stored per example without padding (each raw feature of each
-layer as one [T, D] table over the T real tokens of the training set), cached on disk next to the teacher's
-logits, and gathered into padded batches at each step. An entry larger than `trainer.teacher_features_gib`
-is not built: the teacher then runs at every step, as without the cache.
+The frozen teacher is deterministic in eval mode, and stage 1 shows it the same examples every
+epoch, seed and objective: its features at the mapped layers are a function of the example alone
+(padding is masked in its attention). They are computed in one pass, stored per example without
+padding (each raw feature of each layer as one [T, D] table over the T real tokens of the training
+set), cached on disk next to the teacher's logits, and gathered into padded batches at each step. An
+entry larger than `trainer.teacher_features_gib` is not built: the teacher then runs at every step,
+as without the cache.
 
 A step gathers on the training device without a host synchronisation: the table lives there when
 it fits (on the CPU that is the same memory; on a GPU within half its free memory), and a batch's
@@ -37,14 +39,17 @@ logger = logging.getLogger("kdbench")
 
 
 def token_rows(offsets: Tensor, examples: Tensor, lengths: Tensor) -> Tensor:
-    """The table rows of the real tokens of `examples` [B] with `lengths` [B], in batch order: example i's tokens
-    are rows offsets[i] .. offsets[i] + lengths[i] - 1."""
-    starts = torch.repeat_interleave(offsets[examples] - torch.cumsum(lengths, 0) + lengths, lengths)
+    """The table rows of the real tokens of `examples` [B] with `lengths` [B], in batch order:
+    example i's tokens are rows offsets[i] .. offsets[i] + lengths[i] - 1."""
+    starts = torch.repeat_interleave(
+        offsets[examples] - torch.cumsum(lengths, 0) + lengths, lengths
+    )
     return starts + torch.arange(int(lengths.sum()))
 
 
 def real_token_rows(offsets: Tensor, batch: dict) -> tuple[Tensor, Tensor, Tensor]:
-    """On the CPU: the batch's real-token mask [B, L], its examples [B] and their tokens' table rows [n]."""
+    """On the CPU: the batch's real-token mask [B, L], its examples [B] and their tokens' table rows
+    [n]."""
     mask = batch["attention_mask"].cpu() != 0
     examples = batch["example"].cpu()
     return mask, examples, token_rows(offsets, examples, mask.sum(1))
@@ -70,17 +75,18 @@ def batch_rows(offsets: Tensor, mask: Tensor, examples: Tensor) -> Tensor:
 
 @dataclass
 class FeatureTable:
-    """The teacher's raw features per layer (`features[layer][name]`: [T, D], the real tokens of every example
-    in example order), `offsets` [N + 1] (example i's rows start at offsets[i]) and, when the objective reads
-    them, the logits [N, C]."""
+    """The teacher's raw features per layer (`features[layer][name]`: [T, D], the real tokens of
+    every example in example order), `offsets` [N + 1] (example i's rows start at offsets[i]) and,
+    when the objective reads them, the logits [N, C]."""
 
     offsets: Tensor
     features: dict[int, dict[str, Tensor]]
     logits: Tensor | None
 
     def records(self, batch: dict) -> dict:
-        """The batch's teacher records on the batch's device: [B, L, D] per raw feature, a teacher forward's values
-        at the real tokens and zero at padding (which every loss masks); the logits [B, C]."""
+        """The batch's teacher records on the batch's device: [B, L, D] per raw feature, a teacher
+        forward's values at the real tokens and zero at padding (which every loss masks); the logits
+        [B, C]."""
         mask = batch["attention_mask"] != 0
         device, at = mask.device, self.offsets.device
         rows = batch_rows(self.offsets, mask.to(at), batch["example"].to(at)).flatten()
@@ -103,8 +109,12 @@ class FeatureTable:
         return FeatureTable.of({key: place(tensor) for key, tensor in self.state().items()})
 
     def state(self) -> dict[str, Tensor]:
-        state = {"offsets": self.offsets} | ({"logits": self.logits} if self.logits is not None else {})
-        return state | {f"{layer}.{name}": t for layer, raw in self.features.items() for name, t in raw.items()}
+        state = {"offsets": self.offsets} | (
+            {"logits": self.logits} if self.logits is not None else {}
+        )
+        return state | {
+            f"{layer}.{name}": t for layer, raw in self.features.items() for name, t in raw.items()
+        }
 
     @classmethod
     def of(cls, state: dict[str, Tensor]) -> FeatureTable:
@@ -123,17 +133,22 @@ def table_bytes(train_set, model_config, needs: Mapping[int, set[str]], precisio
     return tokens * vectors * model_config.hidden_size * (2 if precision == "bf16" else 4)
 
 
-def compute_table(teacher, train_set, tokenizer, plan, needs, stop_after: int | None,
-                  logits: LogitsFn | None) -> FeatureTable:
-    """One inference pass of the teacher over the training set, in batches of similar length; a stop signal ends
-    it between blocks."""
+def compute_table(
+    teacher, train_set, tokenizer, plan, needs, stop_after: int | None, logits: LogitsFn | None
+) -> FeatureTable:
+    """One inference pass of the teacher over the training set, in batches of similar length; a stop
+    signal ends it between blocks."""
     lengths = torch.as_tensor(train_set["length"])
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lengths, 0)])
     features: dict[int, dict[str, Tensor]] = {}
     logits_table = None
     loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
-    with (FeatureRecorder(teacher, needs, stop_after) as recorder, torch.inference_mode(), phase("teacher_features"),
-          stop_between(encoder_layers(teacher))):
+    with (
+        FeatureRecorder(teacher, needs, stop_after) as recorder,
+        torch.inference_mode(),
+        phase("teacher_features"),
+        stop_between(encoder_layers(teacher)),
+    ):
         for batch in loader:
             check_stop()
             batch = to_device(batch, plan.device)
@@ -141,47 +156,74 @@ def compute_table(teacher, train_set, tokenizer, plan, needs, stop_after: int | 
                 records = read_records(recorder, batch, logits)
             mask, examples, rows = real_token_rows(offsets, batch)
             if LOGITS in records:
-                logits_table = _written(logits_table, len(lengths), examples, records.pop(LOGITS).cpu())
+                logits_table = _written(
+                    logits_table, len(lengths), examples, records.pop(LOGITS).cpu()
+                )
             for layer, raw in records.items():
                 tables = features.setdefault(layer, {})
                 for name, value in raw.items():
-                    tables[name] = _written(tables.get(name), int(offsets[-1]), rows, value.cpu()[mask])
+                    tables[name] = _written(
+                        tables.get(name), int(offsets[-1]), rows, value.cpu()[mask]
+                    )
     return FeatureTable(offsets, features, logits_table)
 
 
 def _written(table: Tensor | None, size: int, index: Tensor, values: Tensor) -> Tensor:
-    """`values` [n, D] written at rows `index` of `table`, allocated as [size, D] of their dtype on first use."""
+    """`values` [n, D] written at rows `index` of `table`, allocated as [size, D] of their dtype on
+    first use."""
     if table is None:
         table = torch.empty(size, values.shape[-1], dtype=values.dtype)
     table[index] = values
     return table
 
 
-# (needs, stop_after, logits) -> the table, or None when it exceeds the budget (see teacher_feature_table)
-FeatureTableFn = Callable[[Mapping[int, set[str]], int | None, LogitsFn | None], FeatureTable | None]
+# (needs, stop_after, logits) -> the table, or None when it exceeds the budget (see
+# teacher_feature_table)
+FeatureTableFn = Callable[
+    [Mapping[int, set[str]], int | None, LogitsFn | None], FeatureTable | None
+]
 
 
-def teacher_feature_table(teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None,
-                          needs: Mapping[int, set[str]], stop_after: int | None,
-                          logits: LogitsFn | None) -> FeatureTable | None:
+def teacher_feature_table(
+    teacher: FineTuned,
+    train_set,
+    tokenizer,
+    plan,
+    augmented: str | None,
+    needs: Mapping[int, set[str]],
+    stop_after: int | None,
+    logits: LogitsFn | None,
+) -> FeatureTable | None:
     """The teacher's features at `needs` (layer -> raw feature names) for every training example,
     from the cache or computed now; None when the table would exceed
     `trainer.teacher_features_gib`."""
     size = table_bytes(train_set, teacher.model.config, needs, plan.precision)
     budget = plan.trainer.teacher_features_gib * 2**30
     if size > budget:
-        logger.info("the teacher's stage-1 features would take %s, more than "
-                    "trainer.teacher_features_gib=%s: the teacher runs at every step",
-                    storage.human(size), plan.trainer.teacher_features_gib)
+        logger.info(
+            "the teacher's stage-1 features would take %s, more than "
+            "trainer.teacher_features_gib=%s: the teacher runs at every step",
+            storage.human(size),
+            plan.trainer.teacher_features_gib,
+        )
         return None
     key = derived_key(teacher.identity, train_set, tokenizer, plan, augmented) | {
         "features": {str(layer): sorted(names) for layer, names in sorted(needs.items())},
-        "stop_after": stop_after, "logits": logits is not None}
+        "stop_after": stop_after,
+        "logits": logits is not None,
+    }
 
     def build() -> dict[str, Tensor]:
-        return compute_table(teacher.model, train_set, tokenizer, plan, needs, stop_after,
-                             logits).state()
+        return compute_table(
+            teacher.model, train_set, tokenizer, plan, needs, stop_after, logits
+        ).state()
 
-    state = cached_tensors(plan.cache_dir / "teacher_features", plan.task.name, key, build, size,
-                           "the teacher-features cache entry")
+    state = cached_tensors(
+        plan.cache_dir / "teacher_features",
+        plan.task.name,
+        key,
+        build,
+        size,
+        "the teacher-features cache entry",
+    )
     return FeatureTable.of(state).placed(plan.device, size)

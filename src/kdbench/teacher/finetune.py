@@ -38,8 +38,12 @@ logger = logging.getLogger("kdbench")
 
 
 def load_finetuned(path: Path, num_labels: int) -> PreTrainedModel:
-    return load(AutoModelForSequenceClassification, path, saved_as="the fine-tuned teacher",
-                       num_labels=num_labels)
+    return load(
+        AutoModelForSequenceClassification,
+        path,
+        saved_as="the fine-tuned teacher",
+        num_labels=num_labels,
+    )
 
 
 class BestDevEpoch(Hook):
@@ -62,14 +66,19 @@ class BestDevEpoch(Hook):
         self.log.log("teacher_dev", progress.step, scores_only(metrics), epoch=progress.epoch)
         best, primary = self.best(), next(iter(metrics))
         if best is None or metrics[primary] > best["metrics"][primary]:
-            self.keep({"epoch": progress.epoch, "metrics": metrics,
-                       "weights": self.model.state_dict()})
+            self.keep(
+                {"epoch": progress.epoch, "metrics": metrics, "weights": self.model.state_dict()}
+            )
 
     def keep(self, state: dict) -> None:
         tmp = self.store.with_name(f".{self.store.name}.tmp")
         self.store.parent.mkdir(parents=True, exist_ok=True)
-        storage.atomic_write(tmp, lambda handle: torch.save(state, handle), binary=True,
-                             need=storage.tensor_bytes(state["weights"]))
+        storage.atomic_write(
+            tmp,
+            lambda handle: torch.save(state, handle),
+            binary=True,
+            need=storage.tensor_bytes(state["weights"]),
+        )
         storage.publish(tmp, self.store)
 
     def on_end(self, progress) -> None:
@@ -99,10 +108,12 @@ def given_teacher(plan, eval_loaders) -> FineTuned:
     """The fine-tuned teacher at `teacher.finetuned_path`, named by its files' sizes and times."""
     path = plan.teacher.finetuned_path
     teacher = freeze(load_finetuned(path, plan.num_labels).to(plan.device))
-    metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision,
-                       "teacher_evaluation")
-    stamp = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
-                   for p in path.iterdir() if p.is_file())
+    metrics = evaluate(
+        teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision, "teacher_evaluation"
+    )
+    stamp = sorted(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file()
+    )
     return FineTuned(teacher, metrics, 0.0, f"{path.resolve()}:{stamp}")
 
 
@@ -119,14 +130,19 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
     checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"))
     if trainer.teacher_epochs > 0:
         prepare_for_training(teacher, trainer.recompute_attention)
-        score = partial(evaluate, teacher, eval_loaders, plan.task.metrics, plan.device,
-                        plan.precision)
+        score = partial(
+            evaluate, teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision
+        )
         resume = Resume.of(checkpoints, ("teacher",))
-        loop.train(teacher_stage(plan, teacher, train_loader),
-                   teacher_hooks(trainer, teacher, score, checkpoints, log), resume.at("teacher"))
+        loop.train(
+            teacher_stage(plan, teacher, train_loader),
+            teacher_hooks(trainer, teacher, score, checkpoints, log),
+            resume.at("teacher"),
+        )
     freeze(teacher)
-    metrics = evaluate(teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision,
-                       "teacher_evaluation")
+    metrics = evaluate(
+        teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision, "teacher_evaluation"
+    )
     seconds = time.perf_counter() - start
     save_entry(path, teacher, {"key": teacher_key(plan), "metrics": metrics, "seconds": seconds})
     checkpoints.clear()
@@ -135,14 +151,20 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
 
 def teacher_stage(plan, teacher: PreTrainedModel, train_loader) -> loop.Stage:
     trainer = plan.trainer
-    return loop.Stage("teacher", [teacher], train_loader,
-                      supervised_step(teacher, plan.device, plan.precision),
-                      OptimizerSpec.of(trainer, trainer.teacher_lr), plan.device,
-                      epochs=trainer.teacher_epochs)
+    return loop.Stage(
+        "teacher",
+        [teacher],
+        train_loader,
+        supervised_step(teacher, plan.device, plan.precision),
+        OptimizerSpec.of(trainer, trainer.teacher_lr),
+        plan.device,
+        epochs=trainer.teacher_epochs,
+    )
 
 
-def teacher_hooks(trainer, teacher: PreTrainedModel, score, checkpoints: Checkpoints,
-                  log: StepLog) -> list[Hook]:
+def teacher_hooks(
+    trainer, teacher: PreTrainedModel, score, checkpoints: Checkpoints, log: StepLog
+) -> list[Hook]:
     """The standard hooks; with `trainer.teacher_best_checkpoint`, the best dev epoch's first (an
     epoch's checkpoint follows its evaluation)."""
     hooks = standard_hooks(trainer, log, checkpoints)

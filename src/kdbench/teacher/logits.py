@@ -15,17 +15,26 @@ from kdbench.teacher.frozen import FineTuned
 from kdbench.training.evaluate import logits_table
 
 
-def teacher_logits_table(teacher: FineTuned, train_set, tokenizer, plan,
-                         augmented: str | None = None) -> torch.Tensor:
+def teacher_logits_table(
+    teacher: FineTuned, train_set, tokenizer, plan, augmented: str | None = None
+) -> torch.Tensor:
     """The teacher's logits for every training example, [N, C] float32 by `example` number;
     `augmented` names the augmented set's cache entry."""
 
     def build():
-        loader = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False,
-                             loading=plan.loading)
-        return logits_table(teacher.model, loader, len(train_set), plan.num_labels, plan.device,
-                            plan.precision)
+        loader = make_loader(
+            train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False, loading=plan.loading
+        )
+        return logits_table(
+            teacher.model, loader, len(train_set), plan.num_labels, plan.device, plan.precision
+        )
 
     key = derived_key(teacher.identity, train_set, tokenizer, plan, augmented)
-    return cached_tensors(plan.cache_dir / "teacher_logits", plan.task.name, key, build,
-                          4 * len(train_set) * plan.num_labels, "the teacher-logits cache entry")
+    return cached_tensors(
+        plan.cache_dir / "teacher_logits",
+        plan.task.name,
+        key,
+        build,
+        4 * len(train_set) * plan.num_labels,
+        "the teacher-logits cache entry",
+    )

@@ -1,7 +1,9 @@
-"""Training checkpoints: atomic writes, a manifest checked before loading, safe loading (`weights_only=True`).
+"""Training checkpoints: atomic writes, a manifest checked before loading, safe loading
+(`weights_only=True`).
 
-A checkpoint holds everything needed to continue a stage exactly: the trained modules' state, the optimizer,
-the scheduler, the torch RNG states and the data position (epoch, batch within the epoch).
+A checkpoint holds everything needed to continue a stage exactly: the trained modules' state, the
+optimizer, the scheduler, the torch RNG states and the data position (epoch, batch within the
+epoch).
 """
 
 from __future__ import annotations
@@ -33,22 +35,27 @@ class Checkpoints:
         return sorted(p for p in self.folder.iterdir() if _NAME.match(p.name))
 
     def save(self, state: dict) -> Path:
-        """Write atomically with its manifest (temp file, fsync, rename), then drop the oldest beyond `keep`."""
+        """Write atomically with its manifest (temp file, fsync, rename), then drop the oldest
+        beyond `keep`."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         existing = self._existing()
         number = int(_NAME.match(existing[-1].name).group(1)) + 1 if existing else 1
         path = self.folder / f"ckpt-{number:08d}.pt"
         tmp = path.with_name(f".{path.name}.tmp")
-        storage.atomic_write(tmp, lambda handle: torch.save(self.meta | state, handle), binary=True,
-                             need=storage.tensor_bytes(state))
+        storage.atomic_write(
+            tmp,
+            lambda handle: torch.save(self.meta | state, handle),
+            binary=True,
+            need=storage.tensor_bytes(state),
+        )
         storage.publish(tmp, path)
         for old in self._existing()[: -self.keep]:
             storage.remove(old)
         return path
 
     def latest(self) -> tuple[dict, Path] | None:
-        """The newest checkpoint that matches its manifest; a damaged one (torn, truncated, no manifest) is
-        reported and skipped."""
+        """The newest checkpoint that matches its manifest; a damaged one (torn, truncated, no
+        manifest) is reported and skipped."""
         for path in reversed(self._existing()):
             problem = storage.damage(path)
             if problem is None:
@@ -74,4 +81,3 @@ def set_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
-

@@ -1,4 +1,5 @@
-"""Evaluation: a model's outputs over a loader, task metrics on the dev sets, mean losses on held-out batches."""
+"""Evaluation: a model's outputs over a loader, task metrics on the dev sets, mean losses on
+held-out batches."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from kdbench.training.steps import StepFn, autocast, model_inputs, to_device
 
 
 @torch.inference_mode()
-def predict(model: torch.nn.Module, loader, device: torch.device, precision: str) -> tuple[np.ndarray, np.ndarray]:
-    """Model outputs [N, C] (float32) and labels [N] over a loader; a stop signal ends it between blocks."""
+def predict(
+    model: torch.nn.Module, loader, device: torch.device, precision: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Model outputs [N, C] (float32) and labels [N] over a loader; a stop signal ends it between
+    blocks."""
     model.eval()
     outputs, labels = [], []
     with stop_between(encoder_layers(model)):
@@ -28,8 +32,14 @@ def predict(model: torch.nn.Module, loader, device: torch.device, precision: str
     return torch.cat(outputs).numpy(), torch.cat(labels).numpy()
 
 
-def evaluate(model, eval_loaders: dict[str, object], metric_names, device, precision,
-             phase_name: str = "evaluation") -> dict[str, float]:
+def evaluate(
+    model,
+    eval_loaders: dict[str, object],
+    metric_names,
+    device,
+    precision,
+    phase_name: str = "evaluation",
+) -> dict[str, float]:
     """Metrics on every dev split, with the predicted and gold label counts per class
     (``label_counts``); `eval_loaders` maps a metric-name suffix ("" or "matched") to a loader. A
     stop signal ends it between batches (`phase_name` says whose evaluation it was)."""
@@ -42,9 +52,11 @@ def evaluate(model, eval_loaders: dict[str, object], metric_names, device, preci
     return metrics
 
 
-def logits_table(model, loader, num_examples: int, num_labels: int, device, precision: str) -> torch.Tensor:
-    """A model's logits [N, C] (float32, on the CPU) for every example of a loader, indexed by `example` number;
-    a stop signal ends it between blocks."""
+def logits_table(
+    model, loader, num_examples: int, num_labels: int, device, precision: str
+) -> torch.Tensor:
+    """A model's logits [N, C] (float32, on the CPU) for every example of a loader, indexed by
+    `example` number; a stop signal ends it between blocks."""
     table = torch.empty(num_examples, num_labels)
     with torch.inference_mode(), phase("teacher_logits"), stop_between(encoder_layers(model)):
         for batch in loader:
@@ -56,8 +68,11 @@ def logits_table(model, loader, num_examples: int, num_labels: int, device, prec
     return table
 
 
-def heldout_losses(step: StepFn, loader, max_batches: int, modules, world, device) -> dict[str, float]:
-    """Mean of every term over the held-out batches (eval mode: no dropout), averaged over processes."""
+def heldout_losses(
+    step: StepFn, loader, max_batches: int, modules, world, device
+) -> dict[str, float]:
+    """Mean of every term over the held-out batches (eval mode: no dropout), averaged over
+    processes."""
     for module in modules:
         module.eval()
     totals: dict[str, float] = {}

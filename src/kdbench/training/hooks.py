@@ -1,6 +1,6 @@
-"""What happens around a training step, one hook each: logging, periodic evaluation, checkpoints, stop signals,
-the progress bar. `train` calls them in the order given, at the start, after every optimizer step, after every
-pass over the data and at the end; each reads the loop's `Progress`.
+"""What happens around a training step, one hook each: logging, periodic evaluation, checkpoints,
+stop signals, the progress bar. `train` calls them in the order given, at the start, after every
+optimizer step, after every pass over the data and at the end; each reads the loop's `Progress`.
 """
 
 from __future__ import annotations
@@ -33,19 +33,26 @@ class Hook:
 
 
 class LogLosses(Hook):
-    """Every `every` steps and at the last, the step's loss terms and learning rate into the run's log."""
+    """Every `every` steps and at the last, the step's loss terms and learning rate into the run's
+    log."""
 
     def __init__(self, log: StepLog, every: int):
         self.log, self.every = log, every
 
     def on_step(self, progress) -> None:
         if progress.step % self.every == 0 or progress.finished:
-            self.log.log(progress.stage.name, progress.step, progress.values, epoch=progress.epoch,
-                         lr=progress.scheduler.get_last_lr()[0])
+            self.log.log(
+                progress.stage.name,
+                progress.step,
+                progress.values,
+                epoch=progress.epoch,
+                lr=progress.scheduler.get_last_lr()[0],
+            )
 
 
 class EveryStep(Hook):
-    """Calls `fn(step)` after every optimizer step (e.g. a periodic held-out evaluation that decides when)."""
+    """Calls `fn(step)` after every optimizer step (e.g. a periodic held-out evaluation that decides
+    when)."""
 
     def __init__(self, fn: Callable[[int], None]):
         self.fn = fn
@@ -55,8 +62,9 @@ class EveryStep(Hook):
 
 
 class Checkpoint(Hook):
-    """Saves the loop's state every `every` steps (0: never), at every epoch boundary (`at_epochs`) and, marked
-    done, at the end; never at the last step itself, whose state the end's checkpoint holds."""
+    """Saves the loop's state every `every` steps (0: never), at every epoch boundary (`at_epochs`)
+    and, marked done, at the end; never at the last step itself, whose state the end's checkpoint
+    holds."""
 
     def __init__(self, checkpoints: Checkpoints, every: int, at_epochs: bool):
         self.checkpoints, self.every, self.at_epochs = checkpoints, every, at_epochs
@@ -98,9 +106,11 @@ class StopOnSignal(Hook):
         if distributed.any_rank(stop_requested(), progress.stage.device):
             if self.checkpoints is not None:
                 self.checkpoints.save(progress.state())
-            raise Interrupted(f"stopped by a signal at {progress.stage.name} step {progress.step}; the state is "
-                              "checkpointed: re-run the same command (same run directory) to resume",
-                              progress.stage.name)
+            raise Interrupted(
+                f"stopped by a signal at {progress.stage.name} step {progress.step}; the state is "
+                "checkpointed: re-run the same command (same run directory) to resume",
+                progress.stage.name,
+            )
 
 
 class ProgressBar(Hook):
@@ -110,8 +120,13 @@ class ProgressBar(Hook):
         self.enabled, self.every, self.bar = enabled, every, None
 
     def on_start(self, progress) -> None:
-        self.bar = tqdm(total=progress.stage.total_steps, initial=progress.step, desc=progress.stage.name,
-                        disable=not self.enabled, leave=False)
+        self.bar = tqdm(
+            total=progress.stage.total_steps,
+            initial=progress.step,
+            desc=progress.stage.name,
+            disable=not self.enabled,
+            leave=False,
+        )
 
     def on_step(self, progress) -> None:
         self.bar.update()
@@ -122,13 +137,21 @@ class ProgressBar(Hook):
         self.bar.close()
 
 
-def standard_hooks(trainer: TrainerSpec, log: StepLog, checkpoints: Checkpoints | None,
-                   after_step: Callable[[int], None] | None = None) -> list[Hook]:
-    """The hooks of every stage, in their order: log, evaluate, checkpoint, stop on a signal, show progress."""
+def standard_hooks(
+    trainer: TrainerSpec,
+    log: StepLog,
+    checkpoints: Checkpoints | None,
+    after_step: Callable[[int], None] | None = None,
+) -> list[Hook]:
+    """The hooks of every stage, in their order: log, evaluate, checkpoint, stop on a signal, show
+    progress."""
     hooks: list[Hook] = [LogLosses(log, trainer.log_every)]
     if after_step is not None:
         hooks.append(EveryStep(after_step))
     if checkpoints is not None:
         hooks.append(Checkpoint(checkpoints, trainer.checkpoint_every, trainer.checkpoint_epochs))
-    return [*hooks, StopOnSignal(checkpoints, trainer.log_every),
-            ProgressBar(trainer.progress_bar, trainer.log_every)]
+    return [
+        *hooks,
+        StopOnSignal(checkpoints, trainer.log_every),
+        ProgressBar(trainer.progress_bar, trainer.log_every),
+    ]

@@ -1,8 +1,9 @@
 """The one training loop: every stage of every setting runs through `train`.
 
-The loop does the arithmetic of a step (micro-batches, gradient accumulation, the finite-loss check, clipping,
-the optimizer and schedule); everything else that happens around a step (logging, evaluation, checkpoints, stop
-signals, progress) is a hook (`kdbench.training.hooks`), called in the order given.
+The loop does the arithmetic of a step (micro-batches, gradient accumulation, the finite-loss check,
+clipping, the optimizer and schedule); everything else that happens around a step (logging,
+evaluation, checkpoints, stop signals, progress) is a hook (`kdbench.training.hooks`), called in the
+order given.
 
 A step makes no host synchronisation: its loss terms stay on the device, and the host reads them
 (and the finite check's verdict) only when a hook asks for `Progress.values` or `Progress.state()`.
@@ -32,9 +33,10 @@ class NonFiniteLoss(KdbenchError):
 
 @dataclass
 class Stage:
-    """What `train` trains: `modules` (the student and the objective's learnable parts) on `step` over `loader`,
-    for `epochs` passes or exactly `max_steps` optimizer steps (cycling over the data), each step taking
-    `accumulation` micro-batches; data-parallel wrappers in `sync_modules` all-reduce only on a step's last one."""
+    """What `train` trains: `modules` (the student and the objective's learnable parts) on `step`
+    over `loader`, for `epochs` passes or exactly `max_steps` optimizer steps (cycling over the
+    data), each step taking `accumulation` micro-batches; data-parallel wrappers in `sync_modules`
+    all-reduce only on a step's last one."""
 
     name: str
     modules: list[torch.nn.Module]
@@ -49,7 +51,11 @@ class Stage:
 
     @property
     def total_steps(self) -> int:
-        return self.max_steps if self.max_steps is not None else self.epochs * (len(self.loader) // self.accumulation)
+        return (
+            self.max_steps
+            if self.max_steps is not None
+            else self.epochs * (len(self.loader) // self.accumulation)
+        )
 
 
 class FiniteGuard:
@@ -88,14 +94,17 @@ class FiniteGuard:
             return {name: float(value) for name, value in values.items()}
         asked = [value.float()[None] for value in values.values()]
         skip, place, *rest = torch.cat([self.skip[None], self.first, *asked]).tolist()
-        first, current = rest[:len(self.names)], rest[len(self.names):]
+        first, current = rest[: len(self.names)], rest[len(self.names) :]
         if skip:
             step, epoch = self.unread[int(place)]
-            name, value = next((n, v) for n, v in zip(self.names, first, strict=True)
-                               if not math.isfinite(v))
-            raise NonFiniteLoss(f"loss term {name!r} became {value} at {stage} step {step} "
-                                f"(epoch {epoch}): lower the learning rate or use "
-                                "trainer.precision=fp32")
+            name, value = next(
+                (n, v) for n, v in zip(self.names, first, strict=True) if not math.isfinite(v)
+            )
+            raise NonFiniteLoss(
+                f"loss term {name!r} became {value} at {stage} step {step} "
+                f"(epoch {epoch}): lower the learning rate or use "
+                "trainer.precision=fp32"
+            )
         self.taken.zero_()
         self.unread.clear()
         return dict(zip(values, current, strict=True))
@@ -141,9 +150,17 @@ class Progress:
         """Everything needed to continue exactly from here (a checkpoint's content); raises
         `NonFiniteLoss` when a step since the last read was not finite."""
         self.verify()
-        return {"stage": self.stage.name, "done": done, "step": self.step, "epoch": self.epoch, "batch": self.batch,
-                "modules": [m.state_dict() for m in self.stage.modules], "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rng": rng_state(self.stage.device)}
+        return {
+            "stage": self.stage.name,
+            "done": done,
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "modules": [m.state_dict() for m in self.stage.modules],
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state(self.stage.device),
+        }
 
     def restore(self, state: dict) -> None:
         for module, saved in zip(self.stage.modules, state["modules"], strict=True):
@@ -155,14 +172,20 @@ class Progress:
 
 
 def parameter_groups(modules: Iterable[torch.nn.Module], weight_decay: float) -> list[dict]:
-    """Weight decay on weight matrices only (not biases or LayerNorm), as BERT/RoBERTa recipes do."""
+    """Weight decay on weight matrices only (not biases or LayerNorm), as BERT/RoBERTa recipes
+    do."""
     decay, no_decay = [], []
     for module in modules:
         for name, param in module.named_parameters():
             if not param.requires_grad:
                 continue
-            (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            (
+                no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay
+            ).append(param)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
 def start(stage: Stage, resume: dict | None) -> Progress:
@@ -170,17 +193,23 @@ def start(stage: Stage, resume: dict | None) -> Progress:
     `resume` (a saved state) if given."""
     spec = stage.optimizer
     groups = parameter_groups(stage.modules, spec.weight_decay)
-    # The fused kernel does AdamW's arithmetic in one pass over each tensor: on a CPU about 7x faster than the
-    # per-tensor loop for a 3-layer student, whose 30k-row embedding dominates the parameters (benchmarks/).
+    # The fused kernel does AdamW's arithmetic in one pass over each tensor: on a CPU about 7x
+    # faster than the per-tensor loop for a 3-layer student, whose 30k-row embedding dominates the
+    # parameters (benchmarks/).
     fused = all(p.device.type in ("cpu", "cuda") for group in groups for p in group["params"])
-    optimizer = torch.optim.AdamW(groups, lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps, fused=fused)
+    optimizer = torch.optim.AdamW(
+        groups, lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps, fused=fused
+    )
     guard = FiniteGuard(stage.device)
     if fused:
         optimizer.found_inf = guard.skip  # the fused kernel skips the update where it is 1
     total = stage.total_steps
     warmup = math.ceil(spec.warmup_ratio * total)
-    scheduler = (get_constant_schedule(optimizer) if spec.schedule == "constant"
-                 else get_linear_schedule_with_warmup(optimizer, warmup, total))
+    scheduler = (
+        get_constant_schedule(optimizer)
+        if spec.schedule == "constant"
+        else get_linear_schedule_with_warmup(optimizer, warmup, total)
+    )
     progress = Progress(stage, optimizer, scheduler, guard)
     if resume is not None:
         progress.restore(resume)
@@ -188,7 +217,8 @@ def start(stage: Stage, resume: dict | None) -> Progress:
 
 
 def train(stage: Stage, hooks: Sequence = (), resume: dict | None = None) -> dict[str, float]:
-    """Run the stage (from `resume` when given), calling the hooks; returns seconds and examples per second."""
+    """Run the stage (from `resume` when given), calling the hooks; returns seconds and examples per
+    second."""
     for module in stage.modules:
         module.train()
     progress = start(stage, resume)

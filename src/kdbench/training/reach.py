@@ -32,16 +32,20 @@ def freeze_unreached(module: nn.Module, loss: Tensor) -> list[str]:
     """Freeze (requires_grad False) the trainable parameters of `module` that `loss` does not
     depend on; returns their names."""
     reached = reached_leaves(loss)
-    frozen = [name for name, param in module.named_parameters()
-              if param.requires_grad and id(param) not in reached]
+    frozen = [
+        name
+        for name, param in module.named_parameters()
+        if param.requires_grad and id(param) not in reached
+    ]
     for name, param in module.named_parameters():
         if name in frozen:
             param.requires_grad_(False)
     return frozen
 
 
-def freeze_unreached_by_step(module: nn.Module, step: StepFn, batch: dict,
-                             device: torch.device) -> list[str]:
+def freeze_unreached_by_step(
+    module: nn.Module, step: StepFn, batch: dict, device: torch.device
+) -> list[str]:
     """`freeze_unreached` with the total loss of one forward of `step` on `batch`; the RNG streams
     are left as they were (the forward's dropout draws nothing a run would see)."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):

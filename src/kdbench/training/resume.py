@@ -23,8 +23,9 @@ class Resume:
     stages: tuple[str, ...]
 
     @classmethod
-    def of(cls, checkpoints: Checkpoints, stages: tuple[str, ...],
-           fingerprint: str | None = None) -> Resume:
+    def of(
+        cls, checkpoints: Checkpoints, stages: tuple[str, ...], fingerprint: str | None = None
+    ) -> Resume:
         """The latest of `checkpoints`; refuses one whose fingerprint is not `fingerprint` (None:
         checkpoints keyed by their folder, written without one)."""
         latest = checkpoints.latest()
@@ -35,9 +36,15 @@ class Resume:
             raise KdbenchError(
                 f"{checkpoints.folder} holds checkpoints of a different configuration: re-run the "
                 "same command to resume, or give this run its own directory (paths.run_dir or "
-                "Hydra's hydra.run.dir)")
-        log.info("resuming from %s, %s, step %d%s", path, state["stage"], state["step"],
-                 " (done)" if state["done"] else "")
+                "Hydra's hydra.run.dir)"
+            )
+        log.info(
+            "resuming from %s, %s, step %d%s",
+            path,
+            state["stage"],
+            state["step"],
+            " (done)" if state["done"] else "",
+        )
         return cls(state, stages)
 
     def finished(self, stage: str) -> bool:

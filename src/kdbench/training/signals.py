@@ -1,20 +1,21 @@
-"""Graceful stops: SIGTERM / SIGUSR1 (SLURM pre-emption, a scheduler's warning) and a first Ctrl-C end a run at
-the next safe point, in any phase.
+"""Graceful stops: SIGTERM / SIGUSR1 (SLURM pre-emption, a scheduler's warning) and a first Ctrl-C
+end a run at the next safe point, in any phase.
 
-Signals are process-wide, so the flag is too; `graceful_stop()` installs the handlers for the duration of a run
-and restores the previous ones. The training loop checks the flag after every optimizer step, writes a
-checkpoint and raises `Interrupted`; every other long phase (tokenisation, the teacher's evaluation, its logits
-and features tables, augmentation, the final evaluation) runs inside `phase(name)` and calls `check_stop()`
-before each unit of work (a batch, a shard, a model's block: `stop_between`), which raises `Interrupted` naming
-the phase. Those phases write
-their cache entries whole or not at all, so a stop leaves no partial entry; re-running the same command
-resumes (a stopped phase starts again). A second Ctrl-C raises `StoppedAtOnce` at once.
+Signals are process-wide, so the flag is too; `graceful_stop()` installs the handlers for the
+duration of a run and restores the previous ones. The training loop checks the flag after every
+optimizer step, writes a checkpoint and raises `Interrupted`; every other long phase (tokenisation,
+the teacher's evaluation, its logits and features tables, augmentation, the final evaluation) runs
+inside `phase(name)` and calls `check_stop()` before each unit of work (a batch, a shard, a model's
+block: `stop_between`), which raises `Interrupted` naming the phase. Those phases write their cache
+entries whole or not at all, so a stop leaves no partial entry; re-running the same command resumes
+(a stopped phase starts again). A second Ctrl-C raises `StoppedAtOnce` at once.
 
-Under submitit (hydra/launcher=submitit_slurm or submitit_local) the job process already has a handler for the
-pre-emption signal (SUBMITIT_PREEMPT_SIGNAL, USR2 by default) that requeues the job and exits at once. Left
-alone it would exit in the middle of a step, losing everything since the last periodic checkpoint, so that
-signal is caught too, and once the checkpoint is written and the record says "stopped", `Interrupted.hand_over`
-gives it to submitit's handler, which requeues the job; the requeued job resumes from the checkpoint.
+Under submitit (hydra/launcher=submitit_slurm or submitit_local) the job process already has a
+handler for the pre-emption signal (SUBMITIT_PREEMPT_SIGNAL, USR2 by default) that requeues the job
+and exits at once. Left alone it would exit in the middle of a step, losing everything since the
+last periodic checkpoint, so that signal is caught too, and once the checkpoint is written and the
+record says "stopped", `Interrupted.hand_over` gives it to submitit's handler, which requeues the
+job; the requeued job resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Interrupted(KdbenchError):
         self.scheduler_handler: Callable[[], None] | None = None
 
     def hand_over(self) -> None:
-        """Let the scheduler's own pre-emption handler run now (submitit: requeue the job and exit)."""
+        """Let the scheduler's own pre-emption handler run now (submitit: requeue the job and
+        exit)."""
         if self.scheduler_handler is not None:
             self.scheduler_handler()
 
@@ -70,7 +72,8 @@ def current_phase() -> str:
 
 
 def enter_phase(name: str) -> str:
-    """Names the work under way (a stop is recorded as stopped in `name`); returns the name it replaces."""
+    """Names the work under way (a stop is recorded as stopped in `name`); returns the name it
+    replaces."""
     outer, _phase[0] = _phase[0], name
     return outer
 
@@ -86,20 +89,25 @@ def phase(name: str):
 
 
 def check_stop() -> None:
-    """Before each unit of work (a batch, a shard) of a long phase outside the training loop: raises `Interrupted`
-    when a stop was asked. Local to this process: these phases hold no collective operation, and a scheduler
-    signals every process of a job."""
+    """Before each unit of work (a batch, a shard) of a long phase outside the training loop: raises
+    `Interrupted` when a stop was asked. Local to this process: these phases hold no collective
+    operation, and a scheduler signals every process of a job."""
     _test_delay()
     if stop_requested():
-        raise Interrupted(f"stopped by a signal in {current_phase()}; nothing of it is kept: re-run the same "
-                          "command (same run directory) to resume (the phase starts again)", current_phase())
+        raise Interrupted(
+            f"stopped by a signal in {current_phase()}; nothing of it is kept: re-run the same "
+            "command (same run directory) to resume (the phase starts again)",
+            current_phase(),
+        )
 
 
 @contextlib.contextmanager
 def stop_between(blocks):
-    """While open, `check_stop()` runs before each of `blocks` (a model's transformer blocks) too: one batch of a
-    large model on a CPU takes many seconds."""
-    handles = [block.register_forward_pre_hook(lambda module, args: check_stop()) for block in blocks]
+    """While open, `check_stop()` runs before each of `blocks` (a model's transformer blocks) too:
+    one batch of a large model on a CPU takes many seconds."""
+    handles = [
+        block.register_forward_pre_hook(lambda module, args: check_stop()) for block in blocks
+    ]
     try:
         yield
     finally:
@@ -108,8 +116,9 @@ def stop_between(blocks):
 
 
 def _test_delay() -> None:
-    """KDBENCH_TEST_PHASE_DELAY=PHASE:SECONDS:FILE (tests only) makes a tiny run's phase observable: at its first
-    check the process writes PHASE to FILE, and it sleeps SECONDS before each check in the phase."""
+    """KDBENCH_TEST_PHASE_DELAY=PHASE:SECONDS:FILE (tests only) makes a tiny run's phase observable:
+    at its first check the process writes PHASE to FILE, and it sleeps SECONDS before each check in
+    the phase."""
     value = os.environ.get(TEST_DELAY_ENV)
     if value:
         name, seconds, marker = value.split(":", 2)
@@ -120,7 +129,8 @@ def _test_delay() -> None:
 
 
 def requeue_signal() -> signal.Signals | None:
-    """The signal on which a job scheduler's handler checkpoints and requeues the job (submitit's convention)."""
+    """The signal on which a job scheduler's handler checkpoints and requeues the job (submitit's
+    convention)."""
     return getattr(signal, f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}", None)
 
 
@@ -130,7 +140,8 @@ def _note(line: str) -> None:
 
 @contextlib.contextmanager
 def graceful_stop(on_stop: Callable[[], None] | None = None):
-    """Stop signals set the flag (and call `on_stop`, e.g. to pass the stop on to a child process) while open."""
+    """Stop signals set the flag (and call `on_stop`, e.g. to pass the stop on to a child process)
+    while open."""
     _requested.clear()
     enter_phase("setup")
     if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
@@ -151,7 +162,9 @@ def graceful_stop(on_stop: Callable[[], None] | None = None):
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     requeue = requeue_signal()
     if requeue is not None and requeue not in previous and callable(signal.getsignal(requeue)):
-        previous[requeue] = signal.signal(requeue, on_signal)  # a scheduler listens: chain to it after the checkpoint
+        previous[requeue] = signal.signal(
+            requeue, on_signal
+        )  # a scheduler listens: chain to it after the checkpoint
     try:
         yield
     except Interrupted as exc:

@@ -1,8 +1,8 @@
 """Step functions: a batch in, the named loss terms out (float32 scalars, their sum under "total").
 
-The training loop calls one of these per micro-batch and knows nothing of models or objectives. A distillation
-step takes the frozen teacher's records (a forward without gradients, or the features cache), then runs the
-student side, which reads its features by hooks.
+The training loop calls one of these per micro-batch and knows nothing of models or objectives. A
+distillation step takes the frozen teacher's records (a forward without gradients, or the features
+cache), then runs the student side, which reads its features by hooks.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from kdbench.specs import KDSpec
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 StepFn = Callable[[dict], dict[str, torch.Tensor]]
-# How a side's logits are read from its records, the model output (None when the forward stopped early) and
-# the batch; None when the objective reads no logits.
+# How a side's logits are read from its records, the model output (None when the forward stopped
+# early) and the batch; None when the objective reads no logits.
 LogitsFn = Callable[[dict, object, dict], torch.Tensor | None]
 
 
@@ -39,12 +39,15 @@ def model_inputs(batch: dict, model: nn.Module) -> dict:
 def to_device(batch: dict, device: torch.device) -> dict:
     """The batch's tensors on `device` (copied without waiting where the memory allows); its host
     values (`PADDED`) as they are."""
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
+    return {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+        for k, v in batch.items()
+    }
 
 
 def autocast(device: torch.device, precision: str):
-    """bf16 autocast when asked (losses are computed in float32 by the loss functions themselves)."""
+    """bf16 autocast when asked (losses are computed in float32 by the loss functions
+    themselves)."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
@@ -54,7 +57,8 @@ def output_logits(records: dict, output, batch: dict) -> torch.Tensor | None:
 
 
 def read_records(recorder: FeatureRecorder, batch: dict, logits: LogitsFn | None) -> dict:
-    """One forward: the recorder's features by layer, plus the logits under LOGITS when there are any."""
+    """One forward: the recorder's features by layer, plus the logits under LOGITS when there are
+    any."""
     output = recorder.forward(**model_inputs(batch, recorder.model))
     records = dict(recorder.records)
     value = logits(records, output, batch) if logits is not None else None
@@ -76,11 +80,14 @@ class StudentSide(nn.Module):
         self.recorder, self.logits = recorder, logits
 
     def forward(self, batch: dict, teacher_records: dict) -> dict[str, torch.Tensor]:
-        return self.objective(read_records(self.recorder, batch, self.logits), teacher_records, batch)
+        return self.objective(
+            read_records(self.recorder, batch, self.logits), teacher_records, batch
+        )
 
 
-def teacher_records_now(teacher: FeatureRecorder, logits: LogitsFn | None, device: torch.device,
-                        precision: str) -> Callable[[dict], dict]:
+def teacher_records_now(
+    teacher: FeatureRecorder, logits: LogitsFn | None, device: torch.device, precision: str
+) -> Callable[[dict], dict]:
     """The teacher's records of a batch, computed now: a forward of the frozen teacher without
     gradients. Not under inference mode: its tensors could not be saved for backward, and a step
     compiled by torch.compile cannot hold an inference-mode region."""
@@ -92,10 +99,14 @@ def teacher_records_now(teacher: FeatureRecorder, logits: LogitsFn | None, devic
     return records
 
 
-def distillation_step(student_side: nn.Module, teacher_records: Callable[[dict], dict], device: torch.device,
-                      precision: str) -> StepFn:
-    """The teacher's records of the batch (`teacher_records`: computed now, or read from the features cache),
-    then the student side against them."""
+def distillation_step(
+    student_side: nn.Module,
+    teacher_records: Callable[[dict], dict],
+    device: torch.device,
+    precision: str,
+) -> StepFn:
+    """The teacher's records of the batch (`teacher_records`: computed now, or read from the
+    features cache), then the student side against them."""
 
     def step(batch):
         targets = teacher_records(batch)
@@ -105,7 +116,9 @@ def distillation_step(student_side: nn.Module, teacher_records: Callable[[dict],
     return step
 
 
-def teacher_logits_now(teacher: nn.Module, device: torch.device, precision: str) -> Callable[[dict], torch.Tensor]:
+def teacher_logits_now(
+    teacher: nn.Module, device: torch.device, precision: str
+) -> Callable[[dict], torch.Tensor]:
     """The teacher's logits of a batch, computed now (stage 2 without the logits cache)."""
 
     def logits(batch):
@@ -116,8 +129,13 @@ def teacher_logits_now(teacher: nn.Module, device: torch.device, precision: str)
     return logits
 
 
-def prediction_kd_step(student: nn.Module, teacher_logits: Callable[[dict], torch.Tensor], kd_spec: KDSpec,
-                       device: torch.device, precision: str) -> StepFn:
+def prediction_kd_step(
+    student: nn.Module,
+    teacher_logits: Callable[[dict], torch.Tensor],
+    kd_spec: KDSpec,
+    device: torch.device,
+    precision: str,
+) -> StepFn:
     """Prediction-layer distillation: vanilla KD against the teacher's logits (+ the hard labels).
 
     `teacher_logits(batch)` gives the targets: from the on-disk cache, or a teacher forward.
@@ -127,7 +145,13 @@ def prediction_kd_step(student: nn.Module, teacher_logits: Callable[[dict], torc
         targets = teacher_logits(batch)
         with autocast(device, precision):
             student_logits = student(**model_inputs(batch, student)).logits
-        loss = kd(student_logits, targets, batch["labels"], temperature=kd_spec.temperature, alpha=kd_spec.alpha)
+        loss = kd(
+            student_logits,
+            targets,
+            batch["labels"],
+            temperature=kd_spec.temperature,
+            alpha=kd_spec.alpha,
+        )
         return {"kd": loss, "total": loss}
 
     return step
