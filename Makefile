@@ -31,8 +31,8 @@ study-%:  ## a preset from nothing to tables: its sweep, the fine-tuning grids i
 	$(BIN)/python -m kdbench.study $* $(ARGS)
 
 lint:  ## ruff: the checks, and the format (lines of at most 100 characters)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks experiments
+	$(BIN)/ruff format --check src tests benchmarks experiments
 
 bench-env:  ## .venv-bench: kdbench + the peers it is benchmarked against (TextBrewer), torch pinned
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench

@@ -2,14 +2,15 @@
 
 Usage: python experiments/runs_from_report.py results/NAME [--glue-dir DIR]
 
-The folders made before records were kept in the repository hold ``results.csv`` (one row per used run: key,
-score, metrics, teacher score, provenance, paper analogue) and ``excluded.csv`` (the runs not used, with the
-reason). This writes one result.json-shaped record per line: the used runs from results.csv, the task-agnostic
-distillations and the losing fine-tuning grid points from excluded.csv, so that
-``python -m kdbench.report results/NAME/runs.jsonl --out results/NAME`` regenerates the folder. Each record
-gets its dev set's gold label counts (``dev_class_<c>``, from the GLUE files under --glue-dir, so that a
-constant predictor is recognised from its score); what results.csv never kept (the resolved config beyond the
-paper analogue, the predicted-label counts, the wall times) is absent and the folder's README says so.
+The folders made before records were kept in the repository hold ``results.csv`` (one row per used
+run: key, score, metrics, teacher score, provenance, paper analogue) and ``excluded.csv`` (the runs
+not used, with the reason). This writes one result.json-shaped record per line: the used runs from
+results.csv, the task-agnostic distillations and the losing fine-tuning grid points from
+excluded.csv, so that ``python -m kdbench.report results/NAME/runs.jsonl --out results/NAME``
+regenerates the folder. Each record gets its dev set's gold label counts (``dev_class_<c>``, from
+the GLUE files under --glue-dir, so that a constant predictor is recognised from its score); what
+results.csv never kept (the resolved config beyond the paper analogue, the predicted-label counts,
+the wall times) is absent and the folder's README says so.
 """
 
 from __future__ import annotations
@@ -30,8 +31,19 @@ from kdbench.plan import task_spec
 from kdbench.record import KEY_FIELDS
 
 KEY = list(KEY_FIELDS)
-NOT_METRICS = set(KEY) | {"score", "grid", "score_metric", "teacher_score", "collapse", "link", "path", "commit",
-                          "paper_table", "paper_init", "paper_note"}
+NOT_METRICS = set(KEY) | {
+    "score",
+    "grid",
+    "score_metric",
+    "teacher_score",
+    "collapse",
+    "link",
+    "path",
+    "commit",
+    "paper_table",
+    "paper_init",
+    "paper_note",
+}
 
 
 def gold_counts(task: str, glue_dir: Path) -> dict[str, int]:
@@ -51,23 +63,36 @@ def _common(row) -> dict:
     record["seed"] = int(row["seed"])
     commit = str(row["commit"]) if isinstance(row.get("commit"), str) else None
     if commit:
-        record["provenance"] = {"git_commit": commit.removesuffix("+dirty"), "git_dirty": commit.endswith("+dirty")}
+        record["provenance"] = {
+            "git_commit": commit.removesuffix("+dirty"),
+            "git_dirty": commit.endswith("+dirty"),
+        }
     return record
 
 
 def used_run(row, counts: dict) -> dict:
     record = _common(row)
-    metrics = {name: float(row[name]) for name in row.index if name not in NOT_METRICS and pd.notna(row[name])}
-    record |= {"score": float(row["score"]), "score_metric": row["score_metric"], "run_dir": row["path"],
-               "metrics": metrics | counts.get(row["task"], {})}
+    metrics = {
+        name: float(row[name])
+        for name in row.index
+        if name not in NOT_METRICS and pd.notna(row[name])
+    }
+    record |= {
+        "score": float(row["score"]),
+        "score_metric": row["score_metric"],
+        "run_dir": row["path"],
+        "metrics": metrics | counts.get(row["task"], {}),
+    }
     if pd.notna(row["teacher_score"]):
         record["teacher_metrics"] = {row["score_metric"]: float(row["teacher_score"])}
     if pd.notna(row.get("grid")):
         record["grid"] = _grid(row["grid"])
     if pd.notna(row["paper_table"]):
         analogue = {"table": int(row["paper_table"]), "inits": {row["init"]: row["paper_init"]}}
-        record["config"] = {"paper_analogue": analogue | ({"note": row["paper_note"]}
-                                                            if pd.notna(row["paper_note"]) else {})}
+        record["config"] = {
+            "paper_analogue": analogue
+            | ({"note": row["paper_note"]} if pd.notna(row["paper_note"]) else {})
+        }
     return record
 
 
@@ -79,12 +104,22 @@ def excluded_run(row, used: pd.DataFrame) -> dict | None:
         return record | {"task": None, "score": None, "metrics": {"heldout_loss": loss}}
     if row["kind"] != "grid":
         return None
-    grid, score, best = re.match(r"grid point (\S+) scored ([0-9.-]+); the best, \S+, scored ([0-9.-]+)",
-                                 row["reason"]).groups()
+    grid, score, best = re.match(
+        r"grid point (\S+) scored ([0-9.-]+); the best, \S+, scored ([0-9.-]+)", row["reason"]
+    ).groups()
     winner = used[(used[KEY] == row[KEY]).all(axis=1)].iloc[0]
-    exact = float(winner["score"]) if math.isclose(float(score), round(winner["score"], 2)) else float(score)
+    exact = (
+        float(winner["score"])
+        if math.isclose(float(score), round(winner["score"], 2))
+        else float(score)
+    )
     metric = winner["score_metric"]
-    return record | {"score": exact, "score_metric": metric, "metrics": {metric: exact}, "grid": _grid(grid)}
+    return record | {
+        "score": exact,
+        "score_metric": metric,
+        "metrics": {metric: exact},
+        "grid": _grid(grid),
+    }
 
 
 def main() -> None:
@@ -92,7 +127,9 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--glue-dir", type=Path, required=True, help="GLUE in its TSV layout")
     args = parser.parse_args()
-    used = pd.read_csv(args.folder / "results.csv", dtype={"init": str, "paper_init": str, "commit": str})
+    used = pd.read_csv(
+        args.folder / "results.csv", dtype={"init": str, "paper_init": str, "commit": str}
+    )
     excluded = pd.read_csv(args.folder / "excluded.csv", dtype={"init": str, "seed": "Int64"})
     counts = {task: gold_counts(task, args.glue_dir) for task in used["task"].unique()}
     records = [used_run(row, counts) for _, row in used.iterrows()]

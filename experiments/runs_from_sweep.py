@@ -1,11 +1,12 @@
-"""A sweep folder's records as one ``runs.jsonl`` to commit: one result.json per line, sorted by job.
+"""A sweep folder's records as one ``runs.jsonl`` to commit: one result.json per line, sorted by
+job.
 
 Usage: python experiments/runs_from_sweep.py multirun/NAME results/NAME/runs.jsonl
 
-Machine paths do not travel: a path under the sweep folder becomes relative to it, any other absolute
-path becomes ``<local>/`` and its last component (for example the fine-tuned teacher's folder), so
-``python -m kdbench.report results/NAME/runs.jsonl --out results/NAME`` regenerates the report from the
-file alone.
+Machine paths do not travel: a path under the sweep folder becomes relative to it, any other
+absolute path becomes ``<local>/`` and its last component (for example the fine-tuned teacher's
+folder), so ``python -m kdbench.report results/NAME/runs.jsonl --out results/NAME`` regenerates the
+report from the file alone.
 """
 
 from __future__ import annotations

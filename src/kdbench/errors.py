@@ -21,6 +21,10 @@ class ModelNotFoundError(KdbenchError):
     """A model could not be found locally or on the Hub."""
 
 
+class ReportError(Exception):
+    """Unusable input: the CLI prints ``kdbench.report: error: <message>`` and exits 2."""
+
+
 def lookup(registry: Mapping, name: str, kind: str):
     """`registry[name]`, or a ConfigError listing the valid names of this kind."""
     if name not in registry:

@@ -14,9 +14,10 @@ import tomllib
 from omegaconf import OmegaConf
 
 import kdbench
+from kdbench.errors import ReportError
 from kdbench.report import cli
-from kdbench.report.frames import to_frame
-from kdbench.report.load import ReportError, load_records
+from kdbench.report.frames import AVG, to_frame
+from kdbench.report.load import load_records
 from kdbench.report.paper import (
     PAPER_COLS,
     PAPER_FILE,
@@ -27,7 +28,7 @@ from kdbench.report.paper import (
     read_cells,
     runs_for_table,
 )
-from kdbench.report.stats import AVG, summarise
+from kdbench.report.stats import summarise
 from kdbench.report.tables import build_tables, render_markdown
 from kdbench.report.versus import render_versus
 from tests.unit.report_helpers import read_csv, run_main, write_run

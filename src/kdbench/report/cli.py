@@ -128,10 +128,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from kdbench.errors import ReportError
 from kdbench.record import RESULT_FILE
 from kdbench.report.claims_md import claims_text
 from kdbench.report.cost import cost_markdown, cost_table, plot_cost
 from kdbench.report.frames import (
+    EXCLUDED_COLS,
     IN_MEMORY_COLS,
     best_of_grid,
     code_versions,
@@ -139,7 +141,7 @@ from kdbench.report.frames import (
     split_designs,
     to_frame,
 )
-from kdbench.report.load import EXCLUDED_COLS, Loaded, ReportError, load_records
+from kdbench.report.load import Loaded, load_records
 from kdbench.report.page import PAGE_FILE, PageParts, render_page
 from kdbench.report.paper import PAPER_CITE, comparison, load_paper
 from kdbench.report.plots import write_plots

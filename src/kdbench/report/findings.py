@@ -8,8 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kdbench.report.collapse import COLLAPSED, HEALTHY
-from kdbench.report.frames import GROUP_COLS, natural_key, ordered_tasks
-from kdbench.report.stats import ALL
+from kdbench.report.frames import ALL, GROUP_COLS, natural_key, ordered_tasks
 from kdbench.report.text import fmt, format_p, md_escape, seeds_text
 from kdbench.tasks import TASKS
 

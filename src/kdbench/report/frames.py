@@ -9,10 +9,24 @@ import re
 import pandas as pd
 
 from kdbench.record import KEY_FIELDS
-from kdbench.report.load import COST_COLS, exclusion
 from kdbench.tasks import TASKS
 
+EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
+# The record's measured cost (`kdbench.cost`) as report columns: (column, the model, its field).
+COST_FIELDS = tuple(
+    (f"{model}_{column}", model, field)
+    for column, field in (
+        ("params", "params"),
+        ("flops", "flops_per_example"),
+        ("latency_ms", "latency_ms"),
+        ("throughput", "throughput_per_s"),
+    )
+    for model in ("student", "teacher")
+)
+COST_COLS = [column for column, _, _ in COST_FIELDS] + ["speedup_latency", "speedup_throughput"]
 GROUP_COLS = ["setting", "teacher", "student"]
+AVG = "Avg"  # the tables' mean over tasks
+ALL = "ALL"  # the task of tests pooled over tasks
 ROW_COLS = ["objective", "init"]
 # Per run beyond the key: the score's metric and the teacher's score on it, its file, its code
 # version, the paper design it stands for (table, init, the analogue's note), its wall times (their
@@ -215,3 +229,21 @@ def _design_difference(design: dict, reference: dict, n_reference: int, limit: i
     )
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
     return f"config differs from the {n_reference} run(s) used for this cell in {shown}{more}"
+
+
+def key_text(value) -> str | None:
+    """A key field as a non-empty string (lists such as ``[4, 8, 12]`` become ``"4,8,12"``)."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        value = ",".join(str(v) for v in value)
+    text = str(value).strip()
+    return text or None
+
+
+def exclusion(path: str, kind: str, reason: str, data: dict | None = None) -> dict:
+    """An ``excluded.csv`` row: where, why, and whatever key fields ``data`` has (as text)."""
+    row = {"path": path, "kind": kind, "reason": reason}
+    for key in KEY_FIELDS:
+        row[key] = key_text(data.get(key)) if isinstance(data, dict) else None
+    return row

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdbench.errors import ReportError
 from kdbench.record import (
     COMPLETED_FIELDS,
     KEY_FIELDS,
@@ -18,24 +19,7 @@ from kdbench.record import (
     design,
 )
 from kdbench.report.collapse import collapse_status
-
-EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
-# The record's measured cost (`kdbench.cost`) as report columns: (column, the model, its field).
-COST_FIELDS = tuple(
-    (f"{model}_{column}", model, field)
-    for column, field in (
-        ("params", "params"),
-        ("flops", "flops_per_example"),
-        ("latency_ms", "latency_ms"),
-        ("throughput", "throughput_per_s"),
-    )
-    for model in ("student", "teacher")
-)
-COST_COLS = [column for column, _, _ in COST_FIELDS] + ["speedup_latency", "speedup_throughput"]
-
-
-class ReportError(Exception):
-    """Unusable input: the CLI prints ``kdbench.report: error: <message>`` and exits 2."""
+from kdbench.report.frames import COST_FIELDS, exclusion, key_text
 
 
 @dataclass
@@ -59,16 +43,6 @@ def find_result_files(results_dir: Path, skip: Path | None = None) -> list[Path]
             continue
         files.append(path)
     return files
-
-
-def _text(value) -> str | None:
-    """A key field as a non-empty string (lists such as ``[4, 8, 12]`` become ``"4,8,12"``)."""
-    if value is None:
-        return None
-    if isinstance(value, list | tuple):
-        value = ",".join(str(v) for v in value)
-    text = str(value).strip()
-    return text or None
 
 
 def _as_int(value) -> int | None:
@@ -110,14 +84,6 @@ def _last_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def exclusion(path: str, kind: str, reason: str, data: dict | None = None) -> dict:
-    """An ``excluded.csv`` row: where, why, and whatever key fields ``data`` has (as text)."""
-    row = {"path": path, "kind": kind, "reason": reason}
-    for key in KEY_FIELDS:
-        row[key] = _text(data.get(key)) if isinstance(data, dict) else None
-    return row
-
-
 def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
     """One ``result.json`` -> (record, None) when completed and well formed, else (None,
     exclusion)."""
@@ -141,7 +107,7 @@ def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
         kind, reason = problem
         return None, exclusion(rel, kind, reason, data)
     run = RunRecord.from_json(data)
-    record = {key: _text(getattr(run, key)) for key in KEY_FIELDS if key != "seed"}
+    record = {key: key_text(getattr(run, key)) for key in KEY_FIELDS if key != "seed"}
     grid = run.grid if isinstance(run.grid, dict) else None
     seed, score, metrics = _as_int(run.seed), _as_float(run.score), _flatten(run.metrics)
     grid_text = ",".join(f"{k}={v}" for k, v in grid.items()) if grid else None
@@ -208,13 +174,13 @@ def _origin(run: RunRecord, init: str, grid: dict | None) -> dict:
         paper_table, paper_init = None, init
     else:
         paper_table = _as_int(analogue.get("table"))
-        paper_init = _text((analogue.get("inits") or {}).get(init))
+        paper_init = key_text((analogue.get("inits") or {}).get(init))
     return {
         "design": None if config is None else design(config, grid),
-        "commit": _text(commit),
+        "commit": key_text(commit),
         "paper_table": paper_table,
         "paper_init": paper_init,
-        "paper_note": _text((analogue or {}).get("note")),
+        "paper_note": key_text((analogue or {}).get("note")),
     }
 
 
@@ -223,7 +189,7 @@ def _not_completed(data: dict) -> tuple[str, str] | None:
     distillation."""
     if data.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
         return "skipped", f"unsupported schema {data.get('schema')!r} (expected {SCHEMA_VERSION})"
-    status = _text(data.get("status"))
+    status = key_text(data.get("status"))
     if status is None:
         return "skipped", "missing key 'status'"
     if status != "completed":
@@ -241,7 +207,7 @@ def _not_completed(data: dict) -> tuple[str, str] | None:
 def _malformed(data: dict) -> tuple[str, str] | None:
     """("skipped", reason) for a completed record with a missing or ill-typed field."""
     missing = [
-        key for key in COMPLETED_FIELDS if data.get(key) is None or _text(data.get(key)) is None
+        key for key in COMPLETED_FIELDS if data.get(key) is None or key_text(data.get(key)) is None
     ]
     if missing:
         return "skipped", "missing key(s): " + ", ".join(missing)

@@ -15,16 +15,19 @@ import html
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from markdown_it import MarkdownIt
 
-from kdbench.report.claims_md import ClaimsText
 from kdbench.report.frames import GROUP_COLS, ROW_COLS, code_versions
 from kdbench.report.significance import family_section, significance_intro
 from kdbench.report.stats import families
 from kdbench.report.tables import DESCRIPTION, Table, body_cells
 from kdbench.report.text import column_head
+
+if TYPE_CHECKING:
+    from kdbench.report.claims_md import ClaimsText
 
 PAGE_FILE = "report.html"
 STYLE = """

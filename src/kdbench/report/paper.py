@@ -16,9 +16,8 @@ from importlib import resources
 
 import pandas as pd
 
-from kdbench.report.frames import GROUP_COLS
-from kdbench.report.load import ReportError
-from kdbench.report.stats import AVG
+from kdbench.errors import ReportError
+from kdbench.report.frames import AVG, GROUP_COLS
 from kdbench.tasks import TASKS
 
 PAPER_PACKAGE = "kdbench.paper"

@@ -17,11 +17,11 @@ from kdbench.report.figures import (
     safe_name,
     save_png,
 )
-from kdbench.report.frames import GROUP_COLS, natural_key
+from kdbench.report.frames import ALL, GROUP_COLS, natural_key
 from kdbench.report.heatmaps import plot_differences
 from kdbench.report.panels import LEGEND_LEFT, References, Slot, draw_panel, legend
 from kdbench.report.paper import PAPER_DESIGNS, runs_for_table
-from kdbench.report.stats import ALL, families
+from kdbench.report.stats import families
 from kdbench.report.tables import Table
 from kdbench.tasks import TASKS
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kdbench.report.frames import ordered_tasks
-from kdbench.report.stats import ALL, families, pair_matrix
+from kdbench.report.frames import ALL, ordered_tasks
+from kdbench.report.stats import families, pair_matrix
 from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
 
 

@@ -13,6 +13,8 @@ import pandas as pd
 
 from kdbench.report.collapse import COLLAPSED, HEALTHY
 from kdbench.report.frames import (
+    ALL,
+    AVG,
     GROUP_COLS,
     ROW_COLS,
     group_key,
@@ -43,8 +45,6 @@ PVALUE_COLS = FAMILY_COLS + [
     "seeds_needed",
 ]
 UNMATCHED_COLS = FAMILY_COLS + ["a", "b", "missing_side", "seed"]
-AVG = "Avg"
-ALL = "ALL"
 FACTORS = (("objective", "init"), ("init", "objective"))  # (compared factor, held column)
 
 

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kdbench.report.frames import GROUP_COLS, ROW_COLS, natural_key, ordered_tasks
-from kdbench.report.stats import AVG
+from kdbench.report.frames import AVG, GROUP_COLS, ROW_COLS, natural_key, ordered_tasks
 from kdbench.report.text import column_head, fmt, md_escape, md_head, md_row
 
 

@@ -36,10 +36,10 @@ import pandas as pd
 
 from kdbench.report.claims import CLAIMS, DIFFER, GREATER, TABLE_DESIGNS, TIE, Assertion, Claim
 from kdbench.report.collapse import COLLAPSED
-from kdbench.report.frames import GROUP_COLS, natural_key
+from kdbench.report.frames import ALL, GROUP_COLS, natural_key
 from kdbench.report.paired import equivalence_p, equivalence_pairs
 from kdbench.report.paper import runs_for_table
-from kdbench.report.stats import ALL, paired_tests
+from kdbench.report.stats import paired_tests
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_COVERED = (
     "supported",

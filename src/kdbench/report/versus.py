@@ -9,7 +9,7 @@ import math
 import pandas as pd
 from scipy import stats
 
-from kdbench.report.frames import GROUP_COLS
+from kdbench.report.frames import AVG, GROUP_COLS
 from kdbench.report.paper import (
     FIRST_6_TABLES,
     METRIC_NOTES,
@@ -20,7 +20,6 @@ from kdbench.report.paper import (
     measured_cells,
     runs_for_table,
 )
-from kdbench.report.stats import AVG
 from kdbench.report.text import fmt, md_escape, md_head, md_row
 from kdbench.tasks import TASKS
 
