@@ -6,7 +6,7 @@ from pathlib import Path
 
 from transformers import BertConfig
 
-from kdbench import models
+from kdbench import plan as plan_module
 from kdbench.plan import make_plan
 from tests.helpers import compose_config
 
@@ -25,7 +25,7 @@ def test_make_demo_runs_the_demo_preset():
 
 
 def test_the_demo_distils_minilm_into_half_its_depth_from_its_own_layers(monkeypatch):
-    monkeypatch.setattr(models, "teacher_config", lambda teacher: MINILM_L6)
+    monkeypatch.setattr(plan_module, "teacher_config", lambda teacher: MINILM_L6)
     plan = make_plan(compose_config(["+experiment=demo"]))
     assert (plan.setting, plan.task.name, plan.teacher.name, plan.objective) == (
         "task_specific",
