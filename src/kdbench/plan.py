@@ -27,7 +27,7 @@ from kdbench.layers import check_width, resolve_init_layers
 from kdbench.models.hub import saved_config
 from kdbench.models.pretrained import teacher_config
 from kdbench.models.student import student_config
-from kdbench.objectives.terms import Term, build_terms
+from kdbench.objectives.term_specs import Term, build_terms
 from kdbench.plan_finetune import finetune_parts
 from kdbench.plan_groups import (
     augment_spec,

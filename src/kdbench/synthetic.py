@@ -20,7 +20,8 @@ from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.hydra_config import config_dir
 from kdbench.models.student import build_student
-from kdbench.objectives.terms import Objective, build_terms
+from kdbench.objectives.term_specs import build_terms
+from kdbench.objectives.terms import Objective
 from kdbench.recipes.task_agnostic import MLM_NUM_LABELS, reaching_step, recorder
 from kdbench.specs import LoadingSpec, OptimizerSpec, ShapeSpec
 from kdbench.teacher.frozen import freeze

@@ -11,7 +11,8 @@ from kdbench.layers import resolve_pairs
 from kdbench.objectives import losses as F
 from kdbench.objectives.features import FeatureRecorder, attention_scores
 from kdbench.objectives.tensors import LOGITS, split_heads
-from kdbench.objectives.terms import Objective, build_terms
+from kdbench.objectives.term_specs import build_terms
+from kdbench.objectives.terms import Objective
 from tests.helpers import compose_config, tiny_models
 
 

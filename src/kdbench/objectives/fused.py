@@ -77,6 +77,28 @@ KINDS = {
 }
 
 
+def _gradient_buffers(
+    student_a: Tensor, student_b: Tensor, with_grad: bool
+) -> tuple[Tensor | None, Tensor | None]:
+    """Float32 gradients of A and B, or None without a gradient. Every chunk of heads writes its
+    columns: the whole gradient is written, nothing needs zeroing."""
+    if not with_grad:
+        return None, None
+    grad_a = torch.empty(student_a.shape, dtype=torch.float32, device=student_a.device)
+    grad_b = torch.empty(student_b.shape, dtype=torch.float32, device=student_b.device)
+    return grad_a, grad_b
+
+
+def _cast_gradients(
+    grad_a: Tensor, grad_b: Tensor, student_a: Tensor, student_b: Tensor, self_relation: bool
+) -> tuple[Tensor, ...]:
+    """The gradients to save, in the projections' dtypes: a self-relation's one tensor gets the sum
+    of both roles, taken in float32 before the cast."""
+    if self_relation:
+        return (grad_a.add_(grad_b).to(student_a.dtype),)
+    return grad_a.to(student_a.dtype), grad_b.to(student_b.dtype)
+
+
 class _ScoreMapLoss(torch.autograd.Function):
     """The loss of the maps A B^T; B is None for a self-relation (B = A: the tensor is taken once,
     and its gradient sums both roles in float32 before one cast to its dtype)."""
@@ -102,18 +124,7 @@ class _ScoreMapLoss(torch.autograd.Function):
         self_relation = student_b is None
         student_b = student_a if self_relation else student_b
         teacher_b = teacher_a if teacher_b is None else teacher_b
-        # every chunk of heads writes its columns: the whole gradient is written, nothing needs
-        # zeroing
-        grad_a = (
-            torch.empty(student_a.shape, dtype=torch.float32, device=student_a.device)
-            if with_grad
-            else None
-        )
-        grad_b = (
-            torch.empty(student_b.shape, dtype=torch.float32, device=student_b.device)
-            if with_grad
-            else None
-        )
+        grad_a, grad_b = _gradient_buffers(student_a, student_b, with_grad)
         step = max(1, CHUNK_BYTES // (4 * batch * length * length))
         total = torch.zeros((), dtype=torch.float32, device=student_a.device)
         for start in range(0, heads, step):
@@ -136,10 +147,10 @@ class _ScoreMapLoss(torch.autograd.Function):
             # dA = G B and dB = G^T A, back in the projections' [B, L, h*d] layout
             grad_a[..., start * d : stop * d] = _merge_heads(grad @ sb)
             grad_b[..., start * d : stop * d] = _merge_heads(grad.transpose(-1, -2) @ sa)
-        if with_grad and self_relation:
-            ctx.save_for_backward(grad_a.add_(grad_b).to(student_a.dtype))
-        elif with_grad:
-            ctx.save_for_backward(grad_a.to(student_a.dtype), grad_b.to(student_b.dtype))
+        if with_grad:
+            ctx.save_for_backward(
+                *_cast_gradients(grad_a, grad_b, student_a, student_b, self_relation)
+            )
         return total / denom
 
     @staticmethod

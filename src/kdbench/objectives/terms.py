@@ -1,228 +1,25 @@
-"""An objective = weighted loss terms read from config, each applied to mapped (student, teacher)
+"""An objective = weighted loss terms (`term_specs.Term`), each applied to mapped (student, teacher)
 layer pairs.
 
-Config (data only, `conf/objective/*.yaml`):
-    name: att_kl+val_kl
-    mapping: init      # the terms' default: init | fixed | last | uniform | embeddings | [t1, ...]
-    terms:
-      - {loss: att_kl, feature: attention_scores, weight: 1.0}
-      - {loss: val_kl, feature: values, weight: 1.0}
-
-A term's `loss` names an entry of `losses.LOSSES`, its `feature` one of `features.FEATURES` (or
-LOGITS). A term's loss is summed over its layer pairs (TinyBERT's and the paper's convention) and
-weighted; learnable parts (projections, CRD's heads) live here, on the student side, and are trained
-with the student.
+A term's loss is summed over its layer pairs (TinyBERT's and the paper's convention) and weighted;
+learnable parts (projections, CRD's heads) live here, on the student side, and are trained with the
+student.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from kdbench.errors import ConfigError, lookup
-from kdbench.layers import resolve_pairs
+from kdbench.errors import ConfigError
 from kdbench.models.student import PROJECTIONS_FILE
 from kdbench.objectives.features import FEATURES, token_level
-from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
-
-
-@dataclass
-class Term:
-    name: str
-    loss: str  # a LOSSES key
-    feature: str  # a FEATURES key, or LOGITS
-    weight: float
-    pairs: list[
-        tuple[int, int]
-    ]  # (student layer, teacher layer); [(LOGITS, LOGITS)] for the logits
-    params: dict = field(default_factory=dict)  # the loss function's keyword arguments
-    projected: bool = False  # the student's features go through a learnable W_h first
-    positions: str = "masked"  # MLM logits at the masked positions or every attended token
-
-
-def build_terms(
-    objective_name: str,
-    term_specs: list[dict],
-    default_mapping,
-    init_layers: list[int] | None,
-    student_conf,
-    teacher_conf,
-    *,
-    regression: bool,
-    agnostic: bool,
-    teacher_has_mlm_head: bool,
-) -> list[Term]:
-    """Terms of an objective's term specs, validated against the architectures, the task and the
-    setting.
-
-    `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping,
-    params, projection (a learnable W_h before the loss: null takes the loss's own choice, false
-    compares the raw features and needs equal widths), embedding_pair (true adds the embedding
-    outputs' pair (0, 0)) and positions (an MLM soft-target term's tokens: masked, or every attended
-    token as DistilBERT's code). `default_mapping`: the layer mapping of a term without its own
-    `mapping` (see `kdbench.layers.resolve_pairs`).
-    """
-    depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
-    terms = []
-    for index, spec in enumerate(term_specs):
-        loss = spec.get("loss")
-        entry = lookup(LOSSES, loss, "loss")
-        _check_setting(objective_name, loss, entry, regression, agnostic, teacher_has_mlm_head)
-        feature = spec.get("feature") or entry.features[0]
-        _check_feature(objective_name, index, loss, entry, feature, student_conf, teacher_conf)
-        mapping = spec.get("mapping") or default_mapping
-        pairs = (
-            [(LOGITS, LOGITS)]
-            if feature == LOGITS
-            else resolve_pairs(mapping, init_layers, *depths)
-        )
-        if spec.get("embedding_pair") and (0, 0) not in pairs:
-            pairs = [(0, 0), *pairs]
-        projected = _projected(
-            objective_name, index, spec.get("projection"), entry, student_conf, teacher_conf
-        )
-        params = dict(spec.get("params") or {})
-        if unknown := sorted(set(params) - entry.param_names):
-            raise ConfigError(
-                f"objective {objective_name}, term {index}: "
-                f"objective.terms.{index}.params.{unknown[0]} "
-                f"is not a parameter of {loss}; valid: "
-                f"{', '.join(sorted(entry.param_names)) or 'none'}"
-            )
-        if entry.takes_num_heads:
-            params.setdefault("num_heads", teacher_conf.num_attention_heads)
-            _check_relation_heads(
-                objective_name, index, params["num_heads"], student_conf, teacher_conf
-            )
-        weight = float(spec.get("weight", 1.0))
-        positions = _positions(objective_name, index, spec.get("positions") or "masked", entry)
-        terms.append(
-            Term(
-                spec.get("name") or loss, loss, feature, weight, pairs, params, projected, positions
-            )
-        )
-    names = [t.name for t in terms]
-    if len(set(names)) != len(names):
-        raise ConfigError(
-            f"objective {objective_name}: term names {names} repeat; give each term a `name`"
-        )
-    return terms
-
-
-def _check_setting(
-    objective: str,
-    loss: str,
-    entry: LossEntry,
-    regression: bool,
-    agnostic: bool,
-    teacher_has_mlm_head: bool,
-) -> None:
-    """The loss has what it reads in this setting, on this task, with this teacher."""
-    if entry.classification_only and agnostic:
-        raise ConfigError(
-            f"objective {objective}: {loss} contrasts examples by their task labels, "
-            "which raw text does not have: use it in setting=task_specific"
-        )
-    if entry.classification_only and regression:
-        raise ConfigError(
-            f"objective {objective}: {loss} contrasts examples of different classes and needs a "
-            "classification task; this task is regression (STS-B): choose another objective or task"
-        )
-    if entry.mlm and not agnostic:
-        raise ConfigError(
-            f"objective {objective}: {loss} reads MLM logits, which exist only in "
-            "setting=task_agnostic"
-        )
-    if entry.mlm and not teacher_has_mlm_head:
-        raise ConfigError(
-            f"objective {objective} distils MLM logits ({loss}) but this teacher has no MLM head "
-            "(teacher.has_mlm_head=false): choose a teacher with one (bert_base_uncased, "
-            "roberta_base) or an "
-            "objective on attention or hidden states"
-        )
-
-
-def _positions(objective: str, index: int, positions: str, entry: LossEntry) -> str:
-    """Where the term reads MLM logits: every attended token only for a soft-target term."""
-    if positions == "attended" and (not entry.mlm or entry.takes_labels):
-        raise ConfigError(
-            f"objective {objective}, term {index}: positions=attended reads MLM soft "
-            "targets at every token, which only a soft-target MLM loss (mlm_kd) can "
-            "use: remove the key"
-        )
-    return positions
-
-
-def _projected(
-    objective: str,
-    index: int,
-    projection: bool | None,
-    entry: LossEntry,
-    student_conf,
-    teacher_conf,
-) -> bool:
-    """Whether the term learns a W_h: the loss's own choice unless the term's `projection` says."""
-    if projection is None or projection == entry.projected:
-        return entry.projected
-    if projection:
-        raise ConfigError(
-            f"objective {objective}, term {index}: projection=true, but its loss "
-            "compares features without a width projection: remove the key"
-        )
-    widths = (student_conf.hidden_size, teacher_conf.hidden_size)
-    if widths[0] != widths[1]:
-        raise ConfigError(
-            f"objective {objective}, term {index}: projection=false compares raw "
-            f"hidden states, which needs the student's width {widths[0]} to equal "
-            f"the teacher's {widths[1]}: give a student of the teacher's width, or "
-            "projection=null"
-        )
-    return False
-
-
-def _check_relation_heads(
-    objective: str, index: int, heads: int, student_conf, teacher_conf
-) -> None:
-    """Relation heads split both models' widths."""
-    widths = (student_conf.hidden_size, teacher_conf.hidden_size)
-    if any(width % heads for width in widths):
-        raise ConfigError(
-            f"objective {objective}, term {index}: params.num_heads={heads} relation heads must "
-            "divide the "
-            f"student's width {widths[0]} and the teacher's {widths[1]}: choose a common divisor"
-        )
-
-
-def _check_feature(
-    objective: str,
-    index: int,
-    loss: str,
-    entry: LossEntry,
-    feature: str,
-    student_conf,
-    teacher_conf,
-) -> None:
-    """The loss reads this feature, and the two models have it in comparable shapes."""
-    if feature not in entry.features:
-        raise ConfigError(
-            f"objective {objective}, term {index}: loss {loss} reads {', '.join(entry.features)}, "
-            f"not {feature!r}"
-        )
-    heads = (student_conf.num_attention_heads, teacher_conf.num_attention_heads)
-    if feature != LOGITS and FEATURES[feature].per_head and heads[0] != heads[1]:
-        raise ConfigError(
-            f"objective {objective}: {loss} compares attention heads one to one, but the student "
-            f"has {heads[0]} heads "
-            f"and the teacher {heads[1]}; use a student with as many heads "
-            f"(student.num_heads={heads[1]}), or "
-            "objective=minilm_v2 (relations work for any head count)"
-        )
+from kdbench.objectives.term_specs import Term
 
 
 class Objective(nn.Module):
