@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from transformers import BertConfig
 
-from kdbench import study
+from kdbench import study, study_config
 from kdbench.models.student import build_student
 from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan
@@ -179,7 +179,7 @@ def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
     ],
 )
 def test_the_study_hands_each_student_to_the_next_preset(name, next_preset, key, tmp_path):
-    got = study.make_study(name, [f"hydra.sweep.dir={tmp_path}"], [])
+    got = study_config.make_study(name, [f"hydra.sweep.dir={tmp_path}"], [])
     assert (got.next, got.finetunes) == (next_preset, True)
     student = tmp_path / "seed=1" / "student"
     step = "finetune" if key == "setting.student_path" else next_preset
@@ -203,7 +203,7 @@ def test_a_bad_chain_is_one_line(tmp_path, monkeypatch):
         {"chain": {"next": "nope", "student_as": "teacher"}, "setting": {"name": "task_agnostic"}}
     )
     with pytest.raises(ConfigError, match="chain needs next .* and student_as"):
-        study.next_step("x", cfg)
+        study_config.next_step("x", cfg)
 
 
 def test_the_mini_chains_plan_with_their_students(
@@ -247,7 +247,7 @@ def test_the_mini_chains_plan_with_their_students(
 def test_job_folders_never_name_the_student_a_chained_step_takes():
     excluded = set(preset("mini_tinybert").hydra.job.config.override_dirname.exclude_keys)
     assert (
-        set(study.STUDENT_AS.values()) <= excluded
+        set(study_config.STUDENT_AS.values()) <= excluded
     )  # a path would pass the file system's 255-byte names
 
 
@@ -256,8 +256,8 @@ def test_a_chain_ending_in_a_distillation_ends_with_its_students_not_a_report(
 ):
     from tests.unit.test_study import FakeSteps, write_record
 
-    assert study.make_study("mini_tinybert", [], []).reports  # its last step scores SST-2
-    got = study.make_study("mini_minilm_ta", [f"hydra.sweep.dir={tmp_path}"], [])
+    assert study_config.make_study("mini_tinybert", [], []).reports  # its last step scores SST-2
+    got = study_config.make_study("mini_minilm_ta", [f"hydra.sweep.dir={tmp_path}"], [])
     assert not got.reports
     student = write_record(tmp_path / "seed=1")
     fake = FakeSteps()

@@ -12,14 +12,13 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
 from kdbench.data import augmentation
-from kdbench.data.augmentation import (
+from kdbench.data.augmentation import augment, augmented_train_set
+from kdbench.data.word_candidates import (
     STOP_WORDS,
     Candidates,
     MaskedLMCandidates,
     VectorNeighbours,
     Word,
-    augment,
-    augmented_train_set,
     words_of,
 )
 from kdbench.errors import ConfigError, DataError

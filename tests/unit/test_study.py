@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kdbench import study
+from kdbench import study, study_config
 from kdbench.errors import ConfigError
 
 
@@ -45,7 +45,7 @@ def test_completed_students_are_the_saved_students_of_completed_distillations(tm
 
 
 def test_a_task_agnostic_preset_fine_tunes_with_its_own_grid_preset():
-    got = study.make_study(
+    got = study_config.make_study(
         "table2_agnostic",
         [
             "hydra/launcher=slurm",
@@ -70,7 +70,7 @@ def test_a_task_agnostic_preset_fine_tunes_with_its_own_grid_preset():
 
 
 def test_commands_of_the_three_steps(tmp_path):
-    got = study.make_study(
+    got = study_config.make_study(
         "mini_table2",
         [f"hydra.sweep.dir={tmp_path}", "objective=att_kl,hid_seq"],
         ["task=rte"],
@@ -120,7 +120,7 @@ def test_paths_are_single_override_values_whatever_they_hold():
 
 
 def test_a_quoted_sweep_dir_is_read_as_hydra_reads_it():
-    got = study.make_study("mini_table1", ["hydra.sweep.dir='runs/a=1,b'"], [])
+    got = study_config.make_study("mini_table1", ["hydra.sweep.dir='runs/a=1,b'"], [])
     assert (
         got.sweep_dir == Path("runs/a=1,b")
         and study.distill_command(got)[5] == "hydra.sweep.dir='runs/a=1,b'"
@@ -128,12 +128,12 @@ def test_a_quoted_sweep_dir_is_read_as_hydra_reads_it():
 
 
 def test_a_task_specific_preset_distils_and_reports_only():
-    got = study.make_study("mini_table1", [], [])
+    got = study_config.make_study("mini_table1", [], [])
     assert not got.finetunes and got.sweep_dir == Path("multirun/mini_table1")
 
 
 def test_a_preset_without_a_fixed_sweep_dir_gets_one_a_rerun_finds_again():
-    assert study.make_study("smoke_sweep", [], []).sweep_dir == Path("multirun/smoke_sweep")
+    assert study_config.make_study("smoke_sweep", [], []).sweep_dir == Path("multirun/smoke_sweep")
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def test_a_preset_without_a_fixed_sweep_dir_gets_one_a_rerun_finds_again():
 )
 def test_bad_input_is_one_config_error_before_any_step(name, overrides, finetune, message):
     with pytest.raises(ConfigError, match=message):
-        study.make_study(name, overrides, finetune)
+        study_config.make_study(name, overrides, finetune)
 
 
 class FakeSteps:
@@ -174,7 +174,7 @@ def test_the_study_fine_tunes_every_completed_student_then_reports(tmp_path, mon
     students = [write_record(tmp_path / f"objective={o},seed=1") for o in ("att_kl", "hid_seq")]
     fake = FakeSteps()
     monkeypatch.setattr(study, "run_child", fake)
-    got = study.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], [])
+    got = study_config.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], [])
     study.run_study(got)
     assert fake.commands == [
         study.distill_command(got),
@@ -186,7 +186,7 @@ def test_the_study_fine_tunes_every_completed_student_then_reports(tmp_path, mon
 def test_a_failed_step_stops_the_study_with_one_line_naming_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(study, "run_child", FakeSteps(fail_at="kdbench.run"))
     with pytest.raises(SystemExit) as exc:
-        study.run_study(study.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))
+        study.run_study(study_config.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))
     assert exc.value.code == 1
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith("kdbench: error: study step 'distil")
@@ -195,7 +195,7 @@ def test_a_failed_step_stops_the_study_with_one_line_naming_it(tmp_path, monkeyp
 def test_no_completed_student_stops_the_study(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(study, "run_child", FakeSteps())
     with pytest.raises(SystemExit):
-        study.run_study(study.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], []))
+        study.run_study(study_config.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], []))
     assert "found no completed distillation" in capsys.readouterr().err
 
 
@@ -215,7 +215,7 @@ def test_a_study_that_shares_its_folder_says_which_jobs_another_process_runs(
     with claim(done):
         pass
     with claim(running):  # held, as by the same study started in another terminal
-        study.run_study(study.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))
+        study.run_study(study_config.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))
     out = capsys.readouterr().out
     assert f"1 job(s) under {tmp_path} are being run by another process ({running}: pid " in out
     assert "done:" not in out
