@@ -4,20 +4,18 @@
 Modes (one JSON line per objective):
 
 - `stage1` (default): the configured task-specific teacher and student (Hydra overrides, e.g.
-  `teacher=minilm_l6
-  student=3x384 task=sst2`), a few warm-up steps of stage 1, then `--steps` timed optimizer steps;
+  `teacher=minilm_l6 student=3x384 task=sst2`), a few warm-up steps of stage 1, then `--steps`
+  timed optimizer steps;
 - `agnostic`: the task-agnostic recipe through the real loop (`kdbench.training.loop.train`) on
-  random token
-  sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher with random
-  weights, a 6x768 student, sequences of 128, micro-batches of 64, 16 per optimizer step
-  (`--micro-batch`, `--accumulation`, `--teacher`, `--student`, `--length` change them). Needs
-  neither Hydra nor datasets;
-- `host`: the same loop with tiny widths and vocabulary (the paper's depths): its main thread's CPU
-  time per
-  micro-step is the host's (Python, dispatch, hooks), what a GPU would wait for; with the time of
-  collating one paper micro-batch on the main thread (none with `--workers`), and the target it is
-  held to (half the GPU time of a paper micro-batch at 40 % MFU on an H100 SXM, from the analytic
-  FLOP count).
+  random token sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher
+  with random weights, a 6x768 student, sequences of 128, micro-batches of 64, 16 per optimizer
+  step (`--micro-batch`, `--accumulation`, `--teacher`, `--student`, `--length` change them).
+  Needs neither Hydra nor datasets;
+- `host` (`kdbench.bench_host`): the same loop with tiny widths and vocabulary (the paper's
+  depths): its main thread's CPU time per micro-step is the host's (Python, dispatch, hooks), what
+  a GPU would wait for; with the time of collating one paper micro-batch on the main thread (none
+  with `--workers`), and the target it is held to (half the GPU time of a paper micro-batch at
+  40 % MFU on an H100 SXM, from the analytic FLOP count).
 
 Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over
 one real micro-step, forward and backward), MFU against the device's dense peak (the datasheet table
@@ -34,29 +32,28 @@ import itertools
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 
 import torch
 
 from kdbench import flops, synthetic
-from kdbench.data.batches import CorpusCollator
+from kdbench.bench_host import measure_host
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
-from kdbench.models.student import student_config, student_for
-from kdbench.objectives.terms import Objective
+from kdbench.models.student import student_for
 from kdbench.precision import resolve_precision
-from kdbench.specs import LoadingSpec, ShapeSpec
-from kdbench.timing import TimedBatches, Timer, peak_memory_gib, synchronisations, train_steps
+from kdbench.specs import ShapeSpec
+from kdbench.timing import (
+    TimedBatches,
+    Timer,
+    device_name,
+    peak_memory_gib,
+    synchronisations,
+    train_steps,
+)
 from kdbench.training import loop
 from kdbench.training.steps import to_device
 
 MODES = ("stage1", "agnostic", "host")
-TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # host mode: the compute is negligible
-TINY_VOCAB = 1024  # host mode: no vocabulary-sized tensors (embedding gradients, MLM logits) either
-TARGET_MFU, TARGET_DEVICE = (
-    0.4,
-    "H100 SXM",
-)  # the host target: half a paper micro-batch's GPU time at this MFU
 
 
 @functools.cache
@@ -183,95 +180,6 @@ def utilisation(result: dict, device: torch.device, precision: str) -> dict:
         "peak_tflops": peak / 1e12,
         "peak_source": source,
         "mfu": achieved / peak,
-    }
-
-
-def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-
-
-def host_target_ms(objective: str) -> dict:
-    """Half the GPU time of one paper micro-batch at TARGET_MFU on TARGET_DEVICE, from the analytic
-    count."""
-    paper = synthetic.Shapes()
-    teacher = synthetic.teacher_config(paper)
-    student = student_config(teacher, paper.student, 2)
-    model = Objective(synthetic.objective_terms(objective, student, teacher), student, teacher)
-    masked = 0.15 * paper.length if model.uses_logits else 0.0
-    per_example = flops.step_flops(
-        model, student, teacher, paper.length, agnostic=True, masked=masked
-    ).total
-    gpu_s = (
-        paper.micro_batch
-        * per_example
-        / (TARGET_MFU * flops.PEAK_TFLOPS[TARGET_DEVICE]["bf16"] * 1e12)
-    )
-    return {
-        "paper_flops_per_example": per_example,
-        "paper_micro_batch_gpu_ms": 1e3 * gpu_s,
-        "target_host_ms": 500 * gpu_s,
-    }
-
-
-def measure_host(
-    objective: str,
-    shapes: synthetic.Shapes,
-    device: torch.device,
-    steps: int,
-    warmup: int,
-    workers: int = 0,
-) -> dict:
-    """Host time per micro-step with tiny widths and vocabulary, the paper's depths and
-    accumulation, 2 sequences of 16 tokens (the host's work does not grow with them), and the time
-    of collating one micro-batch of `shapes` on the main thread (none with `workers` DataLoader
-    workers: they collate).
-
-    The time is the main thread's CPU time (`time.thread_time`) with one intra-op thread, the
-    fastest optimizer step's over its micro-steps: a host that feeds a GPU runs no kernels of size,
-    the work of worker processes and of other processes sharing the cores is not counted, and the
-    minimum drops steps slowed by them (caches, memory bandwidth)."""
-    tiny = replace(
-        shapes,
-        teacher=replace(shapes.teacher, name="tiny teacher", **TINY_WIDTH),
-        student=replace(shapes.student, name="tiny student", **TINY_WIDTH),
-        micro_batch=2,
-        length=16,
-        vocab=TINY_VOCAB,
-    )
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1 if device.type == "cpu" else threads)
-    try:
-        with synthetic.distillation(
-            objective, tiny, device, "fp32", warmup + steps, loading=LoadingSpec(workers)
-        ) as stage:
-            timer = Timer(device, warmup, time.thread_time)
-            loop.train(stage, [timer])
-        masking = stage.loader.collate_fn.masking
-        collate = CorpusCollator(masking and replace(masking, vocab_size=shapes.vocab), 0)
-        sequences = [
-            {**s, "epoch": 0, "example": i}
-            for i, s in enumerate(synthetic.random_sequences(shapes.micro_batch, shapes))
-        ]
-        start = time.thread_time()
-        collate(sequences)
-        collate_ms = 1e3 * (time.thread_time() - start) if workers == 0 else 0.0
-    finally:
-        torch.set_num_threads(threads)
-    step_ms = 1e3 * min(timer.laps) / tiny.accumulation
-    return {
-        "mode": "host",
-        "objective": objective,
-        "device": device_name(device),
-        "clock": "thread_time, fastest step",
-        "workers": workers,
-        "layers": [tiny.teacher.num_layers, tiny.student.num_layers],
-        "width": TINY_WIDTH["hidden_size"],
-        "vocab": TINY_VOCAB,
-        "micro_steps": steps * tiny.accumulation,
-        "micro_step_ms": step_ms,
-        f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate_ms,
-        "host_ms": step_ms + collate_ms,
-        **host_target_ms(objective),
     }
 
 

@@ -4,15 +4,14 @@ The plan is the only reader of the raw config below the entry point: recipes, th
 model code take the plan's specs (`kdbench.specs`). Everything a user can get wrong in a config
 fails here with one line (a ConfigError/DataError): the groups' values as they are read
 (`kdbench.plan_groups`), and here the layer lists, the widths, the head counts, batch sizes that do
-not divide, an absent GPU (`kdbench.device`). The fine-tune plan's own parts are
-`kdbench.plan_finetune`'s.
+not divide, an absent GPU (`kdbench.device`). The student's initialisation is read by
+`kdbench.plan_init`, the fine-tune plan's own parts by `kdbench.plan_finetune`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +22,6 @@ from transformers import PretrainedConfig
 from kdbench import distributed
 from kdbench.device import compute_on
 from kdbench.errors import ConfigError
-from kdbench.layers import check_width, resolve_init_layers
-from kdbench.models.hub import saved_config
 from kdbench.models.pretrained import teacher_config
 from kdbench.models.student import student_config
 from kdbench.objectives.term_specs import Term, build_terms
@@ -37,7 +34,6 @@ from kdbench.plan_groups import (
     container,
     corpus_spec,
     data_spec,
-    local_path,
     logger_spec,
     matching_labels,
     shape_spec,
@@ -46,6 +42,7 @@ from kdbench.plan_groups import (
     trainer_spec,
     writable_folder,
 )
+from kdbench.plan_init import init_spec
 from kdbench.ranges import check_ranges
 from kdbench.record import chain_of
 from kdbench.specs import (
@@ -65,7 +62,6 @@ from kdbench.specs import (
 from kdbench.trainer_specs import COMPUTATION_ONLY, TrainerSpec
 
 SETTINGS = ("task_specific", "task_agnostic", "finetune")
-log = logging.getLogger("kdbench")
 
 
 @dataclass(frozen=True)
@@ -105,80 +101,6 @@ class Plan:
     @property
     def num_labels(self) -> int:
         return self.task.num_labels
-
-
-def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
-    checked(init, "init")
-    if init.name == "pretrained":
-        return InitSpec(
-            "pretrained",
-            None,
-            path=pretrained_student(init.path, student),
-            carry_projections=init.get("carry_projections", False),
-        )
-    name = auto_init(teacher_conf, student) if init.name == "auto" else init.name
-    layers = resolve_init_layers(
-        name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers
-    )
-    if layers is not None:
-        check_width(student.hidden_size, teacher_conf.hidden_size, name)
-    return InitSpec(
-        name,
-        None if layers is None else tuple(layers),
-        init.get("copy_embeddings", True),
-        init.get("copy_head", False),
-    )
-
-
-SHAPE_KEYS = {
-    "num_layers": "num_hidden_layers",
-    "hidden_size": "hidden_size",
-    "num_heads": "num_attention_heads",
-    "ffn_size": "intermediate_size",
-}
-
-
-def pretrained_student(path: str | None, student: ShapeSpec) -> Path:
-    """init=pretrained's saved student, checked to be a model of the student's shape."""
-    folder = local_path(path)
-    if not path or not (folder / "config.json").is_file():
-        raise ConfigError(
-            "init=pretrained needs init.path, a folder written by save_pretrained (a "
-            "task-agnostic "
-            f"run's student/); {path} holds no config.json"
-        )
-    saved = saved_config(folder, "a distilled student")
-    differ = [
-        f"{key} {getattr(saved, theirs)} vs {getattr(student, key)}"
-        for key, theirs in SHAPE_KEYS.items()
-        if getattr(saved, theirs, None) != getattr(student, key)
-    ]
-    if differ:
-        raise ConfigError(
-            f"init.path={path} holds a model of another shape than student={student.name} "
-            f"({'; '.join(differ)}): choose the student config it was saved as"
-        )
-    return folder
-
-
-def auto_init(teacher_conf: PretrainedConfig, student: ShapeSpec) -> str:
-    """init=auto: every k-th teacher layer when the student can take them (same width, depth
-    dividing the teacher's), random otherwise; the choice is logged in one line."""
-    teacher_layers, width = teacher_conf.num_hidden_layers, teacher_conf.hidden_size
-    if student.hidden_size != width:
-        reason = f"the student's width {student.hidden_size} differs from the teacher's {width}"
-    elif teacher_layers % student.num_layers:
-        reason = (
-            f"the teacher's {teacher_layers} layers are not "
-            f"a multiple of the student's {student.num_layers}"
-        )
-    else:
-        log.info(
-            "init=auto: every_kth (teacher layers copied: the student has the teacher's width)"
-        )
-        return "every_kth"
-    log.info("init=auto: random (%s)", reason)
-    return "random"
 
 
 def check_agnostic_trainer(trainer: TrainerSpec) -> None:

@@ -220,6 +220,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             cfg,
             run_dir,
         )
+    return print_outcome(record, run_dir)
+
+
+def print_outcome(record: dict, run_dir) -> float | None:
+    """Prints what the run came to (skipped, already completed, or the teacher's and student's
+    scores, on the main process) and returns its score (None: another process runs it)."""
     if record.get("status") == "claimed":
         print(f"skipped: {run_dir} is being run by {describe(record['claimed_by'])}")
         return None

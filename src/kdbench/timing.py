@@ -81,6 +81,11 @@ class Timer(Hook):
         )
 
 
+def device_name(device: torch.device) -> str:
+    """The device a timing ran on, as the bench reports it: the GPU's model, or "cpu"."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def peak_memory_gib(device: torch.device) -> dict:
     if device.type == "cuda":
         return {"peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30}

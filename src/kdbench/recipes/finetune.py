@@ -85,19 +85,10 @@ class BestDevStep(Hook):
             write_json(self.store, {"step": step, "metrics": metrics})
 
 
-def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
+def task_loaders(plan: Plan, tokenizer) -> tuple:
+    """The task's training loader and its evaluation loaders (by split suffix), tokenised with the
+    student's tokenizer."""
     trainer = plan.trainer
-    set_seed(plan.seed)
-    saved_as = (
-        "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
-    )
-    model = hub.load(
-        AutoModelForSequenceClassification,
-        plan.student_path,
-        saved_as=saved_as,
-        num_labels=plan.num_labels,
-    ).to(plan.device)
-    tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
     train_loader = make_loader(
         train_set,
@@ -114,6 +105,23 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         )
         for suffix, ds in eval_sets.items()
     }
+    return train_loader, eval_loaders
+
+
+def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
+    trainer = plan.trainer
+    set_seed(plan.seed)
+    saved_as = (
+        "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
+    )
+    model = hub.load(
+        AutoModelForSequenceClassification,
+        plan.student_path,
+        saved_as=saved_as,
+        num_labels=plan.num_labels,
+    ).to(plan.device)
+    tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
+    train_loader, eval_loaders = task_loaders(plan, tokenizer)
     stage = loop.Stage(
         STAGE,
         [model],

@@ -60,7 +60,7 @@ MLM_NUM_LABELS = 2
 
 
 def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
-    trainer, batches, device = plan.trainer, plan.batches, plan.device
+    trainer, device = plan.trainer, plan.device
     world = distributed.init(device)
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     corpus = packed_corpus(plan, tokenizer)
@@ -103,17 +103,26 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         stats = loop.train(stage, hooks, resume.at(STAGE))
         start = time.perf_counter()
         final = heldout.measure()
-    timing = {
-        "distill_s": stats["seconds"],
-        "distill_examples_per_s": stats["examples_per_s"] * world.size,
-        "eval_s": time.perf_counter() - start,
-    }
+    eval_s = time.perf_counter() - start
     if world.is_main:
         save_distilled(plan, run_dir, student, objective, tokenizer, checkpoints)
+    return distilled_result(plan, run_dir, corpus, world, stats, eval_s, initial, final)
+
+
+def distilled_result(
+    plan: Plan, run_dir: Path, corpus, world: World, stats: dict, eval_s: float, initial, final
+) -> dict:
+    """The run's record fields: the held-out losses at the start and at the end (the metrics), the
+    time of distilling and of the final evaluation, the corpus and the batch layout."""
+    batches = plan.batches
     return {
         "metrics": final,
         "teacher_metrics": {},
-        "timing": timing,
+        "timing": {
+            "distill_s": stats["seconds"],
+            "distill_examples_per_s": stats["examples_per_s"] * world.size,
+            "eval_s": eval_s,
+        },
         "initial_heldout": initial,
         "student_path": str(run_dir / "student"),
         "corpus": corpus.meta,
