@@ -246,6 +246,16 @@ def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataF
     return frame, excluded
 
 
+def _write_cost(frame: pd.DataFrame, args: argparse.Namespace, out: Path) -> list[str]:
+    """cost.csv and its plot when the runs measured their cost; the lines tables.md shows."""
+    cost = cost_table(frame)
+    if cost.empty:
+        (out / "cost.csv").unlink(missing_ok=True)  # an earlier report's, in a reused folder
+    else:
+        _write_csv(cost, out / "cost.csv")
+    return cost_markdown(cost, args.digits, [] if args.no_plots else plot_cost(cost, out))
+
+
 def _write_report(
     frame: pd.DataFrame,
     excluded: list[dict],
@@ -265,12 +275,7 @@ def _write_report(
     _write_csv(unmatched, out / "unmatched.csv")
     versus = None if paper is None else render_versus(frame, paper, args.digits)
     walltimes = {table.key: walltime_lines(frame, table.key) for table in tables}
-    cost = cost_table(frame)
-    if cost.empty:
-        (out / "cost.csv").unlink(missing_ok=True)  # an earlier report's, in a reused folder
-    else:
-        _write_csv(cost, out / "cost.csv")
-    cost_lines = cost_markdown(cost, args.digits, [] if args.no_plots else plot_cost(cost, out))
+    cost_lines = _write_cost(frame, args, out)
     markdown = render_markdown(
         tables, args.digits, excluded, versus, code_versions(frame), walltimes, cost_lines
     )

@@ -11,8 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from kdbench.report.figures import colour_of, safe_name, save_png
-from kdbench.report.frames import natural_key
-from kdbench.report.frames import COST_COLS
+from kdbench.report.frames import COST_COLS, natural_key
 from kdbench.report.text import md_escape, md_row
 from kdbench.tasks import TASKS
 
