@@ -33,7 +33,7 @@ def test_mini_table1_regenerates_from_its_runs_jsonl(tmp_path: Path):
         assert (out / name).read_bytes() == (folder / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("name", ["mini_table1", "mini_table2", "mini_table3"])
+@pytest.mark.parametrize("name", ["mini_table1", "mini_table2", "mini_table3", "table3_power"])
 def test_no_committed_output_names_an_absolute_path(name: str):
     for path in (RESULTS / name).iterdir():
         if path.suffix in {".md", ".csv", ".html", ".tex", ".jsonl"}:
