@@ -19,18 +19,17 @@ KEPT = {
 
 
 @pytest.mark.slow
-def test_mini_table1_regenerates_from_its_runs_jsonl(tmp_path: Path):
-    folder = RESULTS / "mini_table1"
-    out = (
-        tmp_path / "mini_table1"
-    )  # the same name (the page's title is the study's), the records beside the page
+@pytest.mark.parametrize("name", ["mini_table1", "table3_power"])
+def test_a_committed_report_regenerates_from_its_runs_jsonl(name: str, tmp_path: Path):
+    folder = RESULTS / name
+    out = tmp_path / name  # the same name (the page's title is the study's), the records beside it
     out.mkdir()
     shutil.copy(folder / "runs.jsonl", out)
     assert main([str(out / "runs.jsonl"), "--out", str(out), "--paper"]) == 0
     committed = sorted(p.name for p in folder.iterdir() if p.name not in KEPT)
     assert sorted(p.name for p in out.iterdir() if p.name not in KEPT) == committed
-    for name in committed:  # PNGs too: the plots are drawn without timestamps, byte-stable
-        assert (out / name).read_bytes() == (folder / name).read_bytes(), name
+    for file in committed:  # PNGs too: the plots are drawn without timestamps, byte-stable
+        assert (out / file).read_bytes() == (folder / file).read_bytes(), file
 
 
 @pytest.mark.parametrize("name", ["mini_table1", "mini_table2", "mini_table3", "table3_power"])

@@ -100,20 +100,27 @@ def _test_lines(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]:
     if not open_pairs.empty:
         gaps = open_pairs["diff"].abs()
         seeds = open_pairs["seeds_needed"].dropna()
+        one = len(open_pairs) == 1
         settle = (
-            f"; at their observed effects a paired t-test would need {seeds_text(seeds.min())} to "
-            f"{seeds_text(seeds.max())} (median {seeds_text(seeds.median())}) for 80% power"
+            f"; at {'its observed effect' if one else 'their observed effects'} a paired t-test "
+            f"would need {value_range(seeds, seeds_text)} for 80% power"
             if not seeds.empty
             else ""
         )
+        gap_text = value_range(gaps, lambda v: fmt(v, digits), median=False)
         lines.append(
-            f"- Not significantly different: {len(open_pairs)} pairs, gaps "
-            f"{fmt(gaps.min(), digits)} to "
-            f"{fmt(gaps.max(), digits)} points{settle} (not significant is not equal: see claims "
-            "for "
-            "equivalence tests)."
+            f"- Not significantly different: {len(open_pairs)} pair{'' if one else 's'}, "
+            f"{'a gap of' if one else 'gaps'} {gap_text} "
+            f"points{settle} (not significant is not equal: see claims for equivalence tests)."
         )
     return lines
+
+
+def value_range(values: pd.Series, text, median: bool = True) -> str:
+    """`text` of the one value, or of the least to the greatest (and of the median)."""
+    low, high = text(values.min()), text(values.max())
+    middle = f" (median {text(values.median())})" if median else ""
+    return low if low == high else f"{low} to {high}{middle}"
 
 
 def study_findings(
