@@ -70,19 +70,21 @@ def rows(path: Path) -> list[dict]:
 
 def agnostic_table(results: list[dict]) -> list[str]:
     lines = [
-        "| objective | precision | seq/s | tokens/s | GFLOP/seq counted | analytic | TFLOP/s | MFU "
-        "| peak "
-        "| memory GiB | syncs/step | attention kernels | paper run, h |",
-        "|" + "---|" * 13,
+        "| objective | precision | micro-batch | seq/s | tokens/s | GFLOP/seq counted | analytic "
+        "| TFLOP/s | MFU | peak | memory GiB | bound GiB | syncs/step | attention kernels "
+        "| paper run, h |",
+        "|" + "---|" * 15,
     ]
     for r in results:
         hours = PAPER_STEPS * PAPER_BATCH / r["examples_per_s"] / 3600
         lines.append(
-            f"| {r['objective']} | {r['precision']} | {r['examples_per_s']:.0f} | "
+            f"| {r['objective']} | {r['precision']} | {r['micro_batch']} "
+            f"| {r['examples_per_s']:.0f} | "
             f"{r['tokens_per_s']:.0f} "
             f"| {r['flops_per_example'] / 1e9:.2f} | {r['analytic_flops_per_example'] / 1e9:.2f} "
             f"| {r['achieved_tflops']:.1f} | {r['mfu']:.1%} | {r['peak_source']} "
-            f"| {r.get('peak_memory_gib', float('nan')):.1f} | {r.get('syncs_per_step', '-')} "
+            f"| {r.get('peak_memory_gib', float('nan')):.1f} | {r['memory_bound_gib']:.1f} "
+            f"| {r.get('syncs_per_step', '-')} "
             f"| {', '.join(r['attention_kernels'])} | {hours:.0f} |"
         )
     return lines
@@ -90,14 +92,16 @@ def agnostic_table(results: list[dict]) -> list[str]:
 
 def host_table(results: list[dict]) -> list[str]:
     lines = [
-        "| objective | host ms per micro-step | collation ms | target ms |",
-        "|---|---|---|---|",
+        "| objective | host ms per micro-step | collation ms | target ms at 64 | micro-batch "
+        "| target ms at it |",
+        "|---|---|---|---|---|---|",
     ]
     for r in results:
         collate = next(v for k, v in r.items() if k.startswith("collate_ms"))
         lines.append(
             f"| {r['objective']} | {r['micro_step_ms']:.2f} | {collate:.2f} | "
-            f"{r['target_host_ms']:.2f} |"
+            f"{r['target_host_ms']:.2f} | {r['micro_batch']} "
+            f"| {r['target_host_ms_at_micro_batch']:.2f} |"
         )
     return lines
 

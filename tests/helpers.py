@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from kdbench.hydra_config import config_dir
+from kdbench.objectives.losses import LOSSES
 
 POSITIVE = [
     "a good movie",
@@ -20,6 +22,7 @@ POSITIVE = [
     "a fine story",
     "very nice",
 ]
+
 NEGATIVE = ["a bad movie", "awful plot", "i hated it", "boring scenes", "a poor story", "very dull"]
 
 
@@ -287,3 +290,19 @@ def assert_same_losses_and_grads(
         torch.testing.assert_close(
             other_grads[name], grads[name], rtol=10 * rtol, atol=1e-5 * scale
         )
+
+
+def agnostic_objectives() -> list[str]:
+    """Every packaged objective the task-agnostic setting admits (CRD needs a task's classes)."""
+    names = sorted(path.stem for path in (config_dir() / "objective").glob("*.yaml"))
+    return [
+        name
+        for name in names
+        if not any(LOSSES[term["loss"]].classification_only for term in objective_terms(name))
+    ]
+
+
+def objective_terms(name: str) -> list[dict]:
+    """The objective's task-agnostic term specs as its YAML writes them."""
+    spec = yaml.safe_load((config_dir() / "objective" / f"{name}.yaml").read_text())
+    return spec.get("terms_task_agnostic") or spec["terms"]

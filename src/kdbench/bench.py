@@ -8,14 +8,15 @@ Modes (one JSON line per objective):
   timed optimizer steps;
 - `agnostic`: the task-agnostic recipe through the real loop (`kdbench.training.loop.train`) on
   random token sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher
-  with random weights, a 6x768 student, sequences of 128, micro-batches of 64, 16 per optimizer
-  step (`--micro-batch`, `--accumulation`, `--teacher`, `--student`, `--length` change them).
-  Needs neither Hydra nor datasets;
+  with random weights, a 6x768 student, sequences of 128, 1024 per optimizer step, in the
+  micro-batches `trainer.device_batch_size=auto` chooses (64 on a CPU; `--batch`, `--micro-batch`,
+  `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor datasets;
 - `host` (`kdbench.bench_host`): the same loop with tiny widths and vocabulary (the paper's
   depths): its main thread's CPU time per micro-step is the host's (Python, dispatch, hooks), what
   a GPU would wait for; with the time of collating one paper micro-batch on the main thread (none
-  with `--workers`), and the target it is held to (half the GPU time of a paper micro-batch at
-  40 % MFU on an H100 SXM, from the analytic FLOP count).
+  with `--workers`), and the target it is held to: half the GPU time of a micro-batch at 40 % MFU
+  on an 80 GB H100 SXM, from the analytic FLOP count, for the paper's 64 sequences and for the
+  micro-batch auto chooses there.
 
 Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over
 one real micro-step, forward and backward), MFU against the device's dense peak (the datasheet table
@@ -32,11 +33,12 @@ import itertools
 import json
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
 from kdbench import flops, synthetic
-from kdbench.bench_host import measure_host
+from kdbench.bench_host import auto_micro_batch, measure_host
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import student_for
@@ -143,6 +145,10 @@ def measure_agnostic(
         "analytic_flops_per_example": analytic,
         "attention_kernels": kernels,
         **peak_memory_gib(device),
+        "memory_bound_gib": synthetic.step_memory(objective, shapes, precision).total(
+            shapes.micro_batch
+        )
+        / 2**30,
     }
     if device.type == "cuda":
         result["syncs_per_step"] = len(syncs) / (warmup + steps)
@@ -257,18 +263,22 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
     return result | utilisation(result, plan.device, plan.precision)
 
 
-def shapes_of(args) -> synthetic.Shapes:
+def shapes_of(args, objective: str, device: torch.device, precision: str) -> synthetic.Shapes:
+    """The bench's shapes; `--micro-batch auto` as `trainer.device_batch_size=auto` chooses on
+    `device` (in host mode on the host target's GPU)."""
+
     def shape(text: str) -> ShapeSpec:
         layers, width = (int(n) for n in text.split("x"))
         return ShapeSpec(text, layers, width, max(1, width // 64), 4 * width)
 
-    return synthetic.Shapes(
-        shape(args.teacher),
-        shape(args.student),
-        length=args.length,
-        micro_batch=args.micro_batch,
-        accumulation=args.accumulation,
-    )
+    shapes = synthetic.Shapes(shape(args.teacher), shape(args.student), length=args.length)
+    micro = args.micro_batch
+    if micro == "auto":
+        host = args.mode == "host"
+        micro = auto_micro_batch(objective, shapes, args.batch, device, precision, host=host)
+    elif not micro.isdigit() or args.batch % int(micro):
+        raise SystemExit(f"--micro-batch {micro}: give auto or a divisor of --batch {args.batch}")
+    return replace(shapes, micro_batch=int(micro), accumulation=args.batch // int(micro))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -286,8 +296,14 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--student", default="6x768", help="agnostic/host: LAYERSxWIDTH")
     parser.add_argument("--length", type=int, default=paper.length)
-    parser.add_argument("--micro-batch", type=int, default=paper.micro_batch)
-    parser.add_argument("--accumulation", type=int, default=paper.accumulation)
+    parser.add_argument(
+        "--batch", type=int, default=paper.micro_batch * paper.accumulation, help="agnostic/host"
+    )
+    parser.add_argument(
+        "--micro-batch",
+        default="auto",
+        help="agnostic/host: a divisor of --batch, or auto (as trainer.device_batch_size=auto)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     parser.add_argument(
@@ -300,12 +316,11 @@ def measure(args, objective: str) -> dict:
     if args.mode == "stage1":
         return measure_stage1([*args.overrides, f"objective={objective}"], args.steps, args.warmup)
     device = torch.device(args.device)
-    if args.mode == "host":
-        return measure_host(
-            objective, shapes_of(args), device, args.steps, args.warmup, args.workers
-        )
     precision = resolve_precision(args.precision, device)
-    return measure_agnostic(objective, shapes_of(args), device, precision, args.steps, args.warmup)
+    shapes = shapes_of(args, objective, device, precision)
+    if args.mode == "host":
+        return measure_host(objective, shapes, device, args.steps, args.warmup, args.workers)
+    return measure_agnostic(objective, shapes, device, precision, args.steps, args.warmup)
 
 
 def main(argv: list[str] | None = None) -> None:

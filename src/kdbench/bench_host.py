@@ -6,45 +6,55 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 
 import torch
 
-from kdbench import flops, synthetic
+from kdbench import flops, memory, synthetic
 from kdbench.data.batches import CorpusCollator
-from kdbench.models.student import student_config
-from kdbench.objectives.terms import Objective
 from kdbench.specs import LoadingSpec
 from kdbench.timing import Timer, device_name
 from kdbench.training import loop
 
 TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # the compute is negligible
 TINY_VOCAB = 1024  # no vocabulary-sized tensors (embedding gradients, MLM logits) either
-TARGET_MFU, TARGET_DEVICE = (
-    0.4,
-    "H100 SXM",
-)  # the host target: half a paper micro-batch's GPU time at this MFU
+# the host target: half the GPU time of a micro-batch at this MFU on this device, of this memory
+TARGET_MFU, TARGET_DEVICE, TARGET_MEMORY = 0.4, "H100 SXM", 80 * 2**30
 
 
-def host_target_ms(objective: str) -> dict:
-    """Half the GPU time of one paper micro-batch at TARGET_MFU on TARGET_DEVICE, from the analytic
-    count."""
+def auto_micro_batch(
+    objective: str,
+    shapes: synthetic.Shapes,
+    batch: int,
+    device: torch.device,
+    precision: str,
+    *,
+    host: bool,
+) -> int:
+    """`--micro-batch auto`: what `trainer.device_batch_size=auto` chooses for a step of `shapes`
+    on `device`; with `host` (the host mode), on TARGET_DEVICE (bf16)."""
+    if host:
+        bound = synthetic.step_memory(objective, shapes, "bf16")
+        return memory.fitting_micro_batch(batch, bound, TARGET_MEMORY)
+    bound = partial(synthetic.step_memory, objective, shapes, precision)
+    return memory.device_batch("auto", batch, device, bound)
+
+
+def host_target_ms(objective: str, micro_batch: int) -> dict:
+    """Half the GPU time of one paper micro-batch (64 sequences, and `micro_batch`) at TARGET_MFU
+    on TARGET_DEVICE, from the analytic count."""
     paper = synthetic.Shapes()
-    teacher = synthetic.teacher_config(paper)
-    student = student_config(teacher, paper.student, 2)
-    model = Objective(synthetic.objective_terms(objective, student, teacher), student, teacher)
+    model, student, teacher = synthetic.meta_objective(objective, paper)
     masked = 0.15 * paper.length if model.uses_logits else 0.0
     per_example = flops.step_flops(
         model, student, teacher, paper.length, agnostic=True, masked=masked
     ).total
-    gpu_s = (
-        paper.micro_batch
-        * per_example
-        / (TARGET_MFU * flops.PEAK_TFLOPS[TARGET_DEVICE]["bf16"] * 1e12)
-    )
+    sequence_ms = 1e3 * per_example / (TARGET_MFU * flops.PEAK_TFLOPS[TARGET_DEVICE]["bf16"] * 1e12)
     return {
         "paper_flops_per_example": per_example,
-        "paper_micro_batch_gpu_ms": 1e3 * gpu_s,
-        "target_host_ms": 500 * gpu_s,
+        "paper_micro_batch_gpu_ms": paper.micro_batch * sequence_ms,
+        "target_host_ms": paper.micro_batch * sequence_ms / 2,
+        "target_host_ms_at_micro_batch": micro_batch * sequence_ms / 2,
     }
 
 
@@ -117,5 +127,6 @@ def measure_host(
         "micro_step_ms": step_ms,
         f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate,
         "host_ms": step_ms + collate,
-        **host_target_ms(objective),
+        "micro_batch": shapes.micro_batch,
+        **host_target_ms(objective, shapes.micro_batch),
     }

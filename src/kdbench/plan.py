@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -22,9 +23,11 @@ from transformers import PretrainedConfig
 from kdbench import distributed
 from kdbench.device import compute_on
 from kdbench.errors import ConfigError
+from kdbench.memory import StepMemory, device_batch, step_memory
 from kdbench.models.pretrained import teacher_config
 from kdbench.models.student import student_config
 from kdbench.objectives.term_specs import Term, build_terms
+from kdbench.objectives.terms import Objective
 from kdbench.plan_finetune import finetune_parts
 from kdbench.plan_groups import (
     augment_spec,
@@ -114,14 +117,16 @@ def check_agnostic_trainer(trainer: TrainerSpec) -> None:
         )
 
 
-def batch_layout(global_batch: int, world_size: int, device_batch: int) -> BatchLayout:
+def batch_layout(global_batch: int, world_size: int, device_batch) -> BatchLayout:
     """Micro-batches per process and gradient-accumulation steps giving exactly `global_batch` per
-    step."""
+    step; `device_batch`: a number, or a callable choosing it from the batch per process."""
     per_process, remainder = divmod(global_batch, world_size)
     if remainder:
         raise ConfigError(
             f"trainer.batch_size={global_batch} is not divisible by {world_size} processes"
         )
+    if callable(device_batch):
+        device_batch = device_batch(per_process)
     micro = min(device_batch, per_process)
     if per_process % micro:
         raise ConfigError(
@@ -251,7 +256,16 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     if corpus is not None:
         check_agnostic_trainer(trainer)
         batches = batch_layout(
-            trainer.batch_size, distributed.current().size, trainer.device_batch_size
+            trainer.batch_size,
+            distributed.current().size,
+            partial(
+                device_batch,
+                trainer.device_batch_size,
+                device=common["device"],
+                memory=partial(
+                    agnostic_step_memory, terms, student_conf, teacher_conf, corpus, common
+                ),
+            ),
         )
     return dict(
         init=init,
@@ -262,6 +276,14 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
         student_path=None,
         chain=distillation_chain(teacher, student, init, cfg),
     )
+
+
+def agnostic_step_memory(terms, student_conf, teacher_conf, corpus, common) -> StepMemory:
+    """The task-agnostic step's memory bound, its objective built on the meta device (no
+    memory)."""
+    with torch.device("meta"):
+        objective = Objective(terms, student_conf, teacher_conf, None, common["seed"])
+    return step_memory(objective, student_conf, teacher_conf, corpus.seq_len, common["precision"])
 
 
 def distillation_chain(

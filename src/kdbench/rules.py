@@ -105,6 +105,11 @@ def key(rule: Rule | None, default=MISSING, *, each: bool = False, how: bool = F
     return field(default=default, metadata={"rule": rule, "each": each, "how": how})
 
 
+DEVICE_BATCH = Rule(
+    lambda value: value is None or value == "auto" or COUNT.admits(value),
+    "auto (what fits a GPU's memory, up to 64 elsewhere), a positive integer, or null (the whole "
+    "batch)",
+)
 DEVICE = Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda or cuda:N")
 WORKERS = Rule(
     lambda value: value == "auto" or NON_NEGATIVE_COUNT.admits(value),

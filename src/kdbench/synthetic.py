@@ -15,11 +15,12 @@ import torch
 import yaml
 from transformers import BertConfig, BertForMaskedLM
 
+from kdbench import memory
 from kdbench.data.batches import IN_PROCESS, CorpusCollator, KeyedCorpus, ShardedBatches
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.hydra_config import config_dir
-from kdbench.models.student import build_student
+from kdbench.models.student import build_student, student_config
 from kdbench.objectives.term_specs import build_terms
 from kdbench.objectives.terms import Objective
 from kdbench.recipes.task_agnostic import MLM_NUM_LABELS, reaching_step, recorder
@@ -79,6 +80,22 @@ def objective_terms(name: str, student_conf, teacher_conf, *, agnostic: bool = T
         agnostic=agnostic,
         teacher_has_mlm_head=agnostic,
     )
+
+
+def meta_objective(name: str, shapes: Shapes) -> tuple[Objective, BertConfig, BertConfig]:
+    """The objective's task-agnostic module at `shapes`, built on the meta device (no memory, no
+    compute), with the student's and the teacher's configs."""
+    teacher = teacher_config(shapes)
+    student = student_config(teacher, shapes.student, MLM_NUM_LABELS)
+    with torch.device("meta"):
+        objective = Objective(objective_terms(name, student, teacher), student, teacher)
+    return objective, student, teacher
+
+
+def step_memory(name: str, shapes: Shapes, precision: str) -> memory.StepMemory:
+    """`kdbench.memory`'s bound on a step of the objective at `shapes`."""
+    objective, student, teacher = meta_objective(name, shapes)
+    return memory.step_memory(objective, student, teacher, shapes.length, precision)
 
 
 def random_sequences(count: int, shapes: Shapes, seed: int = 0) -> list[dict]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from kdbench.rules import (
     COUNT,
     DEVICE,
+    DEVICE_BATCH,
     FLAG,
     FRACTION,
     LEARNING_RATE,
@@ -105,7 +106,7 @@ class TaskAgnosticTrainer(DistillationTrainer):
     """setting=task_agnostic: by steps, on global batches split into device micro-batches."""
 
     max_steps: int | None = key(COUNT.or_null("epochs, not steps"), None)
-    device_batch_size: int | None = key(COUNT.or_null("the whole batch"), None)
+    device_batch_size: int | str | None = key(DEVICE_BATCH, None)  # `kdbench.memory.device_batch`
     heldout_batches: int = key(NON_NEGATIVE_COUNT, 0)
     # masking by token frequency ** -smoothing; None: uniform
     mlm_smoothing: float | None = key(POSITIVE.or_null("uniform masking"), None)

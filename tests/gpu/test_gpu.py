@@ -33,7 +33,7 @@ from kdbench.training.steps import (
     teacher_records_now,
     to_device,
 )
-from tests.helpers import assert_same_losses_and_grads
+from tests.helpers import agnostic_objectives, assert_same_losses_and_grads
 
 SMALL = synthetic.Shapes(
     ShapeSpec("4x64", 4, 64, 4, 128),
@@ -44,20 +44,7 @@ SMALL = synthetic.Shapes(
     accumulation=2,
 )
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
-AGNOSTIC = [
-    "vanilla_kd",
-    "hid_cls",
-    "hid_seq",
-    "att_mse",
-    "att_mse+hid_seq",
-    "att_kl",
-    "att_kl+hid_seq",
-    "att_kl+val_kl",
-    "val_kl",
-    "minilm_v2",
-    "distilbert",
-    "tinybert",
-]
+AGNOSTIC = agnostic_objectives()
 STAGE1 = [
     "hid_cls",
     "hid_seq",

@@ -45,8 +45,8 @@ def test_the_task_agnostic_mode_runs_the_loop_and_reports_flops_and_mfu(capsys):
             "16",
             "--micro-batch",
             "2",
-            "--accumulation",
-            "2",
+            "--batch",
+            "4",
             "--steps",
             "1",
             "--warmup",
@@ -70,22 +70,14 @@ def test_the_task_agnostic_mode_runs_the_loop_and_reports_flops_and_mfu(capsys):
     )  # the MLM heads and the whole models
 
 
+def host_row(capsys, *options: str) -> dict:
+    """The host mode's line for one optimizer step after one untimed one, with `options`."""
+    main(["--mode", "host", "--steps", "1", "--warmup", "1", *options])
+    return json.loads(capsys.readouterr().out)
+
+
 def test_the_host_mode_reports_the_time_per_micro_step_and_its_target(capsys):
-    main(
-        [
-            "--mode",
-            "host",
-            "--micro-batch",
-            "4",
-            "--accumulation",
-            "2",
-            "--steps",
-            "1",
-            "--warmup",
-            "1",
-        ]
-    )
-    row = json.loads(capsys.readouterr().out)
+    row = host_row(capsys, "--micro-batch", "4", "--batch", "8")
     assert (
         row["micro_steps"] == 2
         and row["micro_step_ms"] > 0
@@ -95,34 +87,25 @@ def test_the_host_mode_reports_the_time_per_micro_step_and_its_target(capsys):
     assert row["target_host_ms"] == pytest.approx(
         0.5e3 * 64 * row["paper_flops_per_example"] / (0.4 * 989e12)
     )
+    assert row["target_host_ms_at_micro_batch"] == pytest.approx(row["target_host_ms"] * 4 / 64)
     assert row["collate_ms_4x128"] > 0 and row["workers"] == 0
 
 
 def test_the_host_mode_with_workers_counts_no_collation_on_the_main_thread(capsys):
-    main(
-        [
-            "--mode",
-            "host",
-            "--micro-batch",
-            "4",
-            "--accumulation",
-            "2",
-            "--steps",
-            "1",
-            "--warmup",
-            "0",
-            "--workers",
-            "1",
-            "--objectives",
-            "vanilla_kd",
-        ]
+    row = host_row(
+        capsys, "--micro-batch", "4", "--batch", "8", "--workers", "1", "--objectives", "vanilla_kd"
     )
-    row = json.loads(capsys.readouterr().out)
     assert (
         row["workers"] == 1
         and row["collate_ms_4x128"] == 0
         and row["host_ms"] == row["micro_step_ms"] > 0
     )
+
+
+def test_the_host_mode_holds_the_micro_batch_auto_chooses_on_an_80_gb_h100(capsys):
+    row = host_row(capsys, "--workers", "1")  # the paper's 1024 sequences per step
+    assert row["micro_batch"] == 512 and row["micro_steps"] == 2
+    assert row["target_host_ms_at_micro_batch"] == pytest.approx(row["target_host_ms"] * 8)
 
 
 def test_modes_other_than_stage1_take_no_overrides(capsys):

@@ -12,7 +12,7 @@ from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan
 from kdbench.recipes.task_specific import stage1
 from kdbench.specs import ShapeSpec
-from tests.helpers import compose_config, tiny_models, tiny_overrides
+from tests.helpers import agnostic_objectives, compose_config, tiny_models, tiny_overrides
 
 # Every matmul the models and losses run is in the analytic count; only the order of float sums
 # differs.
@@ -25,20 +25,7 @@ SMALL = synthetic.Shapes(
     micro_batch=4,
     accumulation=1,
 )
-AGNOSTIC = [
-    "vanilla_kd",
-    "hid_cls",
-    "hid_seq",
-    "att_mse",
-    "att_mse+hid_seq",
-    "att_kl",
-    "att_kl+hid_seq",
-    "att_kl+val_kl",
-    "val_kl",
-    "minilm_v2",
-    "distilbert",
-    "tinybert",
-]
+AGNOSTIC = agnostic_objectives()
 STAGE1 = [
     "hid_cls",
     "hid_seq",

@@ -10,6 +10,7 @@ import torch
 
 from kdbench.data.batches import ResumableSampler, SeededBatches, ShardedBatches
 from kdbench.distributed import World
+from kdbench.errors import KdbenchError
 from kdbench.record import StepLog
 from kdbench.specs import OptimizerSpec
 from kdbench.training import hooks, loop
@@ -125,6 +126,16 @@ def test_a_checkpoint_resumes_to_the_same_weights(tmp_path):
     resumed = toy_stage()  # other initial weights: the checkpoint replaces them
     loop.train(resumed, resume=mid_epoch)
     assert torch.equal(resumed.modules[0].weight, first.modules[0].weight)
+
+
+def test_a_checkpoint_of_other_micro_batches_is_refused_with_the_fix(tmp_path):
+    checkpoints = Checkpoints(tmp_path / "ckpt", keep=100)
+    loop.train(
+        toy_stage(batch=2, accumulation=2), [Checkpoint(checkpoints, every=2, at_epochs=False)]
+    )
+    state = torch.load(sorted((tmp_path / "ckpt").glob("ckpt-*.pt"))[0], weights_only=True)
+    with pytest.raises(KdbenchError, match="took 2 micro-batches per step, this run takes 1"):
+        loop.train(toy_stage(batch=4), resume=state)
 
 
 def test_logging_every_n_steps_and_at_the_last(tmp_path):

@@ -156,6 +156,7 @@ class Progress:
             "step": self.step,
             "epoch": self.epoch,
             "batch": self.batch,
+            "accumulation": self.stage.accumulation,
             "modules": [m.state_dict() for m in self.stage.modules],
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -163,6 +164,14 @@ class Progress:
         }
 
     def restore(self, state: dict) -> None:
+        saved = state.get("accumulation", self.stage.accumulation)
+        if saved != self.stage.accumulation:  # the data position counts micro-batches
+            raise KdbenchError(
+                f"the checkpoint of {self.stage.name} took {saved} micro-batches per step, "
+                f"this run takes {self.stage.accumulation} (trainer.device_batch_size=auto chose "
+                "for another device): set trainer.device_batch_size to the checkpoint's "
+                "micro-batch to resume"
+            )
         for module, saved in zip(self.stage.modules, state["modules"], strict=True):
             module.load_state_dict(saved)
         self.optimizer.load_state_dict(state["optimizer"])
