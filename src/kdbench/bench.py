@@ -319,7 +319,10 @@ def measure(args, objective: str) -> dict:
     precision = resolve_precision(args.precision, device)
     shapes = shapes_of(args, objective, device, precision)
     if args.mode == "host":
-        return measure_host(objective, shapes, device, args.steps, args.warmup, args.workers)
+        host_precision = "bf16" if args.precision == "auto" else args.precision  # the target's
+        return measure_host(
+            objective, shapes, device, args.steps, args.warmup, args.workers, host_precision
+        )
     return measure_agnostic(objective, shapes, device, precision, args.steps, args.warmup)
 
 

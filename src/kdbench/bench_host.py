@@ -91,10 +91,12 @@ def measure_host(
     steps: int,
     warmup: int,
     workers: int = 0,
+    precision: str = "bf16",
 ) -> dict:
     """Host time per micro-step with `tiny_shapes(shapes)` (the host's work does not grow with the
     widths and lengths), and the time of collating one micro-batch of `shapes` on the main thread
-    (none with `workers` DataLoader workers: they collate).
+    (none with `workers` DataLoader workers: they collate), at `precision` (bf16 autocast, as on
+    the target GPU: its casts are host work too).
 
     The time is the main thread's CPU time (`time.thread_time`) with one intra-op thread, the
     fastest optimizer step's over its micro-steps: a host that feeds a GPU runs no kernels of size,
@@ -105,7 +107,7 @@ def measure_host(
     torch.set_num_threads(1 if device.type == "cpu" else threads)
     try:
         with synthetic.distillation(
-            objective, tiny, device, "fp32", warmup + steps, loading=LoadingSpec(workers)
+            objective, tiny, device, precision, warmup + steps, loading=LoadingSpec(workers)
         ) as stage:
             timer = Timer(device, warmup, time.thread_time)
             loop.train(stage, [timer])
@@ -119,6 +121,7 @@ def measure_host(
         "objective": objective,
         "device": device_name(device),
         "clock": "thread_time, fastest step",
+        "precision": precision,
         "workers": workers,
         "layers": [tiny.teacher.num_layers, tiny.student.num_layers],
         "width": TINY_WIDTH["hidden_size"],

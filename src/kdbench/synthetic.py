@@ -25,7 +25,7 @@ from kdbench.objectives.term_specs import build_terms
 from kdbench.objectives.terms import Objective
 from kdbench.recipes.task_agnostic import MLM_NUM_LABELS, reaching_step, recorder
 from kdbench.specs import LoadingSpec, OptimizerSpec, ShapeSpec
-from kdbench.teacher.frozen import freeze
+from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training import loop
 from kdbench.training.steps import StudentSide, teacher_records_now
 
@@ -147,7 +147,9 @@ def distillation(
     distillation (this process's part of it in a data-parallel `world`, whose process group is
     already initialised)."""
     torch.manual_seed(seed)
-    teacher = freeze(BertForMaskedLM(teacher_config(shapes))).to(device)
+    teacher = in_run_precision(
+        freeze(BertForMaskedLM(teacher_config(shapes))).to(device), precision
+    )
     student = build_student(
         teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1, mlm=True, dropout=dropout
     )

@@ -88,7 +88,7 @@ def test_the_host_mode_reports_the_time_per_micro_step_and_its_target(capsys):
         0.5e3 * 64 * row["paper_flops_per_example"] / (0.4 * 989e12)
     )
     assert row["target_host_ms_at_micro_batch"] == pytest.approx(row["target_host_ms"] * 4 / 64)
-    assert row["collate_ms_4x128"] > 0 and row["workers"] == 0
+    assert row["collate_ms_4x128"] > 0 and row["workers"] == 0 and row["precision"] == "bf16"
 
 
 def test_the_host_mode_with_workers_counts_no_collation_on_the_main_thread(capsys):

@@ -131,6 +131,16 @@ def make_loader(
     )
 
 
+def eval_loaders(
+    encoded_sets: dict, tokenizer, batch_size: int, loading: LoadingSpec = IN_PROCESS
+) -> dict[str, DataLoader]:
+    """`make_loader` of each evaluation set (by split suffix), in order, dynamically padded."""
+    return {
+        suffix: make_loader(encoded, tokenizer, batch_size, shuffle=False, loading=loading)
+        for suffix, encoded in encoded_sets.items()
+    }
+
+
 class ShardedBatches(ResumableSampler):
     """This process's micro-batches of seeded global batches, as (epoch, example) keys.
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 
-from kdbench.data.batches import make_loader
+from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
 from kdbench.plan import Plan
@@ -99,13 +99,8 @@ def task_loaders(plan: Plan, tokenizer) -> tuple:
         group_by_length=trainer.group_by_length,
         loading=plan.loading,
     )
-    eval_loaders = {
-        suffix: make_loader(
-            ds, tokenizer, trainer.eval_batch_size, shuffle=False, loading=plan.loading
-        )
-        for suffix, ds in eval_sets.items()
-    }
-    return train_loader, eval_loaders
+    dev_loaders = eval_loaders(eval_sets, tokenizer, trainer.eval_batch_size, plan.loading)
+    return train_loader, dev_loaders
 
 
 def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
@@ -121,7 +116,7 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         num_labels=plan.num_labels,
     ).to(plan.device)
     tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
-    train_loader, eval_loaders = task_loaders(plan, tokenizer)
+    train_loader, dev_loaders = task_loaders(plan, tokenizer)
     stage = loop.Stage(
         STAGE,
         [model],
@@ -131,7 +126,7 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         plan.device,
         epochs=trainer.finetune_epochs,
     )
-    score = partial(evaluate, model, eval_loaders, plan.task.metrics, plan.device, plan.precision)
+    score = partial(evaluate, model, dev_loaders, plan.task.metrics, plan.device, plan.precision)
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     best = BestDevStep(score, model, trainer.eval_every, checkpoints.folder / "best.json")
     resume = Resume.of(checkpoints, (STAGE,), plan.fingerprint)

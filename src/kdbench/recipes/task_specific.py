@@ -23,7 +23,7 @@ import torch
 from kdbench.card import model_card
 from kdbench.cost import compare_costs
 from kdbench.data.augmentation import augmented_train_set
-from kdbench.data.batches import make_loader
+from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import dev_sets, encode_train, train_subset
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import teacher_tokenizer
@@ -87,7 +87,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     originals = train_subset(plan.task, plan.data)
     train_set = encode_train(originals, plan.task, tokenizer, trainer.max_length)
-    teacher, eval_loaders = teacher_and_dev(plan, train_set, tokenizer, log)
+    teacher, dev_loaders = teacher_and_dev(plan, train_set, tokenizer, log)
     student = student_for(plan, teacher.model)
     compile_if_asked(plan.trainer, student, teacher.model)
     in_run_precision(teacher.model, plan.precision)
@@ -102,7 +102,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     if trainer.stage2_epochs > 0 and not resume.skips("stage2", student, plan.device):
         train_stage2(plan, student, lesson, hooks, resume.at("stage2"), timing)
     start = time.perf_counter()
-    metrics = evaluate(student, eval_loaders, plan.task.metrics, plan.device, plan.precision)
+    metrics = evaluate(student, dev_loaders, plan.task.metrics, plan.device, plan.precision)
     timing["eval_s"] = time.perf_counter() - start
     outcome = {
         "metrics": metrics,
@@ -131,16 +131,11 @@ def teacher_and_dev(plan: Plan, train_set, tokenizer, log: StepLog) -> tuple[Fin
         loading=plan.loading,
         group_by_length=trainer.teacher_group_by_length,
     )
-    eval_loaders = {
-        suffix: make_loader(
-            ds, tokenizer, trainer.eval_batch_size, shuffle=False, loading=plan.loading
-        )
-        for suffix, ds in eval_sets.items()
-    }
-    teacher = finetuned_teacher(plan, teacher_loader, eval_loaders, log)
+    dev_loaders = eval_loaders(eval_sets, tokenizer, trainer.eval_batch_size, plan.loading)
+    teacher = finetuned_teacher(plan, teacher_loader, dev_loaders, log)
     if trainer.teacher_dropout:
         teacher.model.train()  # dropout on while it teaches, still without gradients
-    return teacher, eval_loaders
+    return teacher, dev_loaders
 
 
 def train_stage1(
