@@ -5,8 +5,10 @@ fine-tuning grids: they compose, follow the paper's recipe, and every point of t
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
+import torch
 from transformers import BertConfig
 
 from kdbench.hydra_config import compose
@@ -31,6 +33,7 @@ TABLE2_OBJECTIVES = [
     "att_kl+hid_seq",
     "att_kl+val_kl",
 ]
+GIB = 2**30
 # The teachers' architectures (config.json values), so that plans need neither the Hub nor local
 # weights.
 ARCHITECTURES = {
@@ -194,3 +197,29 @@ def test_every_task_of_the_finetune_grid_plans(name, tmp_path, tiny_glue, monkey
             preset(name, f"task={task}", f"setting.student_path={tmp_path}", *data, hydra=False)
         )
         assert (plan.setting, plan.task.name, plan.student_path) == ("finetune", task, tmp_path)
+
+
+@pytest.mark.parametrize("objective", ["att_kl", "vanilla_kd"])
+def test_auto_micro_batches_fit_the_gpu_by_the_paper_shapes_bound(
+    objective, known_architectures, monkeypatch
+):
+    from kdbench import memory, plan, synthetic
+    from kdbench.specs import LoadingSpec
+
+    gpu = {"device": torch.device("cuda", 0), "precision": "bf16", "tf32": True}
+    monkeypatch.setattr(plan, "compute_on", lambda trainer: {**gpu, "loading": LoadingSpec(4)})
+    seen, fitting = [], memory.fitting_micro_batch
+
+    def fit(per_process, bound, device_bytes):
+        seen.append(bound)
+        return fitting(per_process, bound, device_bytes)
+
+    monkeypatch.setattr(memory, "fitting_micro_batch", fit)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=80 * GIB)
+    )
+    planned = make_plan(preset("table2_agnostic", f"objective={objective}", hydra=False))
+    assert planned.trainer.device_batch_size == "auto"
+    assert seen == [synthetic.step_memory(objective, synthetic.Shapes(), "bf16")]
+    micro = fitting(1024, seen[0], 80 * GIB)
+    assert (planned.batches.per_process, planned.batches.accumulation) == (micro, 1024 // micro)
