@@ -130,6 +130,17 @@ def loader(
     )
 
 
+def random_models(shapes: Shapes, device, precision: str, seed: int, dropout: float | None):
+    """A frozen random teacher of `shapes` in the run's precision (as the recipe keeps it) and a
+    random student with an MLM head, on `device`."""
+    torch.manual_seed(seed)
+    teacher = freeze(BertForMaskedLM(teacher_config(shapes))).to(device)
+    student = build_student(
+        teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1, mlm=True, dropout=dropout
+    )
+    return in_run_precision(teacher, precision), student.to(device)
+
+
 @contextmanager
 def distillation(
     objective_name: str,
@@ -146,14 +157,7 @@ def distillation(
     """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic
     distillation (this process's part of it in a data-parallel `world`, whose process group is
     already initialised)."""
-    torch.manual_seed(seed)
-    teacher = in_run_precision(
-        freeze(BertForMaskedLM(teacher_config(shapes))).to(device), precision
-    )
-    student = build_student(
-        teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1, mlm=True, dropout=dropout
-    )
-    student = student.to(device)
+    teacher, student = random_models(shapes, device, precision, seed, dropout)
     terms = objective_terms(objective_name, student.config, teacher.config)
     objective = Objective(terms, student.config, teacher.config, None, seed).to(device)
     masking = MaskingSpec(shapes.vocab, MASK_ID, SPECIAL_IDS) if objective.uses_logits else None
