@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -134,7 +134,7 @@ def batch_layout(global_batch: int, world_size: int, device_batch) -> BatchLayou
             "process, not a "
             f"multiple of trainer.device_batch_size={device_batch}: choose sizes that divide"
         )
-    return BatchLayout(global_batch, micro, per_process // micro, world_size)
+    return BatchLayout(global_batch, micro, per_process // micro, world_size, heldout_batch=micro)
 
 
 def config_fingerprint(resolved: dict) -> str:
@@ -255,18 +255,8 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     batches = None
     if corpus is not None:
         check_agnostic_trainer(trainer)
-        batches = batch_layout(
-            trainer.batch_size,
-            distributed.current().size,
-            partial(
-                device_batch,
-                trainer.device_batch_size,
-                device=common["device"],
-                memory=partial(
-                    agnostic_step_memory, terms, student_conf, teacher_conf, corpus, common
-                ),
-            ),
-        )
+        memory = partial(agnostic_step_memory, terms, student_conf, teacher_conf, corpus, common)
+        batches = agnostic_batches(trainer, common["device"], memory)
     return dict(
         init=init,
         terms=terms,
@@ -276,6 +266,17 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
         student_path=None,
         chain=distillation_chain(teacher, student, init, cfg),
     )
+
+
+def agnostic_batches(trainer: TrainerSpec, device: torch.device, memory) -> BatchLayout:
+    """The task-agnostic batch layout on `device` (`memory`: the step's bound, for
+    `trainer.device_batch_size=auto` on a GPU), its held-out micro-batch that of the CPU."""
+
+    def layout(on: torch.device) -> BatchLayout:
+        chosen = partial(device_batch, trainer.device_batch_size, device=on, memory=memory)
+        return batch_layout(trainer.batch_size, distributed.current().size, chosen)
+
+    return replace(layout(device), heldout_batch=layout(torch.device("cpu")).per_process)
 
 
 def agnostic_step_memory(terms, student_conf, teacher_conf, corpus, common) -> StepMemory:

@@ -16,7 +16,7 @@ import yaml
 from transformers import BertConfig, BertForMaskedLM
 
 from kdbench import memory
-from kdbench.data.batches import IN_PROCESS, CorpusCollator, KeyedCorpus, ShardedBatches
+from kdbench.data.batches import IN_PROCESS, corpus_loader
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.hydra_config import config_dir
@@ -120,14 +120,8 @@ def loader(
     masked by the recipe's collator (a global batch is `micro_batch * accumulation * world.size`
     sequences), loaded as `loading` says."""
     global_batch = shapes.micro_batch * shapes.accumulation * world.size
-    sampler = ShardedBatches(global_batch * steps, global_batch, shapes.micro_batch, world, seed)
-    return torch.utils.data.DataLoader(
-        KeyedCorpus(random_sequences(global_batch * steps, shapes, seed)),
-        batch_sampler=sampler,
-        collate_fn=CorpusCollator(masking, seed),
-        generator=torch.Generator().manual_seed(seed),  # not the global RNG
-        **loading.options(),
-    )
+    sequences = random_sequences(global_batch * steps, shapes, seed)
+    return corpus_loader(sequences, shapes.micro_batch, global_batch, loading, world, masking, seed)
 
 
 def random_models(shapes: Shapes, device, precision: str, seed: int, dropout: float | None):

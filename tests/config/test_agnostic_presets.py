@@ -223,3 +223,4 @@ def test_auto_micro_batches_fit_the_gpu_by_the_paper_shapes_bound(
     assert seen == [synthetic.step_memory(objective, synthetic.Shapes(), "bf16")]
     micro = fitting(1024, seen[0], 80 * GIB)
     assert (planned.batches.per_process, planned.batches.accumulation) == (micro, 1024 // micro)
+    assert planned.batches.heldout_batch == 64  # the held-out sample is the CPU's on every device

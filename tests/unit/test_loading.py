@@ -4,12 +4,11 @@ with any number of workers, from the start and from a resumed position."""
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from kdbench.data.batches import make_loader
+from kdbench.data.batches import corpus_loader, make_loader
 from kdbench.data.glue import load_split, tokenize
 from kdbench.data.masking import MaskingSpec
 from kdbench.device import loading_spec
@@ -17,7 +16,6 @@ from kdbench.distributed import World
 from kdbench.errors import ConfigError
 from kdbench.plan import make_plan
 from kdbench.plan_groups import data_spec, task_spec
-from kdbench.recipes.task_agnostic import corpus_loader
 from kdbench.specs import LoadingSpec
 from tests.helpers import compose_config, tiny_overrides
 
@@ -106,12 +104,9 @@ def corpus_sequences(count: int = 40, length: int = 16) -> list[dict]:
 def test_masked_corpus_batches_are_the_same_with_workers_and_resumed():
     masking = MaskingSpec(vocab_size=60, mask_token_id=4, special_ids=(0, 1, 2, 3))
     sequences = corpus_sequences()
-    plans = [
-        SimpleNamespace(batches=SimpleNamespace(per_process=2), loading=LoadingSpec(n))
-        for n in (0, 2)
-    ]
     loaders = [
-        corpus_loader(sequences, 8, plan, World(), masking, 7, shuffle=True) for plan in plans
+        corpus_loader(sequences, 2, 8, LoadingSpec(workers), World(), masking, 7)
+        for workers in (0, 2)
     ]
     for epoch in (0, 1):
         inline, workers = (batches_of(loader, epoch) for loader in loaders)

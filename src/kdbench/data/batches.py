@@ -250,3 +250,28 @@ class CorpusCollator:
             "attended_positions": torch.nonzero(attended).squeeze(1),
             "masked_in_attended": rank[positions],
         }
+
+
+def corpus_loader(
+    sequences,
+    micro_batch: int,
+    global_batch: int,
+    loading: LoadingSpec,
+    world: World,
+    masking: MaskingSpec | None,
+    seed: int,
+    *,
+    shuffle: bool = True,
+) -> DataLoader:
+    """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with
+    `masking`, in the loader's workers (the same batches with any number of them)."""
+    sampler = ShardedBatches(
+        len(sequences), global_batch, micro_batch, world, seed, shuffle=shuffle
+    )
+    return DataLoader(
+        KeyedCorpus(sequences),
+        batch_sampler=sampler,
+        collate_fn=CorpusCollator(masking, seed),
+        generator=torch.Generator().manual_seed(seed),  # not the global RNG, as in `make_loader`
+        **loading.options(),
+    )

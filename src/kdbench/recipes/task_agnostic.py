@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from kdbench import distributed
-from kdbench.data.batches import CorpusCollator, KeyedCorpus, ShardedBatches
+from kdbench.data.batches import corpus_loader
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.masking import MaskingSpec, smoothed_token_weights
 from kdbench.data.sources import corpus_files
@@ -203,8 +203,10 @@ def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
     """This process's training loader (shuffled global batches) and held-out loader (held-out
     batches in corpus order, dealt round-robin to the processes: the same set however many there
     are)."""
+    batches = plan.batches
+    loading = plan.loading
     train = corpus_loader(
-        corpus.train, plan.batches.global_batch, plan, world, masking, plan.seed, shuffle=True
+        corpus.train, batches.per_process, batches.global_batch, loading, world, masking, plan.seed
     )
     if len(train) == 0:
         raise DataError(
@@ -212,10 +214,12 @@ def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
             f"global batch of trainer.batch_size={plan.trainer.batch_size}: add text "
             "or lower the batch size"
         )
+    heldout_global = batches.heldout_batch * world.size
     heldout = corpus_loader(
         corpus.heldout,
-        plan.batches.per_process * world.size,
-        plan,
+        batches.heldout_batch,
+        heldout_global,
+        loading,
         world,
         masking,
         0,
@@ -293,23 +297,6 @@ def input_masking(objective: Objective, trainer, tokenizer, train_rows) -> Maski
     if trainer.mlm_smoothing is not None:
         weights = smoothed_token_weights(train_rows, len(tokenizer), trainer.mlm_smoothing)
     return MaskingSpec.from_tokenizer(tokenizer, weights)
-
-
-def corpus_loader(
-    sequences, global_batch: int, plan: Plan, world, masking, seed: int, *, shuffle: bool
-):
-    """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with
-    `masking`, in the loader's workers (the same batches with any number of them)."""
-    sampler = ShardedBatches(
-        len(sequences), global_batch, plan.batches.per_process, world, seed, shuffle=shuffle
-    )
-    return torch.utils.data.DataLoader(
-        KeyedCorpus(sequences),
-        batch_sampler=sampler,
-        collate_fn=CorpusCollator(masking, seed),
-        generator=torch.Generator().manual_seed(seed),
-        **plan.loading.options(),
-    )
 
 
 def first_batch(loader) -> dict:
