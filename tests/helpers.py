@@ -306,3 +306,39 @@ def objective_terms(name: str) -> list[dict]:
     """The objective's task-agnostic term specs as its YAML writes them."""
     spec = yaml.safe_load((config_dir() / "objective" / f"{name}.yaml").read_text())
     return spec.get("terms_task_agnostic") or spec["terms"]
+
+
+TINY_MLM_SHAPE = "augment.mlm_shape={num_layers: 1, hidden_size: 16, num_heads: 2, ffn_size: 32}"
+TINY_WORD_PIECES = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "great", "movie", "fun"]
+TINY_WORD_PIECES += ["plot", "story", "dull"]
+
+
+def write_tiny_mlm_tokenizer(folder: Path) -> Path:
+    """A BERT word-piece tokenizer over a dozen tokens in `folder`, for a random augmentation MLM
+    (`augment.mlm_model`, with `TINY_MLM_SHAPE`)."""
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(TINY_WORD_PIECES) + "\n")
+    (folder / "tokenizer_config.json").write_text(
+        '{"tokenizer_class": "BertTokenizer", "do_lower_case": true}'
+    )
+    return folder
+
+
+# `python -m kdbench.bench` options of a task-agnostic run small enough for a test
+TINY_BENCH = ["--teacher", "2x64", "--student", "1x64", "--length", "16", "--micro-batch", "2"]
+
+
+def small_shapes(accumulation: int = 1):
+    """A task-agnostic distillation of a 4x64 teacher into a 2x64 student, on micro-batches of 4
+    sequences of 32 tokens: small enough for a test, every objective's features present."""
+    from kdbench import synthetic
+    from kdbench.specs import ShapeSpec
+
+    return synthetic.Shapes(
+        ShapeSpec("4x64", 4, 64, 4, 128),
+        ShapeSpec("2x64", 2, 64, 4, 128),
+        vocab=1200,
+        length=32,
+        micro_batch=4,
+        accumulation=accumulation,
+    )

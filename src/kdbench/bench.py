@@ -276,7 +276,7 @@ def shapes_of(args, objective: str, device: torch.device, precision: str) -> syn
     if micro == "auto":
         host = args.mode == "host"
         micro = auto_micro_batch(objective, shapes, args.batch, device, precision, host=host)
-    elif not micro.isdigit() or args.batch % int(micro):
+    elif not micro.isdigit() or int(micro) == 0 or args.batch % int(micro):
         raise SystemExit(f"--micro-batch {micro}: give auto or a divisor of --batch {args.batch}")
     return replace(shapes, micro_batch=int(micro), accumulation=args.batch // int(micro))
 

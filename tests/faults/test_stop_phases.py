@@ -22,7 +22,14 @@ from filelock import FileLock
 
 from kdbench.run import run
 from kdbench.training.signals import TEST_DELAY_ENV
-from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
+from tests.helpers import (
+    TINY_MLM_SHAPE,
+    agnostic_overrides,
+    compose_config,
+    tiny_overrides,
+    write_tiny_corpus,
+    write_tiny_mlm_tokenizer,
+)
 
 pytestmark = pytest.mark.slow  # a subprocess per phase, then the same command again
 
@@ -38,33 +45,14 @@ ENDED_WITHIN_S = 30
 
 def augment_overrides(tmp_path: Path) -> tuple[str, ...]:
     """TinyBERT's augmentation with a random 1-layer MLM over a tiny word-piece vocabulary."""
-    mlm = tmp_path / "mlm"
-    mlm.mkdir()
-    vocab = [
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-        "good",
-        "great",
-        "movie",
-        "fun",
-        "plot",
-        "story",
-        "dull",
-    ]
-    (mlm / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (mlm / "tokenizer_config.json").write_text(
-        '{"tokenizer_class": "BertTokenizer", "do_lower_case": true}'
-    )
+    mlm = write_tiny_mlm_tokenizer(tmp_path / "mlm")
     return (
         *TABLES,
         "augment=tinybert",
         f"augment.mlm_model={mlm}",
         "augment.n_per_example=2",
         "augment.batch_size=8",
-        "augment.mlm_shape={num_layers: 1, hidden_size: 16, num_heads: 2, ffn_size: 32}",
+        TINY_MLM_SHAPE,
     )
 
 

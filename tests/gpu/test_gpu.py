@@ -22,7 +22,6 @@ from kdbench.distributed import World
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
-from kdbench.specs import ShapeSpec
 from kdbench.teacher.frozen import freeze
 from kdbench.training import loop
 from kdbench.training.hooks import Hook
@@ -33,16 +32,9 @@ from kdbench.training.steps import (
     teacher_records_now,
     to_device,
 )
-from tests.helpers import agnostic_objectives, assert_same_losses_and_grads
+from tests.helpers import agnostic_objectives, assert_same_losses_and_grads, small_shapes
 
-SMALL = synthetic.Shapes(
-    ShapeSpec("4x64", 4, 64, 4, 128),
-    ShapeSpec("2x64", 2, 64, 4, 128),
-    vocab=1200,
-    length=32,
-    micro_batch=4,
-    accumulation=2,
-)
+SMALL = small_shapes(2)
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 AGNOSTIC = agnostic_objectives()
 STAGE1 = [

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kdbench.bench import main
+from tests.helpers import TINY_BENCH
 
 
 def test_bench_prints_one_measurement_per_objective(tiny_glue, tmp_path, capsys):
@@ -37,14 +38,7 @@ def test_the_task_agnostic_mode_runs_the_loop_and_reports_flops_and_mfu(capsys):
         [
             "--mode",
             "agnostic",
-            "--teacher",
-            "2x64",
-            "--student",
-            "1x64",
-            "--length",
-            "16",
-            "--micro-batch",
-            "2",
+            *TINY_BENCH,
             "--batch",
             "4",
             "--steps",
@@ -112,3 +106,10 @@ def test_modes_other_than_stage1_take_no_overrides(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--mode", "agnostic", "teacher=tiny"])
     assert exit_info.value.code == 2 and "takes no Hydra overrides" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("micro", ["0", "3", "two"])
+def test_a_micro_batch_that_does_not_divide_the_batch_is_refused_in_one_line(micro):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--mode", "host", "--micro-batch", micro, "--batch", "8"])
+    assert exit_info.value.code == f"--micro-batch {micro}: give auto or a divisor of --batch 8"

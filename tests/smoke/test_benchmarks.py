@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import realdata
+from tests.helpers import TINY_BENCH, realdata
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,14 +157,7 @@ def test_the_gpu_results_page_reports_the_tests_and_the_bench(tmp_path, capsys):
             [
                 "--mode",
                 mode,
-                "--teacher",
-                "2x64",
-                "--student",
-                "1x64",
-                "--length",
-                "16",
-                "--micro-batch",
-                "2",
+                *TINY_BENCH,
                 "--batch",
                 "2",
                 "--steps",

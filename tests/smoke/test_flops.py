@@ -11,20 +11,18 @@ from kdbench.bench import analytic_flops
 from kdbench.objectives.terms import Objective
 from kdbench.plan import make_plan
 from kdbench.recipes.task_specific import stage1
-from kdbench.specs import ShapeSpec
-from tests.helpers import agnostic_objectives, compose_config, tiny_models, tiny_overrides
+from tests.helpers import (
+    agnostic_objectives,
+    compose_config,
+    small_shapes,
+    tiny_models,
+    tiny_overrides,
+)
 
 # Every matmul the models and losses run is in the analytic count; only the order of float sums
 # differs.
 MARGIN = 0.02
-SMALL = synthetic.Shapes(
-    ShapeSpec("4x64", 4, 64, 4, 128),
-    ShapeSpec("2x64", 2, 64, 4, 128),
-    vocab=1200,
-    length=32,
-    micro_batch=4,
-    accumulation=1,
-)
+SMALL = small_shapes()
 AGNOSTIC = agnostic_objectives()
 STAGE1 = [
     "hid_cls",

@@ -39,8 +39,9 @@ def kept_and_bound(objective: str, precision: str, shapes: synthetic.Shapes) -> 
         with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
             stage.step(next(iter(stage.loader)))
         student, objective_module = stage.modules
-        parameters = {p.untyped_storage().data_ptr() for p in stage.modules[0].parameters()}
-        parameters |= {p.untyped_storage().data_ptr() for p in objective_module.parameters()}
+        parameters = {
+            p.untyped_storage().data_ptr() for module in stage.modules for p in module.parameters()
+        }
         teacher_conf = synthetic.teacher_config(shapes)
         bound = memory.step_memory(
             objective_module, student.config, teacher_conf, shapes.length, "fp32"

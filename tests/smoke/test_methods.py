@@ -19,7 +19,14 @@ from kdbench.plan import make_plan
 from kdbench.record import CHAIN_FILE
 from kdbench.run import run
 from kdbench.storage import MANIFEST
-from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
+from tests.helpers import (
+    TINY_MLM_SHAPE,
+    agnostic_overrides,
+    compose_config,
+    tiny_overrides,
+    write_tiny_corpus,
+    write_tiny_mlm_tokenizer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -122,31 +129,12 @@ def test_a_run_on_augmented_data_trains_on_the_copies_and_records_them(
     tiny_glue, tmp_path, monkeypatch
 ):
 
-    tokenizer_dir = tmp_path / "mlm"
-    vocab = [
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-        "good",
-        "great",
-        "movie",
-        "fun",
-        "plot",
-        "story",
-        "dull",
-    ]
-    tokenizer_dir.mkdir()
-    (tokenizer_dir / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    (tokenizer_dir / "tokenizer_config.json").write_text(
-        '{"tokenizer_class": "BertTokenizer", "do_lower_case": true}'
-    )
+    tokenizer_dir = write_tiny_mlm_tokenizer(tmp_path / "mlm")
     augment = [
         "augment=tinybert",
         f"augment.mlm_model={tokenizer_dir}",
         "augment.n_per_example=3",
-        "augment.mlm_shape={num_layers: 1, hidden_size: 16, num_heads: 2, ffn_size: 32}",
+        TINY_MLM_SHAPE,
         "augment.p_replace=1.0",
         "augment.top_k=2",
     ]
@@ -168,24 +156,14 @@ def test_a_run_on_augmented_data_trains_on_the_copies_and_records_them(
 def test_the_augment_command_builds_the_set_alone_and_says_where(tiny_glue, tmp_path, capsys):
     from kdbench.augment import main
 
-    tokenizer_dir = tmp_path / "mlm"
-    tokenizer_dir.mkdir()
-    (tokenizer_dir / "vocab.txt").write_text(
-        "\n".join(
-            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "movie", "fun", "plot", "dull"]
-        )
-        + "\n"
-    )
-    (tokenizer_dir / "tokenizer_config.json").write_text(
-        '{"tokenizer_class": "BertTokenizer", "do_lower_case": true}'
-    )
+    tokenizer_dir = write_tiny_mlm_tokenizer(tmp_path / "mlm")
     main(
         [
             "task=sst2",
             f"data.glue_dir={tiny_glue}",
             "augment=tinybert",
             f"augment.mlm_model={tokenizer_dir}",
-            "augment.mlm_shape={num_layers: 1, hidden_size: 16, num_heads: 2, ffn_size: 32}",
+            TINY_MLM_SHAPE,
             "augment.n_per_example=2",
             f"paths.cache_dir={tmp_path / 'cache'}",
             "trainer.device=cpu",
