@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install test test-fast demo lint bench-env bench gpu-check
+.PHONY: help install test test-fast demo lint bench-env bench gpu-check gpu-bundle
 
 help:  ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -43,14 +43,9 @@ bench:  ## the side-by-side benchmarks (kdbench vs a plain HF loop vs TextBrewer
 	.venv-bench/bin/python benchmarks/run.py $(ARGS)
 
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
-GPU_OBJECTIVES := vanilla_kd,hid_cls,hid_seq,att_mse,att_mse+hid_seq,att_kl,att_kl+hid_seq,att_kl+val_kl
 
-gpu-check:  ## on a CUDA machine: tests/gpu and the bench -> benchmarks/RESULTS_GPU.md (torch, transformers, pytest; no Hydra)
-	mkdir -p benchmarks/gpu
-	-PYTHONPATH=src $(GPU_PYTHON) -m pytest tests/gpu -m gpu -q -p no:cacheprovider --junitxml=benchmarks/gpu/tests.xml
-	PYTHONPATH=src $(GPU_PYTHON) -m kdbench.bench --mode agnostic --objectives $(GPU_OBJECTIVES) --steps 5 \
-		--warmup 2 > benchmarks/gpu/agnostic.jsonl
-	PYTHONPATH=src $(GPU_PYTHON) -m kdbench.bench --mode host --objectives att_kl,vanilla_kd --steps 5 \
-		> benchmarks/gpu/host.jsonl
-	PYTHONPATH=src $(GPU_PYTHON) benchmarks/gpu_results.py benchmarks/gpu > benchmarks/RESULTS_GPU.md; \
-		status=$$?; cat benchmarks/RESULTS_GPU.md; exit $$status
+gpu-check:  ## one call of <= 8 min on a CUDA machine: gpu tests, benches, peers, the user's command (a dry run without CUDA)
+	$(GPU_PYTHON) benchmarks/gpu_check.py $(if $(GPU_OUT),--out $(GPU_OUT))
+
+gpu-bundle:  ## .gpu-bundle/: the wheels, MiniLM-L6 (fp16) and SST-2 an offline GPU machine needs (docs/speed.md)
+	$(BIN)/python benchmarks/gpu_bundle.py

@@ -1,13 +1,15 @@
-"""Formats `make gpu-check`'s outputs as benchmarks/RESULTS_GPU.md: `python
-benchmarks/gpu_results.py DIR`.
+"""Formats `make gpu-check`'s folder (`benchmarks/gpu_check.py`) as a section of
+benchmarks/RESULTS_GPU.md: `python benchmarks/gpu_results.py DIR` prints it.
 
-DIR holds `tests.xml` (pytest's JUnit report of tests/gpu), `agnostic.jsonl` and `host.jsonl`
-(`python -m kdbench.bench --mode agnostic|host`). Prints the Markdown; exits 1 when a GPU test
-failed or did not run.
+DIR holds what the parts wrote: `tests.xml` (pytest's JUnit report of tests/gpu), `agnostic.jsonl`,
+`agnostic_compiled.jsonl` and `host.jsonl` (`python -m kdbench.bench --mode agnostic|host`),
+`peers.jsonl` (`benchmarks/measure.py`) and `e2e_result.json` (the user's command's record); a
+missing file is reported as missing. The CLI exits 1 when a GPU test failed or did not run.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import platform
 import subprocess
@@ -90,7 +92,12 @@ def agnostic_table(results: list[dict]) -> list[str]:
     return lines
 
 
+NO_FIGURES = ["No figures (see log.txt)."]
+
+
 def host_table(results: list[dict]) -> list[str]:
+    if not results:
+        return NO_FIGURES
     lines = [
         "| objective | host ms per micro-step | collation ms | target ms at 64 | micro-batch "
         "| target ms at it |",
@@ -106,34 +113,116 @@ def host_table(results: list[dict]) -> list[str]:
     return lines
 
 
-def main(folder: Path) -> int:
-    tests, passed = test_summary(folder / "tests.xml")
-    agnostic = rows(folder / "agnostic.jsonl")
-    shape = f"{agnostic[0]['micro_batch']} x {agnostic[0]['accumulation']}" if agnostic else "-"
-    page = [
-        "# kdbench on a GPU (`make gpu-check`)",
+def peers_table(results: list[dict]) -> list[str]:
+    """Stage 1 side by side: examples/s, and the ratio to kdbench fp32 at the same batch."""
+    timed = [r for r in results if "examples_per_s" in r]
+    if not results:
+        return NO_FIGURES
+    baseline = {
+        r["batch_size"]: r["examples_per_s"]
+        for r in timed
+        if (r["impl"], r.get("precision", "fp32")) == ("kdbench", "fp32")
+    }
+    lines = [
+        "| batch | implementation | precision | examples/s | vs kdbench fp32 | peak MiB "
+        "| warm-up s |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for r in sorted(timed, key=lambda r: r["batch_size"]):
+        ratio = (
+            r["examples_per_s"] / baseline[r["batch_size"]] if r["batch_size"] in baseline else 0
+        )
+        lines.append(
+            f"| {r['batch_size']} | {r['impl']} | {r.get('precision', 'fp32')} "
+            f"| {r['examples_per_s']:,.0f} | {ratio:.2f}x | {r['peak_mib']:,.0f} "
+            f"| {r['warmup_s']:.1f} |"
+        )
+    for r in results:
+        if r["impl"] == "check":
+            lines += [
+                "",
+                f"Check: kdbench's loss {r['kdbench_loss']:.6f}, the tuned loop's "
+                f"{r['tuned_loss']:.6f}; largest gradient difference "
+                f"{r['tuned_max_grad_diff']:.1e} (tuned), {r['plain_max_grad_diff']:.1e} "
+                f"(plain), largest gradient {r['max_grad']:.1e}.",
+            ]
+    return lines
+
+
+def e2e_lines(path: Path) -> list[str]:
+    if not path.exists():
+        return ["No record (see log.txt)."]
+    record = json.loads(path.read_text())
+    timing = ", ".join(f"{k} {v:,.1f}" for k, v in record.get("timing", {}).items())
+    return [
+        f"`{record.get('teacher')}` -> `{record.get('student')}`, {record.get('objective')}, "
+        f"{record.get('task')}: status {record.get('status')}, precision "
+        f"{record.get('precision')} ({record.get('precision_reason', '-')}), score "
+        f"{record.get('score')}, teacher {record.get('teacher_metrics')}, wall "
+        f"{record.get('wall_s')} s.",
         "",
-        *environment(),
-        "",
-        "## The gpu test tier",
-        "",
-        *tests,
-        "",
-        "## Task-agnostic steps at the paper's shapes (12x768 -> 6x768, length 128, micro-batches "
-        f"{shape})",
+        f"Timing: {timing or '-'}.",
+    ]
+
+
+def parts_lines(outcomes: dict[str, str] | None) -> list[str]:
+    if not outcomes:
+        return []
+    return ["| part | outcome |", "|---|---|"] + [f"| {k} | {v} |" for k, v in outcomes.items()]
+
+
+def agnostic_section(title: str, results: list[dict]) -> list[str]:
+    if not results:
+        return [f"### {title}", "", *NO_FIGURES]
+    shape = f"{results[0]['micro_batch']} x {results[0]['accumulation']}"
+    return [
+        f"### {title} (12x768 -> 6x768, length 128, micro-batches {shape})",
         "",
         "`paper run, h`: the paper's 100k steps of 1024 sequences at this rate on this one device.",
         "",
-        *agnostic_table(agnostic),
+        *agnostic_table(results),
+    ]
+
+
+def summary(folder: Path, outcomes: dict[str, str] | None = None) -> str:
+    """The folder's figures as one dated section of RESULTS_GPU.md."""
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    page = [
+        f"## {datetime.date.today()}, {device} (`make gpu-check`, folder `{folder.name}`)",
         "",
-        "## Host time per micro-step (tiny widths, the paper's depths)",
+        *environment(),
+        "",
+        *parts_lines(outcomes),
+        "",
+        "### The gpu test tier",
+        "",
+        *test_summary(folder / "tests.xml")[0],
+        "",
+        *agnostic_section(
+            "Task-agnostic steps at the paper's shapes", rows(folder / "agnostic.jsonl")
+        ),
+        "",
+        *agnostic_section(
+            "The same, compiled (`--compile`)", rows(folder / "agnostic_compiled.jsonl")
+        ),
+        "",
+        "### Host time per micro-step (tiny widths, the paper's depths)",
         "",
         *host_table(rows(folder / "host.jsonl")),
         "",
+        "### Stage 1 side by side (MiniLM-L6 -> 3x384, att_kl+val_kl, SST-2)",
+        "",
+        *peers_table(rows(folder / "peers.jsonl")),
+        "",
+        "### The user's command end to end",
+        "",
+        *e2e_lines(folder / "e2e_result.json"),
+        "",
     ]
-    print("\n".join(page))
-    return 0 if passed else 1
+    return "\n".join(page)
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    folder = Path(sys.argv[1])
+    print(summary(folder))
+    sys.exit(0 if test_summary(folder / "tests.xml")[1] else 1)

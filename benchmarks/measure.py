@@ -4,9 +4,10 @@ line.
 spec: impl (kdbench | tuned | plain | textbrewer | textbrewer_dynamic | check: kdbench's loss and
 gradients against the plain and tuned loops'), objective (att_kl+val_kl | hid_seq | vanilla_kd:
 stage 2), task (sst2 | rte | wiki: Wikipedia text packed to exactly seq_len tokens), seq_len,
-student_layers, batch_size, steps (timed), warmup, seed; kdbench only: precision (fp32 | bf16),
-features (stage 1 reads the teacher's features from kdbench's table, built untimed before the steps,
-as a run does once per study; otherwise the teacher runs every step: equal work), overrides (Hydra
+student_layers, batch_size, steps (timed), warmup, seed; precision (fp32 | bf16: kdbench, and the
+tuned loop under bf16 autocast; the others fp32 only); kdbench only: features (stage 1 reads the
+teacher's features from kdbench's table, built untimed before the steps, as a run does once per
+study; otherwise the teacher runs every step: equal work), overrides (Hydra
 overrides: kdbench's optional trainer settings, e.g. trainer.recompute_losses=true,
 trainer.recompute_attention=true, trainer.compile=true); optional: teacher and student (config
 options, default minilm_l6 and 3x384), init (every_kth or random), threads.
@@ -52,7 +53,7 @@ from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer  # n
 from kdbench.models.student import build_student, init_from_teacher  # noqa: E402
 from kdbench.plan import make_plan  # noqa: E402
 from kdbench.teacher.features import compute_table  # noqa: E402
-from kdbench.teacher.frozen import freeze  # noqa: E402
+from kdbench.teacher.frozen import freeze, in_run_precision  # noqa: E402
 from kdbench.timing import TimedBatches, optimizer_for, train_steps  # noqa: E402
 from kdbench.training.evaluate import logits_table  # noqa: E402
 from kdbench.training.steps import prediction_kd_step, to_device  # noqa: E402
@@ -177,6 +178,7 @@ def run_kdbench(setup: Setup) -> TimedBatches:
         plan.trainer.compile
     ):  # compiled during the warm-up steps (their time is reported as warmup_s)
         compile_blocks(setup.student, setup.teacher)
+    in_run_precision(setup.teacher, plan.precision)  # bf16 weights in a bf16 run, as a run keeps it
     if plan.terms:
         features = cached_features(setup) if setup.spec.get("features") else None
         with stage1_step(plan, setup.student, setup.teacher, setup.train["labels"], features) as (
@@ -238,8 +240,20 @@ def run_plain(setup: Setup) -> TimedBatches:
 def run_tuned(setup: Setup) -> TimedBatches:
     stage1, batches = peer_batches(setup, padded=False, eager=False)
     step, modules = (peers.tuned_stage1 if stage1 else peers.tuned_stage2)(setup)
-    train_steps(step, modules, batches)
+    train_steps(under_autocast(step, setup), modules, batches)
     return batches
+
+
+def under_autocast(step, setup: Setup):
+    """A peer's step as a careful user runs it in bf16: all of it under bf16 autocast."""
+    if setup.plan.precision != "bf16":
+        return step
+
+    def bf16_step(batch):
+        with torch.autocast(setup.device.type, dtype=torch.bfloat16):
+            return step(batch)
+
+    return bf16_step
 
 
 def run_textbrewer(setup: Setup, padded: bool = True) -> TimedBatches:

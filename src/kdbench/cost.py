@@ -9,8 +9,8 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from kdbench.precision import computing
 from kdbench.record import device_name
-from kdbench.training.steps import autocast
 
 LATENCY_BATCH = 1
 THROUGHPUT_BATCH = 32
@@ -28,7 +28,11 @@ def dummy_batch(model, batch: int, length: int, device) -> dict[str, torch.Tenso
 
 def flops_per_example(model, length: int, device) -> int:
     """The FLOPs of one forward pass over one sequence of `length` tokens."""
-    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+    with (
+        torch.inference_mode(),
+        computing(device, "fp32", model),
+        FlopCounterMode(display=False) as counter,
+    ):
         model(**dummy_batch(model, 1, length, device))
     return int(counter.get_total_flops())
 
@@ -36,7 +40,7 @@ def flops_per_example(model, length: int, device) -> int:
 def seconds_per_pass(model, inputs: dict, device, precision: str) -> float:
     """The median wall time of one forward pass (after MIN_REPEATS untimed warm-up passes)."""
     times: list[float] = []
-    with torch.inference_mode(), autocast(device, precision):
+    with torch.inference_mode(), computing(device, precision, model):
         for _ in range(MIN_REPEATS):
             model(**inputs)
         while len(times) < MIN_REPEATS or sum(times) < MIN_SECONDS:

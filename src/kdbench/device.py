@@ -1,5 +1,5 @@
 """Where and how a run computes: the trainer's `device`, `precision`, `tf32` and `num_workers`
-resolved for this process's machine (`compute_on`)."""
+resolved for this process's machine and student (`compute_on`)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from kdbench.specs import LoadingSpec
 from kdbench.trainer_specs import ComputeSpec
 
 
-def compute_on(trainer: ComputeSpec) -> dict:
-    """The plan's device (this process's), precision, tf32 and DataLoader loading."""
+def compute_on(trainer: ComputeSpec, student_width: int) -> dict:
+    """The plan's device (this process's), precision (for a student `student_width` wide) and why,
+    tf32 and DataLoader loading."""
     device = distributed.device_for(distributed.current(), resolve_device(trainer.device))
-    precision = resolve_precision(trainer.precision, device)
+    precision, reason = resolve_precision(trainer.precision, device, student_width)
     return {
         "device": device,
         "precision": precision,
+        "precision_reason": reason,
         "tf32": resolve_tf32(trainer.tf32, device, precision),
         "loading": loading_spec(trainer.num_workers, device),
     }

@@ -88,7 +88,8 @@ class Plan:
     teacher_conf: PretrainedConfig | None  # None: setting=finetune, which has no teacher
     student_conf: PretrainedConfig
     device: torch.device
-    precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device)
+    precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device and student)
+    precision_reason: str  # why: the key as given, or auto's rule (`kdbench.precision`)
     tf32: bool  # fp32 matmuls in TF32 (trainer.tf32 where the device and the precision use it)
     loading: LoadingSpec  # DataLoader workers, pinned memory (trainer.num_workers for the device)
     cache_dir: Path
@@ -214,8 +215,8 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
     # error names the source
     task, data, teacher = task_spec(cfg.task), data_spec(cfg.data), teacher_spec(cfg.teacher)
     task = matching_labels(task, teacher)
-    trainer = trainer_spec(cfg)
-    compute = compute_on(trainer)
+    trainer, student = trainer_spec(cfg), shape_spec(cfg.student, "student")
+    compute = compute_on(trainer, student.hidden_size)
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
     if corpus is None:
         check_data_files(task, data)
@@ -225,7 +226,7 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
         task=task,
         data=data,
         teacher=teacher,
-        student=shape_spec(cfg.student, "student"),
+        student=student,
         objective=cfg.objective.name,
         trainer=trainer,
         corpus=corpus,

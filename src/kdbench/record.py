@@ -65,6 +65,7 @@ class RunRecord:
     chain: str | None = None  # the distillations behind the student, "a -> b"
     provenance: dict | None = None  # written with the precision and tf32 as resolved for the device
     precision: str | None = None
+    precision_reason: str | None = None
     tf32: bool | None = None
     outcome: dict = field(default_factory=dict)
     stopped_in: str | None = None
@@ -137,6 +138,7 @@ class RunRecord:
             record |= {
                 "provenance": self.provenance,
                 "precision": self.precision,
+                "precision_reason": self.precision_reason,
                 "tf32": self.tf32,
             }
         record |= self.outcome

@@ -121,6 +121,7 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
         record,
         provenance=provenance(plan.device, distributed.current().size),
         precision=plan.precision,
+        precision_reason=plan.precision_reason,
         tf32=plan.tf32,
     )  # as resolved for the device
     apply_matmul_precision(plan.device, plan.tf32)

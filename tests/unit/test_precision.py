@@ -1,6 +1,7 @@
-"""trainer.precision=auto and trainer.tf32 resolved for a device: bf16 only where the GPU has it
-natively, TF32 only for fp32 matmuls on a GPU that has it, plain fp32 on the CPU (GPUs stood in for
-by their compute capability)."""
+"""trainer.precision=auto and trainer.tf32 resolved for a device and a student: bf16 only where the
+GPU has it natively and the student is wide enough for the matrix products to dominate, TF32 only
+for fp32 matmuls on a GPU that has it, plain fp32 on the CPU (GPUs stood in for by their compute
+capability)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import pytest
 import torch
 
 from kdbench.plan import make_plan
-from kdbench.precision import apply_matmul_precision, native_bf16, resolve_precision, resolve_tf32
+from kdbench.precision import (
+    BF16_MIN_WIDTH,
+    apply_matmul_precision,
+    native_bf16,
+    resolve_precision,
+    resolve_tf32,
+)
 from tests.helpers import compose_config, tiny_overrides
 
 GPUS = {"H100": (9, 0), "A100": (8, 0), "T4": (7, 5), "V100": (7, 0)}
@@ -32,8 +39,17 @@ def gpu(monkeypatch):
 )
 def test_auto_precision_is_bf16_only_on_a_gpu_with_native_bf16(gpu, name, precision):
     gpu(name)
-    assert resolve_precision("auto", CUDA) == precision
-    assert resolve_precision("fp32", CUDA) == "fp32" and resolve_precision("bf16", CUDA) == "bf16"
+    assert resolve_precision("auto", CUDA, 768)[0] == precision
+    assert resolve_precision("fp32", CUDA, 768)[0] == "fp32"
+    assert resolve_precision("bf16", CUDA, 768)[0] == "bf16"
+
+
+@pytest.mark.parametrize(("width", "precision"), [(384, "fp32"), (512, "fp32"), (768, "bf16")])
+def test_auto_precision_takes_bf16_only_for_a_student_whose_matmuls_dominate(gpu, width, precision):
+    gpu("H100")
+    chosen, reason = resolve_precision("auto", CUDA, width)
+    assert chosen == precision and str(width) in reason and str(BF16_MIN_WIDTH) in reason
+    assert resolve_precision("bf16", CUDA, width) == ("bf16", "trainer.precision=bf16")
 
 
 @pytest.mark.parametrize(
@@ -53,20 +69,24 @@ def test_the_cpu_computes_in_fp32_without_asking_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", no_cuda)
     cpu = torch.device("cpu")
     assert not native_bf16(cpu)
-    assert resolve_precision("auto", cpu) == "fp32" and resolve_tf32(True, cpu, "fp32") is False
+    assert resolve_precision("auto", cpu, 768) == ("fp32", "auto: cpu has no native bf16")
+    assert resolve_tf32(True, cpu, "fp32") is False
 
 
 @pytest.mark.parametrize(
-    ("name", "precision", "tf32"), [("A100", "bf16", False), ("V100", "fp32", False)]
+    ("name", "min_width", "precision", "tf32"),
+    [("A100", 32, "bf16", False), ("A100", 768, "fp32", True), ("V100", 32, "fp32", False)],
 )
-def test_the_plan_resolves_the_default_precision_for_its_gpu(
-    gpu, tiny_glue, tmp_path, name, precision, tf32
+def test_the_plan_resolves_the_default_precision_for_its_gpu_and_student(
+    gpu, monkeypatch, tiny_glue, tmp_path, name, min_width, precision, tf32
 ):
     gpu(name)
+    monkeypatch.setattr("kdbench.precision.BF16_MIN_WIDTH", min_width)  # the tiny student: 32 wide
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, "trainer.device=cuda"))
     assert cfg.trainer.precision == "auto" and cfg.trainer.tf32 is True
     plan = make_plan(cfg)
     assert (plan.precision, plan.tf32) == (precision, tf32)
+    assert plan.precision_reason.startswith("auto: ")
 
 
 def test_an_explicit_fp32_run_on_an_a100_uses_tf32_unless_told_not_to(gpu, tiny_glue, tmp_path):

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from kdbench.errors import DataError
 from kdbench.models.anatomy import mlm_head
+from kdbench.precision import computing
 from kdbench.training.signals import check_stop
 
 # English function words, kept as they are: the alphabetic words of TinyBERT's released list
@@ -144,7 +145,8 @@ class MaskedLMCandidates:
         # The encoder on every position, the vocabulary head only at the masked one:
         # [B, H] -> [B, V].
         inputs = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": segments}
-        encoded = self.model.base_model(**{k: v.to(device) for k, v in inputs.items()})
+        with computing(device, "fp32", self.model):
+            encoded = self.model.base_model(**{k: v.to(device) for k, v in inputs.items()})
         hidden = encoded.last_hidden_state
         masked = hidden[torch.arange(len(rows), device=device), positions.to(device)]
         scores = mlm_head(self.model)(masked).float().cpu()

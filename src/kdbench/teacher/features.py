@@ -30,10 +30,11 @@ from kdbench.data.batches import make_loader
 from kdbench.models.anatomy import encoder_layers
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.tensors import LOGITS
+from kdbench.precision import computing
 from kdbench.teacher.cache import cached_tensors, derived_key
 from kdbench.teacher.frozen import FineTuned
 from kdbench.training.signals import check_stop, phase, stop_between
-from kdbench.training.steps import LogitsFn, autocast, read_records, to_device
+from kdbench.training.steps import LogitsFn, read_records, to_device
 
 logger = logging.getLogger("kdbench")
 
@@ -152,7 +153,7 @@ def compute_table(
         for batch in loader:
             check_stop()
             batch = to_device(batch, plan.device)
-            with autocast(plan.device, plan.precision):
+            with computing(plan.device, plan.precision, teacher):
                 records = read_records(recorder, batch, logits)
             mask, examples, rows = real_token_rows(offsets, batch)
             if LOGITS in records:

@@ -9,8 +9,9 @@ import torch
 from kdbench import distributed
 from kdbench.metrics import compute_metrics, label_counts
 from kdbench.models.anatomy import encoder_layers
+from kdbench.precision import computing
 from kdbench.training.signals import check_stop, phase, stop_between
-from kdbench.training.steps import StepFn, autocast, model_inputs, to_device
+from kdbench.training.steps import StepFn, model_inputs, to_device
 
 
 @torch.inference_mode()
@@ -25,7 +26,7 @@ def predict(
         for batch in loader:
             check_stop()
             batch = to_device(batch, device)
-            with autocast(device, precision):
+            with computing(device, precision, model):
                 logits = model(**model_inputs(batch, model)).logits
             outputs.append(logits.float().cpu())
             labels.append(batch["labels"].cpu())
@@ -62,7 +63,7 @@ def logits_table(
         for batch in loader:
             check_stop()
             batch = to_device(batch, device)
-            with autocast(device, precision):
+            with computing(device, precision, model):
                 logits = model(**model_inputs(batch, model)).logits
             table[batch["example"].cpu()] = logits.float().cpu()
     return table

@@ -17,6 +17,7 @@ from kdbench.models.attention import attention_mask
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.losses import kd
 from kdbench.objectives.tensors import LOGITS
+from kdbench.precision import computing
 from kdbench.specs import KDSpec
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -43,12 +44,6 @@ def to_device(batch: dict, device: torch.device) -> dict:
         k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
         for k, v in batch.items()
     }
-
-
-def autocast(device: torch.device, precision: str):
-    """bf16 autocast when asked (losses are computed in float32 by the loss functions
-    themselves)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def output_logits(records: dict, output, batch: dict) -> torch.Tensor | None:
@@ -93,7 +88,7 @@ def teacher_records_now(
     compiled by torch.compile cannot hold an inference-mode region."""
 
     def records(batch):
-        with torch.no_grad(), autocast(device, precision):
+        with torch.no_grad(), computing(device, precision, teacher.model):
             return read_records(teacher, batch, logits)
 
     return records
@@ -110,7 +105,7 @@ def distillation_step(
 
     def step(batch):
         targets = teacher_records(batch)
-        with autocast(device, precision):
+        with computing(device, precision, student_side):
             return student_side(batch, targets)
 
     return step
@@ -122,7 +117,7 @@ def teacher_logits_now(
     """The teacher's logits of a batch, computed now (stage 2 without the logits cache)."""
 
     def logits(batch):
-        with torch.inference_mode(), autocast(device, precision):
+        with torch.inference_mode(), computing(device, precision, teacher):
             out = teacher(**model_inputs(batch, teacher)).logits.float()
         return out.clone()  # a normal tensor: autograd may save it
 
@@ -143,7 +138,7 @@ def prediction_kd_step(
 
     def step(batch):
         targets = teacher_logits(batch)
-        with autocast(device, precision):
+        with computing(device, precision, student):
             student_logits = student(**model_inputs(batch, student)).logits
         loss = kd(
             student_logits,
@@ -161,7 +156,7 @@ def supervised_step(model: nn.Module, device: torch.device, precision: str) -> S
     """Plain fine-tuning: the model's own task loss (cross-entropy, or MSE for regression)."""
 
     def step(batch):
-        with autocast(device, precision):
+        with computing(device, precision, model):
             out = model(**model_inputs(batch, model), labels=batch["labels"])
         return {"total": out.loss.float()}
 

@@ -1,0 +1,239 @@
+"""`make gpu-check`: everything kdbench measures on a GPU, in one call of at most 8 minutes.
+
+`python benchmarks/gpu_check.py [--out DIR]` runs each part in its own process under its own time
+cap, so a slow or failing part loses only its own figures:
+
+- tests: the gpu test tier (`tests/gpu`), as JUnit XML;
+- agnostic, agnostic_compiled: the task-agnostic steps at the paper's shapes (`kdbench.bench --mode
+  agnostic`), eager for every objective and with `--compile` for three;
+- host: the host's time per micro-step (`kdbench.bench --mode host`);
+- peers: stage 1 side by side on SST-2 (MiniLM-L6 -> 3x384, att_kl+val_kl; `benchmarks/measure.py`):
+  kdbench and the tuned loop in fp32 and bf16, TextBrewer in fp32 where it is installed, at batch
+  32 and 256, and the loss and gradient check; it needs SST-2 and MiniLM-L6 under
+  `KDBENCH_GLUE_DIR` and `KDBENCH_MODELS_DIR`;
+- e2e: the user's command end to end, on MiniLM-L6 and SST-2 where they are, else on the tiny
+  random teacher and a few generated SST-2 rows.
+
+DIR (default `benchmarks/gpu/DATE-DEVICE`) receives at most 8 files: the parts' outputs, `log.txt`
+(each part's command, outcome and the end of its output) and `summary.md`, the figures in Markdown.
+On a GPU the summary also goes into `benchmarks/RESULTS_GPU.md`, newest first;
+`--record DIR` does that for a folder brought back from a GPU machine. Without CUDA it is a dry
+run: the GPU parts are skipped, the end-to-end run is made on the CPU, and the folder is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu_results import summary  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "RESULTS_GPU.md"
+BUDGET_S = 480  # the whole check: one call on a GPU machine lent for minutes
+OBJECTIVES = (
+    "vanilla_kd,hid_cls,hid_seq,att_mse,att_mse+hid_seq,att_kl,att_kl+hid_seq,att_kl+val_kl"
+)
+COMPILED = "att_kl+val_kl,hid_seq,vanilla_kd"
+EPOCHS = ("teacher_epochs", "stage1_epochs", "stage2_epochs")  # one epoch each in the e2e run
+TAIL = 3000  # characters of a part's output kept in log.txt
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    cap_s: int
+    output: str | None  # the file its standard output goes to, or None
+    gpu_only: bool = True
+
+
+PARTS = (
+    Part("tests", 120, None),
+    Part("agnostic", 60, "agnostic.jsonl"),
+    Part("agnostic_compiled", 100, "agnostic_compiled.jsonl"),
+    Part("host", 25, "host.jsonl"),
+    Part("peers", 100, "peers.jsonl"),
+    Part("e2e", 75, None, gpu_only=False),
+)
+
+
+def python() -> list[str]:
+    return [sys.executable]
+
+
+def bench(mode: str, objectives: str, *extra: str) -> list[str]:
+    return [*python(), "-m", "kdbench.bench", "--mode", mode, "--objectives", objectives, *extra]
+
+
+def commands(part: str, out: Path) -> list[list[str]]:
+    """The commands of a part, run one after the other under the part's cap (the end-to-end run
+    in `out`/e2e, whose record `check` keeps)."""
+    if part == "tests":
+        junit = f"--junitxml={out / 'tests.xml'}"
+        pytest = ["-m", "pytest", "tests/gpu", "-m", "gpu", "-q", "-p", "no:cacheprovider", junit]
+        return [[*python(), *pytest]]
+    if part == "agnostic":
+        return [bench("agnostic", OBJECTIVES, "--steps", "5", "--warmup", "2")]
+    if part == "agnostic_compiled":
+        return [bench("agnostic", COMPILED, "--steps", "5", "--warmup", "3", "--compile")]
+    if part == "host":
+        return [bench("host", "att_kl,vanilla_kd", "--steps", "5")]
+    if part == "peers":
+        script = str(ROOT / "benchmarks" / "measure.py")
+        return [[*python(), script, json.dumps(spec)] for spec in peer_specs()]
+    return [e2e_command(out / "e2e")]
+
+
+def peer_specs() -> list[dict]:
+    """Stage 1 (att_kl+val_kl, MiniLM-L6 -> 3x384, SST-2) at batch 32 and 256: the loss and
+    gradient check, kdbench and the tuned loop in fp32 and bf16, TextBrewer in fp32."""
+    base = {"objective": "att_kl+val_kl", "task": "sst2", "seq_len": 128, "student_layers": 3}
+    specs = [{**base, "impl": "check", "seed": 1, "batch_size": 32, "steps": 1, "warmup": 0}]
+    peers = [("kdbench", "fp32"), ("kdbench", "bf16"), ("tuned", "fp32"), ("tuned", "bf16")]
+    if textbrewer_installed():
+        peers.append(("textbrewer_dynamic", "fp32"))
+    for batch, steps, warmup in ((32, 60, 10), (256, 20, 5)):
+        for impl, precision in peers:
+            run = {"batch_size": batch, "steps": steps, "warmup": warmup, "seed": 1}
+            specs.append({**base, **run, "impl": impl, "precision": precision})
+    return specs
+
+
+def textbrewer_installed() -> bool:
+    probe = subprocess.run([*python(), "-c", "import textbrewer"], capture_output=True)
+    return probe.returncode == 0
+
+
+def real_data() -> bool:
+    """SST-2 and MiniLM-L6 where the environment says they are."""
+    glue, models = os.environ.get("KDBENCH_GLUE_DIR"), os.environ.get("KDBENCH_MODELS_DIR")
+    return bool(
+        glue
+        and models
+        and (Path(glue) / "SST-2" / "train.tsv").is_file()
+        and any(Path(models).glob("*MiniLM-L6*"))
+    )
+
+
+def e2e_command(run_dir: Path) -> list[str]:
+    """The mission's command (att_kl+val_kl from teacher layers 2,4,6 to 3x384) on MiniLM-L6 and
+    SST-2, or its tiny twin on generated rows, writing its record in `run_dir`."""
+    if real_data():
+        model = ["teacher=minilm_l6", "student=3x384", "init=layers", "init.layers=[2,4,6]"]
+        model += ["data.train_limit=8000", "trainer.lr=1e-4", *(f"trainer.{e}=1" for e in EPOCHS)]
+    else:
+        from tests.helpers import write_tiny_glue
+
+        glue = write_tiny_glue(Path(tempfile.mkdtemp(prefix="kdbench-glue-")))
+        model = ["teacher=tiny", "student=tiny", "trainer=smoke", f"data.glue_dir={glue}"]
+    command = [*python(), "-m", "kdbench.run", "objective=att_kl+val_kl", "task=sst2", *model]
+    return [*command, f"paths.run_dir={run_dir}", "trainer.progress_bar=false"]
+
+
+def run_part(part: Part, out: Path, deadline: float, gpu: bool) -> tuple[str, float, str]:
+    """(outcome, seconds, the end of its output) of one part under min(its cap, what is left)."""
+    if part.gpu_only and not gpu:
+        return "skipped: no CUDA device (dry run)", 0.0, ""
+    if part.name == "peers" and not real_data():
+        return "skipped: needs SST-2 and MiniLM-L6 (KDBENCH_GLUE_DIR, KDBENCH_MODELS_DIR)", 0.0, ""
+    start, output = time.monotonic(), []
+    cap = part.cap_s if gpu else BUDGET_S  # a dry run's one part may take the whole budget
+    stdout = open(out / part.output, "w") if part.output else subprocess.PIPE  # noqa: SIM115
+    try:
+        for command in commands(part.name, out):
+            left = min(start + cap, deadline) - time.monotonic()
+            if left <= 0:
+                return f"timed out after {cap} s", time.monotonic() - start, "".join(output)
+            done = subprocess.run(
+                command, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=left, cwd=ROOT
+            )
+            output.append((done.stdout or "") + done.stderr)
+            if done.returncode != 0 and part.name != "peers":
+                return f"failed (exit {done.returncode})", time.monotonic() - start, output[-1]
+    except subprocess.TimeoutExpired as expired:
+        output.append((expired.stderr or b"").decode(errors="replace"))
+        return f"timed out after {cap} s", time.monotonic() - start, "".join(output)
+    finally:
+        if part.output:
+            stdout.close()
+    return "ok", time.monotonic() - start, "".join(output)
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu-dry-run"
+
+
+def default_out() -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", device_name().lower()).strip("-")
+    return ROOT / "benchmarks" / "gpu" / f"{datetime.date.today()}-{slug}"
+
+
+def check(out: Path) -> dict[str, str]:
+    """Every part, in order, within `BUDGET_S`; returns each part's outcome."""
+    out.mkdir(parents=True, exist_ok=True)
+    gpu, deadline, outcomes = torch.cuda.is_available(), time.monotonic() + BUDGET_S, {}
+    env_src = str(ROOT / "src")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [env_src, os.environ.get("PYTHONPATH")])
+    )
+    with open(out / "log.txt", "w") as log:
+        for part in PARTS:
+            outcome, seconds, tail = run_part(part, out, deadline, gpu)
+            if part.name == "e2e":
+                keep_record(out / "e2e", out / "e2e_result.json")
+            outcomes[part.name] = f"{outcome} ({seconds:.0f} s)"
+            log.write(f"## {part.name}: {outcomes[part.name]}\n{tail[-TAIL:]}\n\n")
+            log.flush()
+    return outcomes
+
+
+def keep_record(run_dir: Path, path: Path) -> None:
+    """The end-to-end run's record kept as `path`, its folder (checkpoints, tables) removed."""
+    if (run_dir / "result.json").exists():
+        shutil.copy(run_dir / "result.json", path)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def record(folder: Path) -> None:
+    """Insert `folder`'s summary into RESULTS_GPU.md above the older runs (once per folder)."""
+    marker = f"<!-- run: {folder.name} -->"
+    section = f"{marker}\n{(folder / 'summary.md').read_text().strip()}\n\n"
+    text = RESULTS.read_text() if RESULTS.exists() else "# kdbench on GPUs\n\n"
+    text = re.sub(rf"{re.escape(marker)}.*?(?=<!-- run: |\Z)", "", text, flags=re.S)
+    first = text.find("<!-- run: ")
+    RESULTS.write_text(text + section if first < 0 else text[:first] + section + text[first:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="the folder (default benchmarks/gpu/DATE-DEVICE)")
+    parser.add_argument("--record", type=Path, help="only insert FOLDER's summary into the record")
+    args = parser.parse_args(argv)
+    if args.record:
+        record(args.record)
+        return 0
+    out = args.out or default_out()
+    outcomes = check(out)
+    (out / "summary.md").write_text(summary(out, outcomes))
+    if torch.cuda.is_available():
+        record(out)
+    print((out / "summary.md").read_text())
+    return 0 if all(o.startswith(("ok", "skipped")) for o in outcomes.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
