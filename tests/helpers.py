@@ -276,6 +276,21 @@ def custom_overrides(run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+def verdict_reads(monkeypatch) -> list[str]:
+    """A list that gets, as they happen, the stage of every read of the finite-loss verdict
+    (`FiniteGuard.read`: one synchronisation each on a GPU)."""
+    from kdbench.training import loop
+
+    reads, real_read = [], loop.FiniteGuard.read
+
+    def read(guard, values, stage):
+        reads.append(stage)
+        return real_read(guard, values, stage)
+
+    monkeypatch.setattr(loop.FiniteGuard, "read", read)
+    return reads
+
+
 def assert_same_losses_and_grads(
     expected: tuple[dict, dict], actual: tuple[dict, dict], rtol: float
 ) -> None:

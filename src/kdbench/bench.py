@@ -21,8 +21,9 @@ Modes (one JSON line per objective):
 Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over
 one real micro-step, forward and backward), MFU against the device's dense peak (the datasheet table
 of `kdbench.flops` for a known GPU, else a measured matmul peak; on the CPU both per CPU-second, so
-that other processes sharing the cores lower neither), peak memory, and on CUDA the synchronisations
-seen (`torch.cuda.set_sync_debug_mode("warn")`) and the attention kernel chosen.
+that other processes sharing the cores lower neither), peak memory, and on CUDA the attention kernel
+chosen and the synchronisations per optimizer step that the sync debug mode reports in the steps and
+their hooks (not the stage's closing read of its finite-loss verdict, which follows the last step).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from kdbench.models.student import student_for
 from kdbench.precision import resolve_precision
 from kdbench.specs import ShapeSpec
 from kdbench.timing import (
+    PerStep,
     TimedBatches,
     Timer,
     device_name,
@@ -124,7 +126,8 @@ def measure_agnostic(
             torch.cuda.reset_peak_memory_stats(device)
         timer = Timer(device, warmup)
         with synchronisations(device) as syncs:
-            loop.train(stage, [timer])
+            per_step = PerStep(syncs)
+            loop.train(stage, [timer, per_step])
     examples = steps * shapes.micro_batch * shapes.accumulation
     result = {
         "mode": "agnostic",
@@ -150,8 +153,8 @@ def measure_agnostic(
         )
         / 2**30,
     }
-    if device.type == "cuda":
-        result["syncs_per_step"] = len(syncs) / (warmup + steps)
+    if device.type == "cuda":  # the steps' own: the stage's closing read comes after the last
+        result["syncs_per_step"] = sum(per_step.counts) / len(per_step.counts)
     return result | utilisation(result, device, precision)
 
 

@@ -35,18 +35,29 @@ class World:
         return self.size > 1
 
 
+# The variable that holds a job's number of tasks: its own for submitit's local executor,
+# SLURM's otherwise (under submitit's SLURM executor too).
+TASK_COUNTS = {"local": "SUBMITIT_LOCAL_NTASKS"}
+
+
+def job_tasks() -> int:
+    """How many tasks this process's SLURM or submitit job has, as its environment says (1 outside
+    a job)."""
+    executor = os.environ.get("SUBMITIT_EXECUTOR")
+    if executor is None and "SLURM_PROCID" not in os.environ:
+        return 1
+    return int(os.environ.get(TASK_COUNTS.get(executor, "SLURM_NTASKS")) or 1)
+
+
 def job_environment():
     """submitit's view of this task's job (SLURM through submitit or srun, or submitit's local
-    executor) when the job has several tasks; None otherwise."""
+    executor) when the job has several tasks; None otherwise, without importing submitit."""
+    if job_tasks() < 2:
+        return None
     from submitit import JobEnvironment
     from submitit.slurm.slurm import SlurmJobEnvironment
 
-    if "SUBMITIT_EXECUTOR" in os.environ:
-        job = JobEnvironment()
-    elif "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ:
-        job = SlurmJobEnvironment()
-    else:
-        return None
+    job = JobEnvironment() if "SUBMITIT_EXECUTOR" in os.environ else SlurmJobEnvironment()
     return job if job.num_tasks > 1 else None
 
 

@@ -21,6 +21,21 @@ class ModelNotFoundError(KdbenchError):
     """A model could not be found locally or on the Hub."""
 
 
+class MissingPackageError(KdbenchError):
+    """A package the run needs is not installed."""
+
+
+def missing_package(exc: BaseException) -> MissingPackageError | None:
+    """`exc` as a MissingPackageError when it says that a whole package other than kdbench is not
+    installed (not a module missing inside an installed package: that is a bug or a version)."""
+    name = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if not name or "." in name or name == "kdbench":
+        return None
+    return MissingPackageError(
+        f"this run needs the package {name}, which is not installed: pip install {name}"
+    )
+
+
 class ReportError(Exception):
     """Unusable input: the CLI prints ``kdbench.report: error: <message>`` and exits 2."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import subprocess
@@ -14,6 +15,9 @@ from kdbench.storage import atomic_write_text
 from kdbench.trainer_specs import COMPUTATION_ONLY
 
 SCHEMA_VERSION = 1
+PACKAGE = Path(__file__).parent
+# the package's source, as `source_sha256` hashes it: its code, configs and paper tables
+SOURCE_SUFFIXES = (".py", ".yaml", ".csv")
 RESULT_FILE = "result.json"
 # in a saved student's folder: the models it was distilled from, and itself
 CHAIN_FILE = "kdbench_chain.json"
@@ -236,8 +240,8 @@ def design(config: dict, grid: dict | None = None) -> dict:
 
 
 def provenance(device, world_size: int) -> dict:
-    """Where a record came from: the code (git commit when run from a checkout), the library
-    versions, the machine and when it started."""
+    """Where a record came from: the code (its source's hash; the git commit when run from a
+    checkout of kdbench), the library versions, the machine and when it started."""
 
     def installed(name: str) -> str | None:
         try:
@@ -245,10 +249,11 @@ def provenance(device, world_size: int) -> dict:
         except PackageNotFoundError:
             return None
 
-    commit, dirty = git_state(Path(__file__).parent)
+    commit, dirty = git_state(PACKAGE)
     return {
         "git_commit": commit,
         "git_dirty": dirty,
+        "source_sha256": source_sha256(PACKAGE),
         "kdbench": installed("kdbench"),
         "torch": installed("torch"),
         "transformers": installed("transformers"),
@@ -260,24 +265,38 @@ def provenance(device, world_size: int) -> dict:
     }
 
 
-def git_state(folder: Path) -> tuple[str | None, bool | None]:
-    """(commit, whether tracked files differ from it) of the checkout holding `folder`; (None, None)
-    outside one."""
+def git_state(package: Path) -> tuple[str | None, bool | None]:
+    """(commit, whether tracked files differ from it) of the git checkout that tracks the package's
+    own files; (None, None) where none does (a copy or an install, inside another repository or
+    not)."""
 
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(
-                ["git", *args], cwd=folder, capture_output=True, text=True, timeout=10
+                ["git", *args], cwd=package, capture_output=True, text=True, timeout=10
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
+    if git("ls-files", "--error-unmatch", "__init__.py") is None:
+        return None, None
     commit = git("rev-parse", "HEAD")
     if commit is None:
         return None, None
     status = git("status", "--porcelain", "--untracked-files=no")
     return commit, None if status is None else bool(status)
+
+
+def source_sha256(package: Path) -> str:
+    """The sha256 of the package's source files (`SOURCE_SUFFIXES`), each its relative path and its
+    bytes, in path order: which code ran, wherever it was run from."""
+    digest = hashlib.sha256()
+    files = {p.relative_to(package).as_posix(): p for p in package.rglob("*") if p.is_file()}
+    for name in sorted(n for n, p in files.items() if p.suffix in SOURCE_SUFFIXES):
+        for part in (name.encode(), files[name].read_bytes()):
+            digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()
 
 
 def device_name(device) -> str:

@@ -17,7 +17,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__, distributed
-from kdbench.errors import KdbenchError
+from kdbench.errors import KdbenchError, missing_package
 from kdbench.hydra_config import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.joblock import claim, describe
 from kdbench.loggers import make_logger
@@ -101,8 +101,9 @@ def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 def error_text(exc: BaseException) -> str:
-    """How a record states a failure: the message of bad input, the exception's type and message of
-    a bug."""
+    """How a record states a failure: the message of bad input (a package not installed among it),
+    the exception's type and message of a bug."""
+    exc = missing_package(exc) or exc
     return str(exc) if isinstance(exc, KdbenchError) else f"{type(exc).__name__}: {exc}"
 
 
@@ -210,17 +211,18 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         raise SystemExit(SIGINT_EXIT) from None
     except KdbenchError as exc:
         stop(f"kdbench: error: {exc}", exc, cfg, run_dir)
-    except Exception as exc:  # a bug, not bad input: bad input is a KdbenchError
-        stop(
-            f"kdbench: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in kdbench, "
-            "not in the input); "
-            f"the record {Path(run_dir) / RESULT_FILE} says failed; re-run with kdbench.debug=true "
-            "for the "
-            "traceback",
-            exc,
-            cfg,
-            run_dir,
-        )
+    except Exception as exc:  # a bug, or a package not installed: bad input is a KdbenchError
+        if (missing := missing_package(exc)) is not None:
+            stop(f"kdbench: error: {missing}", missing, cfg, run_dir)
+        else:
+            stop(
+                f"kdbench: internal error: {type(exc).__name__}: {one_line(exc)} (a bug in "
+                f"kdbench, not in the input); the record {Path(run_dir) / RESULT_FILE} says "
+                "failed; re-run with kdbench.debug=true for the traceback",
+                exc,
+                cfg,
+                run_dir,
+            )
     return print_outcome(record, run_dir)
 
 

@@ -2,8 +2,8 @@
 
 `Timer` times optimizer steps of the real loop (`kdbench.training.loop.train`, a hook);
 `train_steps` is the bare loop of a step (forward, backward, optimizer) over `TimedBatches`, which
-stamp the clock around the timed batches; `synchronisations` counts a CUDA step's host-device
-synchronisations.
+stamp the clock around the timed batches; `synchronisations` collects the host-device
+synchronisations of CUDA steps, and `PerStep` tells them apart by optimizer step.
 """
 
 from __future__ import annotations
@@ -18,23 +18,71 @@ import torch
 
 from kdbench.training.hooks import Hook
 
+# What CUDA's sync debug mode warns at every synchronising call (c10/cuda/CUDAFunctions.cpp,
+# `warn_or_error_on_sync`); Python's warning adds where it was triggered.
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def is_synchronisation(message) -> bool:
+    """Whether a warning reports one synchronisation (not, e.g., the mode's own notice that it is
+    a prototype)."""
+    return str(message).startswith(SYNC_WARNING)
+
+
+@contextmanager
+def reported_synchronisations():
+    """Yields a list that gets, as they come, the synchronisation reports warned while inside,
+    every one of them; other warnings pass on as they would."""
+    seen: list[str] = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", message=SYNC_WARNING)  # not once per line of code
+        passed_on = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if is_synchronisation(message):
+                seen.append(str(message))
+            else:
+                passed_on(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield seen
+
 
 @contextmanager
 def synchronisations(device: torch.device):
-    """Counts the host-device synchronisations CUDA's sync debug mode reports (a list, filled on
-    exit)."""
-    seen: list[str] = []
-    if device.type != "cuda":
-        yield seen
-        return
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    """The host-device synchronisations CUDA's sync debug mode reports while inside: a list, one
+    message each, filled as they happen (none off CUDA)."""
+    with reported_synchronisations() as seen:
+        if device.type != "cuda":
+            yield seen
+            return
         torch.cuda.set_sync_debug_mode("warn")
         try:
             yield seen
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    seen.extend(str(w.message) for w in caught if "synchroniz" in str(w.message))
+
+
+class PerStep(Hook):
+    """How many entries `seen` (a list that grows, e.g. `synchronisations`') gains at each
+    optimizer step, the step's own and those of the hooks before this one (`counts`), and after
+    the last step up to this hook's `on_end` (`at_end`: the stage's closing read of its verdict)."""
+
+    def __init__(self, seen: list):
+        self.seen, self.counts, self.at_end, self.mark = seen, [], 0, 0
+
+    def _since_last(self) -> int:
+        new, self.mark = len(self.seen) - self.mark, len(self.seen)
+        return new
+
+    def on_start(self, progress) -> None:
+        self._since_last()
+
+    def on_step(self, progress) -> None:
+        self.counts.append(self._since_last())
+
+    def on_end(self, progress) -> None:
+        self.at_end = self._since_last()
 
 
 class Timer(Hook):

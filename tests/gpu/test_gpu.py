@@ -1,7 +1,7 @@
 """The GPU path where there is a GPU: CUDA against the CPU for every objective, no host
-synchronisation in the training steps, the flash kernel for unpadded bf16 batches, resume on the
-GPU, two-GPU NCCL DDP against one process. Models and steps are built by `kdbench.synthetic` (no
-Hydra)."""
+synchronisation between log steps, a fused attention kernel (not cuDNN's) for bf16 batches, resume
+on the GPU, two-GPU NCCL DDP against one process. Models and steps are built by
+`kdbench.synthetic` (no Hydra)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,16 @@ from transformers import BertForSequenceClassification
 
 from kdbench import synthetic
 from kdbench.bench import attention_kernels
+from kdbench.data.batches import PADDED
 from kdbench.distributed import World
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
+from kdbench.record import StepLog
 from kdbench.teacher.frozen import freeze
+from kdbench.timing import PerStep, synchronisations
 from kdbench.training import loop
-from kdbench.training.hooks import Hook
+from kdbench.training.hooks import Hook, LogLosses
 from kdbench.training.steps import (
     StudentSide,
     distillation_step,
@@ -32,11 +35,17 @@ from kdbench.training.steps import (
     teacher_records_now,
     to_device,
 )
-from tests.helpers import agnostic_objectives, assert_same_losses_and_grads, small_shapes
+from tests.helpers import (
+    agnostic_objectives,
+    assert_same_losses_and_grads,
+    small_shapes,
+    verdict_reads,
+)
 
 SMALL = small_shapes(2)
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 AGNOSTIC = agnostic_objectives()
+FUSED = ("flash", "efficient")  # SDPA's fused kernels kdbench allows (cuDNN's is left out)
 STAGE1 = [
     "hid_cls",
     "hid_seq",
@@ -137,23 +146,42 @@ def test_a_stage1_step_on_cuda_equals_the_cpu(objective):
         assert_same(stage1_step(objective, CPU), stage1_step(objective, CUDA))
 
 
+LOG_EVERY, LOGGED_STEPS = 2, 5
+
+
 @pytest.mark.parametrize("objective", ["att_kl+val_kl", "hid_seq", "vanilla_kd"])
-def test_training_steps_make_no_host_synchronisation(objective):
-    """Between log steps nothing waits for the GPU: no hooks here, so no step reads a loss back."""
-    with synthetic.distillation(objective, SMALL, CUDA, "bf16", steps=3) as stage:
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            loop.train(stage, [])
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+def test_a_stage_synchronises_only_at_its_log_steps_and_its_end(objective, monkeypatch):
+    """Between log steps nothing waits for the GPU; each log step reads its losses and verdict once,
+    and the stage its closing verdict once: one synchronisation each."""
+    reads = verdict_reads(monkeypatch)
+    with synthetic.distillation(objective, SMALL, CUDA, "bf16", steps=LOGGED_STEPS) as stage:
+        with synchronisations(CUDA) as syncs:
+            read_per_step, syncs_per_step = PerStep(reads), PerStep(syncs)
+            log = LogLosses(StepLog(None), LOG_EVERY)
+            loop.train(stage, [log, read_per_step, syncs_per_step])
+    steps = range(1, LOGGED_STEPS + 1)
+    logged = [int(step % LOG_EVERY == 0 or step == LOGGED_STEPS) for step in steps]
+    assert (read_per_step.counts, read_per_step.at_end) == (logged, 1)
+    assert (syncs_per_step.counts, syncs_per_step.at_end) == (logged, 1), syncs
 
 
-def test_unpadded_bf16_batches_run_the_flash_kernel():
+def padded(batch: dict) -> dict:
+    """The batch with the last positions of all rows but the first padding, as the collator says."""
+    mask = batch["attention_mask"].clone()
+    mask[1:, -5:] = 0
+    return batch | {"attention_mask": mask, PADDED: True}
+
+
+@pytest.mark.parametrize("padding", [False, True])
+def test_bf16_batches_run_a_fused_attention_kernel_not_cudnns(padding):
+    """An unpadded batch has no mask (the flash kernel); a padded one SDPA's boolean mask, which
+    rules flash out (the memory-efficient kernel). Never cuDNN's, nor the unfused math one."""
     with synthetic.distillation("hid_seq", SMALL, CUDA, "bf16", steps=1) as stage:
-        batch = to_device(next(iter(stage.loader)), CUDA)
+        batch = next(iter(stage.loader))
+        batch = to_device(padded(batch) if padding else batch, CUDA)
         kernels = attention_kernels(lambda: stage.step(batch)["total"].backward())
-    assert "_scaled_dot_product_flash_attention" in kernels
-    assert not any("efficient" in k or "math" in k for k in kernels), kernels
+    assert {f"_scaled_dot_product_{fused}_attention" for fused in FUSED} & set(kernels), kernels
+    assert not any("cudnn" in k or "math" in k for k in kernels), kernels
 
 
 class Interrupt(Exception):

@@ -5,7 +5,8 @@ On the CPU nothing waits, so the calls themselves are counted: the Tensor method
 tensor's values on the host (`item`, `tolist`, `cpu`, `numpy`, `__bool__`, `__float__`, `__int__`,
 `__index__`) and the operators whose output shape depends on the values (`nonzero`,
 `masked_select`, `unique`, a boolean index, ...), caught by a `TorchDispatchMode`. The data
-pipeline (sampler and collator) runs on the host by design and is not counted.
+pipeline (sampler and collator) runs on the host by design and is not counted. The reads of the
+finite-loss verdict, one synchronisation each on a GPU, come at the log steps and the stage's end.
 """
 
 from __future__ import annotations
@@ -17,15 +18,20 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kdbench import synthetic
 from kdbench.models.attention import attention_mask
+from kdbench.record import StepLog
 from kdbench.run import run
+from kdbench.timing import PerStep
 from kdbench.training import loop
-from kdbench.training.hooks import Hook
+from kdbench.training.hooks import Hook, LogLosses
 from tests.helpers import (
     agnostic_overrides,
     compose_config,
+    small_shapes,
     tiny_models,
     tiny_overrides,
+    verdict_reads,
     write_tiny_corpus,
     write_tiny_glue,
 )
@@ -211,6 +217,19 @@ def test_no_sync_between_log_steps_of_the_task_agnostic_recipe(
     found = between_log_steps(counted_run(overrides, monkeypatch))
     assert set(found) == {"distill"}
     assert all(calls == 0 for calls in found["distill"]), found
+
+
+@pytest.mark.parametrize("objective", ["att_kl+val_kl", "vanilla_kd"])
+def test_a_stage_reads_its_verdict_only_at_its_log_steps_and_its_end(monkeypatch, objective):
+    """The GPU tier's rule, counted on the CPU: the host reads the steps' losses and verdict once
+    per log step and once after the last step, never between."""
+    reads, steps = verdict_reads(monkeypatch), 5
+    cpu = torch.device("cpu")
+    with synthetic.distillation(objective, small_shapes(2), cpu, "fp32", steps) as stage:
+        per_step = PerStep(reads)
+        loop.train(stage, [LogLosses(StepLog(None), LOG_EVERY), per_step])
+    logged = [int(step % LOG_EVERY == 0 or step == steps) for step in range(1, steps + 1)]
+    assert (per_step.counts, per_step.at_end) == (logged, 1)
 
 
 @pytest.mark.parametrize("padded", [True, False])

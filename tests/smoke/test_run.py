@@ -206,6 +206,7 @@ def test_records_say_where_they_came_from(tiny_glue, tmp_path):
     assert {
         "git_commit",
         "git_dirty",
+        "source_sha256",
         "kdbench",
         "torch",
         "transformers",

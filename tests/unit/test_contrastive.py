@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from kdbench.errors import ConfigError
+from kdbench.errors import ConfigError, KdbenchError
 from kdbench.objectives.contrastive import ContrastiveDistillation, crd
 
 TRAIN_LABELS = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0, 1, 2, 2, 0, 1, 0, 2, 1, 0, 2, 1, 0])
@@ -264,3 +264,63 @@ def test_crd_as_released_is_binary_nce_with_the_first_batchs_constant_z():
     z_first = module.normalisers.clone()
     module(student, teacher, idx, torch.tensor([0, 1]))
     assert torch.equal(module.normalisers, z_first)  # constant after the first batch
+
+
+def sampler_state(module: ContrastiveDistillation) -> torch.Tensor:
+    return module.get_extra_state()["cpu"]
+
+
+def test_crd_draws_on_the_cpu_whatever_the_device_and_a_move_keeps_the_draws():
+    """A module moved to another device (meta stands for a GPU here) goes on with the same stream
+    of draws: the same seed gives the same negatives on every device."""
+    on_cpu, moved = make(seed=5), make(seed=5)
+    on_cpu.sample_negatives(TRAIN_LABELS[:4])
+    moved.sample_negatives(TRAIN_LABELS[:4])
+    moved.to("meta")
+    assert moved.sampler.device == torch.device("cpu")
+    assert torch.equal(sampler_state(moved), sampler_state(on_cpu))
+    drawn = moved.sample_negatives(TRAIN_LABELS[:4].to("meta"))  # meta: no value is read back
+    on_cpu.sample_negatives(TRAIN_LABELS[:4])
+    assert drawn.device.type == "meta" and drawn.shape == (4, 5)
+    assert torch.equal(sampler_state(moved), sampler_state(on_cpu))
+
+
+def test_crd_sends_its_draws_to_the_device_without_making_the_host_wait(monkeypatch):
+    module = make().to("meta")
+    labels = TRAIN_LABELS[:4].to("meta")
+    real_to, copies = torch.Tensor.to, []
+
+    def spy(tensor, *args, **kwargs):
+        if tensor.device.type == "cpu":
+            copies.append(kwargs.get("non_blocking", False))
+        return real_to(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", spy)
+    module.sample_negatives(labels)
+    assert copies == [True]
+
+
+@pytest.mark.filterwarnings("ignore:for .* copying from a non-meta parameter")
+def test_crd_a_sampler_state_saved_on_one_device_resumes_on_another():
+    saved = make(seed=5)
+    saved.sample_negatives(TRAIN_LABELS[:4])
+    resumed = make(seed=9).to("meta")
+    resumed.load_state_dict(saved.state_dict())
+    assert torch.equal(sampler_state(resumed), sampler_state(saved))
+    back_on_cpu = make(seed=9)
+    back_on_cpu.set_extra_state(resumed.get_extra_state())
+    assert torch.equal(
+        back_on_cpu.sample_negatives(TRAIN_LABELS[:6]), saved.sample_negatives(TRAIN_LABELS[:6])
+    )
+
+
+@pytest.mark.parametrize(
+    "state",
+    [{"cuda:0": torch.zeros(16, dtype=torch.uint8)}, {"cpu": torch.zeros(16, dtype=torch.uint8)}],
+)
+def test_crd_refuses_a_sampler_state_it_cannot_continue(state):
+    module = make()
+    before = sampler_state(module).clone()
+    with pytest.raises(KdbenchError, match="not a CPU generator's") as info:
+        module.set_extra_state(state)
+    assert "\n" not in str(info.value) and torch.equal(sampler_state(module), before)

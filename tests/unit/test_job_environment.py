@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 import pytest
 
@@ -99,3 +100,19 @@ def test_single_tasks_and_torchrun_are_left_alone(clean_env):
     slurm_task(clean_env, "gpu01", 1, procid=0, ntasks=8, localid=0)
     distributed.adopt_job_environment()
     assert distributed.current().rank == 2 and distributed.current().size == 3
+
+
+def test_a_single_process_never_imports_submitit(clean_env):
+    """Outside a job, and in a one-task job, the environment alone decides: importing submitit (not
+    installed, here) is never tried."""
+    clean_env.setitem(sys.modules, "submitit", None)
+    distributed.adopt_job_environment()
+    slurm_task(clean_env, "gpu01", 1, procid=0, ntasks=1, localid=0)
+    distributed.adopt_job_environment()
+    clean_env.setenv("SUBMITIT_EXECUTOR", "local")
+    clean_env.setenv("SUBMITIT_LOCAL_NTASKS", "1")
+    distributed.adopt_job_environment()
+    assert distributed.current() == distributed.World()
+    clean_env.setenv("SUBMITIT_LOCAL_NTASKS", "2")
+    with pytest.raises(ModuleNotFoundError, match="submitit"):
+        distributed.adopt_job_environment()

@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kdbench.errors import ConfigError
+from kdbench.errors import ConfigError, KdbenchError
 
 __all__ = ["ContrastiveDistillation", "ContrastiveSetupError", "crd"]
 
@@ -73,9 +73,14 @@ _KEYS = itertools.count()
 def _uniform(key: int, rows: int, cols: int, device: torch.device) -> Tensor:
     """[rows, cols] float64 uniforms in [0, 1) from the sampler of the module `key`, on `device`.
 
-    An opaque operator: a compiled step calls it at run time, so it draws from the sampler (and
-    advances it) exactly as the eager step does."""
-    return torch.rand(rows, cols, generator=_LIVE[key].sampler, device=device, dtype=torch.float64)
+    Drawn on the CPU whatever `device` (the sampler is a CPU generator), so a seed gives the same
+    negatives on every device; a GPU gets them from pinned memory, a copy the host does not wait
+    for. An opaque operator: a compiled step calls it at run time, so it draws from the sampler
+    (and advances it) exactly as the eager step does."""
+    sampler = _LIVE[key].sampler
+    pinned = device.type == "cuda"
+    drawn = torch.rand(rows, cols, generator=sampler, dtype=torch.float64, pin_memory=pinned)
+    return drawn.to(device, non_blocking=True)
 
 
 @_uniform.register_fake
@@ -176,7 +181,6 @@ class ContrastiveDistillation(nn.Module):
         self.temperature = temperature
         self.momentum = momentum
         self.form = form
-        self.seed = seed
         self.student_head = nn.Linear(student_width, feat_dim)
         self.teacher_head = nn.Linear(teacher_width, feat_dim)
 
@@ -191,7 +195,7 @@ class ContrastiveDistillation(nn.Module):
         self.register_buffer("class_order", order, persistent=False)
         self.register_buffer("class_start", start, persistent=False)
         self.register_buffer("class_count", count, persistent=False)
-        self.sampler = self._seeded(self.class_order.device)
+        self.sampler = torch.Generator().manual_seed(seed)  # on the CPU wherever the module is
         self._register()
 
     def _register(self) -> None:
@@ -203,29 +207,24 @@ class ContrastiveDistillation(nn.Module):
         super().__setstate__(state)
         self._register()
 
-    def _seeded(self, device: torch.device) -> torch.Generator:
-        return torch.Generator(device=device).manual_seed(self.seed)
-
-    def _apply(self, fn, recurse=True):
-        """Moved or cast as any module; on a new device the sampler starts afresh (seeded with
-        `seed`) there. It is made here, not on first use: a compiled step cannot create a
-        generator."""
-        module = super()._apply(fn, recurse)
-        if self.sampler.device != self.class_order.device:
-            self.sampler = self._seeded(self.class_order.device)
-        return module
-
     def get_extra_state(self) -> dict:
         """The sampler's RNG state travels with the state dict: a resumed run draws the same
-        negatives."""
-        return {str(self.sampler.device): self.sampler.get_state()}
+        negatives, on whichever device it resumes."""
+        return {"cpu": self.sampler.get_state()}
 
     def set_extra_state(self, state: dict) -> None:
-        """Restores the sampler of the device the banks are on (a state saved on another device is
-        that device's stream, not this one's)."""
-        for device, generator_state in state.items():
-            if torch.device(device) == self.sampler.device:
-                self.sampler.set_state(generator_state)
+        """Restores the sampler. A state that is not a CPU generator's (a checkpoint of a kdbench
+        that drew negatives on the module's device) is refused: it cannot continue these draws."""
+        saved = state.get("cpu") if isinstance(state, dict) else None
+        try:
+            self.sampler.set_state(saved)
+        except (RuntimeError, TypeError):
+            found = ", ".join(map(str, state)) if isinstance(state, dict) else type(state).__name__
+            raise KdbenchError(
+                f"crd: the checkpoint's negative sampler state (saved as {found}) is not a CPU "
+                "generator's, and kdbench now draws negatives on the CPU on every device: resume "
+                "with the kdbench that saved it, or start afresh in a new run directory"
+            ) from None
 
     @torch.no_grad()
     def sample_negatives(self, labels: Tensor) -> Tensor:
