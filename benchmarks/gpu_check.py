@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "src")]  # a GPU machine runs the checkout, not an install
 
 from benchmarks.gpu_results import summary  # noqa: E402
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import platform
-import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -20,13 +19,16 @@ from pathlib import Path
 import torch
 import transformers
 
+from kdbench.record import PACKAGE, git_state, source_sha256
+
 PAPER_STEPS, PAPER_BATCH = 100_000, 1024  # the paper's task-agnostic run (Table 5)
 
 
 def environment() -> list[str]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    """The device, the versions, and the code: its git commit where this is a checkout of kdbench,
+    and always the hash of its source (`kdbench.record`)."""
+    commit, dirty = git_state(PACKAGE)
+    code = f"commit {commit}{' (with changes)' if dirty else ''}" if commit else "no git checkout"
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
     capability = (
         ".".join(map(str, torch.cuda.get_device_capability())) if torch.cuda.is_available() else "-"
@@ -37,7 +39,7 @@ def environment() -> list[str]:
         f"- torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
         f"{torch.backends.cudnn.version()}), "
         f"transformers {transformers.__version__}, Python {platform.python_version()}",
-        f"- kdbench commit {commit or 'unknown'}",
+        f"- kdbench: {code}, source sha256 {source_sha256(PACKAGE)[:16]}",
     ]
 
 
