@@ -110,13 +110,11 @@ def measure_agnostic(
     precision: str,
     steps: int,
     warmup: int,
-    compiled: bool = False,
+    compile_backend: str | None = None,
 ) -> dict:
-    """The task-agnostic distillation through `loop.train`: `warmup` steps, then `steps` timed
-    ones (the models' blocks compiled first when `compiled`)."""
-    backend = "inductor" if compiled else None
+    """The task-agnostic distillation through `loop.train`: warmup, then `steps` timed steps."""
     with synthetic.distillation(
-        objective, shapes, device, precision, warmup + steps, compile_backend=backend
+        objective, shapes, device, precision, warmup + steps, compile_backend=compile_backend
     ) as stage:
         batch = to_device(next(iter(stage.loader)), device)
         per_example, kernels = flops_per_example(stage.step, batch, stage.modules)
@@ -137,7 +135,7 @@ def measure_agnostic(
         "accumulation": shapes.accumulation,
         "device": device_name(device),
         "precision": precision,
-        "compiled": compiled,
+        "compile_backend": compile_backend,
         "steps": steps,
         "seconds": timer.seconds,
         "cpu_seconds": timer.cpu_seconds,
@@ -324,9 +322,8 @@ def measure(args, objective: str) -> dict:
         return measure_host(
             objective, shapes, device, args.steps, args.warmup, args.workers, host_precision
         )
-    return measure_agnostic(
-        objective, shapes, device, precision, args.steps, args.warmup, args.compile
-    )
+    backend = "inductor" if args.compile else None  # trainer.compile's
+    return measure_agnostic(objective, shapes, device, precision, args.steps, args.warmup, backend)
 
 
 def main(argv: list[str] | None = None) -> None:
