@@ -65,11 +65,8 @@ def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
     """The dense peak FLOP/s for the precision used, and where it comes from (datasheet or measured
     once)."""
     if device.type == "cuda":
-        kind = (
-            precision
-            if precision == "bf16"
-            else ("tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
-        )
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        kind = precision if precision == "bf16" else ("tf32" if tf32 else "fp32")
         name = torch.cuda.get_device_name(device)
         if (peak := flops.datasheet_peak(name, kind)) is not None:
             return peak, f"datasheet {name} {kind}"
@@ -115,10 +112,12 @@ def measure_agnostic(
     precision: str,
     steps: int,
     warmup: int,
+    compile_backend: str | None = None,
 ) -> dict:
-    """The task-agnostic distillation through `loop.train`: `warmup` steps, then `steps` timed
-    ones."""
-    with synthetic.distillation(objective, shapes, device, precision, warmup + steps) as stage:
+    """The task-agnostic distillation through `loop.train`: warmup, then `steps` timed steps."""
+    with synthetic.distillation(
+        objective, shapes, device, precision, warmup + steps, compile_backend=compile_backend
+    ) as stage:
         batch = to_device(next(iter(stage.loader)), device)
         per_example, kernels = flops_per_example(stage.step, batch, stage.modules)
         analytic = analytic_flops(stage, batch, shapes)
@@ -139,6 +138,7 @@ def measure_agnostic(
         "accumulation": shapes.accumulation,
         "device": device_name(device),
         "precision": precision,
+        "compile_backend": compile_backend,
         "steps": steps,
         "seconds": timer.seconds,
         "cpu_seconds": timer.cpu_seconds,
@@ -178,11 +178,9 @@ def utilisation(result: dict, device: torch.device, precision: str) -> dict:
     """Achieved FLOP/s and MFU; on the CPU per CPU-second (the examples over the steps' CPU time),
     as its peak."""
     peak, source = peak_flops(device, precision)
-    rate = (
-        result["examples_per_s"] * result["seconds"] / result["cpu_seconds"]
-        if device.type == "cpu"
-        else (result["examples_per_s"])
-    )
+    rate = result["examples_per_s"]
+    if device.type == "cpu":
+        rate *= result["seconds"] / result["cpu_seconds"]
     achieved = result["flops_per_example"] * rate
     return {
         "achieved_tflops": achieved / 1e12,
@@ -309,6 +307,7 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    parser.add_argument("--compile", action="store_true", help="stage1/agnostic: trainer.compile")
     parser.add_argument(
         "--workers", type=int, default=0, help="host: DataLoader workers (they collate)"
     )
@@ -327,7 +326,8 @@ def measure(args, objective: str) -> dict:
         return measure_host(
             objective, shapes, device, args.steps, args.warmup, args.workers, host_precision
         )
-    return measure_agnostic(objective, shapes, device, precision, args.steps, args.warmup)
+    backend = "inductor" if args.compile else None  # trainer.compile's
+    return measure_agnostic(objective, shapes, device, precision, args.steps, args.warmup, backend)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -337,6 +337,10 @@ def main(argv: list[str] | None = None) -> None:
             f"--mode {args.mode} takes no Hydra overrides (got {args.overrides[0]}): use its "
             "options"
         )
+    if args.mode == "host" and args.compile:
+        parser().error("--compile: the host mode times eager steps; use --mode agnostic or stage1")
+    if args.compile and args.mode == "stage1":
+        args.overrides.append("trainer.compile=true")
     torch.manual_seed(0)
     for objective in args.objectives.split(","):
         print(json.dumps(measure(args, objective)), flush=True)

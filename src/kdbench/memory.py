@@ -24,7 +24,7 @@ ADAMW_STATE = 4  # weight, gradient and the two moments, float32
 MASKED_SHARE = 0.2  # MLM rows per sequence: 15% masked, with room for a batch's variation
 MAP_FEATURES = ("attention_scores", "values", "query", "key", "value")  # [B, H, L, L] per side
 MAP_COPIES = 2  # per pair: the gradient a fused loss keeps and the maps in flight
-LOGIT_COPIES = 4  # the student's logits and log-softmax, the teacher's probabilities, a gradient
+LOGIT_COPIES = 2  # per term: the gradient a chunked loss keeps, the logits in flight
 MEMORY_SHARE = 0.5  # of the device's memory past the static part: the allocator, CUDA's context and
 # workspaces, the bound's own error
 CPU_DEVICE_BATCH = 64  # trainer.device_batch_size=auto off a GPU: memory is not the limit there

@@ -20,6 +20,7 @@ from kdbench.data.batches import IN_PROCESS, corpus_loader
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.hydra_config import config_dir
+from kdbench.models.compilation import compile_blocks
 from kdbench.models.student import build_student, student_config
 from kdbench.objectives.term_specs import build_terms
 from kdbench.objectives.terms import Objective
@@ -147,11 +148,15 @@ def distillation(
     world: World = SINGLE,
     dropout: float | None = None,
     loading: LoadingSpec = IN_PROCESS,
+    compile_backend: str | None = None,
 ):
     """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic
     distillation (this process's part of it in a data-parallel `world`, whose process group is
-    already initialised)."""
+    already initialised); `compile_backend`: both models' blocks compiled by it, as
+    `trainer.compile` does (None: eager)."""
     teacher, student = random_models(shapes, device, precision, seed, dropout)
+    if compile_backend is not None:
+        compile_blocks(student, teacher, backend=compile_backend)
     terms = objective_terms(objective_name, student.config, teacher.config)
     objective = Objective(terms, student.config, teacher.config, None, seed).to(device)
     masking = MaskingSpec(shapes.vocab, MASK_ID, SPECIAL_IDS) if objective.uses_logits else None

@@ -113,3 +113,30 @@ def test_a_micro_batch_that_does_not_divide_the_batch_is_refused_in_one_line(mic
     with pytest.raises(SystemExit) as exit_info:
         main(["--mode", "host", "--micro-batch", micro, "--batch", "8"])
     assert exit_info.value.code == f"--micro-batch {micro}: give auto or a divisor of --batch 8"
+
+
+def test_compile_in_the_task_agnostic_mode_compiles_both_models_blocks(capsys, monkeypatch):
+    compiled = []
+    monkeypatch.setattr(
+        "kdbench.synthetic.compile_blocks",
+        lambda *models, backend: compiled.append((len(models), backend)),
+    )
+    main(["--mode", "agnostic", *TINY_BENCH, "--batch", "2", "--steps", "1", "--compile"])
+    row = json.loads(capsys.readouterr().out)
+    assert compiled == [(2, "inductor")] and row["compile_backend"] == "inductor"
+
+
+def test_compile_in_stage1_mode_is_trainer_compile(monkeypatch):
+    seen = []
+    monkeypatch.setattr(
+        "kdbench.bench.measure_stage1", lambda overrides, *_: seen.append(overrides)
+    )
+    monkeypatch.setattr("kdbench.bench.json.dumps", str)
+    main(["teacher=tiny", "--compile", "--objectives", "hid_seq"])
+    assert seen == [["teacher=tiny", "trainer.compile=true", "objective=hid_seq"]]
+
+
+def test_the_host_mode_refuses_compile_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--mode", "host", "--compile"])
+    assert exit_info.value.code == 2 and "--compile" in capsys.readouterr().err

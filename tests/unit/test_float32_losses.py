@@ -51,7 +51,7 @@ def _halves(x):
 # multiplies matrices)
 CASES = {
     "kd": (lambda s, t: F.kd(s, t, torch.tensor([0, 1]), temperature=2.0), (B, 3), False),
-    "mlm_kd": (lambda s, t: F.mlm_kd(s, t, temperature=2.0), (5, 11), False),
+    "mlm_kd": (lambda s, t: F.mlm_kd(s, t, temperature=2.0), (5, 11), True),  # a dot product
     "mlm": (lambda s, t: F.mlm(s, t, torch.tensor([1, 2, 3, 4, 5])), (5, 11), False),
     "att_mse": (lambda s, t: F.att_mse(s, t, _mask()), (B, H, L, L), False),
     "att_kl": (lambda s, t: F.att_kl(s, t, _mask()), (B, H, L, L), False),
@@ -97,4 +97,4 @@ def test_under_bf16_autocast_a_loss_multiplies_in_float32_and_equals_its_float32
     assert loss.dtype == torch.float32 and torch.equal(loss.detach(), reference.detach())
     assert torch.equal(autocast_input.grad, reference_input.grad.to(torch.bfloat16))
     assert set(recorded.dtypes) <= {torch.float32}
-    assert bool(recorded.dtypes) == multiplies  # the score-map losses multiply, the others do not
+    assert bool(recorded.dtypes) == multiplies

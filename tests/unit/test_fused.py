@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from kdbench.objectives import fused
 from kdbench.objectives import losses as F
@@ -176,3 +178,36 @@ def test_each_registered_fused_form_equals_its_loss_on_the_derived_features(name
         torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-7)
         for grad, expected_grad in zip(grads, expected_grads, strict=True):
             torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-6)
+
+
+class MapPasses(TorchDispatchMode):
+    """The ops that read or write a float32 map of `size` elements while active, views aside."""
+
+    VIEWS = {"view", "_unsafe_view", "expand", "transpose", "t", "as_strided"}
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size, self.ops = size, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = tree_flatten((args, kwargs, out))[0]
+        touches = any(
+            isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.numel() == self.size
+            for t in tensors
+        )
+        if touches and func.overloadpacket.__name__ not in self.VIEWS:
+            self.ops.append(func.overloadpacket.__name__)
+        return out
+
+
+def test_the_fused_kl_passes_over_a_map_as_often_as_docs_speed_counts():
+    """docs/speed.md's bytes for the score-map losses count these passes: two products and two
+    gradient products, and 14 elementwise or reducing passes (scale, mask, log-softmax per side; the
+    teacher's probabilities and their mask; the difference and its dot product; the student's
+    probabilities, minus the teacher's, masked, scaled)."""
+    student, teacher = _inputs((32, 32), False)
+    with MapPasses(B * H * L * L) as passes:
+        score_map_loss("kl", student, teacher, H, _mask()).backward()
+    matmuls = [op for op in passes.ops if op in ("bmm", "mm", "matmul")]
+    assert len(matmuls) == 4 and len(passes.ops) - len(matmuls) == 14, passes.ops

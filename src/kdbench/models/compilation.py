@@ -11,9 +11,9 @@ from kdbench.models.anatomy import encoder_layers
 COMPILED_PARTS = ("attention.output", "intermediate", "output")
 
 
-def compile_blocks(*models: PreTrainedModel) -> None:
+def compile_blocks(*models: PreTrainedModel, backend: str = "inductor") -> None:
     """`torch.compile` the dense parts of every transformer block, with dynamic shapes (batches vary
-    in length).
+    in length), by `backend` (inductor's fused kernels; the tests trace with aot_eager).
 
     The self-attention stays eager: its query/key/value projections carry the hooks that read
     features (hooks inside a compiled region would not run), and SDPA is already a fused kernel.
@@ -24,7 +24,7 @@ def compile_blocks(*models: PreTrainedModel) -> None:
         for block in encoder_layers(model):
             for name in COMPILED_PARTS:
                 part = block.get_submodule(name)
-                part.forward = torch.compile(part.forward, dynamic=True)
+                part.forward = torch.compile(part.forward, dynamic=True, backend=backend)
 
 
 def compile_if_asked(trainer, *models: PreTrainedModel) -> None:

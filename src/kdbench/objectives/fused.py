@@ -49,13 +49,15 @@ def _kl_rows(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Te
     h, L, L] maps.
 
     Both maps are consumed (overwritten). Invalid keys leave the softmax; invalid rows contribute
-    nothing.
+    nothing. The value is one dot product of p_t with log p_t - log p_s: both log-maps are finite
+    everywhere (invalid entries hold MASKED_SCORE, not -inf) and p_t is zero off the valid pairs, so
+    neither the difference needs masking nor the product a map of its own.
     """
     log_student = torch.log_softmax(student.masked_fill_(~pair, MASKED_SCORE), dim=-1)
     log_teacher = torch.log_softmax(teacher.masked_fill_(~pair, MASKED_SCORE), dim=-1)
     del student, teacher
     p_teacher = log_teacher.exp().masked_fill_(~pair, 0.0)
-    value = log_teacher.sub_(log_student).masked_fill_(~pair, 0.0).mul_(p_teacher).sum()
+    value = torch.dot(p_teacher.flatten(), log_teacher.sub_(log_student).flatten())
     grad = log_student.exp_().sub_(p_teacher).masked_fill_(~pair, 0.0)
     return value, grad
 

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kdbench.objectives import fused
+from kdbench.objectives import fused, vocabulary
 from kdbench.objectives.contrastive import crd
 from kdbench.objectives.loss_checks import (
     check_hidden,
@@ -122,14 +122,13 @@ def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float
         loss = T^2 * mean_m sum_v -softmax(t_m / T)_v * log softmax(s_m / T)_v
 
     It differs from ``T^2 * KL`` by the teacher's entropy, a constant: the gradients are the same.
-    Zero positions (M == 0) give 0.
+    Zero positions (M == 0) give 0. Computed a chunk of rows at a time, its gradient formed in the
+    forward pass (`vocabulary`): no float32 [M, V] tensor outlives a chunk.
     """
     check_logits(student_logits, teacher_logits, temperature, "mlm_kd", "[M, V]")
     if student_logits.shape[0] == 0:
         return _f32(student_logits).sum()
-    target = F.softmax(_f32(teacher_logits).detach() / temperature, dim=-1)
-    log_student = F.log_softmax(_f32(student_logits) / temperature, dim=-1)
-    return -(target * log_student).sum(-1).mean() * temperature**2
+    return vocabulary.soft_cross_entropy(student_logits, teacher_logits, temperature)
 
 
 @outside_autocast
@@ -140,14 +139,15 @@ def mlm(
     original ids.
 
     ``teacher_logits`` is not used (the hard MLM term reads the labels); it keeps every term's call
-    alike.
+    alike. ``F.cross_entropy`` of the float32 logits (labels -100 left out), computed a chunk of
+    rows at a time as `mlm_kd` is.
     """
     if labels is None:
         raise ValueError("mlm needs labels (the original token ids at the masked positions)")
     check_ndim(student_logits, (2,), "mlm", "[M, V]")
     if student_logits.shape[0] == 0:
         return _f32(student_logits).sum()
-    return F.cross_entropy(_f32(student_logits), labels.to(student_logits.device).long())
+    return vocabulary.cross_entropy(student_logits, labels.to(student_logits.device))
 
 
 # --------------------------------------------------------------------------- #

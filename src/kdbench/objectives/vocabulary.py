@@ -1,0 +1,95 @@
+"""The vocabulary-wide losses of MLM logits (`losses.mlm_kd`, `losses.mlm`), a chunk of rows at a
+time, with their gradient formed in the forward pass.
+
+Through autograd, a loss over [M, V] logits (M masked positions, V = 30522 for BERT) keeps float32
+[M, V] copies alive until backward (the float32 cast, the log-softmax, the teacher's distribution)
+and the backward writes more of them: at the paper's micro-batch of 512 x 128 tokens, M is about
+9,800 and one such tensor 1.2 GB. Here the gradient with respect to the student's logits has a
+closed form (soft targets: T (p_s - p_t) / M; hard labels: (p_s - onehot) / M), so the forward pass
+computes it chunk by chunk and keeps only it, in the logits' own dtype (what autograd would cast it
+to): the float32 temporaries are one chunk of rows. The losses are those of `losses` to float32
+rounding (sums over chunks instead of one reduction).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# Rows per chunk are chosen so that one float32 [rows, V] temporary is about this size
+CHUNK_BYTES = 64 * 2**20
+IGNORE_INDEX = -100  # F.cross_entropy's: a label that leaves the mean
+
+
+def _soft_rows(student: Tensor, teacher: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    """sum over rows of -sum_v p_t log p_s (p = softmax(logits / T)) for float32 [rows, V], and
+    p_s - p_t (its gradient times T). The chunks may be the caller's float32 logits: read only."""
+    if temperature != 1.0:  # x / 1 is x: the division is skipped, not approximated
+        student, teacher = student / temperature, teacher / temperature
+    log_student = torch.log_softmax(student, dim=-1)
+    del student
+    p_teacher = torch.softmax(teacher, dim=-1)
+    value = -torch.dot(p_teacher.flatten(), log_student.flatten())
+    return value, log_student.exp_().sub_(p_teacher)
+
+
+def _hard_rows(student: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """sum over rows of -log p_s[label] for float32 [rows, V] and labels [rows], and its gradient
+    p_s - onehot(label); ignored rows (`IGNORE_INDEX`) give neither."""
+    kept = labels != IGNORE_INDEX
+    index = labels.clamp_min(0)[:, None]
+    log_student = torch.log_softmax(student, dim=-1)
+    del student
+    picked = log_student.gather(1, index).squeeze(1)
+    value = -torch.where(kept, picked, picked.new_zeros(())).sum()
+    grad = log_student.exp_().scatter_add_(1, index, -kept[:, None].to(log_student.dtype))
+    return value, grad.masked_fill_(~kept[:, None], 0.0)
+
+
+class _VocabularyLoss(torch.autograd.Function):
+    """mean over rows of a per-row loss of logits [M, V]; `target` is the teacher's logits [M, V]
+    (soft targets, `temperature` T, scaled by T^2) or labels [M] (hard, temperature None)."""
+
+    @staticmethod
+    def forward(ctx, student, target, temperature, with_grad: bool):
+        rows, vocab = student.shape
+        hard = temperature is None
+        count = (target != IGNORE_INDEX).sum() if hard else rows
+        scale = 1.0 if hard else temperature**2
+        grad = torch.empty_like(student) if with_grad else None
+        step = max(1, CHUNK_BYTES // (4 * vocab))
+        total = torch.zeros((), dtype=torch.float32, device=student.device)
+        for start in range(0, rows, step):
+            chunk = student[start : start + step].float()
+            if hard:
+                value, chunk_grad = _hard_rows(chunk, target[start : start + step])
+            else:
+                teacher = target[start : start + step].float()
+                value, chunk_grad = _soft_rows(chunk, teacher, temperature)
+            total += value
+            if with_grad:  # d(T^2 mean)/ds = T (p_s - p_t) / M; hard: (p_s - onehot) / M
+                grad[start : start + step] = chunk_grad.mul_((1.0 if hard else temperature) / count)
+        if with_grad:
+            ctx.save_for_backward(grad)
+        return total * scale / count
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (grad,) = ctx.saved_tensors
+        return grad_output * grad, None, None, None
+
+
+def _with_grad(student: Tensor) -> bool:
+    return torch.is_grad_enabled() and student.requires_grad
+
+
+def soft_cross_entropy(student: Tensor, teacher: Tensor, temperature: float) -> Tensor:
+    """``T^2 * mean_m sum_v -softmax(t_m / T)_v * log softmax(s_m / T)_v`` of logits [M, V] (M >
+    0), float32 scalar; gradients reach the student only."""
+    return _VocabularyLoss.apply(student, teacher.detach(), float(temperature), _with_grad(student))
+
+
+def cross_entropy(student: Tensor, labels: Tensor) -> Tensor:
+    """``F.cross_entropy(student.float(), labels)`` of logits [M, V] (M > 0) and labels [M] (rows
+    labelled `IGNORE_INDEX` left out of the mean), float32 scalar."""
+    return _VocabularyLoss.apply(student, labels.long(), None, _with_grad(student))
