@@ -128,6 +128,7 @@ def measure_agnostic(
             per_step = PerStep(syncs)
             loop.train(stage, [timer, per_step])
     examples = steps * shapes.micro_batch * shapes.accumulation
+    bound = synthetic.step_memory(objective, shapes, precision).total(shapes.micro_batch)
     result = {
         "mode": "agnostic",
         "objective": objective,
@@ -148,10 +149,7 @@ def measure_agnostic(
         "analytic_flops_per_example": analytic,
         "attention_kernels": kernels,
         **peak_memory_gib(device),
-        "memory_bound_gib": synthetic.step_memory(objective, shapes, precision).total(
-            shapes.micro_batch
-        )
-        / 2**30,
+        "memory_bound_gib": bound / 2**30,
     }
     if device.type == "cuda":  # the steps' own: the stage's closing read comes after the last
         result["syncs_per_step"] = sum(per_step.counts) / len(per_step.counts)
