@@ -20,6 +20,7 @@ from kdbench.data.batches import IN_PROCESS, corpus_loader
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
 from kdbench.hydra_config import config_dir
+from kdbench.models.attention import prepare_for_training
 from kdbench.models.compilation import compile_blocks
 from kdbench.models.student import build_student, student_config
 from kdbench.objectives.term_specs import build_terms
@@ -133,7 +134,7 @@ def random_models(shapes: Shapes, device, precision: str, seed: int, dropout: fl
     student = build_student(
         teacher.config, shapes.student, MLM_NUM_LABELS, seed + 1, mlm=True, dropout=dropout
     )
-    return in_run_precision(teacher, precision), student.to(device)
+    return in_run_precision(teacher, precision), prepare_for_training(student, False).to(device)
 
 
 @contextmanager

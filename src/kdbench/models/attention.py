@@ -1,5 +1,6 @@
 """The attention a model trains with: SDPA with its maps recomputed in backward
-(`trainer.recompute_attention`), and the attention mask a forward is given."""
+(`trainer.recompute_attention`), its input cast once under autocast, and the attention mask a
+forward is given."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from torch.utils.checkpoint import checkpoint
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from kdbench.models.anatomy import encoder_layers
 
 # the attention implementation `recompute_attention` registers
 RECOMPUTED_SDPA = "kdbench_recomputed_sdpa"
@@ -40,10 +43,34 @@ def _recomputed_sdpa(module, query, key, value, attention_mask, dropout: float =
     )
 
 
+def _one_cast_for_projections(module, args: tuple, kwargs: dict):
+    """A self-attention module's float32 input (a LayerNorm's output under autocast) cast once to
+    autocast's dtype: its query, key and value projections would each cast it again, a kernel
+    forward and one backward apiece."""
+    hidden = args[0] if args else kwargs["hidden_states"]
+    device_type = hidden.device.type
+    if hidden.dtype != torch.float32 or not torch.is_autocast_enabled(device_type):
+        return None
+    hidden = hidden.to(torch.get_autocast_dtype(device_type))
+    return ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
+
+
+def share_projection_casts(model: PreTrainedModel) -> None:
+    """Every block's self-attention casts its input once under autocast
+    (`_one_cast_for_projections`), registered once per module."""
+    for block in encoder_layers(model):
+        attention = getattr(getattr(block, "attention", None), "self", None)
+        if attention is not None and not getattr(attention, "_kdbench_one_cast", False):
+            attention.register_forward_pre_hook(_one_cast_for_projections, with_kwargs=True)
+            attention._kdbench_one_cast = True
+
+
 def prepare_for_training(model: PreTrainedModel, recompute_attention: bool) -> PreTrainedModel:
-    """A model about to be trained: with `recompute_attention` (`trainer.recompute_attention`), its
+    """A model about to be trained: its self-attention casts its input once under autocast
+    (`share_projection_casts`); with `recompute_attention` (`trainer.recompute_attention`), its
     attention becomes `_recomputed_sdpa`, with SDPA's form of the padding mask. Not saved with the
     model."""
+    share_projection_casts(model)
     if recompute_attention:
         AttentionInterface.register(RECOMPUTED_SDPA, _recomputed_sdpa)
         AttentionMaskInterface.register(RECOMPUTED_SDPA, sdpa_mask)
