@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
+from kdbench.data.columns import column_array
 from kdbench.data.masking import IGNORE_INDEX, MaskingSpec, mask_tokens
 from kdbench.distributed import World
 from kdbench.specs import LoadingSpec
@@ -118,7 +119,11 @@ def make_loader(
     """Batches padded to their own longest example (dynamic padding), from a seeded, resumable
     sampler, loaded as `loading` says (the same batches with any number of workers)."""
     sampler = SeededBatches(
-        encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length
+        column_array(encoded, "length"),
+        batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        group_by_length=group_by_length,
     )
     # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a
     # resumed run would diverge from an uninterrupted one.
