@@ -1,5 +1,5 @@
 """Faults: a stop signal in any long phase outside the training loop (tokenisation, the teacher's
-evaluation, its features and logits tables, augmentation, a study's step) ends the process within
+evaluation, its features and logits tables, augmentation, building a loader, a study's step) ends the process within
 seconds, the record says where, no partial cache entry is left, and the same command again ends with
 an uninterrupted run's metrics.
 
@@ -157,6 +157,7 @@ def stop_then_resume(
         ("teacher_evaluation", signal.SIGINT, None),  # a first Ctrl-C stops like SIGTERM
         ("teacher_features", signal.SIGTERM, "teacher_features"),
         ("teacher_logits", signal.SIGTERM, "teacher_logits"),
+        ("loaders", signal.SIGTERM, None),
     ],
 )
 def test_a_signal_in_a_phase_stops_it_in_seconds_and_the_same_command_resumes(
