@@ -40,6 +40,7 @@ import torch
 
 from kdbench import flops, synthetic
 from kdbench.bench_host import auto_micro_batch, measure_host
+from kdbench.data.columns import column_array
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import student_for
@@ -230,7 +231,9 @@ def stage1_step(plan, student, teacher, train_labels, features=None):
 def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
     plan, train_set, loader, teacher, student = stage1_setup(overrides)
     batches = itertools.cycle(loader)
-    with stage1_step(plan, student, teacher, train_set["labels"]) as (step, modules):
+    with stage1_step(
+        plan, student, teacher, torch.from_numpy(column_array(train_set, "labels"))
+    ) as (step, modules):
         per_example, kernels = flops_per_example(
             step, to_device(next(batches), plan.device), modules
         )

@@ -1,47 +1,66 @@
 """A bound on a distillation step's device memory, and the micro-batch it allows on a GPU
 (`trainer.device_batch_size=auto`).
 
-The bound counts float32 values (4 bytes each, though a bf16 run keeps many in 2): the student's
-weights, gradients and AdamW moments and the frozen teacher's weights, which do not grow with the
-micro-batch, and per sequence what the student's forward keeps for the backward (every trained
-block's inputs, activations, attention probabilities and dropout masks), the losses' score maps and
-MLM logits, the teacher's recorded features and one of its blocks in flight.
-`tests/smoke/test_memory.py` holds the student's side above what autograd keeps in each objective's
-real step, and within 2.5 times that.
+The bound counts bytes at the width each value is kept in: under bf16 autocast the matmuls' inputs
+and outputs in 2 bytes, what autocast keeps in float32 (layer norms' inputs, the residual stream,
+the losses' inputs cast to float32) in 4. Static: the student's weights, gradients and AdamW
+moments, autocast's bf16 copies of its matmul weights, the frozen teacher's weights (bf16 in a bf16
+run). Per sequence: what the student's forward keeps for the backward (every trained block's
+inputs, projections and activations, its dropout masks and its fused attention's logsumexp: the
+flash and memory-efficient SDPA kernels a GPU runs keep no [B, H, L, L] map), what the losses keep
+(their gradients, logits and log-probabilities), the teacher's recorded features, and the most any
+moment of the step holds in flight beyond those (the score-map losses' chunk of maps, a block's
+gradients in backward, the teacher's block in forward, a logits gradient).
+`tests/smoke/test_memory.py` holds the kept part above what autograd keeps in each objective's real
+step, fp32 and bf16, and within 1.5 times that.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from kdbench.errors import ConfigError
+from kdbench.objectives import vocabulary
+from kdbench.objectives.fused import CHUNK_BYTES
 from kdbench.objectives.tensors import LOGITS
 
 FP32 = 4
+MASK = 1  # a dropout mask's byte per element
 ADAMW_STATE = 4  # weight, gradient and the two moments, float32
-MASKED_SHARE = 0.2  # MLM rows per sequence: 15% masked, with room for a batch's variation
+LAYER_NORM_STATS = 2 * FP32  # a layer norm's mean and reciprocal deviation per token
+MASKED_SHARE = 0.16  # MLM rows per sequence: 15% masked, with room for a micro-batch's variation
+# (1.2 points at three standard deviations over 64 x 128 tokens)
 MAP_FEATURES = ("attention_scores", "values", "query", "key", "value")  # [B, H, L, L] per side
-MAP_COPIES = 2  # per pair: the gradient a fused loss keeps and the maps in flight
-LOGIT_COPIES = 2  # per term: the gradient a chunked loss keeps, the logits in flight
+MAPS_IN_FLIGHT = 4  # float32 maps of one chunk of heads a score-map loss holds at once
+LOGIT_CHUNKS = 4  # float32 chunks of rows a logits term holds at once (`vocabulary.CHUNK_BYTES`)
+HEAD_VALUES = 4  # an MLM head's [rows, hidden] values: dense, GELU, layer norm and decoder inputs
 MEMORY_SHARE = 0.5  # of the device's memory past the static part: the allocator, CUDA's context and
 # workspaces, the bound's own error
 CPU_DEVICE_BATCH = 64  # trainer.device_batch_size=auto off a GPU: memory is not the limit there
 
 
+def activation_bytes(precision: str) -> int:
+    """Bytes of a value autocast computes in the run's precision (a matmul's input or output)."""
+    return 2 if precision == "bf16" else FP32
+
+
 @dataclass(frozen=True)
 class StepMemory:
-    """Bytes a step holds on its device: `static` whatever the micro-batch; per sequence, the
-    student's side (what its backward needs, the losses' maps and logits) and the teacher's."""
+    """Bytes a step holds on its device: `static` whatever the micro-batch; per sequence, what the
+    student's side keeps for its backward (`student`), the teacher's recorded features (`teacher`)
+    and the most held at once beyond those (`in_flight`)."""
 
     static: int
     student: int
     teacher: int
+    in_flight: int = 0
 
     @property
     def sequence(self) -> int:
-        return self.student + self.teacher
+        return self.student + self.teacher + self.in_flight
 
     def total(self, micro_batch: int) -> int:
         return self.static + micro_batch * self.sequence
@@ -56,58 +75,122 @@ def encoder_parameters(conf) -> int:
     return embeddings + conf.num_hidden_layers * block + head
 
 
-def block_values(conf, length: int) -> int:
-    """Per token, the values one trained block keeps for its backward: its six linear layers'
-    inputs, queries, keys, values and context, the attention scores, probabilities and dropout mask,
-    the feed-forward's two activations, two layer norms' inputs and two dropout masks."""
+def cast_weights(objective, conf, precision: str) -> int:
+    """Bytes of autocast's bf16 copies of the student's matmul weights (and the objective's), which
+    its backward keeps; none in fp32."""
+    if precision != "bf16":
+        return 0
+    h, f = conf.hidden_size, conf.intermediate_size
+    weights = conf.num_hidden_layers * (4 * h * h + 2 * h * f)
+    weights += sum(p.numel() for p in objective.parameters())
+    if objective.uses_logits:
+        weights += h * h + conf.vocab_size * h
+    return activation_bytes(precision) * weights
+
+
+def block_bytes(conf, precision: str) -> int:
+    """Per token, the bytes one trained block keeps for its backward: its linear layers' inputs,
+    queries, keys and values, the feed-forward's GELU input, at the run's width; two layer norms'
+    float32 inputs and statistics, the fused attention's float32 logsumexp (one per head) and two
+    dropout masks."""
     h, f, heads = conf.hidden_size, conf.intermediate_size, conf.num_attention_heads
-    return 14 * h + 2 * f + 3 * heads * length
+    matmul_values = 6 * h + 2 * f  # the projections share one copy of their input (under bf16 too)
+    float32_values = 2 * h + heads
+    return (
+        activation_bytes(precision) * matmul_values
+        + FP32 * float32_values
+        + 2 * LAYER_NORM_STATS
+        + 2 * MASK * h
+    )
 
 
-def student_values(objective, conf, length: int) -> int:
-    """Per token, the values the student's forward keeps: its embeddings' and every block's up to
-    the last one a loss reads; of that one only its linear inputs when the losses read no more than
-    its projections."""
+def student_bytes(objective, conf, precision: str) -> int:
+    """Per token, the bytes the student's forward keeps: its embeddings' (token ids, a layer norm's
+    input and a dropout mask) and every block's up to the last one a loss reads; of that one only
+    its projections' inputs when the losses read no more than its projections."""
     needs = objective.needs("student")
     last = conf.num_hidden_layers if objective.uses_logits else max(needs)
     full = last if objective.uses_logits or "hidden" in needs[last] else last - 1
-    partial = (last - full) * 3 * conf.hidden_size
-    return 3 * conf.hidden_size + full * block_values(conf, length) + partial
+    h = conf.hidden_size
+    partial = (last - full) * activation_bytes(precision) * h
+    embeddings = 2 * 8 + (FP32 + MASK) * h + LAYER_NORM_STATS
+    return embeddings + full * block_bytes(conf, precision) + partial
 
 
-def teacher_values(conf, length: int, layers_read: int) -> int:
-    """Per token, the teacher's features recorded for the losses and one block in flight."""
-    h, f, heads = conf.hidden_size, conf.intermediate_size, conf.num_attention_heads
-    return 4 * h * layers_read + 4 * h + f + 2 * heads * length
+def teacher_bytes(conf, layers_read: int, precision: str) -> int:
+    """Per token, the teacher's features recorded for the losses (at most a layer's queries, keys,
+    values and output per layer read), in its weights' precision."""
+    return activation_bytes(precision) * 4 * conf.hidden_size * layers_read
 
 
-def loss_values(objective, student_conf, teacher_conf, length: int) -> float:
-    """Per sequence, the losses' score maps and logits."""
-    heads = max(student_conf.num_attention_heads, teacher_conf.num_attention_heads)
-    values = 0.0
+def teacher_block_bytes(conf, precision: str) -> int:
+    """Per token, the most one teacher block holds in flight in its forward (no gradient): its
+    input, queries, keys, values, context and output, the feed-forward's two activations and the
+    attention's logsumexp."""
+    h, f = conf.hidden_size, conf.intermediate_size
+    return activation_bytes(precision) * (6 * h + 2 * f) + FP32 * conf.num_attention_heads
+
+
+def logit_rows(term, length: int) -> float:
+    """The rows of a logits term per sequence: every attended token, or the masked ones."""
+    return length if term.positions == "attended" else MASKED_SHARE * length
+
+
+def loss_bytes(objective, student_conf, teacher_conf, length: int, precision: str) -> float:
+    """Per sequence, what the losses keep for the backward: a logits term's gradient (formed in the
+    forward, in the logits' dtype) and the MLM head's inputs; a score-map term's gradients of the
+    student's projections (the fused losses keep no map); a hidden-state term's float32 states of
+    both sides."""
+    h = student_conf.hidden_size
+    logit_terms = [term for term in objective.terms if term.feature == LOGITS]
+    kept = (
+        max((logit_rows(term, length) for term in logit_terms), default=0) * HEAD_VALUES * FP32 * h
+    )
     for term in objective.terms:
         if term.feature == LOGITS:
-            rows = length if term.positions == "attended" else MASKED_SHARE * length
-            values += LOGIT_COPIES * rows * (student_conf.vocab_size + student_conf.hidden_size)
+            kept += logit_rows(term, length) * activation_bytes(precision) * student_conf.vocab_size
         elif term.feature in MAP_FEATURES:
-            relation_heads = term.params.get("num_heads", heads)
-            values += MAP_COPIES * len(term.pairs) * relation_heads * length * length
+            kept += len(term.pairs) * length * 2 * h * activation_bytes(precision)
         else:
-            widths = student_conf.hidden_size + teacher_conf.hidden_size
-            values += 2 * len(term.pairs) * length * widths
-    return values
+            widths = h + teacher_conf.hidden_size
+            kept += len(term.pairs) * length * 2 * widths * FP32
+    return kept
+
+
+def losses_in_flight(objective, student_conf, length: int, precision: str) -> float:
+    """Per sequence, the most a loss holds at once beyond what it keeps: a score-map loss's maps of
+    one head (more heads at once fit `CHUNK_BYTES`, counted in the static part) and its float32
+    gradient buffers, or a logits term's two sides' logits (its float32 chunks are static)."""
+    largest = 0.0
+    for term in objective.terms:
+        if term.feature == LOGITS:
+            logits = logit_rows(term, length) * student_conf.vocab_size
+            largest = max(largest, 2 * activation_bytes(precision) * logits)
+        elif term.feature in MAP_FEATURES:
+            maps = MAPS_IN_FLIGHT * FP32 * length * length
+            largest = max(largest, maps + 2 * FP32 * student_conf.hidden_size * length)
+    return largest
 
 
 def step_memory(objective, student_conf, teacher_conf, length: int, precision: str):
     """The `StepMemory` bound of a task-agnostic step with `objective` (an `Objective`) on
     sequences of `length` tokens at `precision` (a bf16 run keeps the teacher's weights in bf16)."""
-    teacher_bytes = 2 if precision == "bf16" else FP32
-    student = student_values(objective, student_conf, length) * length
-    student += loss_values(objective, student_conf, teacher_conf, length)
-    teacher = teacher_values(teacher_conf, length, len(objective.needs("teacher"))) * length
+    student = student_bytes(objective, student_conf, precision) * length
+    student += loss_bytes(objective, student_conf, teacher_conf, length, precision)
+    teacher = teacher_bytes(teacher_conf, len(objective.needs("teacher")), precision) * length
+    in_flight = max(
+        block_bytes(student_conf, precision) * length,
+        teacher_block_bytes(teacher_conf, precision) * length,
+        losses_in_flight(objective, student_conf, length, precision),
+    )
     trainable = encoder_parameters(student_conf) + sum(p.numel() for p in objective.parameters())
-    static = ADAMW_STATE * FP32 * trainable + teacher_bytes * encoder_parameters(teacher_conf)
-    return StepMemory(static, int(FP32 * student), FP32 * teacher)
+    static = ADAMW_STATE * FP32 * trainable + cast_weights(objective, student_conf, precision)
+    static += activation_bytes(precision) * encoder_parameters(teacher_conf)
+    if any(term.feature in MAP_FEATURES for term in objective.terms):
+        static += MAPS_IN_FLIGHT * CHUNK_BYTES
+    if objective.uses_logits:
+        static += LOGIT_CHUNKS * vocabulary.CHUNK_BYTES
+    return StepMemory(static, math.ceil(student), teacher, math.ceil(in_flight))
 
 
 def largest_divisor(count: int, at_most: float) -> int:

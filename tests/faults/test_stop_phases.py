@@ -1,7 +1,7 @@
 """Faults: a stop signal in any long phase outside the training loop (tokenisation, the teacher's
-evaluation, its features and logits tables, augmentation, a study's step) ends the process within
-seconds, the record says where, no partial cache entry is left, and the same command again ends with
-an uninterrupted run's metrics.
+evaluation, its features and logits tables, augmentation, building a loader, a study's step) ends
+the process within seconds, the record says where, no partial cache entry is left, and the same
+command again ends with an uninterrupted run's metrics.
 
 Each phase is made observable with KDBENCH_TEST_PHASE_DELAY
 (`kdbench.training.signals._test_delay`): the process writes a marker file when it first checks for
@@ -157,6 +157,7 @@ def stop_then_resume(
         ("teacher_evaluation", signal.SIGINT, None),  # a first Ctrl-C stops like SIGTERM
         ("teacher_features", signal.SIGTERM, "teacher_features"),
         ("teacher_logits", signal.SIGTERM, "teacher_logits"),
+        ("loaders", signal.SIGTERM, None),
     ],
 )
 def test_a_signal_in_a_phase_stops_it_in_seconds_and_the_same_command_resumes(

@@ -28,8 +28,11 @@ def shapes_of(width: int, heads: int, length: int) -> synthetic.Shapes:
 
 def kept_and_bound(objective: str, precision: str, shapes: synthetic.Shapes) -> tuple[int, int]:
     """Bytes autograd keeps for the backward of one micro-batch (parameters aside), and the bound
-    of the student's side for it."""
-    with synthetic.distillation(objective, shapes, torch.device("cpu"), precision, 1) as stage:
+    of the student's side for it: what it keeps per sequence and autocast's copies of its weights.
+    Without dropout the CPU runs SDPA's flash kernel, which keeps no attention map, as a GPU's
+    fused kernels do."""
+    cpu = torch.device("cpu")
+    with synthetic.distillation(objective, shapes, cpu, precision, 1, dropout=0.0) as stage:
         kept = {}
 
         def keep(tensor):
@@ -44,17 +47,20 @@ def kept_and_bound(objective: str, precision: str, shapes: synthetic.Shapes) -> 
         }
         teacher_conf = synthetic.teacher_config(shapes)
         bound = memory.step_memory(
-            objective_module, student.config, teacher_conf, shapes.length, "fp32"
+            objective_module, student.config, teacher_conf, shapes.length, precision
         )
-    return sum(n for key, n in kept.items() if key not in parameters), MICRO * bound.student
+        weights = memory.cast_weights(objective_module, student.config, precision)
+    return sum(
+        n for key, n in kept.items() if key not in parameters
+    ), MICRO * bound.student + weights
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("objective", agnostic_objectives())
-def test_the_bound_holds_what_the_backward_keeps_within_a_factor_of_2_5(objective, precision):
+def test_the_bound_holds_what_the_backward_keeps_within_a_factor_of_1_5(objective, precision):
     for shape in SHAPES:
         kept, bound = kept_and_bound(objective, precision, shapes_of(*shape))
-        assert kept <= bound <= 2.5 * kept, (shape, kept, bound)
+        assert kept <= bound <= 1.5 * kept, (shape, kept, bound, round(bound / kept, 2))
 
 
 def test_auto_gives_an_80_gib_gpu_at_least_256_paper_sequences_per_micro_batch():

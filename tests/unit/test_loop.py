@@ -3,6 +3,7 @@ samplers' shared protocol (positioning at an epoch and a batch, as a resumed run
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -147,12 +148,25 @@ def test_logging_every_n_steps_and_at_the_last(tmp_path):
 
 
 def test_a_stop_signal_checkpoints_then_interrupts(tmp_path, monkeypatch):
-    monkeypatch.setattr(hooks, "stop_requested", lambda: True)
+    answers = itertools.chain([False], itertools.repeat(True))  # a signal during the first step
+    monkeypatch.setattr(hooks, "stop_requested", lambda: next(answers))
     checkpoints = Checkpoints(tmp_path / "ckpt")
     with pytest.raises(Interrupted, match="toy step 1"):
         loop.train(toy_stage(), [StopOnSignal(checkpoints)])
     state, _ = checkpoints.latest()
     assert (state["step"], state["done"]) == (1, False)
+
+
+def test_a_stop_signal_during_the_setup_stops_before_the_first_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(hooks, "stop_requested", lambda: True)
+    stage = toy_stage()
+    before = [p.detach().clone() for module in stage.modules for p in module.parameters()]
+    with pytest.raises(Interrupted, match="before toy step 1") as stopped:
+        loop.train(stage, [StopOnSignal(Checkpoints(tmp_path / "ckpt"))])
+    after = [p for module in stage.modules for p in module.parameters()]
+    assert stopped.value.phase == "toy"
+    assert all(torch.equal(b, a) for b, a in zip(before, after, strict=True))
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
 
 
 def test_a_non_finite_loss_names_the_term_and_step():

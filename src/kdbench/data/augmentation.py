@@ -34,6 +34,7 @@ from filelock import FileLock
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
 
 from kdbench import storage
+from kdbench.data.columns import column_list
 from kdbench.data.word_candidates import Candidates, MaskedLMCandidates, VectorNeighbours, Word
 from kdbench.models import hub
 from kdbench.models.anatomy import encoder_layers
@@ -103,7 +104,7 @@ def augment(
     """The originals, then their copies: the task's text fields, `label`, `idx` and `origin`."""
     groups = field_groups(list(task.text_fields), spec.fields)
     spec = replace(spec, n_per_example=spec.copies_for(task.name))
-    originals = {name: list(train[name]) for name in (*task.text_fields, "label", "idx")}
+    originals = {name: column_list(train, name) for name in (*task.text_fields, "label", "idx")}
     found = {field: candidates.for_texts(originals[field]) for group in groups for field in group}
     columns = {name: list(values) for name, values in originals.items()} | {
         "origin": list(originals["idx"])

@@ -14,14 +14,17 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
+from kdbench.data.columns import column_array
 from kdbench.data.masking import IGNORE_INDEX, MaskingSpec, mask_tokens
 from kdbench.distributed import World
 from kdbench.specs import LoadingSpec
+from kdbench.training.signals import check_stop, phase
 
 # A batch's host-side flag: whether any of its tokens is padding. The collator computes it on the
 # host, where the mask is, so that no step reads the mask on the device
 # (see `kdbench.models.attention.attention_mask`).
 PADDED = "padded"
+LOADERS = "loaders"  # the phase a run is in while it builds a loader
 
 
 def has_padding(attention_mask: torch.Tensor) -> bool:
@@ -117,8 +120,15 @@ def make_loader(
 ) -> DataLoader:
     """Batches padded to their own longest example (dynamic padding), from a seeded, resumable
     sampler, loaded as `loading` says (the same batches with any number of workers)."""
+    with phase(LOADERS):
+        check_stop()
+        lengths = column_array(encoded, "length")
     sampler = SeededBatches(
-        encoded["length"], batch_size, shuffle=shuffle, seed=seed, group_by_length=group_by_length
+        lengths,
+        batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        group_by_length=group_by_length,
     )
     # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a
     # resumed run would diverge from an uninterrupted one.
@@ -265,6 +275,8 @@ def corpus_loader(
 ) -> DataLoader:
     """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with
     `masking`, in the loader's workers (the same batches with any number of them)."""
+    with phase(LOADERS):
+        check_stop()
     sampler = ShardedBatches(
         len(sequences), global_batch, micro_batch, world, seed, shuffle=shuffle
     )

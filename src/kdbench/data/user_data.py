@@ -16,6 +16,7 @@ from pathlib import Path
 
 import datasets
 
+from kdbench.data.columns import column_list
 from kdbench.errors import ConfigError, DataError
 from kdbench.specs import UserData
 
@@ -177,8 +178,9 @@ def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields:
                 f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
                 "name its text columns in task.text_columns"
             )
-        if None in ds[column]:
-            row = ds[column].index(None) + 1
+        texts = column_list(ds, column)
+        if None in texts:
+            row = texts.index(None) + 1
             raise DataError(
                 f"{where(user, split)}: row {row} has no text in column {column!r}: "
                 "fill it in or drop the row"
@@ -188,7 +190,7 @@ def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields:
 def label_values(ds: datasets.Dataset, user: UserData, split: str, regression: bool) -> list:
     """The split's labels: numbers for a regression, strings for classes; a missing one is
     refused."""
-    values = ds[user.label_column]
+    values = column_list(ds, user.label_column)
     if None in values:
         raise DataError(
             f"{where(user, split)}: row {values.index(None) + 1} has no label in "
@@ -207,9 +209,9 @@ def label_values(ds: datasets.Dataset, user: UserData, split: str, regression: b
 def class_names(ds: datasets.Dataset, user: UserData, given) -> tuple[str, ...]:
     """The classes: as given (`task.label_names`), else the training labels sorted (numbers by
     value)."""
-    raw = ds[user.label_column]
     if given:
         return tuple(map(str, given))
+    raw = column_list(ds, user.label_column)
     names = tuple(str(value) for value in sorted(set(raw), key=lambda v: (isinstance(v, str), v)))
     if len(names) < 2:
         raise DataError(
@@ -290,6 +292,8 @@ def split_columns(task, split: str) -> dict[str, list]:
     user = task.user_data
     ds = read_raw(user, split)
     ids = {name: i for i, name in enumerate(task.labels)}
-    labels = [float(v) if task.regression else ids[str(v)] for v in ds[user.label_column]]
-    texts = {field: ds[field] for field in task.text_fields}
+    labels = [
+        float(v) if task.regression else ids[str(v)] for v in column_list(ds, user.label_column)
+    ]
+    texts = {field: column_list(ds, field) for field in task.text_fields}
     return texts | {"label": labels, "idx": list(range(len(ds)))}

@@ -24,6 +24,7 @@ from kdbench.card import model_card
 from kdbench.cost import compare_costs
 from kdbench.data.augmentation import augmented_train_set
 from kdbench.data.batches import eval_loaders, make_loader
+from kdbench.data.columns import column_array
 from kdbench.data.glue import dev_sets, encode_train, train_subset
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import teacher_tokenizer
@@ -160,7 +161,7 @@ def train_stage1(
         plan,
         student,
         lesson.teacher.model,
-        lesson.train_set["labels"],
+        torch.from_numpy(column_array(lesson.train_set, "labels")),
         features if cached else None,
     ) as (step, modules):
         optimizer = OptimizerSpec.of(trainer, trainer.lr, trainer.stage1_schedule)
@@ -211,7 +212,11 @@ def ship_student(plan: Plan, run_dir: Path, student, lesson: Lesson, outcome: di
     the student saved in `run_dir` with its model card (`plan.save_student`)."""
     if plan.measure_cost:
         outcome["cost"] = compare_costs(
-            lesson.teacher.model, student, lesson.train_set["length"], plan.device, plan.precision
+            lesson.teacher.model,
+            student,
+            column_array(lesson.train_set, "length"),
+            plan.device,
+            plan.precision,
         )
     if plan.save_student:
         save_student(

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from kdbench import storage
 from kdbench.data.batches import make_loader
+from kdbench.data.columns import column_array
 from kdbench.models.anatomy import encoder_layers
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.tensors import LOGITS
@@ -129,7 +130,7 @@ class FeatureTable:
 
 def table_bytes(train_set, model_config, needs: Mapping[int, set[str]], precision: str) -> int:
     """The size of a table: every raw feature is one hidden-size vector per real token."""
-    tokens = int(torch.as_tensor(train_set["length"]).sum())
+    tokens = int(column_array(train_set, "length").sum())
     vectors = sum(len(names) for names in needs.values())
     return tokens * vectors * model_config.hidden_size * (2 if precision == "bf16" else 4)
 
@@ -139,7 +140,7 @@ def compute_table(
 ) -> FeatureTable:
     """One inference pass of the teacher over the training set, in batches of similar length; a stop
     signal ends it between blocks."""
-    lengths = torch.as_tensor(train_set["length"])
+    lengths = torch.from_numpy(column_array(train_set, "length"))
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lengths, 0)])
     features: dict[int, dict[str, Tensor]] = {}
     logits_table = None

@@ -83,7 +83,9 @@ class Checkpoint(Hook):
 
 class StopOnSignal(Hook):
     """After a stop signal (SIGTERM, SIGUSR1, Ctrl-C, a scheduler's pre-emption), checkpoints and
-    raises `Interrupted`; the stage is the run's phase while it trains.
+    raises `Interrupted`; the stage is the run's phase while it trains. A signal that came while
+    the stage was set up (its models, loaders, tables) stops it before its first step: a first step
+    can take minutes (a compiled model's, a large model's on a CPU).
 
     Every process of a data-parallel run stops at the same step (a signal reaches them at different
     times: one that went on would wait for the others in its next all-reduce), so there the
@@ -96,6 +98,12 @@ class StopOnSignal(Hook):
 
     def on_start(self, progress) -> None:
         self.outer_phase = enter_phase(progress.stage.name)
+        if distributed.any_rank(stop_requested(), progress.stage.device):
+            raise Interrupted(
+                f"stopped by a signal before {progress.stage.name} step {progress.step + 1}; "
+                "re-run the same command (same run directory) to resume",
+                progress.stage.name,
+            )
 
     def on_end(self, progress) -> None:
         enter_phase(self.outer_phase)
