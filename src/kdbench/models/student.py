@@ -23,7 +23,7 @@ from kdbench.models.anatomy import (
     prediction_head,
 )
 from kdbench.models.attention import prepare_for_training
-from kdbench.models.hub import load
+from kdbench.models.hub import load_model
 from kdbench.record import CHAIN_FILE, write_json
 from kdbench.specs import InitSpec, ShapeSpec
 
@@ -128,9 +128,10 @@ def student_for(plan, teacher: PreTrainedModel, *, mlm: bool = False) -> PreTrai
             2 if mlm else plan.num_labels,
             plan.trainer.student_dropout,
         )
-        student = load(
+        student = load_model(
             AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification,
             plan.init.path,
+            owner="the student",
             saved_as="the pretrained student (init.path)",
             config=config,
         )
