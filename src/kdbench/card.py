@@ -123,7 +123,21 @@ def usage_lines(plan) -> list[str]:
         f"print({call})",
         "```",
         "",
+        answer_line(plan),
+        "",
     ]
+
+
+def answer_line(plan) -> str:
+    """What `pipeline` answers: a label name, or a regression's raw score (problem_type regression:
+    no function applied to the single output)."""
+    if plan.task.labels:
+        return f"It answers a label, one of {', '.join(plan.task.labels)}, and its probability."
+    return (
+        "It answers the predicted score itself, on the task's scale, as `score` (the label "
+        "`LABEL_0` names the single output); saved with problem_type regression, no sigmoid "
+        "is applied to it."
+    )
 
 
 def model_card(plan, outcome: dict) -> str:
