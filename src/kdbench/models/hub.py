@@ -19,7 +19,7 @@ from transformers import AutoConfig, PretrainedConfig
 from transformers.utils import logging as transformers_logging
 
 from kdbench import storage
-from kdbench.errors import ModelNotFoundError
+from kdbench.errors import KdbenchError, ModelNotFoundError
 from kdbench.models.anatomy import MLM_HEADS, TASK_HEADS
 
 MODELS_DIR_ENV = "KDBENCH_MODELS_DIR"
@@ -128,7 +128,8 @@ def show_reports(held: list[logging.LogRecord]) -> None:
 @contextmanager
 def held_load_reports():
     """The load reports transformers logs meanwhile, held back (a list) rather than shown, unless
-    the load fails; its other messages pass."""
+    the load fails other than on bad input (whose one-line error says what to give); its other
+    messages pass."""
     held: list[logging.LogRecord] = []
 
     def hold(record: logging.LogRecord) -> bool:
@@ -140,6 +141,9 @@ def held_load_reports():
     model_logger().addFilter(hold)
     try:
         yield held
+    except KdbenchError:
+        model_logger().removeFilter(hold)
+        raise
     except BaseException:
         model_logger().removeFilter(hold)
         show_reports(held)  # a failed load keeps transformers' account of its weights
