@@ -7,24 +7,34 @@ from pathlib import Path
 
 import yaml
 
+from kdbench.cost import contended
 from kdbench.metrics import scores_only
 
-COST_ROWS = (  # (label, the cost field, its format)
+SIZE_ROWS = (  # (label, the cost field, its format): what the model is, whatever the machine
     ("parameters", "params", "{:,}"),
     ("FLOPs per example", "flops_per_example", "{:.3g}"),
+)
+TIMING_ROWS = (  # measured: published only from a machine no other work competed for
     ("latency, batch 1 (ms)", "latency_ms", "{:.2f}"),
     ("throughput, batch 32 (examples/s)", "throughput_per_s", "{:.1f}"),
 )
 
 
-def data_names(plan) -> list[str]:
-    """The task's data as the Hub's `datasets` field names it: a Hub id, else the file names."""
+def hub_datasets(plan) -> list[str]:
+    """The task's data as the Hub's `datasets` field names it: its Hub id (GLUE's, read from the Hub
+    or from local copies of its files, or the user's Hub dataset); none for the user's own files."""
     user = plan.task.user_data
     if user is None:
         return [plan.data.hf_dataset]
-    if user.dataset_name:
-        return [user.dataset_name]
-    return [path.name for path in user.files.values()]
+    return [user.dataset_name] if user.dataset_name else []
+
+
+def data_text(plan) -> str:
+    """The task's data as the card's text names it: its Hub id, or the user's file names."""
+    if hub := hub_datasets(plan):
+        return ", ".join(hub)
+    files = ", ".join(path.name for path in plan.task.user_data.files.values())
+    return f"{files} (local files)"
 
 
 def model_index(plan, metrics: dict) -> list[dict]:
@@ -36,7 +46,10 @@ def model_index(plan, metrics: dict) -> list[dict]:
             "results": [
                 {
                     "task": {"type": "text-classification"},
-                    "dataset": {"name": plan.task.name, "type": data_names(plan)[0]},
+                    "dataset": {
+                        "name": plan.task.name,
+                        "type": next(iter(hub_datasets(plan)), plan.task.name),
+                    },
                     "metrics": scores,
                 }
             ],
@@ -51,7 +64,7 @@ def metadata(plan, outcome: dict) -> dict:
         "library_name": "transformers",
         "pipeline_tag": "text-classification",
         "tags": ["text-classification", "knowledge-distillation", "kdbench", plan.objective],
-        "datasets": data_names(plan),
+        **({"datasets": hub} if (hub := hub_datasets(plan)) else {}),
         "metrics": sorted({name.split("_")[0] for name in scores_only(outcome["metrics"])}),
     }
     teacher = plan.teacher.name_or_path
@@ -73,21 +86,41 @@ def score_rows(outcome: dict) -> list[str]:
 def cost_rows(cost: dict | None) -> list[str]:
     if cost is None:
         return []
+    rows = SIZE_ROWS if contended(cost) else SIZE_ROWS + TIMING_ROWS
     return [
         f"| {label} | {fmt.format(cost['teacher'][key])} | {fmt.format(cost['student'][key])} |"
-        for label, key, fmt in COST_ROWS
+        for label, key, fmt in rows
     ]
 
 
 def speed_line(cost: dict | None) -> str:
+    """Where and how the cost was measured, and the student's gains: its speed-ups only when no
+    other work competed for the cores (`cost.contended`)."""
     if cost is None:
         return "Cost not measured (measure_cost=false)."
-    return (
-        f"Measured on {cost['device']} at the task's median length ({cost['length']} "
-        f"tokens): the student is {cost['speedup_latency']:.2f}x as fast as its teacher at "
-        f"batch 1 and {cost['speedup_throughput']:.2f}x at batch 32, with "
-        f"{100 * cost['params_fraction']:.0f}% of its parameters."
+    size = (
+        f"{100 * cost['params_fraction']:.0f}% of its parameters and "
+        f"{100 * cost['flops_fraction']:.0f}% of its FLOPs"
     )
+    where = f"Measured on {cost['device']}{load_text(cost)} at the task's median length "
+    if contended(cost):
+        return (
+            f"{where}({cost['length']} tokens): the student has {size}. Its latency and "
+            "throughput are left out: other work competed for the cores (they are published "
+            "only when the load average is at most the CPU count)."
+        )
+    return (
+        f"{where}({cost['length']} tokens): the student is {cost['speedup_latency']:.2f}x as fast "
+        f"as its teacher at batch 1 and {cost['speedup_throughput']:.2f}x at batch 32, with "
+        f"{size}."
+    )
+
+
+def load_text(cost: dict) -> str:
+    """The machine's load while timing, as the record states it (older records do not)."""
+    if "load_1min" not in cost:
+        return ""
+    return f" (1-minute load average {cost['load_1min']:.2f} on {cost['cpu_count']} CPUs)"
 
 
 def recipe_lines(plan) -> list[str]:
@@ -101,7 +134,7 @@ def recipe_lines(plan) -> list[str]:
         f"({plan.teacher.finetuned_path or plan.teacher.name_or_path})",
         f"- **Objective**: {objective}",
         f"- **Init**: {plan.init.name} ({plan.init.label})",
-        f"- **Data**: {', '.join(data_names(plan))}; labels {labels}",
+        f"- **Data**: {data_text(plan)}; labels {labels}",
         f"- **Chain**: {' -> '.join(plan.chain)}",
     ]
 
@@ -123,7 +156,21 @@ def usage_lines(plan) -> list[str]:
         f"print({call})",
         "```",
         "",
+        answer_line(plan),
+        "",
     ]
+
+
+def answer_line(plan) -> str:
+    """What `pipeline` answers: a label name, or a regression's raw score (problem_type regression:
+    no function applied to the single output)."""
+    if plan.task.labels:
+        return f"It answers a label, one of {', '.join(plan.task.labels)}, and its probability."
+    return (
+        "It answers the predicted score itself, on the task's scale, as `score` (the label "
+        "`LABEL_0` names the single output); saved with problem_type regression, no sigmoid "
+        "is applied to it."
+    )
 
 
 def model_card(plan, outcome: dict) -> str:

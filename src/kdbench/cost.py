@@ -1,8 +1,10 @@
 """What a model costs to run, measured on this machine: parameters, FLOPs per example (counted by
-`torch.utils.flop_counter.FlopCounterMode`), latency at batch 1 and throughput at batch 32."""
+`torch.utils.flop_counter.FlopCounterMode`), latency at batch 1 and throughput at batch 32; and how
+busy the machine was, which decides whether its timings are fair to publish."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -80,6 +82,7 @@ def compare_costs(teacher, student, lengths, device, precision: str) -> dict:
     return {
         "length": length,
         "device": device_name(device),
+        **machine_load(),
         "teacher": theirs,
         "student": mine,
         "speedup_latency": theirs["latency_ms"] / mine["latency_ms"],
@@ -87,3 +90,15 @@ def compare_costs(teacher, student, lengths, device, precision: str) -> dict:
         "params_fraction": mine["params"] / theirs["params"],
         "flops_fraction": mine["flops_per_example"] / theirs["flops_per_example"],
     }
+
+
+def machine_load() -> dict[str, float]:
+    """How busy the machine was while the timings ran: its 1-minute load average (the runnable
+    threads of every process, this one's included) and its CPU count."""
+    return {"load_1min": round(os.getloadavg()[0], 2), "cpu_count": os.cpu_count() or 1}
+
+
+def contended(cost: dict) -> bool:
+    """Whether other work competed for the cores while `cost` was timed: a load average above the
+    CPU count (more runnable threads than cores). A record without the figures counts as not."""
+    return cost.get("load_1min", 0) > cost.get("cpu_count", float("inf"))

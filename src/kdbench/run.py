@@ -17,6 +17,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__, distributed
+from kdbench.card import load_text
+from kdbench.cost import contended
 from kdbench.errors import KdbenchError, missing_package
 from kdbench.hydra_config import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.joblock import claim, describe
@@ -237,17 +239,35 @@ def print_outcome(record: dict, run_dir) -> float | None:
         return record["score"]
     if not distributed.current().is_main:
         return record["score"]
-    teacher = (
-        ", ".join(f"{k} {v:.2f}" for k, v in scores_only(record["teacher_metrics"]).items())
-        or "pre-trained"
-    )
-    student = ", ".join(f"{k} {v:.4g}" for k, v in scores_only(record["metrics"]).items())
+    teacher = scores_text(record["teacher_metrics"]) or "pre-trained"
     print(
         f"teacher ({record['teacher']}): {teacher}\nstudent ({record['student']}, "
-        f"{record['objective']}, "
-        f"init {record['init']}): {student}\nrecord: {Path(run_dir) / RESULT_FILE}"
+        f"{record['objective']}, init {record['init']}): {scores_text(record['metrics'])}"
     )
+    if record.get("cost"):
+        print(cost_text(record["cost"]))
+    print(f"record: {Path(run_dir) / RESULT_FILE}")
     return record["score"]
+
+
+def scores_text(metrics: dict) -> str:
+    """Scores on the record's scale (x100) to two decimals: "pearson 3.31, spearman 0.03"."""
+    return ", ".join(f"{name} {value:.2f}" for name, value in scores_only(metrics).items())
+
+
+def cost_text(cost: dict) -> str:
+    """The student's cost beside its teacher's (`measure_cost`): size, FLOPs and speed-ups, and the
+    load they were timed under."""
+    student = cost["student"]
+    caveat = ": other work competed for the cores, unreliable" if contended(cost) else ""
+    return (
+        f"cost: the student has {student['params']:,} parameters "
+        f"({100 * cost['params_fraction']:.0f}% of the teacher's), "
+        f"{student['flops_per_example']:.3g} FLOPs per example "
+        f"({100 * cost['flops_fraction']:.0f}%); {cost['speedup_latency']:.2f}x as fast at "
+        f"batch 1, {cost['speedup_throughput']:.2f}x at batch 32, timed on "
+        f"{cost['device']}{load_text(cost)}{caveat}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,6 +36,7 @@ def test_the_demo_distils_minilm_into_half_its_depth_from_its_own_layers(monkeyp
     assert (plan.student.num_layers, plan.student.hidden_size) == (3, 384)
     assert plan.init.layers == (2, 4, 6) and not plan.init.copy_head  # the task head starts fresh
     assert plan.data.train_limit == 1000 and plan.trainer.max_length == 64
+    assert plan.measure_cost  # its closing lines show both models' cost
     # a fresh task head needs more than the paper's 1e-5 in a budget of a few epochs on 1000
     # examples
     assert plan.trainer.lr == 1e-4 and plan.trainer.stage2_lr in (None, plan.trainer.lr)

@@ -8,16 +8,28 @@ model under $KDBENCH_MODELS_DIR (`sentence-transformers/all-MiniLM-L6-v2` ->
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, PretrainedConfig
+from transformers.utils import logging as transformers_logging
 
 from kdbench import storage
-from kdbench.errors import ModelNotFoundError
+from kdbench.errors import KdbenchError, ModelNotFoundError
+from kdbench.models.anatomy import MLM_HEADS, TASK_HEADS
 
 MODELS_DIR_ENV = "KDBENCH_MODELS_DIR"
+LOAD_REPORT = "LOAD REPORT"  # the title of transformers' table of missing and unexpected weights
+HEADS = {  # anatomy's heads, as a sentence names them
+    "classifier": "classifier head",
+    "pooler": "pooler",
+    "cls": "MLM head",
+    "lm_head": "MLM head",
+}
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -69,6 +81,74 @@ def load(auto, name_or_path: str | Path, *, saved_as: str | None = None, **kwarg
                 "tokenizer's files) or a Hub id"
             ) from exc
         raise _not_found(str(name_or_path), exc) from exc
+
+
+def load_model(auto, name_or_path: str | Path, *, owner: str, **kwargs):
+    """`load` for a model (`owner` names it: "the teacher"), where the heads kdbench chooses decide
+    what is loaded: a head the checkpoint lacks starts fresh and a head the model lacks is left out.
+    One kdbench line says which head starts fresh, in place of transformers' load report; a weight
+    missing or unexpected elsewhere, or of the wrong shape, shows transformers' report."""
+    with held_load_reports() as held:
+        model, info = load(auto, name_or_path, output_loading_info=True, **kwargs)
+    outside = [key for key in (*info["missing_keys"], *info["unexpected_keys"]) if not head(key)]
+    if outside or info["mismatched_keys"]:
+        show_reports(held)
+    elif info["missing_keys"]:
+        checkpoint = Path(str(name_or_path).rstrip("/")).name
+        line = fresh_heads_line(owner, info["missing_keys"], model.config, checkpoint)
+        print(line, file=sys.stderr)
+    return model
+
+
+def fresh_heads_line(owner: str, missing_keys, config: PretrainedConfig, checkpoint: str) -> str:
+    """kdbench: the teacher's classifier head (2 labels) starts fresh: <checkpoint> has none."""
+    labels = "one score" if config.num_labels == 1 else f"{config.num_labels} labels"
+    names = {
+        HEADS[name] + (f" ({labels})" if name == "classifier" else "")
+        for name in map(head, missing_keys)
+    }
+    verb = "starts" if len(names) == 1 else "start"
+    return f"kdbench: {owner}'s {' and '.join(sorted(names))} {verb} fresh: {checkpoint} has none"
+
+
+def head(key: str) -> str | None:
+    """The head (of anatomy's MLM_HEADS and TASK_HEADS) a weight's name places it in, if any."""
+    return next((part for part in key.split(".") if part in (*MLM_HEADS, *TASK_HEADS)), None)
+
+
+def model_logger() -> logging.Logger:
+    return transformers_logging.get_logger("transformers.modeling_utils")
+
+
+def show_reports(held: list[logging.LogRecord]) -> None:
+    for report in held:
+        model_logger().handle(report)
+
+
+@contextmanager
+def held_load_reports():
+    """The load reports transformers logs meanwhile, held back (a list) rather than shown, unless
+    the load fails other than on bad input (whose one-line error says what to give); its other
+    messages pass."""
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        if LOAD_REPORT in record.getMessage():
+            held.append(record)
+            return False
+        return True
+
+    model_logger().addFilter(hold)
+    try:
+        yield held
+    except KdbenchError:
+        model_logger().removeFilter(hold)
+        raise
+    except BaseException:
+        model_logger().removeFilter(hold)
+        show_reports(held)  # a failed load keeps transformers' account of its weights
+        raise
+    model_logger().removeFilter(hold)
 
 
 def reason(exc: Exception, limit: int = 160) -> str:

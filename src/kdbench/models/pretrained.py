@@ -16,7 +16,7 @@ from transformers import (
     PreTrainedModel,
 )
 
-from kdbench.models.hub import load
+from kdbench.models.hub import load, load_model
 from kdbench.models.tiny import tiny_config, tiny_tokenizer
 from kdbench.specs import TeacherSpec
 
@@ -42,7 +42,12 @@ def pretrained_teacher(
     if teacher.shape is not None:
         torch.manual_seed(seed)
         return auto.from_config(tiny_config(teacher.shape, num_labels))
-    return load(auto, teacher.name_or_path, **({} if mlm else {"num_labels": num_labels}))
+    return load_model(
+        auto,
+        teacher.name_or_path,
+        owner="the teacher",
+        **({} if mlm else {"num_labels": num_labels}),
+    )
 
 
 def teacher_config(teacher: TeacherSpec) -> PretrainedConfig:

@@ -23,7 +23,7 @@ from kdbench.models.anatomy import (
     prediction_head,
 )
 from kdbench.models.attention import prepare_for_training
-from kdbench.models.hub import load
+from kdbench.models.hub import load_model
 from kdbench.record import CHAIN_FILE, write_json
 from kdbench.specs import InitSpec, ShapeSpec
 
@@ -36,18 +36,18 @@ def save_student(
     folder: Path,
     chain: tuple[str, ...],
     *,
-    labels: tuple[str, ...] = (),
+    labels: tuple[str, ...] | None = None,
     card: str | None = None,
     projections: dict | None = None,
 ) -> None:
     """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so
     a copy cut short is refused by name when it is loaded), written whole or not at all. `labels`
-    name its classes (its id2label, which `pipeline` predicts); `card` is its model card
-    (README.md); `projections`: the objective's learnt W_e/W_h
-    (`Objective.projections.state_dict()`), kept for a later stage that carries them."""
-    if labels:
-        student.config.id2label = dict(enumerate(labels))
-        student.config.label2id = {name: i for i, name in enumerate(labels)}
+    name a task student's classes, () for a regression (`describe_task_head`), None for a student
+    without a task head; `card` is its model card (README.md); `projections`: the objective's
+    learnt W_e/W_h (`Objective.projections.state_dict()`), kept for a later stage that carries
+    them."""
+    if labels is not None:
+        describe_task_head(student.config, labels)
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with storage.space_for(folder, storage.tensor_bytes(student.state_dict()), partial=tmp):
@@ -61,6 +61,18 @@ def save_student(
         if folder.exists():
             shutil.rmtree(folder)
         storage.publish(tmp, folder)
+
+
+def describe_task_head(config: PretrainedConfig, labels: tuple[str, ...]) -> None:
+    """The task head as `pipeline("text-classification")` reads it: named classes (id2label, and a
+    softmax over them), or for a regression (no `labels`) one raw score, no function applied (its
+    default for one output is a sigmoid)."""
+    if not labels:
+        config.problem_type = "regression"
+        return
+    config.problem_type = "single_label_classification"
+    config.id2label = dict(enumerate(labels))
+    config.label2id = {name: i for i, name in enumerate(labels)}
 
 
 def student_config(
@@ -128,9 +140,10 @@ def student_for(plan, teacher: PreTrainedModel, *, mlm: bool = False) -> PreTrai
             2 if mlm else plan.num_labels,
             plan.trainer.student_dropout,
         )
-        student = load(
+        student = load_model(
             AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification,
             plan.init.path,
+            owner="the student",
             saved_as="the pretrained student (init.path)",
             config=config,
         )

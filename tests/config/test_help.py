@@ -1,0 +1,34 @@
+"""`python -m kdbench.run --help`: kdbench's commands to start from, where the keys are documented,
+and the config groups to choose from."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+COMMANDS = (
+    "python -m kdbench.run task=rte student=3x768 objective=att_kl+val_kl",
+    "python -m kdbench.run -m objective=vanilla_kd,att_kl seed=1,2,3",
+    "python -m kdbench.study mini_table1",
+    "python -m kdbench.report multirun/mini_table1 --out results/mini_table1",
+    "python -m kdbench.run +experiment=distill task=custom task.train_file=train.csv",
+)
+
+
+def test_help_shows_the_commands_the_docs_and_the_config_groups():
+    result = subprocess.run(
+        [sys.executable, "-m", "kdbench.run", "--help"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "powered by Hydra" not in text
+    for command in (*COMMANDS, "docs/configuration.md", "--cfg job"):
+        assert command in text, command
+    groups = text.split("== Config groups (group=option) ==")[1]
+    assert "\nobjective: att_kl, " in groups and "\ntask: cola, custom, " in groups
+    assert "seed: 1" not in text  # the composed config is --cfg job's, not --help's

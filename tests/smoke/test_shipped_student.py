@@ -1,0 +1,51 @@
+"""The saved student as its users meet it: `pipeline("text-classification")` answers with label
+names for a classifier and the raw score for a regression."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kdbench.run import run
+from tests.helpers import compose_config, tiny_overrides
+
+
+def saved_student(tiny_glue, run_dir, task: str):
+    run(
+        compose_config(
+            tiny_overrides(
+                tiny_glue,
+                run_dir,
+                f"task={task}",
+                "save_student=true",
+                "measure_cost=false",
+                "objective=vanilla_kd",
+            )
+        )
+    )
+    return str(run_dir / "student")
+
+
+def test_a_regression_student_answers_its_raw_score(tiny_glue, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    folder = saved_student(tiny_glue, tmp_path, "stsb")
+    pair = {"text": "a man plays a guitar", "text_pair": "a man plays music"}
+    [answer] = pipeline("text-classification", model=folder)([pair])
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with torch.inference_mode():
+        score = model(**tokenizer(pair["text"], pair["text_pair"], return_tensors="pt")).logits
+    assert answer["score"] == pytest.approx(score.item(), abs=1e-5)  # no sigmoid on it
+    assert model.config.problem_type == "regression"
+    card = (tmp_path / "student" / "README.md").read_text()
+    assert "It answers the predicted score itself" in card
+
+
+def test_a_classifier_student_answers_label_names(tiny_glue, tmp_path):
+    from transformers import AutoConfig, pipeline
+
+    folder = saved_student(tiny_glue, tmp_path, "sst2")
+    answers = pipeline("text-classification", model=folder)(["a fine film", "a dull film"])
+    assert {answer["label"] for answer in answers} <= {"negative", "positive"}
+    assert AutoConfig.from_pretrained(folder).problem_type == "single_label_classification"

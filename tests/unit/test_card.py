@@ -1,0 +1,74 @@
+"""The model card: its Hub metadata names Hub datasets only, and it publishes speed only from a
+machine no other work competed for, saying where and under what load it was timed."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from kdbench.card import model_card
+from kdbench.plan import make_plan
+from tests.helpers import compose_config, custom_overrides, tiny_overrides
+
+
+def cost(load: float, cpus: int = 2) -> dict:
+    model = {"params": 1000, "flops_per_example": 2e6, "latency_ms": 4.0, "throughput_per_s": 800}
+    return {
+        "length": 12,
+        "device": "cpu",
+        "load_1min": load,
+        "cpu_count": cpus,
+        "teacher": model,
+        "student": {key: value / 4 for key, value in model.items()},
+        "speedup_latency": 4.0,
+        "speedup_throughput": 0.25,
+        "params_fraction": 0.25,
+        "flops_fraction": 0.25,
+    }
+
+
+def card(plan, measured: dict | None = None) -> str:
+    outcome = {"metrics": {"accuracy": 81.25}, "teacher_metrics": {"accuracy": 90.0}}
+    return model_card(plan, outcome | {"cost": measured})
+
+
+def header(text: str) -> dict:
+    return yaml.safe_load(text.split("---")[1])
+
+
+@pytest.fixture
+def glue_plan(tiny_glue, tmp_path):
+    return make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path)))
+
+
+def test_speed_measured_under_contention_is_left_out(glue_plan):
+    text = card(glue_plan, cost(load=4.5, cpus=2))
+    assert "latency" in text and "| latency, batch 1 (ms) |" not in text
+    assert "throughput, batch 32" not in text and "as fast as" not in text
+    assert "Measured on cpu (1-minute load average 4.50 on 2 CPUs)" in text
+    assert "other work competed for the cores" in text and "| parameters |" in text
+
+
+def test_speed_on_a_quiet_machine_is_published_with_its_load(glue_plan):
+    text = card(glue_plan, cost(load=1.5, cpus=2))
+    assert "| latency, batch 1 (ms) | 4.00 | 1.00 |" in text
+    assert "Measured on cpu (1-minute load average 1.50 on 2 CPUs)" in text
+    assert "the student is 4.00x as fast as its teacher at batch 1" in text
+
+
+def test_glue_data_is_named_by_its_hub_id(glue_plan):
+    meta = header(card(glue_plan))
+    assert meta["datasets"] == ["nyu-mll/glue"]
+    assert meta["model-index"][0]["results"][0]["dataset"]["type"] == "nyu-mll/glue"
+
+
+def test_local_files_are_named_in_the_text_not_the_hub_metadata(user_data, tmp_path):
+    overrides = custom_overrides(
+        tmp_path,
+        f"task.train_file={user_data['csv']}",
+        "task.text_columns=[review]",
+        "task.label_column=sentiment",
+    )
+    text = card(make_plan(compose_config(overrides)))
+    assert "datasets" not in header(text)
+    assert f"**Data**: {user_data['csv'].name} (local files)" in text
