@@ -207,7 +207,8 @@ def test_auto_micro_batches_fit_the_gpu_by_the_paper_shapes_bound(
     from kdbench.specs import LoadingSpec
 
     gpu = {"device": torch.device("cuda", 0), "precision": "bf16", "tf32": True}
-    monkeypatch.setattr(plan, "compute_on", lambda trainer: {**gpu, "loading": LoadingSpec(4)})
+    gpu |= {"precision_reason": "auto: a student 768 wide", "loading": LoadingSpec(4)}
+    monkeypatch.setattr(plan, "compute_on", lambda trainer, student_width: gpu)
     seen, fitting = [], memory.fitting_micro_batch
 
     def fit(per_process, bound, device_bytes):
