@@ -3,7 +3,8 @@
 `Timer` times optimizer steps of the real loop (`kdbench.training.loop.train`, a hook);
 `train_steps` is the bare loop of a step (forward, backward, optimizer) over `TimedBatches`, which
 stamp the clock around the timed batches; `synchronisations` collects the host-device
-synchronisations of CUDA steps, and `PerStep` tells them apart by optimizer step.
+synchronisations of CUDA steps, and `PerStep` tells them apart by optimizer step; `OpCounts`
+counts the casts and other ops a step dispatches (a GPU launches a kernel for each).
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import resource
 import time
 import warnings
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kdbench.training.hooks import Hook
 
@@ -212,3 +215,18 @@ class TimedBatches:
         )
         self.peak = peak_mib(self.device)
         yield from tail
+
+
+class OpCounts(TorchDispatchMode):
+    """Counts the ops dispatched inside it that compute (views excluded) as `kernels`, and of
+    those the casts (`_to_copy`) as `casts`."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            self.counts["kernels"] += 1
+            self.counts["casts"] += func.overloadpacket is torch.ops.aten._to_copy
+        return func(*args, **(kwargs or {}))

@@ -3,14 +3,13 @@ and per teacher block, counted on the CPU at the dispatcher (a GPU launches a ke
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from kdbench import synthetic
+from kdbench.timing import OpCounts
 from kdbench.training.steps import to_device
 from tests.helpers import small_shapes
 
@@ -23,21 +22,7 @@ CASTS_PER_STUDENT_BLOCK = 2 * (2 * LINEARS_PER_BLOCK + 2) + 2
 KERNELS_PER_STUDENT_BLOCK = 68  # casts included, at dropout 0 (the CPU's fused attention)
 
 
-class OpCounts(TorchDispatchMode):
-    """Casts (`_to_copy`) and the other ops that compute (views excluded) run inside it."""
-
-    def __init__(self):
-        super().__init__()
-        self.counts: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view:
-            self.counts["kernels"] += 1
-            self.counts["casts"] += func.overloadpacket is torch.ops.aten._to_copy
-        return func(*args, **(kwargs or {}))
-
-
-def step_counts(objective: str, student_layers: int, teacher_layers: int) -> Counter:
+def step_counts(objective: str, student_layers: int, teacher_layers: int) -> dict:
     """The op counts of one bf16 task-agnostic step (forward and backward)."""
     base = small_shapes(1)
     shapes = replace(
