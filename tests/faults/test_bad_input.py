@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from kdbench.hydra_config import check_overrides
 from tests.helpers import agnostic_overrides, tiny_overrides, write_tiny_corpus, write_tiny_glue
 
 
@@ -55,6 +56,21 @@ def test_cli_unknown_option_inside_a_sweep(tmp_path):
 
 def test_cli_unknown_key(tmp_path):
     assert_one_line_error(cli("trainer.epochs=3", f"paths.run_dir={tmp_path}"), "trainer.epochs")
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("task.text_column=text", "task.text_column is not a key; did you mean task.text_columns?"),
+        ("tsk.lr=1", "tsk.lr is not a key; did you mean task.lr?"),
+        ("studnt=tiny", "studnt is not a key; did you mean student?"),
+        ("task.zzz=1", "task.zzz is not a key; python -m kdbench.run --cfg job lists them"),
+    ],
+)
+def test_an_unknown_key_is_answered_with_the_closest_one(capsys, override, line):
+    with pytest.raises(SystemExit) as exited:
+        check_overrides(["+experiment=distill", "task=custom", override])
+    assert exited.value.code == 2 and capsys.readouterr().err == f"kdbench: error: {line}\n"
 
 
 @pytest.mark.parametrize(
