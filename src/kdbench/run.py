@@ -6,6 +6,7 @@ wrapper.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 import traceback
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from kdbench import __version__, distributed
 from kdbench.errors import KdbenchError, missing_package
 from kdbench.hydra_config import check_overrides, config_dir, one_line, register_resolvers
-from kdbench.joblock import claim, describe
+from kdbench.joblock import CLAIM, claim, describe
 from kdbench.loggers import make_logger
 from kdbench.metrics import scores_only
 from kdbench.plan import Plan, make_plan, writable_folder
@@ -187,6 +188,28 @@ def stop(line: str, exc: Exception, cfg: DictConfig, run_dir) -> None:
     ) from None
 
 
+def discard_refused(cfg: DictConfig, run_dir) -> None:
+    """Remove the folder Hydra made for a single run refused before any work: it holds nothing but
+    Hydra's copy of the config and its log, the job's claim and the failed record (no config.json,
+    written once the plan is made). A folder the user named (paths.run_dir) and a sweep's job keep
+    the record: a sweep's report lists the job as failed."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    if cfg.paths.run_dir or hydra_cfg.mode != RunMode.RUN:
+        return
+    folder = Path(run_dir).absolute()
+    written = {hydra_cfg.output_subdir, f"{hydra_cfg.job.name}.log", RESULT_FILE}
+    if any(p.name not in written and not p.name.startswith(CLAIM) for p in folder.iterdir()):
+        return
+    shutil.rmtree(folder)
+    for parent in folder.parents:  # Hydra's dated folders, up to the working directory
+        if not parent.is_relative_to(Path.cwd()) or parent == Path.cwd() or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
@@ -210,9 +233,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         )
         raise SystemExit(SIGINT_EXIT) from None
     except KdbenchError as exc:
+        discard_refused(cfg, run_dir)
         stop(f"kdbench: error: {exc}", exc, cfg, run_dir)
     except Exception as exc:  # a bug, or a package not installed: bad input is a KdbenchError
         if (missing := missing_package(exc)) is not None:
+            discard_refused(cfg, run_dir)
             stop(f"kdbench: error: {missing}", missing, cfg, run_dir)
         else:
             stop(
