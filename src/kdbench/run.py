@@ -248,7 +248,16 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 cfg,
                 run_dir,
             )
-    return print_outcome(record, run_dir)
+    score = print_outcome(record, run_dir)
+    warn_not_learned(record)
+    return score
+
+
+def warn_not_learned(record: dict) -> None:
+    """Closes a run whose teacher or student has not learned (its record's warnings) with a line
+    each, on the main process."""
+    for warning in record.get("warnings") or [] if distributed.current().is_main else []:
+        print(f"kdbench: warning: {warning}", file=sys.stderr)
 
 
 def print_outcome(record: dict, run_dir) -> float | None:
