@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from kdbench.report.collapse import not_learned
 from kdbench.storage import atomic_write_text
 from kdbench.trainer_specs import COMPUTATION_ONLY
 
@@ -44,11 +43,6 @@ NOT_DESIGN = (
     "trainer.eval_batch_size",
     *(f"trainer.{how}" for how in COMPUTATION_ONLY),
 )
-
-TEACHER_NOT_LEARNED = (
-    "fine-tune it longer (trainer.teacher_epochs) or give a fine-tuned one (teacher.finetuned_path)"
-)
-STUDENT_NOT_LEARNED = "its score says nothing of the method"
 
 
 @dataclass
@@ -83,7 +77,7 @@ class RunRecord:
     score: float | None = None  # the first metric of `metrics`
     score_metric: str | None = None
     wall_s: float | None = None
-    # what shows that the teacher or the student has not learned (`kdbench.report.collapse`)
+    # what shows that the teacher or the student has not learned (`learning_warnings`)
     warnings: list[str] | None = None
     config: dict | None = None  # the resolved config, written last (it is long)
 
@@ -132,14 +126,6 @@ class RunRecord:
     def completed(self, outcome: dict, wall_s: float, config: dict) -> RunRecord:
         """This record once its recipe returned `outcome`: scored by its first metric."""
         score_metric = next(iter(outcome["metrics"]))
-        warnings = [
-            f"the {model} {shows}: it has not learned the task; {then}"
-            for model, metrics, then in (
-                ("teacher", outcome.get("teacher_metrics"), TEACHER_NOT_LEARNED),
-                ("student", outcome["metrics"], STUDENT_NOT_LEARNED),
-            )
-            if metrics and (shows := not_learned(metrics))
-        ]
         return replace(
             self,
             outcome=outcome,
@@ -147,7 +133,6 @@ class RunRecord:
             score=outcome["metrics"][score_metric],
             score_metric=score_metric,
             wall_s=wall_s,
-            warnings=warnings or None,
             config=config,
         )
 

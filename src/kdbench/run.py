@@ -29,6 +29,7 @@ from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
 from kdbench.record import RESULT_FILE, RunRecord, StepLog, provenance, write_json
+from kdbench.report.collapse import learning_warnings
 from kdbench.storage import DiskFullError
 from kdbench.training.signals import SIGINT_EXIT, Interrupted, StoppedAtOnce, graceful_stop
 
@@ -136,7 +137,10 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
     try:
         with graceful_stop():
             outcome = RECIPES[plan.setting](plan, run_dir, log)
-        record = record.completed(outcome, time.perf_counter() - start, plan.config)
+        record = replace(
+            record.completed(outcome, time.perf_counter() - start, plan.config),
+            warnings=learning_warnings(outcome),
+        )
         write(result_path, record)
         if logger:
             logger.summary(record)

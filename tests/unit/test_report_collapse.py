@@ -3,8 +3,17 @@ regression's at chance."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kdbench.record import RunRecord
-from kdbench.report.collapse import COLLAPSED, HEALTHY, UNKNOWN, collapse_status, not_learned
+from kdbench.report.collapse import (
+    COLLAPSED,
+    HEALTHY,
+    UNKNOWN,
+    collapse_status,
+    learning_warnings,
+    not_learned,
+)
 
 
 def test_from_the_predicted_label_counts():
@@ -66,16 +75,17 @@ def test_what_shows_that_a_model_has_not_learned():
     assert not_learned({"pearson": 10.0}) is None and not_learned({}) is None
 
 
-def test_a_record_warns_of_a_teacher_or_student_that_has_not_learned():
+def test_a_run_warns_of_a_teacher_or_student_that_has_not_learned():
     record = RunRecord("task_specific", "rte", "tiny", "tiny", "2,4", "every_kth", "vanilla_kd", 1)
     teacher = {"accuracy": 50.0, "predicted_class_0": 16, "predicted_class_1": 0}
     student = {"accuracy": 75.0, "predicted_class_0": 10, "predicted_class_1": 6}
-    done = record.completed({"metrics": student, "teacher_metrics": teacher}, 1.0, {})
+    outcome = {"metrics": student, "teacher_metrics": teacher}
+    done = replace(record.completed(outcome, 1.0, {}), warnings=learning_warnings(outcome))
     assert done.warnings == [
         "the teacher predicts class 0 for 100% of the dev examples: it has not learned the task; "
         "fine-tune it longer (trainer.teacher_epochs) or give a fine-tuned one "
         "(teacher.finetuned_path)"
     ]
-    healthy = record.completed({"metrics": student, "teacher_metrics": student}, 1.0, {})
-    assert healthy.warnings is None and "warnings" not in healthy.as_json()
+    assert learning_warnings({"metrics": student, "teacher_metrics": student}) is None
+    assert "warnings" not in record.completed({"metrics": student}, 1.0, {}).as_json()
     assert RunRecord.from_json(done.as_json()).warnings == done.warnings

@@ -110,3 +110,23 @@ def collapse_status(metrics: dict, score_metric: str | None) -> str:
     ):
         return HEALTHY
     return UNKNOWN
+
+
+TEACHER_NOT_LEARNED = (
+    "fine-tune it longer (trainer.teacher_epochs) or give a fine-tuned one (teacher.finetuned_path)"
+)
+STUDENT_NOT_LEARNED = "its score says nothing of the method"
+
+
+def learning_warnings(outcome: dict) -> list[str] | None:
+    """A run's warnings (`RunRecord.warnings`): its teacher's and its student's that have not
+    learned, from a recipe's outcome; None where both have."""
+    warnings = [
+        f"the {model} {shows}: it has not learned the task; {then}"
+        for model, metrics, then in (
+            ("teacher", outcome.get("teacher_metrics"), TEACHER_NOT_LEARNED),
+            ("student", outcome["metrics"], STUDENT_NOT_LEARNED),
+        )
+        if metrics and (shows := not_learned(metrics))
+    ]
+    return warnings or None
