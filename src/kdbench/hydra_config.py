@@ -7,6 +7,7 @@ should read one line that names the problem and lists the valid choices, and get
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import sys
 from pathlib import Path
@@ -171,11 +172,66 @@ def compose(overrides: list[str], *, hydra_config: bool = False):
 
 def compose_check(overrides: list[str]) -> None:
     """Compose the config as Hydra will (first value of each sweep) and report a failure as one
-    line."""
+    line: a key the config lacks with the closest one it has."""
     try:
         compose(overrides)
     except Exception as exc:
-        raise ConfigError(one_line(exc)) from None
+        raise ConfigError(unknown_key(overrides) or one_line(exc)) from None
+
+
+def unknown_key(overrides: list[str]) -> str | None:
+    """The first override setting a key that the config composed from the group choices lacks,
+    with the closest key it has (an added `+key` or a deleted `~key` is not checked)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    groups = [o for o in parsed if is_group_choice(o)]
+    try:
+        cfg = compose([o.input_line for o in groups])
+    except Exception:  # a group choice is wrong: Hydra's message says so
+        return None
+    keys = config_keys(cfg)
+    for override in parsed:
+        key = override.get_key_element()
+        if override in groups or key.startswith(("+", "~")) or key in keys:
+            continue
+        close = closest_key(key, keys)
+        fix = f"did you mean {close}?" if close else "python -m kdbench.run --cfg job lists them"
+        return f"{key} is not a key; {fix}"
+    return None
+
+
+def closest_key(key: str, keys: list[str]) -> str | None:
+    """The key most like `key`: among its siblings where its parent exists, else among all."""
+    parent, _, name = key.rpartition(".")
+    if parent not in keys:
+        return next(iter(difflib.get_close_matches(key, keys, n=1)), None)
+    siblings = {k.rpartition(".")[2]: k for k in keys if k.rpartition(".")[0] == parent}
+    return next((siblings[n] for n in difflib.get_close_matches(name, siblings, n=1)), None)
+
+
+def is_group_choice(override) -> bool:
+    """Whether an override picks a config group's option (`task=custom`, `+experiment=distill`) or
+    sets Hydra's own keys."""
+    key = override.key_or_group.lstrip("+~")
+    return key.startswith("hydra") or (config_dir() / key).is_dir()
+
+
+def config_keys(node, at: str = "") -> list[str]:
+    """Every dotted key of a composed config (list entries by their index), parents first."""
+    from omegaconf import DictConfig, ListConfig
+
+    if isinstance(node, DictConfig):
+        items = node.items_ex(resolve=False)
+    elif isinstance(node, ListConfig):
+        items = enumerate(node._iter_ex(resolve=False))
+    else:
+        return []
+    keys = []
+    for name, value in items:
+        path = f"{at}.{name}" if at else str(name)
+        keys += [path, *config_keys(value, path)]
+    return keys
 
 
 def one_line(exc: BaseException) -> str:

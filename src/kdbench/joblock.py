@@ -26,6 +26,7 @@ from filelock import FileLock, Timeout
 from kdbench.record import read_json, write_json
 
 log = logging.getLogger("kdbench")
+CLAIM = ".kdbench-claim."  # how a claim's files begin: its lock and its holder, per rank
 
 
 def describe(holder: dict) -> str:
@@ -37,9 +38,7 @@ def describe(holder: dict) -> str:
 
 def lock_of(run_dir: Path, rank: int) -> tuple[FileLock, Path]:
     """The claim's lock and the file naming its holder."""
-    return FileLock(
-        run_dir / f".kdbench-claim.{rank}.lock"
-    ), run_dir / f".kdbench-claim.{rank}.json"
+    return FileLock(run_dir / f"{CLAIM}{rank}.lock"), run_dir / f"{CLAIM}{rank}.json"
 
 
 def held_by(run_dir: Path) -> dict | None:
@@ -56,9 +55,7 @@ def held_by(run_dir: Path) -> dict | None:
 def busy_jobs(sweep_dir: Path) -> list[Path]:
     """The job folders under a sweep folder that another process is running now."""
     return [
-        lock.parent
-        for lock in sorted(sweep_dir.rglob(".kdbench-claim.0.lock"))
-        if held_by(lock.parent)
+        lock.parent for lock in sorted(sweep_dir.rglob(f"{CLAIM}0.lock")) if held_by(lock.parent)
     ]
 
 

@@ -42,12 +42,13 @@ def container(node) -> dict | list:
 
 def checked(node: DictConfig, at: str) -> dict:
     """A config group's resolved values, every number, flag and choice in its range
-    (`kdbench.ranges`); a key interpolating another (trainer=finetune's stage2_epochs) is checked
-    after the others, so that an error names the source."""
+    (`kdbench.ranges`), one value of a list key as a list of one; a key interpolating another
+    (trainer=finetune's stage2_epochs) is checked after the others, so that an error names the
+    source."""
     values = container(node)
     derived = {key for key in values if OmegaConf.is_interpolation(node, key)}
-    check_ranges(dict(sorted(values.items(), key=lambda item: item[0] in derived)), at)
-    return values
+    listed = check_ranges(dict(sorted(values.items(), key=lambda item: item[0] in derived)), at)
+    return {key: listed[key] for key in values}  # in the config's order
 
 
 def trainer_spec(cfg: DictConfig) -> TrainerSpec:

@@ -19,7 +19,7 @@ log = logging.getLogger("kdbench")
 
 
 def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
-    checked(init, "init")
+    values = checked(init, "init")
     if init.name == "pretrained":
         return InitSpec(
             "pretrained",
@@ -29,7 +29,7 @@ def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSp
         )
     name = auto_init(teacher_conf, student) if init.name == "auto" else init.name
     layers = resolve_init_layers(
-        name, init.get("layers"), teacher_conf.num_hidden_layers, student.num_layers
+        name, values.get("layers"), teacher_conf.num_hidden_layers, student.num_layers
     )
     if layers is not None:
         check_width(student.hidden_size, teacher_conf.hidden_size, name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from kdbench.data.files import TAB
 from kdbench.errors import ConfigError
 from kdbench.rules import (
     COLUMN,
@@ -81,6 +82,10 @@ RANGES: dict[str, Rule] = {
     "task.validation_fraction": number(0, 1, open_low=True, open_high=True),
     "task.text_columns": entries(TEXT, text="a list of one or two column names"),
     "task.label_column": TEXT,
+    "task.delimiter": Rule(
+        lambda value: isinstance(value, str) and (len(value) == 1 or value == TAB),
+        "one character, e.g. ';', or '\\t' for a tab",
+    ).or_null("found from the file"),
     "task.label_names": entries(NAME_OR_NUMBER, text="a list of label names").or_null(
         "the training labels, sorted"
     ),
@@ -145,21 +150,20 @@ def shown(value) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def check_ranges(values, at: str = "") -> None:
-    """Refuse the first value under `at` (a config group's resolved values; "" for the top level)
-    that its rule does not admit; a list or mapping without a rule of its own is checked entry by
-    entry."""
+def check_ranges(values, at: str = ""):
+    """`values` (a config group's resolved values under `at`; "" for the top level), one value of a
+    list key as a list of one; refuses the first value its rule does not admit. A list or mapping
+    without a rule of its own is checked entry by entry."""
     rule = rule_for(at) if at else None
     if rule is not None:
+        values = rule.listed(values)
         if not rule.admits(values):
             raise ConfigError(f"{at}={shown(values)} must be {rule.text}")
-        return
-    items = (
-        values.items()
-        if isinstance(values, dict)
-        else enumerate(values)
-        if isinstance(values, list)
-        else ()
-    )
-    for key, value in items:
-        check_ranges(value, f"{at}.{key}" if at else str(key))
+        return values
+    if isinstance(values, dict):
+        return {
+            key: check_ranges(value, f"{at}.{key}" if at else key) for key, value in values.items()
+        }
+    if isinstance(values, list):
+        return [check_ranges(value, f"{at}.{key}") for key, value in enumerate(values)]
+    return values

@@ -77,6 +77,8 @@ class RunRecord:
     score: float | None = None  # the first metric of `metrics`
     score_metric: str | None = None
     wall_s: float | None = None
+    # what shows that the teacher or the student has not learned (`learning_warnings`)
+    warnings: list[str] | None = None
     config: dict | None = None  # the resolved config, written last (it is long)
 
     NAMING = (
@@ -92,7 +94,7 @@ class RunRecord:
         "seed",
         "kdbench_version",
     )
-    ENDING = ("stopped_in", "error", "score", "score_metric", "wall_s", "config")
+    ENDING = ("stopped_in", "error", "score", "score_metric", "wall_s", "warnings", "config")
 
     @property
     def metrics(self) -> dict | None:

@@ -17,11 +17,21 @@ class Rule:
 
     admits: Callable[[object], bool]
     text: str  # completes "must be ...", e.g. "a positive integer"
+    # a list's rule of each entry, where one value stands for a list of one (`metric=pearson`)
+    entry: Rule | None = None
 
     def or_null(self, meaning: str) -> Rule:
         return Rule(
-            lambda value: value is None or self.admits(value), f"{self.text}, or null ({meaning})"
+            lambda value: value is None or self.admits(value),
+            f"{self.text}, or null ({meaning})",
+            self.entry,
         )
+
+    def listed(self, value):
+        """`value` as the rule reads it: one value a list-of-any-length rule's entry admits is a
+        list of one."""
+        one = self.entry is not None and not isinstance(value, list) and value is not None
+        return [value] if one and self.entry.admits(value) else value
 
 
 def is_integer(value) -> bool:
@@ -79,7 +89,8 @@ def entries(rule: Rule, count: int | None = None, text: str | None = None) -> Ru
             isinstance(value, list) and count in (None, len(value)) and all(map(rule.admits, value))
         )
 
-    return Rule(admits, text or f"a list of {count or 'any number of'} entries, each {rule.text}")
+    text = text or f"a list of {count or 'any number of'} entries, each {rule.text}"
+    return Rule(admits, text, rule if count is None else None)
 
 
 COUNT = integer(1, text="a positive integer")

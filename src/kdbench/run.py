@@ -6,6 +6,7 @@ wrapper.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 import traceback
@@ -21,7 +22,7 @@ from kdbench.card import load_text
 from kdbench.cost import contended
 from kdbench.errors import KdbenchError, missing_package
 from kdbench.hydra_config import check_overrides, config_dir, one_line, register_resolvers
-from kdbench.joblock import claim, describe
+from kdbench.joblock import CLAIM, claim, describe
 from kdbench.loggers import make_logger
 from kdbench.metrics import scores_only
 from kdbench.plan import Plan, make_plan, writable_folder
@@ -30,6 +31,7 @@ from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
 from kdbench.record import RESULT_FILE, RunRecord, StepLog, provenance, write_json
+from kdbench.report.collapse import learning_warnings
 from kdbench.storage import DiskFullError
 from kdbench.training.signals import SIGINT_EXIT, Interrupted, StoppedAtOnce, graceful_stop
 
@@ -137,7 +139,10 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
     try:
         with graceful_stop():
             outcome = RECIPES[plan.setting](plan, run_dir, log)
-        record = record.completed(outcome, time.perf_counter() - start, plan.config)
+        record = replace(
+            record.completed(outcome, time.perf_counter() - start, plan.config),
+            warnings=learning_warnings(outcome),
+        )
         write(result_path, record)
         if logger:
             logger.summary(record)
@@ -189,6 +194,28 @@ def stop(line: str, exc: Exception, cfg: DictConfig, run_dir) -> None:
     ) from None
 
 
+def discard_refused(cfg: DictConfig, run_dir) -> None:
+    """Remove the folder Hydra made for a single run refused before any work: it holds nothing but
+    Hydra's copy of the config and its log, the job's claim and the failed record (no config.json,
+    written once the plan is made). A folder the user named (paths.run_dir) and a sweep's job keep
+    the record: a sweep's report lists the job as failed."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    if cfg.paths.run_dir or hydra_cfg.mode != RunMode.RUN:
+        return
+    folder = Path(run_dir).absolute()
+    written = {hydra_cfg.output_subdir, f"{hydra_cfg.job.name}.log", RESULT_FILE}
+    if any(p.name not in written and not p.name.startswith(CLAIM) for p in folder.iterdir()):
+        return
+    shutil.rmtree(folder)
+    for parent in folder.parents:  # Hydra's dated folders, up to the working directory
+        if not parent.is_relative_to(Path.cwd()) or parent == Path.cwd() or any(parent.iterdir()):
+            break
+        parent.rmdir()
+
+
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
@@ -212,9 +239,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         )
         raise SystemExit(SIGINT_EXIT) from None
     except KdbenchError as exc:
+        discard_refused(cfg, run_dir)
         stop(f"kdbench: error: {exc}", exc, cfg, run_dir)
     except Exception as exc:  # a bug, or a package not installed: bad input is a KdbenchError
         if (missing := missing_package(exc)) is not None:
+            discard_refused(cfg, run_dir)
             stop(f"kdbench: error: {missing}", missing, cfg, run_dir)
         else:
             stop(
@@ -225,7 +254,16 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 cfg,
                 run_dir,
             )
-    return print_outcome(record, run_dir)
+    score = print_outcome(record, run_dir)
+    warn_not_learned(record)
+    return score
+
+
+def warn_not_learned(record: dict) -> None:
+    """Closes a run whose teacher or student has not learned (its record's warnings) with a line
+    each, on the main process."""
+    for warning in record.get("warnings") or [] if distributed.current().is_main else []:
+        print(f"kdbench: warning: {warning}", file=sys.stderr)
 
 
 def print_outcome(record: dict, run_dir) -> float | None:

@@ -107,6 +107,7 @@ class UserData:
     validation_fraction: float  # carved from train (`split_seed`) when no validation split is given
     split_seed: int
     carve: bool  # no validation file or Hub split: the validation split is carved from train
+    delimiter: str | None = None  # a CSV file's; None: found from each file (`csv_delimiter`)
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ import sys
 import pytest
 import torch
 
+from kdbench.hydra_config import check_overrides
 from tests.helpers import agnostic_overrides, tiny_overrides, write_tiny_corpus, write_tiny_glue
 
 
-def cli(*args, env_glue=None):
+def cli(*args, env_glue=None, cwd=None):
     env = {
         k: v for k, v in os.environ.items() if k != "KDBENCH_CORPUS"
     }  # the corpus is given where it is needed
@@ -26,6 +27,7 @@ def cli(*args, env_glue=None):
         text=True,
         env=env,
         timeout=300,
+        cwd=cwd,
     )
 
 
@@ -55,6 +57,21 @@ def test_cli_unknown_option_inside_a_sweep(tmp_path):
 
 def test_cli_unknown_key(tmp_path):
     assert_one_line_error(cli("trainer.epochs=3", f"paths.run_dir={tmp_path}"), "trainer.epochs")
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("task.text_column=text", "task.text_column is not a key; did you mean task.text_columns?"),
+        ("tsk.lr=1", "tsk.lr is not a key; did you mean task.lr?"),
+        ("studnt=tiny", "studnt is not a key; did you mean student?"),
+        ("task.zzz=1", "task.zzz is not a key; python -m kdbench.run --cfg job lists them"),
+    ],
+)
+def test_an_unknown_key_is_answered_with_the_closest_one(capsys, override, line):
+    with pytest.raises(SystemExit) as exited:
+        check_overrides(["+experiment=distill", "task=custom", override])
+    assert exited.value.code == 2 and capsys.readouterr().err == f"kdbench: error: {line}\n"
 
 
 @pytest.mark.parametrize(
@@ -101,6 +118,31 @@ def test_cli_bad_config_is_refused_before_work(tiny_glue, tmp_path, overrides, f
     )  # a sweep's report lists it as failed
     assert record["status"] == "failed" and fragments[0] in record["error"]
     assert not (tmp_path / "run" / "train_log.jsonl").exists()  # refused before any work
+
+
+def in_hydras_folder(overrides: list[str]) -> list[str]:
+    """The overrides less paths.run_dir: the run writes to the folder Hydra makes for it."""
+    return [override for override in overrides if not override.startswith("paths.run_dir=")]
+
+
+def test_a_run_refused_before_work_leaves_no_folder(tiny_glue, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    overrides = in_hydras_folder(tiny_overrides(tiny_glue, tmp_path))
+    result = cli(*overrides, "trainer.batch_size=0", cwd=work)
+    assert_one_line_error(result, "trainer.batch_size=0")
+    assert list(work.iterdir()) == []
+
+
+def test_a_run_failing_after_work_keeps_its_failed_record(tmp_path):
+    glue, work = write_tiny_glue(tmp_path / "glue"), tmp_path / "work"
+    work.mkdir()
+    path = glue / "SST-2" / "train.tsv"
+    path.write_text(path.read_text() + "a row without a label\n")
+    result = cli(*in_hydras_folder(tiny_overrides(glue, tmp_path)), cwd=work)
+    assert_one_line_error(result, "SST-2/train.tsv:50")
+    (record,) = work.glob("outputs/*/*/result.json")
+    assert json.loads(record.read_text())["status"] == "failed"
 
 
 def test_cli_binary_data_file_is_named(tmp_path):

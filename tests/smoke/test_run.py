@@ -4,6 +4,7 @@ errors."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -218,3 +219,25 @@ def test_records_say_where_they_came_from(tiny_glue, tmp_path):
     } <= provenance.keys()
     assert provenance["world_size"] == 1 and provenance["device"].startswith("cpu")
     assert provenance["started_at"].endswith("Z") and provenance["torch"].startswith("2.")
+
+
+def test_a_run_that_has_not_learned_ends_with_a_warning_line(
+    tiny_glue, tmp_path, monkeypatch, capsys
+):
+    """The tiny random teacher, fine-tuned for one epoch on 48 examples, predicts one class: the run
+    says so in its last lines, its record and its report."""
+    from kdbench import run as entry
+    from kdbench.report.cli import main as report_main
+
+    overrides = tiny_overrides(tiny_glue, tmp_path / "run", "objective=vanilla_kd")
+    monkeypatch.setattr(sys, "argv", ["kdbench.run", *overrides])
+    entry.main()
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    err = capsys.readouterr().err.splitlines()
+    assert err[-len(record["warnings"]) :] == [f"kdbench: warning: {w}" for w in record["warnings"]]
+    assert record["warnings"][0].startswith("the teacher predicts class ")
+    assert report_main([str(tmp_path / "run"), "--out", str(tmp_path / "report")]) == 0
+    assert (
+        "The teacher of 1 of 1 runs has not learned"
+        in (tmp_path / "report" / "report.html").read_text()
+    )

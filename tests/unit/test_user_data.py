@@ -100,6 +100,11 @@ def test_the_content_hash_follows_the_bytes(user_data, tmp_path):
     assert same.content_hash != changed.content_hash
 
 
+def scores(fraction: str) -> str:
+    """A CSV of 40 real-valued labels: 0<fraction> to 39<fraction>."""
+    return "text,label\n" + "".join(f"t{i},{i}{fraction}\n" for i in range(40))
+
+
 # name: (files to write {name: text}, overrides beyond the files, error type, fragments of the line)
 BAD = {
     "missing column": (
@@ -127,6 +132,37 @@ BAD = {
         ["task.validation_file={root}/d.csv"],
         DataError,
         ["d.csv has labels that", "t.csv lacks (z)", "add training examples"],
+    ),
+    "given label names the file lacks": (
+        {"t.csv": "text,label\na,x\nb,y\n"},
+        ["task.label_names=[x,z]"],
+        DataError,
+        [
+            "t.csv has labels that task.label_names lacks (y)",
+            "name every label in task.label_names",
+        ],
+    ),
+    "real-valued labels as classes": (
+        {"t.csv": scores(".5"), "d.csv": scores(".25")},
+        ["task.validation_file={root}/d.csv"],
+        DataError,
+        [
+            "d.csv has labels that",
+            "t.csv lacks (0.25, 1.25, 10.25, 11.25, 12.25, ... 35 more)",
+            "task.regression=true",
+        ],
+    ),
+    "a delimiter that does not fit": (
+        {"t.csv": "text;label\na, b;x\nc, d, e;y\n"},
+        ["task.delimiter=','"],
+        DataError,
+        ["cannot read", "t.csv with task.delimiter=','", "Expected 2 fields", "set task.delimiter"],
+    ),
+    "a header read with another delimiter": (
+        {"t.csv": "text;label\na;x\nb;y\n"},
+        ["task.delimiter='|'"],
+        DataError,
+        ["t.csv has no column 'text' (it has text;label)", "set task.delimiter"],
     ),
     "folder for a file": (
         {},
@@ -195,3 +231,46 @@ def test_a_teacher_of_other_labels_is_refused(user_data, tmp_path):
         ConfigError, match=r"predicts the labels \['good', 'bad'\] and task custom has"
     ):
         make_plan(compose_config(overrides))
+
+
+def test_a_real_valued_label_read_as_classes_is_one_short_line(tmp_path):
+    (tmp_path / "t.csv").write_text(scores(".5"))
+    (tmp_path / "d.csv").write_text(scores(".25"))
+    with pytest.raises(DataError) as caught:
+        custom_task(
+            f"task.train_file={tmp_path / 't.csv'}", f"task.validation_file={tmp_path / 'd.csv'}"
+        )
+    assert len(str(caught.value).replace(str(tmp_path), "")) < 200 and "known" not in str(
+        caught.value
+    )
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t", "|"])
+def test_a_delimiter_other_than_a_comma_is_found(tmp_path, delimiter):
+    rows = ["text;label", "a, b;x", "c, d, e;y", "f;x"]
+    (tmp_path / "t.csv").write_text("".join(row.replace(";", delimiter) + "\n" for row in rows))
+    task = custom_task(f"task.train_file={tmp_path / 't.csv'}", "task.validation_fraction=0.5")
+    assert task.labels == ("x", "y") and task.user_data.delimiter is None
+    assert sorted(
+        [*load_split(task, "train", None)["text"], *load_split(task, "validation", None)["text"]]
+    ) == ["a, b", "c, d, e", "f"]
+
+
+def test_an_unreadable_file_is_kdbenchs_line_only(tmp_path, capfd):
+    (tmp_path / "t.csv").write_text("text;label\na, b;x\nc, d, e;y\n")
+    with pytest.raises(DataError):
+        custom_task(f"task.train_file={tmp_path / 't.csv'}", "task.delimiter=','")
+    assert "Failed to read file" not in capfd.readouterr().err  # datasets' own log line
+
+
+def test_one_value_of_a_list_key_is_a_list_of_one(user_data):
+    task = custom_task(*reviews(user_data, "task.metric=f1", "task.text_columns=review"))
+    assert task.metrics == ("f1",) and task.text_fields == ("review",)
+
+
+def test_the_content_hash_follows_how_the_data_is_read(user_data):
+    """A teacher cached for the labels read as classes is not loaded for them read as scores."""
+    columns = (f"task.train_file={user_data['scores']}", "task.text_columns=[first,second]")
+    as_classes = custom_task(*columns, "task.label_column=score")
+    as_scores = custom_task(*columns, "task.label_column=score", "task.regression=true")
+    assert as_classes.content_hash != as_scores.content_hash

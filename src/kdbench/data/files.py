@@ -1,8 +1,9 @@
 """A user's data file read as UTF-8 text: a failure to read it is one DataError naming the file,
-where, and the fix."""
+where, and the fix; a CSV file's delimiter."""
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,3 +41,35 @@ def not_utf8(path: Path, fix: str) -> DataError:
                 )
             offset += len(line)
     return DataError(f"{path} is not UTF-8 text: {fix}")
+
+
+DELIMITERS = ",;\t|"  # the delimiters a CSV file's is found among
+SNIFFED_CHARS = 1024
+TAB = "\\t"  # how an override writes a tab: task.delimiter='\t'
+
+
+def csv_delimiter(path: Path, given: str | None) -> str:
+    """The delimiter of the CSV file `path`: `given` (task.delimiter), else a tab for a .tsv, else
+    the one of DELIMITERS that csv.Sniffer finds in its first KB (a comma where it finds none)."""
+    if given:
+        return "\t" if given == TAB else given
+    if path.suffix.lower() == ".tsv":
+        return "\t"
+    with reading(path, "re-encode the file as UTF-8"), path.open(encoding="utf-8-sig") as handle:
+        sample = handle.read(SNIFFED_CHARS)
+    whole_lines = sample[: sample.rfind("\n") + 1] or sample  # a cut last line misleads it
+    try:
+        return csv.Sniffer().sniff(whole_lines, delimiters=DELIMITERS).delimiter
+    except csv.Error:
+        return ","
+
+
+def no_rows(path: Path) -> bool:
+    """Whether a text file holds a header at most (a Parquet file is never read here)."""
+    if path.suffix.lower() == ".parquet":
+        return False
+    with path.open("rb") as handle:
+        lines = (line for line in handle if line.strip())
+        if next(lines, None) is None:
+            return True
+        return path.suffix.lower() in (".csv", ".tsv") and next(lines, None) is None

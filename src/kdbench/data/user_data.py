@@ -10,6 +10,7 @@ and `idx` (the row number in its split).
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import datasets
 
 from kdbench.data.columns import column_list
+from kdbench.data.files import DELIMITERS, TAB, csv_delimiter, no_rows
 from kdbench.errors import ConfigError, DataError
 from kdbench.specs import UserData
 
@@ -69,6 +71,7 @@ def user_data(task: dict) -> UserData:
         task["validation_fraction"],
         task["split_seed"],
         carve,
+        task.get("delimiter"),
     )
 
 
@@ -109,12 +112,18 @@ def read_raw(user: UserData, split: str) -> datasets.Dataset:
 
 @contextmanager
 def quiet() -> Iterator[None]:
-    """`datasets` without its progress bars (an error on entry stays one line)."""
-    was_disabled = datasets.are_progress_bars_disabled()
+    """`datasets` without its progress bars and its own error log lines (an error on entry stays
+    one line, kdbench's)."""
+    was_disabled, verbosity = (
+        datasets.are_progress_bars_disabled(),
+        datasets.logging.get_verbosity(),
+    )
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(logging.CRITICAL)
     try:
         yield
     finally:
+        datasets.logging.set_verbosity(verbosity)
         if not was_disabled:
             datasets.enable_progress_bars()
 
@@ -122,38 +131,43 @@ def quiet() -> Iterator[None]:
 def read_source(user: UserData, split: str) -> datasets.Dataset:
     """A split as stored (a file, or the Hub dataset's split), refused in one line when it cannot be
     read or is empty."""
+    options = {}
+    if user.format == "csv":
+        options["delimiter"] = csv_delimiter(user.files[split], user.delimiter)
     try:
         with quiet():
             if user.dataset_name:
                 ds = datasets.load_dataset(user.dataset_name, user.dataset_config, split=split)
             else:
-                path = user.files[split]
-                options = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
                 ds = datasets.load_dataset(
-                    user.format, data_files={split: str(path)}, split=split, **options
+                    user.format, data_files={split: str(user.files[split])}, split=split, **options
                 )
     except Exception as exc:  # parsers and the Hub client raise many types
         if split in user.files and no_rows(user.files[split]):
             raise empty(user, split) from None
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise DataError(
-            f"cannot read {where(user, split)} ({type(exc).__name__}: {first}): give a "
-            f"readable {user.format or 'Hub'} dataset with a header naming its columns"
-        ) from exc
+        raise unreadable(user, split, exc, options.get("delimiter")) from exc
     if len(ds) == 0:
         raise empty(user, split)
     return ds
 
 
-def no_rows(path: Path) -> bool:
-    """Whether a text file holds a header at most (a Parquet file is never read here)."""
-    if path.suffix.lower() == ".parquet":
-        return False
-    with path.open("rb") as handle:
-        lines = (line for line in handle if line.strip())
-        if next(lines, None) is None:
-            return True
-        return path.suffix.lower() in (".csv", ".tsv") and next(lines, None) is None
+def unreadable(user: UserData, split: str, exc: Exception, delimiter: str | None) -> DataError:
+    """The error for a split that cannot be read: the parser's own words (the cause `datasets`
+    wraps), and for a CSV file the delimiter it was read with and the key that sets it."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if delimiter is None:
+        return DataError(
+            f"cannot read {where(user, split)} ({reason}): give a readable "
+            f"{user.format or 'Hub'} dataset with a header naming its columns"
+        )
+    used = f"task.delimiter={delimiter!r}" if user.delimiter else f"the delimiter {delimiter!r}"
+    return DataError(
+        f"cannot read {where(user, split)} with {used} ({reason}): set task.delimiter to the "
+        f"file's delimiter (e.g. \"task.delimiter=';'\" or \"task.delimiter='{TAB}'\"), or quote "
+        "the fields that hold it"
+    )
 
 
 def empty(user: UserData, split: str) -> DataError:
@@ -167,9 +181,12 @@ def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields:
     for column in (*text_fields, user.label_column):
         if column not in ds.column_names:
             key = "task.label_column" if column == user.label_column else "task.text_columns"
+            fix = f"set {key} to its columns"
+            if user.format == "csv" and any(set(DELIMITERS) & set(n) for n in ds.column_names):
+                fix = "set task.delimiter to the file's delimiter (its header holds one)"
             raise DataError(
                 f"{where(user, split)} has no column {column!r} (it has "
-                f"{', '.join(ds.column_names)}): set {key} to its columns"
+                f"{', '.join(ds.column_names)}): {fix}"
             )
     for column in text_fields:
         dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
@@ -222,14 +239,40 @@ def class_names(ds: datasets.Dataset, user: UserData, given) -> tuple[str, ...]:
     return names
 
 
-def check_known(labels: list[str], names: tuple[str, ...], user: UserData, split: str) -> None:
+def check_known(
+    labels: list[str], names: tuple[str, ...], user: UserData, split: str, given
+) -> None:
+    """Every label of the split is one of the classes `names` (`given`: from task.label_names)."""
     unknown = sorted(set(labels) - set(names))
-    if unknown:
+    if not unknown:
+        return
+    lacking = "task.label_names" if given else where(user, "train")
+    problem = f"{where(user, split)} has labels that {lacking} lacks ({few(unknown)})"
+    if are_scores(labels):
+        raise DataError(f"{problem}: they are numbers; for a real value set task.regression=true")
+    if given:
         raise DataError(
-            f"{where(user, split)} has labels that {where(user, 'train')} lacks "
-            f"({', '.join(unknown[:5])}): add training examples of them, or drop those "
-            f"rows (known: {', '.join(names)})"
+            f"{problem}: name every label in task.label_names (it has {few(names)}), or set "
+            "task.label_names=null to take them from the training data"
         )
+    raise DataError(
+        f"{problem}: add training examples of them, or drop those rows (known: {few(names)})"
+    )
+
+
+def few(values, at_most: int = 5) -> str:
+    """The first values, and how many more there are."""
+    more = f", ... {len(values) - at_most} more" if len(values) > at_most else ""
+    return ", ".join(map(str, list(values)[:at_most])) + more
+
+
+def are_scores(labels: list[str]) -> bool:
+    """Whether labels read as real values: every one a number, most distinct ones not whole."""
+    try:
+        values = {float(label) for label in labels}
+    except ValueError:
+        return False
+    return sum(not value.is_integer() for value in values) > len(values) / 2
 
 
 def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
@@ -247,10 +290,11 @@ def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
     return metrics
 
 
-def content_hash(user: UserData, raw: dict[str, datasets.Dataset]) -> str:
-    """Identifies the data: the bytes of its files, or the Hub dataset's name and `datasets`
-    fingerprints."""
-    digest = hashlib.sha256()
+def content_hash(user: UserData, raw: dict[str, datasets.Dataset], reading: tuple) -> str:
+    """Identifies the data as the task reads it: the bytes of its files, or the Hub dataset's name
+    and `datasets` fingerprints, and `reading` (its columns, classes or regression, and split), so
+    that a cache built for one reading is never another's."""
+    digest = hashlib.sha256(repr(reading).encode())
     for split, path in sorted(user.files.items()):
         digest.update(split.encode())
         with path.open("rb") as handle:
@@ -281,9 +325,11 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
     whole_train = read_source(user, "train") if user.carve else raw["train"]
     names = () if task["regression"] else class_names(whole_train, user, task.get("label_names"))
     for split in splits if names else ():
-        check_known(labels[split], names, user, split)
+        check_known(labels[split], names, user, split, task.get("label_names"))
     metrics = task_metrics(task.get("metric"), task["regression"], len(names))
-    return user, names, metrics, content_hash(user, raw)
+    carved = (user.validation_fraction, user.split_seed) if user.carve else None
+    reading = (user.label_column, user.delimiter, carved, text_fields, names, task["regression"])
+    return user, names, metrics, content_hash(user, raw, reading)
 
 
 def split_columns(task, split: str) -> dict[str, list]:

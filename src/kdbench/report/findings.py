@@ -62,6 +62,19 @@ def _collapse_line(runs: pd.DataFrame) -> str:
     )
 
 
+def _teacher_line(runs: pd.DataFrame) -> list[str]:
+    """The runs whose teacher has not learned (kdbench.report.collapse's rule), where any has."""
+    failed = runs[runs["teacher_collapse"] == COLLAPSED]
+    if failed.empty:
+        return []
+    tasks = ", ".join(TASKS.get(t, t) for t in ordered_tasks(failed["task"]))
+    return [
+        f"- **The teacher of {len(failed)} of {len(runs)} runs has not learned** "
+        f"({md_escape(tasks)}: one class for at least 95% of the dev set, or a regression at "
+        "chance): their students learn nothing from it."
+    ]
+
+
 def _pooled(pvalues: pd.DataFrame, key: tuple) -> pd.DataFrame:
     if pvalues.empty:
         return pvalues
@@ -133,6 +146,7 @@ def study_findings(
             f"### {md_escape(' / '.join(key))}: {md_escape(design_line(runs))}",
             "",
             _collapse_line(runs),
+            *_teacher_line(runs),
         ]
         if (runs["collapse"] == COLLAPSED).all():
             lines.append("")

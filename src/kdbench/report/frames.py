@@ -48,8 +48,10 @@ ORIGIN_COLS = [
     *COST_COLS,
     "design",
     "timing",
+    "teacher_collapse",
 ]
-IN_MEMORY_COLS = ["design", "timing"]  # dicts, not written to results.csv
+# dicts, and the teacher's collapse (the findings name it), not written to results.csv
+IN_MEMORY_COLS = ["design", "timing", "teacher_collapse"]
 _TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
 
 

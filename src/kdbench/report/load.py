@@ -18,7 +18,7 @@ from kdbench.record import (
     RunRecord,
     design,
 )
-from kdbench.report.collapse import collapse_status
+from kdbench.report.collapse import UNKNOWN, collapse_status
 from kdbench.report.frames import COST_FIELDS, exclusion, key_text
 
 
@@ -154,7 +154,11 @@ def _references(run: RunRecord) -> dict:
     teacher = run.teacher_metrics if isinstance(run.teacher_metrics, dict) else {}
     value = teacher.get(metric)
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    return {"score_metric": metric, "teacher_score": float(value) if number else None}
+    return {
+        "score_metric": metric,
+        "teacher_score": float(value) if number else None,
+        "teacher_collapse": collapse_status(_flatten(teacher), metric) if teacher else UNKNOWN,
+    }
 
 
 def _origin(run: RunRecord, init: str, grid: dict | None) -> dict:

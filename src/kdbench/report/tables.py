@@ -151,8 +151,9 @@ DESCRIPTION = (
     "(tables of several tasks): mean over tasks of the per-task means, only for rows that have "
     "every task of the table. Bold: best mean per column among the cells whose runs did not all "
     "collapse. [collapsed] / [k collapsed]: every run / k runs of the cell predict one class for "
-    "at least 95% of the dev set (kdbench.report.collapse; judged from the score and the dev label "
-    "counts for records without their predicted-label counts)."
+    "at least 95% of the dev set, or score at chance on a regression (|r| < 0.1) "
+    "(kdbench.report.collapse; judged from the score and the dev label counts for records without "
+    "their predicted-label counts)."
 )
 
 
