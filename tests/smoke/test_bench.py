@@ -97,9 +97,14 @@ def test_the_host_mode_with_workers_counts_no_collation_on_the_main_thread(capsy
 
 
 def test_the_host_mode_holds_the_micro_batch_auto_chooses_on_an_80_gb_h100(capsys):
-    row = host_row(capsys, "--workers", "1")  # the paper's 1024 sequences per step
-    assert row["micro_batch"] == 512 and row["micro_steps"] == 2
-    assert row["target_host_ms_at_micro_batch"] == pytest.approx(row["target_host_ms"] * 8)
+    from kdbench import memory, synthetic
+    from kdbench.bench_host import TARGET_MEMORY
+
+    row = host_row(capsys, "--workers", "1")  # att_kl, the paper's 1024 sequences per step
+    bound = synthetic.step_memory("att_kl", synthetic.Shapes(), "bf16")
+    micro = memory.fitting_micro_batch(1024, bound, TARGET_MEMORY)
+    assert row["micro_batch"] == micro > 64 and row["micro_steps"] == 1024 // micro
+    assert row["target_host_ms_at_micro_batch"] == pytest.approx(row["target_host_ms"] * micro / 64)
 
 
 def test_modes_other_than_stage1_take_no_overrides(capsys):
