@@ -319,8 +319,7 @@ def measure(args, objective: str) -> dict:
     if args.mode == "stage1":
         return measure_stage1([*args.overrides, f"objective={objective}"], args.steps, args.warmup)
     device = torch.device(args.device)
-    student_width = int(args.student.split("x")[1])
-    precision, _ = resolve_precision(args.precision, device, student_width)
+    precision = resolve_precision(args.precision, device, int(args.student.split("x")[1]))[0]
     shapes = shapes_of(args, objective, device, precision)
     if args.mode == "host":
         host_precision = "bf16" if args.precision == "auto" else args.precision  # the target's

@@ -39,8 +39,9 @@ def test_no_forward_of_a_run_may_choose_cudnn_attention(
 ):
     assert torch.backends.cuda.cudnn_sdp_enabled()  # torch's default, which kdbench overrides
     calls = attention_calls(monkeypatch)
+    fresh = f"paths.cache_dir={tmp_path / 'cache'}"  # the teacher and its tables computed here
     overrides = tiny_overrides(
-        tiny_glue, tmp_path, f"trainer.precision={precision}", "measure_cost=true"
+        tiny_glue, tmp_path / "run", f"trainer.precision={precision}", "measure_cost=true", fresh
     )
     assert run(compose_config(overrides))["status"] == "completed"
     assert {"teacher", "stage1", "stage2", "evaluation", *TEACHER_ONLY_PHASES} <= set(calls)
