@@ -148,9 +148,9 @@ def value_at(node, path: str):
 
 def plausible(value, default) -> bool:
     """What a key never admits: NaN, infinities, text, a negative number, a flag for a number or the
-    reverse."""
+    reverse. A key whose default is null (a flag or number left to the code) takes either."""
     if isinstance(value, bool) or isinstance(default, bool):
-        return isinstance(value, bool) and isinstance(default, bool)
+        return isinstance(value, bool) and (default is None or isinstance(default, bool))
     return value is None or (
         isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
     )
