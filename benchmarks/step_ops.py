@@ -1,5 +1,6 @@
 """Casts and kernel-level ops per bf16 task-agnostic step, counted at the dispatcher on the CPU
-(`kdbench.timing.OpCounts`; a GPU launches a kernel for each): `python benchmarks/step_ops.py
+(`kdbench.measure.timing.OpCounts`; a GPU launches a kernel for each): `python
+benchmarks/step_ops.py
 [OBJECTIVE ...]` prints one JSON line per objective, at the tests' small shapes (a 2x64 student,
 a 4x64 teacher, 4 sequences of 32 tokens), dropout on as a run has it."""
 
@@ -15,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.helpers import small_shapes  # noqa: E402
 
-from kdbench import synthetic  # noqa: E402
-from kdbench.timing import OpCounts  # noqa: E402
+from kdbench.measure import synthetic  # noqa: E402
+from kdbench.measure.timing import OpCounts  # noqa: E402
 from kdbench.training.steps import to_device  # noqa: E402
 
 CPU = torch.device("cpu")

@@ -27,8 +27,8 @@ import measure  # noqa: E402
 import peers  # noqa: E402
 
 from kdbench.bench import stage1_step  # noqa: E402
+from kdbench.measure.timing import optimizer_for  # noqa: E402
 from kdbench.models.attention import prepare_for_training  # noqa: E402
-from kdbench.timing import optimizer_for  # noqa: E402
 
 PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
 

@@ -48,10 +48,10 @@ import peers  # noqa: E402
 
 from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
-from kdbench.hydra_config import compose  # noqa: E402
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer  # noqa: E402
 from kdbench.models.student import build_student, init_from_teacher  # noqa: E402
-from kdbench.plan import make_plan  # noqa: E402
+from kdbench.planning.hydra_config import compose  # noqa: E402
+from kdbench.planning.plan import make_plan  # noqa: E402
 from kdbench.teacher.frozen import freeze  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
-from kdbench.hydra_config import config_dir
 from kdbench.objectives.losses import LOSSES
+from kdbench.planning.hydra_config import config_dir
 
 POSITIVE = [
     "a good movie",
@@ -151,7 +151,7 @@ def tiny_models(cfg, num_labels: int = 2, teacher_seed: int = 0, student_seed: i
     shape."""
     from kdbench.models.pretrained import pretrained_teacher
     from kdbench.models.student import build_student
-    from kdbench.plan_groups import shape_spec, teacher_spec
+    from kdbench.planning.groups import shape_spec, teacher_spec
 
     teacher = pretrained_teacher(teacher_spec(cfg.teacher), num_labels, teacher_seed)
     student = build_student(
@@ -166,7 +166,7 @@ def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
     from kdbench.data.batches import make_loader
     from kdbench.data.glue import task_datasets
     from kdbench.models.pretrained import teacher_tokenizer
-    from kdbench.plan import make_plan
+    from kdbench.planning.plan import make_plan
     from kdbench.record import StepLog
     from kdbench.teacher.finetune import finetuned_teacher
 
@@ -346,8 +346,8 @@ TINY_BENCH = ["--teacher", "2x64", "--student", "1x64", "--length", "16", "--mic
 def small_shapes(accumulation: int = 1):
     """A task-agnostic distillation of a 4x64 teacher into a 2x64 student, on micro-batches of 4
     sequences of 32 tokens: small enough for a test, every objective's features present."""
-    from kdbench import synthetic
-    from kdbench.specs import ShapeSpec
+    from kdbench.measure import synthetic
+    from kdbench.planning.specs import ShapeSpec
 
     return synthetic.Shapes(
         ShapeSpec("4x64", 4, 64, 4, 128),

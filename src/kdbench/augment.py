@@ -15,8 +15,8 @@ from kdbench.data.augmentation import augmented_train_set
 from kdbench.data.glue import train_subset
 from kdbench.device import resolve_device
 from kdbench.errors import ConfigError, KdbenchError
-from kdbench.hydra_config import check_overrides, compose, fail
-from kdbench.plan_groups import augment_spec, check_data_files, data_spec, task_spec
+from kdbench.planning.groups import augment_spec, check_data_files, data_spec, task_spec
+from kdbench.planning.hydra_config import check_overrides, compose, fail
 from kdbench.training.signals import Interrupted, graceful_stop
 
 

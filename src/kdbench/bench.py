@@ -11,7 +11,7 @@ Modes (one JSON line per objective):
   with random weights, a 6x768 student, sequences of 128, 1024 per optimizer step, in the
   micro-batches `trainer.device_batch_size=auto` chooses (64 on a CPU; `--batch`, `--micro-batch`,
   `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor datasets;
-- `host` (`kdbench.bench_host`): the same loop with tiny widths and vocabulary (the paper's
+- `host` (`kdbench.measure.bench_host`): the same loop with tiny widths and vocabulary (the paper's
   depths): its main thread's CPU time per micro-step is the host's (Python, dispatch, hooks), what
   a GPU would wait for; with the time of collating one paper micro-batch on the main thread (none
   with `--workers`), and the target it is held to: half the GPU time of a micro-batch at 40 % MFU
@@ -19,8 +19,8 @@ Modes (one JSON line per objective):
   micro-batch auto chooses there.
 
 Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over
-one real micro-step, forward and backward), MFU against the device's dense peak (the datasheet table
-of `kdbench.flops` for a known GPU, else a measured matmul peak; on the CPU both per CPU-second, so
+one real micro-step, forward and backward), MFU against the device's dense peak (`measure.flops`'s
+datasheet table for a known GPU, else a measured matmul peak; on the CPU both per CPU-second, so
 that other processes sharing the cores lower neither), peak memory, and on CUDA the attention kernel
 chosen and the synchronisations per optimizer step that the sync debug mode reports in the steps and
 their hooks (not the stage's closing read of its finite-loss verdict, which follows the last step).
@@ -38,15 +38,10 @@ from dataclasses import replace
 
 import torch
 
-from kdbench import flops, synthetic
-from kdbench.bench_host import auto_micro_batch, measure_host
 from kdbench.data.columns import column_array
-from kdbench.models.compilation import compile_if_asked
-from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
-from kdbench.models.student import student_for
-from kdbench.precision import resolve_precision
-from kdbench.specs import ShapeSpec
-from kdbench.timing import (
+from kdbench.measure import flops, synthetic
+from kdbench.measure.bench_host import auto_micro_batch, measure_host
+from kdbench.measure.timing import (
     PerStep,
     TimedBatches,
     Timer,
@@ -55,6 +50,11 @@ from kdbench.timing import (
     synchronisations,
     train_steps,
 )
+from kdbench.models.compilation import compile_if_asked
+from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
+from kdbench.models.student import student_for
+from kdbench.planning.specs import ShapeSpec
+from kdbench.precision import resolve_precision
 from kdbench.training import loop
 from kdbench.training.steps import to_device
 
@@ -158,8 +158,7 @@ def measure_agnostic(
 
 
 def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> float:
-    """The analytic count per example of the stage's step (`kdbench.flops.step_flops`) on this
-    batch."""
+    """The analytic count per example of the stage's step (`flops.step_flops`) on this batch."""
     student, objective = stage.modules
     where = "attended_positions" if objective.logit_positions == "attended" else "mlm_positions"
     masked = batch[where].numel() / shapes.micro_batch if where in batch else 0.0  # the head's rows
@@ -195,8 +194,8 @@ def stage1_setup(overrides: list[str]):
     only."""
     from kdbench.data.batches import make_loader
     from kdbench.data.glue import task_datasets
-    from kdbench.hydra_config import compose
-    from kdbench.plan import make_plan
+    from kdbench.planning.hydra_config import compose
+    from kdbench.planning.plan import make_plan
     from kdbench.teacher.frozen import freeze
 
     plan = make_plan(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from kdbench.cost import contended
+from kdbench.measure.cost import contended
 from kdbench.metrics import scores_only
 
 SIZE_ROWS = (  # (label, the cost field, its format): what the model is, whatever the machine

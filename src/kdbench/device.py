@@ -9,9 +9,9 @@ import torch
 
 from kdbench import distributed
 from kdbench.errors import ConfigError
+from kdbench.planning.specs import LoadingSpec
+from kdbench.planning.trainer_specs import ComputeSpec
 from kdbench.precision import resolve_precision, resolve_tf32
-from kdbench.specs import LoadingSpec
-from kdbench.trainer_specs import ComputeSpec
 
 
 def compute_on(trainer: ComputeSpec, student_width: int) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdbench.errors import lookup
+from kdbench.planning.specs import LoggerSpec
 from kdbench.record import RunRecord
-from kdbench.specs import LoggerSpec
 
 
 class WandbLogger:

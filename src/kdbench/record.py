@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from kdbench.planning.trainer_specs import COMPUTATION_ONLY
 from kdbench.storage import atomic_write_text
-from kdbench.trainer_specs import COMPUTATION_ONLY
 
 SCHEMA_VERSION = 1
 PACKAGE = Path(__file__).parent
@@ -111,7 +111,8 @@ class RunRecord:
 
     @property
     def cost(self) -> dict | None:
-        """The student's and the teacher's measured cost (`kdbench.cost`), where it was measured."""
+        """The student's and the teacher's measured cost (`kdbench.measure.cost`), where it was
+        measured."""
         return self.outcome.get("cost")
 
     @property

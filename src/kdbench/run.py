@@ -19,13 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__, distributed
 from kdbench.card import load_text
-from kdbench.cost import contended
 from kdbench.errors import KdbenchError, missing_package
-from kdbench.hydra_config import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.joblock import CLAIM, claim, describe
 from kdbench.loggers import make_logger
+from kdbench.measure.cost import contended
 from kdbench.metrics import scores_only
-from kdbench.plan import Plan, make_plan, writable_folder
+from kdbench.planning.hydra_config import check_overrides, config_dir, one_line, register_resolvers
+from kdbench.planning.plan import Plan, make_plan, writable_folder
 from kdbench.precision import apply_matmul_precision
 from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic

@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from kdbench.hydra_config import compose
-from kdbench.plan import make_plan
+from kdbench.planning.hydra_config import compose
+from kdbench.planning.plan import make_plan
 
 PAPER_TASKS = {
     "qnli",
@@ -69,7 +69,7 @@ def preset(name: str, *overrides: str, hydra: bool = True):
 
 @pytest.fixture
 def known_architectures(monkeypatch):
-    from kdbench import plan
+    from kdbench.planning import plan
 
     monkeypatch.setattr(plan, "teacher_config", lambda teacher: ARCHITECTURES[teacher.name])
 
@@ -203,8 +203,9 @@ def test_every_task_of_the_finetune_grid_plans(name, tmp_path, tiny_glue, monkey
 def test_auto_micro_batches_fit_the_gpu_by_the_paper_shapes_bound(
     objective, known_architectures, monkeypatch
 ):
-    from kdbench import memory, plan, synthetic
-    from kdbench.specs import LoadingSpec
+    from kdbench.measure import memory, synthetic
+    from kdbench.planning import plan
+    from kdbench.planning.specs import LoadingSpec
 
     gpu = {"device": torch.device("cuda", 0), "precision": "bf16", "tf32": True}
     gpu |= {"precision_reason": "auto: a student 768 wide", "loading": LoadingSpec(4)}

@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from kdbench.errors import ConfigError
-from kdbench.hydra_config import config_dir, group_options
+from kdbench.planning.hydra_config import config_dir, group_options
 from tests.helpers import compose_config
 
 GROUPS = sorted(p.name for p in config_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml")))
@@ -118,7 +118,7 @@ def test_paper_presets_follow_the_paper():
 
 
 def test_sweep_job_folders_end_with_the_seed():
-    from kdbench.hydra_config import job_dir_name
+    from kdbench.planning.hydra_config import job_dir_name
 
     assert job_dir_name("objective=att_kl,task=rte", 3) == "objective=att_kl,task=rte,seed=3"
     assert job_dir_name("", 1) == "seed=1"
@@ -153,7 +153,7 @@ def test_slurm_launcher_preset_composes_on_submitit():
 
 
 def test_data_parallel_slurm_preset_runs_a_task_per_gpu():
-    from kdbench.hydra_config import compose
+    from kdbench.planning.hydra_config import compose
 
     cfg = compose(
         [
@@ -175,9 +175,9 @@ def test_data_parallel_slurm_preset_runs_a_task_per_gpu():
 def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
     """An out-of-memory run re-run with recomputation on resumes its checkpoints; a different recipe
     does not."""
-    from kdbench.plan import config_fingerprint
-    from kdbench.plan_groups import container
-    from kdbench.trainer_specs import COMPUTATION_ONLY
+    from kdbench.planning.groups import container
+    from kdbench.planning.plan import config_fingerprint
+    from kdbench.planning.trainer_specs import COMPUTATION_ONLY
 
     def fingerprint(overrides):
         return config_fingerprint(container(compose_config(overrides)))
@@ -189,7 +189,7 @@ def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
 
 
 def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
-    from kdbench.plan import make_plan
+    from kdbench.planning.plan import make_plan
     from kdbench.teacher.cache import cache_path
 
     base = ["teacher=tiny", "student=tiny", "task=sst2", f"data.glue_dir={tiny_glue}"]
@@ -212,7 +212,7 @@ def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
 
 
 def test_warmup_ratio_per_task_gives_qqp_the_released_grids_warm_up():
-    from kdbench.plan_groups import trainer_spec
+    from kdbench.planning.groups import trainer_spec
 
     def warmup(*overrides):
         return trainer_spec(compose_config(["setting=finetune", *overrides])).warmup_ratio

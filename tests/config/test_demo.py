@@ -7,8 +7,8 @@ from pathlib import Path
 
 from transformers import BertConfig
 
-from kdbench import plan as plan_module
-from kdbench.plan import make_plan
+from kdbench.planning import plan as plan_module
+from kdbench.planning.plan import make_plan
 from tests.helpers import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from transformers import BertConfig
 
-from kdbench import study, study_config
+from kdbench import study
 from kdbench.models.student import build_student
 from kdbench.objectives.terms import Objective
-from kdbench.plan import make_plan
-from kdbench.plan_groups import shape_spec
+from kdbench.planning import study_config
+from kdbench.planning.groups import shape_spec
+from kdbench.planning.plan import make_plan
 from tests.config.test_agnostic_presets import known_architectures, preset  # noqa: F401 (a fixture)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from kdbench.hydra_config import group_options
+from kdbench.planning.hydra_config import group_options
 from kdbench.tasks import TASKS
 
 
@@ -19,8 +19,8 @@ def test_wnli_comes_last_in_the_paper_order():
 def test_a_task_config_in_another_folder_is_a_task_with_no_code_change(user_data, tmp_path):
     """A new task is one YAML file: in a folder added by hydra.searchpath it is a valid `task=`
     choice, composes and plans; in conf/task it would also be listed with its title."""
-    from kdbench.hydra_config import compose, sweep_point
-    from kdbench.plan_groups import task_spec
+    from kdbench.planning.groups import task_spec
+    from kdbench.planning.hydra_config import compose, sweep_point
     from kdbench.tasks import task_titles
 
     config = {

@@ -10,10 +10,10 @@ import pytest
 from transformers import BertConfig
 
 from kdbench.errors import ConfigError
-from kdbench.plan import make_plan
-from kdbench.plan_groups import trainer_spec
-from kdbench.ranges import rule_for
-from kdbench.trainer_specs import (
+from kdbench.planning.groups import trainer_spec
+from kdbench.planning.plan import make_plan
+from kdbench.planning.ranges import rule_for
+from kdbench.planning.trainer_specs import (
     COMPUTATION_ONLY,
     TRAINER_KEYS,
     ComputeSpec,

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from kdbench.hydra_config import check_overrides
+from kdbench.planning.hydra_config import check_overrides
 from tests.helpers import agnostic_overrides, tiny_overrides, write_tiny_corpus, write_tiny_glue
 
 

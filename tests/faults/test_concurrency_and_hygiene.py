@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kdbench.data.glue import load_split
 from kdbench.errors import DataError
-from kdbench.plan_groups import data_spec, task_spec
+from kdbench.planning.groups import data_spec, task_spec
 from tests.helpers import compose_config, tiny_overrides
 
 

@@ -16,11 +16,11 @@ from omegaconf import OmegaConf
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.glue import train_subset
 from kdbench.errors import KdbenchError
-from kdbench.hydra_config import config_dir, group_options
 from kdbench.models.tiny import tiny_tokenizer
-from kdbench.plan import make_plan
-from kdbench.plan_groups import container, data_spec, task_spec
-from kdbench.ranges import rule_for
+from kdbench.planning.groups import container, data_spec, task_spec
+from kdbench.planning.hydra_config import config_dir, group_options
+from kdbench.planning.plan import make_plan
+from kdbench.planning.ranges import rule_for
 from tests.helpers import (
     agnostic_overrides,
     compose_config,

@@ -1,7 +1,7 @@
 """The GPU path where there is a GPU: CUDA against the CPU for every objective, no host
 synchronisation between log steps, a fused attention kernel (not cuDNN's) for bf16 batches, resume
 on the GPU, two-GPU NCCL DDP against one process. Models and steps are built by
-`kdbench.synthetic` (no Hydra)."""
+`kdbench.measure.synthetic` (no Hydra)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from transformers import BertForSequenceClassification
 
-from kdbench import synthetic
 from kdbench.bench import attention_kernels
 from kdbench.data.batches import PADDED
 from kdbench.distributed import World
+from kdbench.measure import synthetic
+from kdbench.measure.timing import PerStep, synchronisations
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.record import StepLog
 from kdbench.teacher.frozen import freeze
-from kdbench.timing import PerStep, synchronisations
 from kdbench.training import loop
 from kdbench.training.hooks import Hook, LogLosses
 from kdbench.training.steps import (

@@ -12,7 +12,7 @@ import pytest
 
 from kdbench.data.glue import load_split
 from kdbench.metrics import compute_metrics
-from kdbench.plan_groups import data_spec, task_spec
+from kdbench.planning.groups import data_spec, task_spec
 from kdbench.run import run
 from kdbench.tasks import MAJORITY
 from tests.helpers import REAL_GLUE, compose_config, realdata

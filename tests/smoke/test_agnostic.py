@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.pretrained import teacher_tokenizer
 from kdbench.objectives.terms import Objective
-from kdbench.plan import make_plan
+from kdbench.planning.plan import make_plan
 from kdbench.recipes.task_agnostic import input_masking
 from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
@@ -207,7 +207,7 @@ def test_a_two_task_submitit_job_is_one_data_parallel_group(corpus, tmp_path):
     ],
 )
 def test_bad_task_agnostic_configs_are_refused(corpus, tmp_path, overrides, message):
-    from kdbench.plan import make_plan
+    from kdbench.planning.plan import make_plan
 
     cfg = compose_config(agnostic_overrides(corpus, tmp_path, *overrides))
     with pytest.raises(ConfigError, match=message):

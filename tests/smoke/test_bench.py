@@ -97,8 +97,8 @@ def test_the_host_mode_with_workers_counts_no_collation_on_the_main_thread(capsy
 
 
 def test_the_host_mode_holds_the_micro_batch_auto_chooses_on_an_80_gb_h100(capsys):
-    from kdbench import memory, synthetic
-    from kdbench.bench_host import TARGET_MEMORY
+    from kdbench.measure import memory, synthetic
+    from kdbench.measure.bench_host import TARGET_MEMORY
 
     row = host_row(capsys, "--workers", "1")  # att_kl, the paper's 1024 sequences per step
     bound = synthetic.step_memory("att_kl", synthetic.Shapes(), "bf16")
@@ -123,7 +123,7 @@ def test_a_micro_batch_that_does_not_divide_the_batch_is_refused_in_one_line(mic
 def test_compile_in_the_task_agnostic_mode_compiles_both_models_blocks(capsys, monkeypatch):
     compiled = []
     monkeypatch.setattr(
-        "kdbench.synthetic.compile_blocks",
+        "kdbench.measure.synthetic.compile_blocks",
         lambda *models, backend: compiled.append((len(models), backend)),
     )
     main(["--mode", "agnostic", *TINY_BENCH, "--batch", "2", "--steps", "1", "--compile"])

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from kdbench import synthetic
-from kdbench.timing import OpCounts
+from kdbench.measure import synthetic
+from kdbench.measure.timing import OpCounts
 from kdbench.training.steps import to_device
 from tests.helpers import small_shapes
 

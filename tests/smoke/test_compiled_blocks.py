@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from kdbench import synthetic
+from kdbench.measure import synthetic
 from tests.helpers import agnostic_objectives, small_shapes
 
 CPU = torch.device("cpu")

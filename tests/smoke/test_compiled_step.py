@@ -15,11 +15,11 @@ import copy
 import pytest
 import torch
 
-from kdbench.hydra_config import config_dir
 from kdbench.models.pretrained import pretrained_teacher
 from kdbench.models.student import student_for
 from kdbench.objectives.terms import Objective
-from kdbench.plan import make_plan
+from kdbench.planning.hydra_config import config_dir
+from kdbench.planning.plan import make_plan
 from kdbench.recipes.task_agnostic import recorder
 from kdbench.recipes.task_specific import stage1
 from kdbench.teacher.frozen import freeze

@@ -13,7 +13,7 @@ from kdbench.models.attention import RECOMPUTED_SDPA, prepare_for_training
 from kdbench.models.compilation import compile_blocks
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
-from kdbench.plan import make_plan
+from kdbench.planning.plan import make_plan
 from kdbench.teacher.logits import teacher_logits_table
 from kdbench.training.steps import prediction_kd_step, teacher_logits_now
 from tests.helpers import (

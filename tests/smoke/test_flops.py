@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kdbench import flops, synthetic
 from kdbench.bench import analytic_flops
+from kdbench.measure import flops, synthetic
 from kdbench.objectives.terms import Objective
-from kdbench.plan import make_plan
+from kdbench.planning.plan import make_plan
 from kdbench.recipes.task_specific import stage1
 from tests.helpers import (
     agnostic_objectives,

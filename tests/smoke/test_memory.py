@@ -1,4 +1,5 @@
-"""The step's memory bound (`kdbench.memory.step_memory`) against what autograd keeps for the
+"""The step's memory bound (`kdbench.measure.memory.step_memory`) against what autograd keeps for
+the
 backward in each task-agnostic objective's real step, fp32 and bf16, and what it allows at the
 paper's shapes."""
 
@@ -7,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kdbench import memory, synthetic
-from kdbench.specs import ShapeSpec
+from kdbench.measure import memory, synthetic
+from kdbench.planning.specs import ShapeSpec
 from tests.helpers import agnostic_objectives
 
 MICRO = 8

@@ -15,7 +15,7 @@ from kdbench.errors import ConfigError
 from kdbench.models.hub import load
 from kdbench.models.student import PROJECTIONS_FILE
 from kdbench.objectives.terms import Objective, carry_projections
-from kdbench.plan import make_plan
+from kdbench.planning.plan import make_plan
 from kdbench.record import CHAIN_FILE
 from kdbench.run import run
 from kdbench.storage import MANIFEST

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from kdbench.hydra_config import group_options
+from kdbench.planning.hydra_config import group_options
 from kdbench.run import run
 from tests.helpers import compose_config, tiny_overrides
 

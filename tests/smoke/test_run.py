@@ -174,7 +174,7 @@ def test_other_task_kinds_run(tiny_glue, tmp_path, task):
 def test_the_default_init_copies_teacher_layers_only_when_the_student_can_take_them(
     tiny_glue, tmp_path, student, label
 ):
-    from kdbench.plan import make_plan
+    from kdbench.planning.plan import make_plan
 
     overrides = [
         o

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kdbench.plan import make_plan
+from kdbench.planning.plan import make_plan
 from kdbench.teacher.cache import cache_path, teacher_key
 from tests.faults.test_resume import Crash, crash_at
 from tests.helpers import compose_config, tiny_overrides, tiny_teacher_setup

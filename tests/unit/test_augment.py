@@ -22,8 +22,8 @@ from kdbench.data.word_candidates import (
     words_of,
 )
 from kdbench.errors import ConfigError, DataError
-from kdbench.plan_groups import augment_spec, task_spec
-from kdbench.specs import AugmentSpec, ShapeSpec
+from kdbench.planning.groups import augment_spec, task_spec
+from kdbench.planning.specs import AugmentSpec, ShapeSpec
 from tests.helpers import compose_config
 
 WORDS = (

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from kdbench.card import model_card
-from kdbench.plan import make_plan
+from kdbench.planning.plan import make_plan
 from tests.helpers import compose_config, custom_overrides, tiny_overrides
 
 

@@ -9,7 +9,7 @@ import pytest
 from kdbench.data.batches import make_loader
 from kdbench.data.glue import load_hf_split, load_split, subset, tokenize
 from kdbench.errors import DataError
-from kdbench.plan_groups import data_spec, task_spec
+from kdbench.planning.groups import data_spec, task_spec
 from tests.helpers import compose_config
 
 

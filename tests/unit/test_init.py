@@ -10,7 +10,7 @@ from kdbench.errors import ConfigError
 from kdbench.layers import bottom, every_kth, resolve_init_layers
 from kdbench.models.anatomy import encoder_layers
 from kdbench.models.student import init_from_teacher
-from kdbench.specs import InitSpec
+from kdbench.planning.specs import InitSpec
 from tests.helpers import compose_config, tiny_models
 
 
@@ -94,7 +94,7 @@ def test_by_default_the_task_head_starts_fresh_and_the_mlm_head_is_copied():
     not."""
     from kdbench.models.pretrained import pretrained_teacher
     from kdbench.models.student import build_student
-    from kdbench.plan_groups import shape_spec, teacher_spec
+    from kdbench.planning.groups import shape_spec, teacher_spec
 
     teacher, student = _tiny_pair()
     init_from_teacher(student, teacher, InitSpec("layers", (2, 4)))

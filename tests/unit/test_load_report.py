@@ -12,7 +12,7 @@ from transformers.utils import logging as transformers_logging
 
 from kdbench.models.hub import load_model
 from kdbench.models.tiny import tiny_config
-from kdbench.specs import ShapeSpec
+from kdbench.planning.specs import ShapeSpec
 
 SHAPE = ShapeSpec(name="tiny", num_layers=2, hidden_size=32, num_heads=2, ffn_size=64)
 

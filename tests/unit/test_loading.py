@@ -14,9 +14,9 @@ from kdbench.data.masking import MaskingSpec
 from kdbench.device import loading_spec
 from kdbench.distributed import World
 from kdbench.errors import ConfigError
-from kdbench.plan import make_plan
-from kdbench.plan_groups import data_spec, task_spec
-from kdbench.specs import LoadingSpec
+from kdbench.planning.groups import data_spec, task_spec
+from kdbench.planning.plan import make_plan
+from kdbench.planning.specs import LoadingSpec
 from tests.helpers import compose_config, tiny_overrides
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)

@@ -12,8 +12,8 @@ import torch
 from kdbench.data.batches import ResumableSampler, SeededBatches, ShardedBatches
 from kdbench.distributed import World
 from kdbench.errors import KdbenchError
+from kdbench.planning.specs import OptimizerSpec
 from kdbench.record import StepLog
-from kdbench.specs import OptimizerSpec
 from kdbench.training import hooks, loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.hooks import Checkpoint, Hook, LogLosses, StopOnSignal, standard_hooks
@@ -201,7 +201,7 @@ def test_a_non_finite_step_is_skipped_on_the_device_and_named_at_the_next_read()
 
 
 def test_standard_hooks_are_log_evaluate_checkpoint_stop_progress(tmp_path):
-    from kdbench.trainer_specs import TrainerSpec
+    from kdbench.planning.trainer_specs import TrainerSpec
 
     trainer = TrainerSpec(
         name="t",

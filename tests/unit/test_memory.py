@@ -1,5 +1,5 @@
 """trainer.device_batch_size=auto: the largest micro-batch a GPU's memory holds under the step's
-bound (`kdbench.memory`), a divisor of the batch per process."""
+bound (`kdbench.measure.memory`), a divisor of the batch per process."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kdbench import memory
 from kdbench.errors import ConfigError
-from kdbench.memory import StepMemory
+from kdbench.measure import memory
+from kdbench.measure.memory import StepMemory
 
 GIB = 2**30
 

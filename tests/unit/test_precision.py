@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kdbench.plan import make_plan
+from kdbench.planning.plan import make_plan
 from kdbench.precision import (
     BF16_MIN_WIDTH,
     apply_matmul_precision,

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kdbench import study, study_config
+from kdbench import study
 from kdbench.errors import ConfigError
+from kdbench.planning import study_config
 
 
 def write_record(

@@ -1,11 +1,12 @@
-"""What `kdbench.timing` counts as a host-device synchronisation: each report of CUDA's sync debug
+"""What `kdbench.measure.timing` counts as a host-device synchronisation: each report of CUDA's
+sync debug
 mode, and nothing else (fabricated warnings stand for CUDA's here), told apart by optimizer step."""
 
 from __future__ import annotations
 
 import warnings
 
-from kdbench.timing import SYNC_WARNING, PerStep, reported_synchronisations
+from kdbench.measure.timing import SYNC_WARNING, PerStep, reported_synchronisations
 
 TRIGGERED = " (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:157.)"
 PROTOTYPE = (

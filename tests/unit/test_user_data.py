@@ -9,8 +9,8 @@ import pytest
 
 from kdbench.data.glue import load_split
 from kdbench.errors import ConfigError, DataError
-from kdbench.plan import make_plan
-from kdbench.plan_groups import task_spec
+from kdbench.planning.groups import task_spec
+from kdbench.planning.plan import make_plan
 from tests.helpers import compose_config, custom_overrides, tiny_models
 
 

@@ -38,7 +38,7 @@ from kdbench.data.columns import column_list
 from kdbench.data.word_candidates import Candidates, MaskedLMCandidates, VectorNeighbours, Word
 from kdbench.models import hub
 from kdbench.models.anatomy import encoder_layers
-from kdbench.specs import AugmentSpec, TaskSpec
+from kdbench.planning.specs import AugmentSpec, TaskSpec
 from kdbench.training.signals import phase, stop_between
 
 log = logging.getLogger("kdbench")

@@ -17,7 +17,7 @@ from transformers import DataCollatorWithPadding
 from kdbench.data.columns import column_array
 from kdbench.data.masking import IGNORE_INDEX, MaskingSpec, mask_tokens
 from kdbench.distributed import World
-from kdbench.specs import LoadingSpec
+from kdbench.planning.specs import LoadingSpec
 from kdbench.training.signals import check_stop, phase
 
 # A batch's host-side flag: whether any of its tokens is padding. The collator computes it on the

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from kdbench.data import user_data
 from kdbench.data.files import reading
 from kdbench.errors import DataError
-from kdbench.specs import DataSpec, TaskSpec
+from kdbench.planning.specs import DataSpec, TaskSpec
 from kdbench.training.signals import check_stop, phase
 
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "token_type_ids")

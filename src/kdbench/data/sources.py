@@ -14,7 +14,7 @@ from filelock import FileLock
 
 from kdbench import storage
 from kdbench.errors import DataError
-from kdbench.specs import CorpusSpec
+from kdbench.planning.specs import CorpusSpec
 
 
 def corpus_files(corpus: CorpusSpec, cache_dir: Path) -> tuple[Path, str]:

@@ -20,7 +20,7 @@ import datasets
 from kdbench.data.columns import column_list
 from kdbench.data.files import DELIMITERS, TAB, csv_delimiter, no_rows
 from kdbench.errors import ConfigError, DataError
-from kdbench.specs import UserData
+from kdbench.planning.specs import UserData
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}

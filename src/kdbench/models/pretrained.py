@@ -18,7 +18,7 @@ from transformers import (
 
 from kdbench.models.hub import load, load_model
 from kdbench.models.tiny import tiny_config, tiny_tokenizer
-from kdbench.specs import TeacherSpec
+from kdbench.planning.specs import TeacherSpec
 
 
 def teacher_tokenizer(teacher: TeacherSpec, cache_dir: Path):

@@ -24,8 +24,8 @@ from kdbench.models.anatomy import (
 )
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.hub import load_model
+from kdbench.planning.specs import InitSpec, ShapeSpec
 from kdbench.record import CHAIN_FILE, write_json
-from kdbench.specs import InitSpec, ShapeSpec
 
 PROJECTIONS_FILE = "projections.pt"
 

@@ -11,7 +11,7 @@ from filelock import FileLock
 from transformers import AutoTokenizer, BertConfig
 
 from kdbench import storage
-from kdbench.specs import ShapeSpec
+from kdbench.planning.specs import ShapeSpec
 
 _TINY_VOCAB = (
     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

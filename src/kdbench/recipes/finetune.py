@@ -18,9 +18,9 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_
 from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
-from kdbench.plan import Plan
+from kdbench.planning.plan import Plan
+from kdbench.planning.specs import OptimizerSpec
 from kdbench.record import RESULT_FILE, RunRecord, StepLog, read_json, write_json
-from kdbench.specs import OptimizerSpec
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate

@@ -37,8 +37,8 @@ from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import save_student, student_for
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
+from kdbench.planning.specs import OptimizerSpec
 from kdbench.record import StepLog
-from kdbench.specs import OptimizerSpec
 from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
@@ -48,10 +48,9 @@ from kdbench.training.reach import freeze_unreached_by_step
 from kdbench.training.resume import Resume
 from kdbench.training.steps import StepFn, StudentSide, distillation_step, teacher_records_now
 
-if (
-    TYPE_CHECKING
-):  # the plan's module needs omegaconf, which the synthetic runs (kdbench.synthetic) go without
-    from kdbench.plan import Plan
+# the plan's module needs omegaconf, which the synthetic runs (kdbench.measure.synthetic) go without
+if TYPE_CHECKING:
+    from kdbench.planning.plan import Plan
 
 
 STAGE = "distill"

@@ -21,19 +21,19 @@ from pathlib import Path
 import torch
 
 from kdbench.card import model_card
-from kdbench.cost import compare_costs
 from kdbench.data.augmentation import augmented_train_set
 from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.columns import column_array
 from kdbench.data.glue import dev_sets, encode_train, train_subset
+from kdbench.measure.cost import compare_costs
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import teacher_tokenizer
 from kdbench.models.student import save_student, student_for
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective, carry_projections
-from kdbench.plan import Plan
+from kdbench.planning.plan import Plan
+from kdbench.planning.specs import OptimizerSpec
 from kdbench.record import StepLog
-from kdbench.specs import OptimizerSpec
 from kdbench.teacher.features import FeatureTableFn, teacher_feature_table
 from kdbench.teacher.finetune import finetuned_teacher
 from kdbench.teacher.frozen import FineTuned, in_run_precision

@@ -22,7 +22,8 @@ records and malformed files are listed (with their path and the reason) on stdou
     (``student_params``, ``teacher_latency_ms``, ...).
 ``cost.csv``
     (when a run measured its cost) per (task, teacher, student, objective, init) with a measured
-    cost (``kdbench.cost``): the score's mean, std and n over seeds, both models' parameters, FLOPs
+    cost (``kdbench.measure.cost``): the score's mean, std and n over seeds, both models'
+    parameters, FLOPs
     per example, latency (batch 1) and throughput (batch 32), and the student's speed-ups over its
     teacher; shown as the Cost section of ``tables.md`` and, per task, in ``cost_<task>.png`` (score
     against latency, seeds as error bars, the teacher as a star).

@@ -1,4 +1,5 @@
-"""What the runs' students cost beside their scores: the records' measured `cost` (kdbench.cost)
+"""What the runs' students cost beside their scores: the records' measured `cost`
+(kdbench.measure.cost)
 as a table and an accuracy-vs-latency plot, one point per (task, teacher, student shape,
 objective, init), seeds as error bars."""
 
@@ -18,7 +19,7 @@ from kdbench.tasks import TASKS
 POINT_COLS = ["task", "teacher", "student", "objective", "init"]
 MARKERS = ("o", "s", "^", "D", "v")  # one per student shape; the colour is the objective's
 ABOUT = (
-    "Measured on the machine that ran each job (`kdbench.cost`): parameters, FLOPs per "
+    "Measured on the machine that ran each job (`kdbench.measure.cost`): parameters, FLOPs per "
     "example at the task's median length, latency at batch 1, throughput at batch 32; "
     "speed-up = the "
     "teacher's latency / the student's (batch 1) and the student's throughput / the teacher's "

@@ -12,7 +12,8 @@ from kdbench.record import KEY_FIELDS
 from kdbench.tasks import TASKS
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
-# The record's measured cost (`kdbench.cost`) as report columns: (column, the model, its field).
+# The record's measured cost (`kdbench.measure.cost`) as report columns: (column, the model, its
+# field).
 COST_FIELDS = tuple(
     (f"{model}_{column}", model, field)
     for column, field in (

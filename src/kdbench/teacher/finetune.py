@@ -23,8 +23,8 @@ from kdbench.metrics import scores_only
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.hub import load
 from kdbench.models.pretrained import pretrained_teacher
+from kdbench.planning.specs import OptimizerSpec
 from kdbench.record import StepLog, read_json, write_json
-from kdbench.specs import OptimizerSpec
 from kdbench.teacher.cache import cache_path, teacher_key
 from kdbench.teacher.frozen import FineTuned, freeze
 from kdbench.training import loop

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from tqdm.auto import tqdm
 
 from kdbench import distributed
+from kdbench.planning.trainer_specs import TrainerSpec
 from kdbench.record import StepLog
-from kdbench.trainer_specs import TrainerSpec
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.signals import Interrupted, enter_phase, stop_requested
 

@@ -22,7 +22,7 @@ from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from kdbench.data.batches import ResumableSampler
 from kdbench.errors import KdbenchError
-from kdbench.specs import OptimizerSpec
+from kdbench.planning.specs import OptimizerSpec
 from kdbench.training.checkpoint import rng_state, set_rng_state
 from kdbench.training.steps import StepFn, to_device
 

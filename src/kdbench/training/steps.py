@@ -17,8 +17,8 @@ from kdbench.models.attention import attention_mask
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.losses import kd
 from kdbench.objectives.tensors import LOGITS
+from kdbench.planning.specs import KDSpec
 from kdbench.precision import computing
-from kdbench.specs import KDSpec
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 StepFn = Callable[[dict], dict[str, torch.Tensor]]

@@ -1,4 +1,4 @@
-"""The config groups read into their specs (`kdbench.specs`), each checked on entry.
+"""The config groups read into their specs (`kdbench.planning.specs`), each checked on entry.
 
 Everything a user can get wrong in a group fails here with one line (a ConfigError/DataError):
 numbers out of range, unknown keys, missing data files, the labels of a given teacher, a model
@@ -18,8 +18,8 @@ from transformers import PretrainedConfig
 from kdbench import storage
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.hub import check_saved_model, saved_config
-from kdbench.ranges import check_ranges, shown
-from kdbench.specs import (
+from kdbench.planning.ranges import check_ranges, shown
+from kdbench.planning.specs import (
     AugmentSpec,
     CorpusSpec,
     DataSpec,
@@ -30,7 +30,7 @@ from kdbench.specs import (
     TsvLayout,
     from_mapping,
 )
-from kdbench.trainer_specs import TRAINER_KEYS, TRAINERS, TrainerSpec
+from kdbench.planning.trainer_specs import TRAINER_KEYS, TRAINERS, TrainerSpec
 
 log = logging.getLogger("kdbench")
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
@@ -42,7 +42,8 @@ def container(node) -> dict | list:
 
 def checked(node: DictConfig, at: str) -> dict:
     """A config group's resolved values, every number, flag and choice in its range
-    (`kdbench.ranges`), one value of a list key as a list of one; a key interpolating another
+    (`kdbench.planning.ranges`), one value of a list key as a list of one; a key interpolating
+    another
     (trainer=finetune's stage2_epochs) is checked after the others, so that an error names the
     source."""
     values = container(node)
@@ -52,7 +53,8 @@ def checked(node: DictConfig, at: str) -> dict:
 
 
 def trainer_spec(cfg: DictConfig) -> TrainerSpec:
-    """The setting's trainer spec (`kdbench.trainer_specs.TRAINERS`); the keys only other settings
+    """The setting's trainer spec (`kdbench.planning.trainer_specs.TRAINERS`); the keys only other
+    settings
     read are left out."""
     values = checked(cfg.trainer, "trainer")
     values["adam_betas"] = tuple(values["adam_betas"])
@@ -257,7 +259,8 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
 
 
 def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
-    """The `augment` group checked: its numbers in range (`kdbench.ranges`), a word-vectors file
+    """The `augment` group checked: its numbers in range (`kdbench.planning.ranges`), a
+    word-vectors file
     that exists."""
     if augment.name == "none":
         return None

@@ -1,11 +1,13 @@
 """Validate a composed config once, cheaply, before any heavy work; resolve it into a typed `Plan`.
 
 The plan is the only reader of the raw config below the entry point: recipes, the loop, data and
-model code take the plan's specs (`kdbench.specs`). Everything a user can get wrong in a config
+model code take the plan's specs (`kdbench.planning.specs`). Everything a user can get wrong in a
+config
 fails here with one line (a ConfigError/DataError): the groups' values as they are read
-(`kdbench.plan_groups`), and here the layer lists, the widths, the head counts, batch sizes that do
+(`kdbench.planning.groups`), and here the layer lists, the widths, the head counts, batch sizes
+that do
 not divide, an absent GPU (`kdbench.device`). The student's initialisation is read by
-`kdbench.plan_init`, the fine-tune plan's own parts by `kdbench.plan_finetune`.
+`kdbench.planning.inits`, the fine-tune plan's own parts by `kdbench.planning.finetune`.
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ from transformers import PretrainedConfig
 from kdbench import distributed
 from kdbench.device import compute_on
 from kdbench.errors import ConfigError
-from kdbench.memory import StepMemory, device_batch, step_memory
+from kdbench.measure.memory import StepMemory, device_batch, step_memory
 from kdbench.models.pretrained import teacher_config
 from kdbench.models.student import student_config
 from kdbench.objectives.term_specs import Term, build_terms
 from kdbench.objectives.terms import Objective
-from kdbench.plan_finetune import finetune_parts
-from kdbench.plan_groups import (
+from kdbench.planning.finetune import finetune_parts
+from kdbench.planning.groups import (
     augment_spec,
     check_data_files,
     check_positions,
@@ -45,10 +47,9 @@ from kdbench.plan_groups import (
     trainer_spec,
     writable_folder,
 )
-from kdbench.plan_init import init_spec
-from kdbench.ranges import check_ranges
-from kdbench.record import chain_of
-from kdbench.specs import (
+from kdbench.planning.inits import init_spec
+from kdbench.planning.ranges import check_ranges
+from kdbench.planning.specs import (
     AugmentSpec,
     BatchLayout,
     CorpusSpec,
@@ -62,7 +63,8 @@ from kdbench.specs import (
     TeacherSpec,
     from_mapping,
 )
-from kdbench.trainer_specs import COMPUTATION_ONLY, TrainerSpec
+from kdbench.planning.trainer_specs import COMPUTATION_ONLY, TrainerSpec
+from kdbench.record import chain_of
 
 SETTINGS = ("task_specific", "task_agnostic", "finetune")
 
@@ -78,7 +80,7 @@ class Plan:
     init: InitSpec  # setting=finetune: pretrained, from the distilled student
     objective: str
     terms: list[Term]
-    trainer: TrainerSpec  # the setting's (`kdbench.specs.TRAINERS`)
+    trainer: TrainerSpec  # the setting's (`kdbench.planning.specs.TRAINERS`)
     kd: KDSpec
     corpus: CorpusSpec | None  # the task-agnostic setting's raw text
     # the task-specific setting's augmented training set (None: the task's own)

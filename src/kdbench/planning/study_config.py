@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from kdbench.errors import ConfigError
-from kdbench.hydra_config import compose, group_options, one_line, sweep_point
+from kdbench.planning.hydra_config import compose, group_options, one_line, sweep_point
 
 # The fine-tuning grid of a task-agnostic preset NAME is the preset NAME_finetune.
 FINETUNE_SUFFIX = "_finetune"

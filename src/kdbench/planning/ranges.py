@@ -1,9 +1,11 @@
 """The valid values of every number, flag and choice a config sets, and the one check that refuses
 the others.
 
-`RANGES` maps a config path to its `Rule` (`kdbench.rules`); a `*` stands for any list index or
+`RANGES` maps a config path to its `Rule` (`kdbench.planning.rules`); a `*` stands for any list
+index or
 mapping key (`objective.terms.*.weight`). The trainer keys' rules come from their declarations
-(`kdbench.trainer_specs`). `check_ranges` walks a config group's resolved values and refuses the
+(`kdbench.planning.trainer_specs`). `check_ranges` walks a config group's resolved values and
+refuses the
 first one its rule does not admit with a ConfigError naming it as `path=value` and saying what is
 valid.
 """
@@ -14,7 +16,7 @@ import json
 
 from kdbench.data.files import TAB
 from kdbench.errors import ConfigError
-from kdbench.rules import (
+from kdbench.planning.rules import (
     COLUMN,
     COUNT,
     FLAG,
@@ -33,7 +35,7 @@ from kdbench.rules import (
     integer,
     number,
 )
-from kdbench.trainer_specs import TRAINER_RULES
+from kdbench.planning.trainer_specs import TRAINER_RULES
 
 SHAPE = {
     "num_layers": COUNT,

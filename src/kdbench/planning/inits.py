@@ -12,8 +12,8 @@ from transformers import PretrainedConfig
 from kdbench.errors import ConfigError
 from kdbench.layers import check_width, resolve_init_layers
 from kdbench.models.hub import saved_config
-from kdbench.plan_groups import checked, local_path
-from kdbench.specs import InitSpec, ShapeSpec
+from kdbench.planning.groups import checked, local_path
+from kdbench.planning.specs import InitSpec, ShapeSpec
 
 log = logging.getLogger("kdbench")
 

@@ -55,7 +55,7 @@ def register_resolvers() -> None:
 
 
 def config_dir() -> Path:
-    return Path(__file__).parent / "conf"
+    return Path(__file__).parent.parent / "conf"
 
 
 def fail(message: str, code: int = 2) -> None:

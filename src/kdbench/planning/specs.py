@@ -1,8 +1,10 @@
 """The typed parts of a plan: what each config group means to the code that runs it.
 
-Each spec is a frozen dataclass built from its config group by `kdbench.plan` (the only reader of
+Each spec is a frozen dataclass built from its config group by `kdbench.planning.plan` (the only
+reader of
 the raw config below the entry point); the recipes, the loop, the data and model code take these,
-never the raw config. The `trainer` group's specs, one per setting, are `kdbench.trainer_specs`'s.
+never the raw config. The `trainer` group's specs, one per setting, are
+`kdbench.planning.trainer_specs`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING
 from kdbench.errors import ConfigError
 
 if TYPE_CHECKING:
-    from kdbench.trainer_specs import TrainerSpec
+    from kdbench.planning.trainer_specs import TrainerSpec
 
 
 def from_mapping(cls, values: dict, group: str, elsewhere: Collection[str] = ()):

@@ -10,10 +10,10 @@ from omegaconf import DictConfig
 
 from kdbench.errors import ConfigError
 from kdbench.models.hub import saved_config
-from kdbench.plan_groups import check_positions, local_path
+from kdbench.planning.groups import check_positions, local_path
+from kdbench.planning.specs import InitSpec, TaskSpec
+from kdbench.planning.trainer_specs import TrainerSpec
 from kdbench.record import chain_of
-from kdbench.specs import InitSpec, TaskSpec
-from kdbench.trainer_specs import TrainerSpec
 
 
 def finetune_parts(cfg: DictConfig, trainer: TrainerSpec, task: TaskSpec) -> dict:

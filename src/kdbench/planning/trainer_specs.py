@@ -1,7 +1,8 @@
 """The `trainer` group: a spec per setting over the keys every setting reads, each key declared
 once.
 
-A key's declaration (`kdbench.rules.key`) carries its range, from which `kdbench.ranges` checks it,
+A key's declaration (`kdbench.planning.rules.key`) carries its range, from which
+`kdbench.planning.ranges` checks it,
 and whether it changes how a run computes rather than what (`COMPUTATION_ONLY`: a run resumes
 across a change of it, and the record's design leaves it out). `ComputeSpec` holds how a run
 computes; `TrainerSpec` adds the optimiser every setting has; each setting's spec (`TRAINERS`) adds
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from kdbench.rules import (
+from kdbench.planning.rules import (
     COUNT,
     DEVICE,
     DEVICE_BATCH,
@@ -106,7 +107,9 @@ class TaskAgnosticTrainer(DistillationTrainer):
     """setting=task_agnostic: by steps, on global batches split into device micro-batches."""
 
     max_steps: int | None = key(COUNT.or_null("epochs, not steps"), None)
-    device_batch_size: int | str | None = key(DEVICE_BATCH, None)  # `kdbench.memory.device_batch`
+    device_batch_size: int | str | None = key(
+        DEVICE_BATCH, None
+    )  # `kdbench.measure.memory.device_batch`
     heldout_batches: int = key(NON_NEGATIVE_COUNT, 0)
     # masking by token frequency ** -smoothing; None: uniform
     mlm_smoothing: float | None = key(POSITIVE.or_null("uniform masking"), None)
@@ -128,7 +131,7 @@ TRAINERS = {
     "finetune": FinetuneTrainer,
 }
 TRAINER_KEYS = {f.name: f for spec in TRAINERS.values() for f in fields(spec)}  # every setting's
-# `kdbench.ranges`'s rules of the trainer keys
+# `kdbench.planning.ranges`'s rules of the trainer keys
 TRAINER_RULES = {
     f"{name}.*" if f.metadata["each"] else name: f.metadata["rule"]
     for name, f in TRAINER_KEYS.items()

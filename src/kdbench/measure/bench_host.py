@@ -10,10 +10,10 @@ from functools import partial
 
 import torch
 
-from kdbench import flops, memory, synthetic
 from kdbench.data.batches import CorpusCollator
-from kdbench.specs import LoadingSpec
-from kdbench.timing import Timer, device_name
+from kdbench.measure import flops, memory, synthetic
+from kdbench.measure.timing import Timer, device_name
+from kdbench.planning.specs import LoadingSpec
 from kdbench.training import loop
 
 TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # the compute is negligible

@@ -1,7 +1,8 @@
 """What a config value may be: a `Rule` admits values and says which in a message's words.
 
-The rules here are the building blocks: `kdbench.trainer_specs` declares each trainer key with its
-rule (`key`), and `kdbench.ranges` maps every other config path to one.
+The rules here are the building blocks: `kdbench.planning.trainer_specs` declares each trainer key
+with its
+rule (`key`), and `kdbench.planning.ranges` maps every other config path to one.
 """
 
 from __future__ import annotations

@@ -15,18 +15,18 @@ import torch
 import yaml
 from transformers import BertConfig, BertForMaskedLM
 
-from kdbench import memory
 from kdbench.data.batches import IN_PROCESS, corpus_loader
 from kdbench.data.masking import MaskingSpec
 from kdbench.distributed import World
-from kdbench.hydra_config import config_dir
+from kdbench.measure import memory
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.compilation import compile_blocks
 from kdbench.models.student import build_student, student_config
 from kdbench.objectives.term_specs import build_terms
 from kdbench.objectives.terms import Objective
+from kdbench.planning.hydra_config import config_dir
+from kdbench.planning.specs import LoadingSpec, OptimizerSpec, ShapeSpec
 from kdbench.recipes.task_agnostic import MLM_NUM_LABELS, reaching_step, recorder
-from kdbench.specs import LoadingSpec, OptimizerSpec, ShapeSpec
 from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training import loop
 from kdbench.training.steps import StudentSide, teacher_records_now
@@ -95,7 +95,7 @@ def meta_objective(name: str, shapes: Shapes) -> tuple[Objective, BertConfig, Be
 
 
 def step_memory(name: str, shapes: Shapes, precision: str) -> memory.StepMemory:
-    """`kdbench.memory`'s bound on a step of the objective at `shapes`."""
+    """`kdbench.measure.memory`'s bound on a step of the objective at `shapes`."""
     objective, student, teacher = meta_objective(name, shapes)
     return memory.step_memory(objective, student, teacher, shapes.length, precision)
 
