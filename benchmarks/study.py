@@ -60,8 +60,8 @@ OBJECTIVES = ("vanilla_kd", "hid_seq", "att_kl+val_kl")
 # time is imports, data, the caches' tables, Hydra and the records
 RECORD_PHASES = {
     "teacher": "teacher_finetune_s",
-    "stage1": "stage1_s",
-    "stage2": "stage2_s",
+    "intermediate": "intermediate_s",
+    "prediction": "prediction_s",
     "eval": "eval_s",
 }
 PRESET = "+experiment=mini_table1"
@@ -263,7 +263,7 @@ def run_stages(impl: str, study: Study, setup, plan, clock: Clock) -> None:
         setup.spec["objective"] = plan.objective if stage1 else "vanilla_kd"
         batches = study.epochs(plan.seed, epochs, tokens_only=stage1)
         lr = trainer.lr if stage1 else (trainer.stage2_lr or trainer.lr)
-        phase = "stage1" if stage1 else "stage2"
+        phase = "intermediate" if stage1 else "prediction"
         if impl == "textbrewer":
             setup.teacher.set_attn_implementation("eager" if stage1 else "sdpa")
             setup.student.set_attn_implementation("eager" if stage1 else "sdpa")

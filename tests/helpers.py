@@ -98,10 +98,10 @@ def agnostic_overrides(corpus: Path, run_dir: Path, *extra: str) -> list[str]:
         "init=random",
         f"corpus.path={corpus}",
         "corpus.seq_len=32",
-        "trainer.max_steps=6",
-        "trainer.batch_size=8",
-        "trainer.device_batch_size=4",
-        "trainer.eval_every=3",
+        "stages.distillation.steps=6",
+        "stages.distillation.batch_size=8",
+        "stages.distillation.device_batch_size=4",
+        "stages.distillation.eval_every=3",
         "trainer.heldout_batches=4",
         "trainer.log_every=1",
         "trainer.progress_bar=false",
@@ -196,7 +196,7 @@ def stage1_losses_and_grads(
 
     import torch
 
-    from kdbench.recipes.task_specific import stage1
+    from kdbench.recipes.task_specific import stage_step
 
     results, saved = [], {}
 
@@ -204,7 +204,9 @@ def stage1_losses_and_grads(
         saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
         return tensor
 
-    with stage1(plan, student, teacher_model, train_labels, feature_table) as (step, _):
+    with stage_step(
+        plan, plan.stages["intermediate"], student, teacher_model, train_labels, feature_table
+    ) as (step, _):
         for batch in batches:
             student.zero_grad(set_to_none=True)
             saved.clear()

@@ -9,8 +9,9 @@ Modes (one JSON line per objective):
 - `agnostic`: the task-agnostic recipe through the real loop (`kdbench.training.loop.train`) on
   random token sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher
   with random weights, a 6x768 student, sequences of 128, 1024 per optimizer step, in the
-  micro-batches `trainer.device_batch_size=auto` chooses (64 on a CPU; `--batch`, `--micro-batch`,
-  `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor datasets;
+  micro-batches `stages.distillation.device_batch_size=auto` chooses (64 on a CPU; `--batch`,
+  `--micro-batch`, `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor
+  datasets;
 - `host` (`kdbench.measure.bench_host`): the same loop with tiny widths and vocabulary (the paper's
   depths): its main thread's CPU time per micro-step is the host's (Python, dispatch, hooks), what
   a GPU would wait for; with the time of collating one paper micro-batch on the main thread (none
@@ -33,7 +34,6 @@ import functools
 import itertools
 import json
 import time
-from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
@@ -198,18 +198,17 @@ def stage1_setup(overrides: list[str]):
     from kdbench.planning.plan import make_plan
     from kdbench.teacher.frozen import freeze
 
-    plan = make_plan(
-        compose([*overrides, "trainer.teacher_epochs=0", "trainer.progress_bar=false"])
-    )
+    plan = make_plan(compose([*overrides, "stages.teacher.epochs=0", "trainer.progress_bar=false"]))
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     train_set, _ = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
+    stage = plan.stages["intermediate"]
     loader = make_loader(
         train_set,
         tokenizer,
-        plan.trainer.batch_size,
+        stage.batch_size,
         shuffle=True,
         seed=plan.seed,
-        group_by_length=plan.trainer.group_by_length,
+        group_by_length=stage.group_by_length,
     )
     teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, 0)).to(plan.device)
     student = student_for(plan, teacher)
@@ -217,28 +216,19 @@ def stage1_setup(overrides: list[str]):
     return plan, train_set, loader, teacher, student
 
 
-@contextmanager
-def stage1_step(plan, student, teacher, train_labels, features=None):
-    """The stage-1 step and the modules it trains, as a task-specific run builds them (`features`:
-    the teacher-features table function, or None for a teacher forward at every step)."""
-    from kdbench.recipes.task_specific import stage1
-
-    with stage1(plan, student, teacher, train_labels, features) as (step, modules):
-        yield step, modules
-
-
 def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
+    from kdbench.recipes.task_specific import stage_step  # the recipe's own step
+
     plan, train_set, loader, teacher, student = stage1_setup(overrides)
-    batches = itertools.cycle(loader)
-    with stage1_step(
-        plan, student, teacher, torch.from_numpy(column_array(train_set, "labels"))
-    ) as (step, modules):
+    batches, stage = itertools.cycle(loader), plan.stages["intermediate"]
+    labels = torch.from_numpy(column_array(train_set, "labels"))
+    with stage_step(plan, stage, student, teacher, labels) as (step, modules):
         per_example, kernels = flops_per_example(
             step, to_device(next(batches), plan.device), modules
         )
         loaded = [to_device(next(batches), plan.device) for _ in range(warmup + steps)]
         timed = TimedBatches(loaded[:warmup], loaded[warmup:], [], plan.device)
-        train_steps(step, modules, timed, plan.trainer.lr)
+        train_steps(step, modules, timed, stage.optimizer.lr)
     seconds, counted = timed.seconds, loaded[warmup:]
     examples = sum(batch["input_ids"].shape[0] for batch in counted)
     tokens = sum(int(batch["attention_mask"].sum()) for batch in counted)
@@ -250,7 +240,7 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
         "task": plan.task.name,
         "device": device_name(plan.device),
         "precision": plan.precision,
-        "batch_size": plan.trainer.batch_size,
+        "batch_size": stage.batch_size,
         "steps": steps,
         "seconds": seconds,
         "cpu_seconds": timed.cpu_seconds,
@@ -265,8 +255,8 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
 
 
 def shapes_of(args, objective: str, device: torch.device, precision: str) -> synthetic.Shapes:
-    """The bench's shapes; `--micro-batch auto` as `trainer.device_batch_size=auto` chooses on
-    `device` (in host mode on the host target's GPU)."""
+    """The bench's shapes; `--micro-batch auto` as `stages.distillation.device_batch_size=auto`
+    chooses on `device` (in host mode on the host target's GPU)."""
 
     def shape(text: str) -> ShapeSpec:
         layers, width = (int(n) for n in text.split("x"))
@@ -303,7 +293,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--micro-batch",
         default="auto",
-        help="agnostic/host: a divisor of --batch, or auto (as trainer.device_batch_size=auto)",
+        help="agnostic/host: a divisor of --batch, or auto (as device_batch_size=auto)",
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")

@@ -124,19 +124,30 @@ def load_text(cost: dict) -> str:
 
 
 def recipe_lines(plan) -> list[str]:
-    """Teacher, objective, init, data and chain."""
-    kd = plan.kd
-    stage2 = f"vanilla KD on the logits (T={kd.temperature}, alpha={kd.alpha})"
-    objective = f"{plan.objective} (intermediate layers), then {stage2}" if plan.terms else stage2
+    """Teacher, objective (each distillation stage's terms), init, data and chain."""
     labels = list(plan.task.labels) or "a score (regression)"
     return [
         f"- **Teacher**: {plan.teacher.name} "
         f"({plan.teacher.finetuned_path or plan.teacher.name_or_path})",
-        f"- **Objective**: {objective}",
+        f"- **Objective**: {objective_text(plan)}",
         f"- **Init**: {plan.init.name} ({plan.init.label})",
         f"- **Data**: {data_text(plan)}; labels {labels}",
         f"- **Chain**: {' -> '.join(plan.chain)}",
     ]
+
+
+def objective_text(plan) -> str:
+    """The stages that distilled, each with its terms: "intermediate: att_kl; then prediction: kd
+    (temperature=2.0, alpha=0.5)"."""
+    stages = [stage for stage in plan.stages.values() if stage.terms and stage.runs]
+    return "; then ".join(
+        f"{stage.name}: {', '.join(map(term_text, stage.terms))}" for stage in stages
+    )
+
+
+def term_text(term) -> str:
+    params = ", ".join(f"{name}={value}" for name, value in sorted(term.params.items()))
+    return f"{term.name} ({params})" if params else term.name
 
 
 def usage_lines(plan) -> list[str]:

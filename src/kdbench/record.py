@@ -45,6 +45,11 @@ NOT_DESIGN = (
 )
 
 
+# where a fine-tuning grid point's keys sit in a record's config (records before the stage blocks
+# hold them under trainer.)
+GRID_AT = {"lr": "stages.finetune.optimizer.", "batch_size": "stages.finetune."}
+
+
 @dataclass
 class RunRecord:
     """A run's record, as result.json holds it: what was run, how it ended, where it ran, what it
@@ -228,7 +233,8 @@ def chain_of(folder: str | Path | None, name: str) -> list[str]:
 def design(config: dict, grid: dict | None = None) -> dict:
     """The resolved config flattened to dotted keys, less `NOT_DESIGN` and the fine-tuning grid
     point's keys: what two runs must share to be seeds of one design."""
-    skipped = set(NOT_DESIGN) | {f"trainer.{key}" for key in grid or {}}
+    grid_keys = {f"{at}{key}" for key in grid or {} for at in ("trainer.", GRID_AT[key])}
+    skipped = set(NOT_DESIGN) | grid_keys
 
     def flat(node: dict, prefix: str) -> dict:
         out = {}

@@ -56,7 +56,7 @@ def crash_at(monkeypatch, stage: str, at_step: int):
 
 
 @pytest.mark.parametrize(
-    ("stage", "at_step"), [("stage1", 3), ("stage1", 7), ("stage2", 1), ("stage2", 6)]
+    ("stage", "at_step"), [("intermediate", 3), ("intermediate", 7), ("prediction", 1), ("prediction", 6)]
 )
 def test_resume_after_a_crash_gives_the_same_metrics(
     tiny_glue, tmp_path, monkeypatch, stage, at_step
@@ -90,7 +90,7 @@ def test_resume_continues_from_the_latest_checkpoint_after_sigkill(tiny_glue, tm
     deadline = time.time() + 120
     while time.time() < deadline:
         lines = log.read_text().splitlines() if log.exists() else []
-        if sum('"stage1"' in line for line in lines) >= 9:
+        if sum('"intermediate"' in line for line in lines) >= 9:
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
@@ -133,7 +133,7 @@ def test_checkpoint_writes_leave_no_partial_files(tmp_path, monkeypatch):
 
 
 def test_a_different_config_does_not_resume_silently(tiny_glue, tmp_path, monkeypatch):
-    crash_at(monkeypatch, "stage2", 2)
+    crash_at(monkeypatch, "prediction", 2)
     with pytest.raises(Crash):
         run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED)))
     monkeypatch.undo()
@@ -204,7 +204,7 @@ def stop_during_stage1(command: list[str], run_dir, sig) -> subprocess.Completed
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = run_dir / "train_log.jsonl"
     deadline = time.time() + 120
-    while time.time() < deadline and not (log.exists() and '"stage1"' in log.read_text()):
+    while time.time() < deadline and not (log.exists() and '"intermediate"' in log.read_text()):
         time.sleep(0.05)
     process.send_signal(sig)
     stdout, stderr = process.communicate(timeout=120)
@@ -213,9 +213,9 @@ def stop_during_stage1(command: list[str], run_dir, sig) -> subprocess.Completed
 
 def assert_checkpointed_then_resumes(command: list[str], run_dir, reference: dict) -> None:
     record = json.loads((run_dir / "result.json").read_text())
-    assert record["status"] == "stopped" and record["stopped_in"] == "stage1"
+    assert record["status"] == "stopped" and record["stopped_in"] == "intermediate"
     state, _ = Checkpoints(run_dir / "checkpoints").latest()
-    assert state["stage"] == "stage1" and not state["done"]
+    assert state["stage"] == "intermediate" and not state["done"]
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming from" in again.stderr + again.stdout
@@ -268,13 +268,13 @@ def test_a_crash_resumes_from_the_last_epoch_boundary(tiny_glue, tmp_path, monke
         "objective=att_kl",
     )
     reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *epochs)))
-    crash_at(monkeypatch, "stage1", 6 * 2 + 3)  # 6 steps per epoch: in the third epoch
+    crash_at(monkeypatch, "intermediate", 6 * 2 + 3)  # 6 steps per epoch: in the third epoch
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *epochs))
     with pytest.raises(Crash):
         run(cfg)
     state, _ = Checkpoints(tmp_path / "run" / "checkpoints").latest()
     assert (state["stage"], state["epoch"], state["batch"], state["step"], state["done"]) == (
-        "stage1",
+        "intermediate",
         2,
         0,
         12,
@@ -329,4 +329,4 @@ def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(
     record = json.loads((tmp_path / "result.json").read_text())
     assert record["status"] == "failed" and "val_kl" in record["error"]
     state, _ = Checkpoints(tmp_path / "checkpoints").latest()
-    assert state["stage"] == "stage1" and state["step"] == 4  # the last good step
+    assert state["stage"] == "intermediate" and state["step"] == 4  # the last good step

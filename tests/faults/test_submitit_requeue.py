@@ -64,7 +64,7 @@ def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes(tiny_glue,
     )
     deadline = time.time() + 300
     log = next(iter(sweep_dir.glob("*/train_log.jsonl")), None)
-    while time.time() < deadline and not (log and '"stage1"' in log.read_text()):
+    while time.time() < deadline and not (log and '"intermediate"' in log.read_text()):
         time.sleep(0.1)
         log = next(iter(sweep_dir.glob("*/train_log.jsonl")), None)
     assert log is not None, "the job never reached stage 1"
@@ -111,7 +111,7 @@ def test_a_preempted_two_task_job_stops_together_and_resumes(tmp_path):
         cwd=tmp_path,
     )
     log, deadline = job / "train_log.jsonl", time.time() + 300
-    while time.time() < deadline and not (log.exists() and log.read_text().count('"distill"') >= 5):
+    while time.time() < deadline and not (log.exists() and log.read_text().count('"distillation"') >= 5):
         time.sleep(0.1)
     assert log.exists(), "the job never started distilling"
     pids = submitit_job_pids(sweep_dir)

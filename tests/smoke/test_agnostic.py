@@ -51,7 +51,7 @@ def test_every_objective_distils_and_records_heldout_losses(corpus, tmp_path, ob
     assert record["batch"] == {"global": 8, "per_device": 4, "accumulation": 2}
     steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps if s["stage"] == "heldout"] == [0, 3, 6]
-    assert max(s["step"] for s in steps if s["stage"] == "distill") == 6
+    assert max(s["step"] for s in steps if s["stage"] == "distillation") == 6
 
 
 def test_heldout_attention_loss_goes_down(corpus, tmp_path):

@@ -19,13 +19,13 @@ def dtypes(model) -> set[torch.dtype]:
 
 def test_a_bf16_run_distils_from_a_bf16_teacher_saved_in_fp32(tiny_glue, tmp_path, monkeypatch):
     seen = {}
-    real = task_specific.stage1
+    real = task_specific.stage_step
 
-    def spy(plan, student, teacher, *args):
+    def spy(plan, stage, student, teacher, *args):
         seen.update(teacher=dtypes(teacher), student=dtypes(student))
-        return real(plan, student, teacher, *args)
+        return real(plan, stage, student, teacher, *args)
 
-    monkeypatch.setattr(task_specific, "stage1", spy)
+    monkeypatch.setattr(task_specific, "stage_step", spy)
     cache = tmp_path / "cache"
     overrides = tiny_overrides(
         tiny_glue,

@@ -21,7 +21,7 @@ from kdbench.objectives.terms import Objective
 from kdbench.planning.hydra_config import config_dir
 from kdbench.planning.plan import make_plan
 from kdbench.recipes.task_agnostic import recorder
-from kdbench.recipes.task_specific import stage1
+from kdbench.recipes.task_specific import stage_step
 from kdbench.teacher.frozen import freeze
 from kdbench.training.steps import StudentSide, distillation_step, teacher_records_now
 from tests.helpers import (
@@ -110,7 +110,9 @@ def test_the_compiled_stage1_step_is_one_graph_equal_to_eager(tiny_glue, tmp_pat
     plan = make_plan(cfg)
     teacher, student = tiny_models(cfg)
     batch = tiny_batch(teacher.config.vocab_size)
-    with stage1(plan, student.eval(), teacher.eval(), torch.tensor([0, 1] * 24)) as (step, trained):
+    with stage_step(
+        plan, plan.stages["intermediate"], student.eval(), teacher.eval(), torch.tensor([0, 1] * 24)
+    ) as (step, trained):
         assert_one_graph_equal_to_eager(step, batch, trained)
 
 

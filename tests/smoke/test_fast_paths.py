@@ -14,8 +14,9 @@ from kdbench.models.compilation import compile_blocks
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.planning.plan import make_plan
-from kdbench.teacher.logits import teacher_logits_table
-from kdbench.training.steps import prediction_kd_step, teacher_logits_now
+from kdbench.recipes.task_specific import stage_step
+from kdbench.teacher.logits import LogitsRows, teacher_logits_table
+from kdbench.training.steps import model_inputs
 from tests.helpers import (
     assert_same_losses_and_grads,
     compose_config,
@@ -28,9 +29,10 @@ from tests.helpers import (
 def test_cached_teacher_logits_equal_a_teacher_forward(tiny_glue, tmp_path):
     plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
     table = teacher_logits_table(teacher, train_set, tokenizer, plan)
-    direct = teacher_logits_now(teacher.model, plan.device, "fp32")
     for batch in loader:
-        assert torch.allclose(table[batch["example"]], direct(batch), atol=1e-5)
+        with torch.no_grad():
+            direct = teacher.model(**model_inputs(batch, teacher.model)).logits
+        assert torch.allclose(table[batch["example"]], direct, atol=1e-5)
 
 
 def test_teacher_logits_are_computed_once(tiny_glue, tmp_path, monkeypatch):
@@ -44,22 +46,19 @@ def test_teacher_logits_are_computed_once(tiny_glue, tmp_path, monkeypatch):
     assert torch.equal(teacher_logits_table(teacher, train_set, tokenizer, plan), first)
 
 
-def test_stage2_loss_is_the_same_with_cached_logits(tiny_glue, tmp_path):
+def test_the_prediction_stage_loss_is_the_same_with_cached_logits(tiny_glue, tmp_path):
     plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(tiny_glue, tmp_path)
-    table = teacher_logits_table(teacher, train_set, tokenizer, plan)
+    table = LogitsRows(teacher_logits_table(teacher, train_set, tokenizer, plan))
     student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=0).eval()
-    cached = prediction_kd_step(
-        student, lambda b: table[b["example"]], plan.kd, plan.device, "fp32"
+    stage, labels, batch = (
+        plan.stages["prediction"],
+        torch.zeros(len(train_set)),
+        next(iter(loader)),
     )
-    direct = prediction_kd_step(
-        student,
-        teacher_logits_now(teacher.model, plan.device, "fp32"),
-        plan.kd,
-        plan.device,
-        "fp32",
-    )
-    batch = next(iter(loader))
-    assert torch.allclose(cached(batch)["total"], direct(batch)["total"], atol=1e-6)
+    with stage_step(plan, stage, student, teacher.model, labels, lambda *_: table) as (cached, _):
+        from_table = cached(batch)["total"]
+    with stage_step(plan, stage, student, teacher.model, labels) as (direct, _):
+        assert torch.allclose(from_table, direct(batch)["total"], atol=1e-6)
 
 
 def test_length_grouped_batches_cover_every_example_once_and_waste_less_padding():

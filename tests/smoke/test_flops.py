@@ -10,7 +10,7 @@ from kdbench.bench import analytic_flops
 from kdbench.measure import flops, synthetic
 from kdbench.objectives.terms import Objective
 from kdbench.planning.plan import make_plan
-from kdbench.recipes.task_specific import stage1
+from kdbench.recipes.task_specific import stage_step
 from tests.helpers import (
     agnostic_objectives,
     compose_config,
@@ -66,7 +66,10 @@ def test_a_stage1_step_counts_its_analytic_flops(tiny_glue, tmp_path, objective)
         "example": torch.tensor([0, 1, 2]),
     }
     labels = torch.tensor([0, 1, 0, 1])
-    with stage1(plan, student.train(), teacher.eval(), labels) as (step, _):
+    with stage_step(plan, plan.stages["intermediate"], student.train(), teacher.eval(), labels) as (
+        step,
+        _,
+    ):
         counted = _counted_per_sequence(step, batch)
     objective_model = Objective(plan.terms, plan.student_conf, plan.teacher_conf, labels)
     analytic = flops.step_flops(

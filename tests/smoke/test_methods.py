@@ -145,7 +145,7 @@ def test_a_run_on_augmented_data_trains_on_the_copies_and_records_them(
     steps = [
         json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()
     ]
-    stage1_steps = max(s["step"] for s in steps if s["stage"] == "stage1")
+    stage1_steps = max(s["step"] for s in steps if s["stage"] == "intermediate")
     assert stage1_steps == -(
         -augmented["examples"] // 8
     )  # one epoch of batches of 8 over originals and copies
@@ -236,13 +236,13 @@ def test_the_teacher_teaches_with_dropout_on_request(tiny_glue, tmp_path, monkey
     from kdbench.recipes import task_specific
 
     modes = []
-    real = task_specific.teacher_logits_now
+    real = task_specific.teacher_records_now
 
-    def watched(teacher, *args):
-        modes.append(teacher.training)
-        return real(teacher, *args)
+    def watched(recorder, *args):
+        modes.append(recorder.model.training)
+        return real(recorder, *args)
 
-    monkeypatch.setattr(task_specific, "teacher_logits_now", watched)
+    monkeypatch.setattr(task_specific, "teacher_records_now", watched)
     record = run(
         compose_config(
             tiny_overrides(
@@ -254,4 +254,5 @@ def test_the_teacher_teaches_with_dropout_on_request(tiny_glue, tmp_path, monkey
         )
     )
     assert record["status"] == "completed"
-    assert modes == ([True] if dropout else [])  # without dropout stage 2 reads the cached logits
+    # without dropout, both stages read the teacher's caches (its features, its logits)
+    assert modes == ([True, True] if dropout else [])

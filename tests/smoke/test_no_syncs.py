@@ -198,7 +198,7 @@ def test_no_sync_between_log_steps_of_the_task_specific_stages(
         *TRAINER,
     )
     found = between_log_steps(counted_run(overrides, monkeypatch))
-    assert set(found) == {"teacher", "stage1", "stage2"}
+    assert set(found) == {"teacher", "intermediate", "prediction"}
     assert all(calls == 0 for stage in found.values() for calls in stage), found
 
 
@@ -215,8 +215,8 @@ def test_no_sync_between_log_steps_of_the_task_agnostic_recipe(
         *TRAINER,
     )
     found = between_log_steps(counted_run(overrides, monkeypatch))
-    assert set(found) == {"distill"}
-    assert all(calls == 0 for calls in found["distill"]), found
+    assert set(found) == {"distillation"}
+    assert all(calls == 0 for calls in found["distillation"]), found
 
 
 @pytest.mark.parametrize("objective", ["att_kl+val_kl", "vanilla_kd"])

@@ -21,7 +21,7 @@ def test_objective_runs_end_to_end(objective, tiny_glue, tmp_path):
     record = run(cfg)
     assert record["status"] == "completed"
     steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
-    stage1 = [s for s in steps if s["stage"] == "stage1"]
+    stage1 = [s for s in steps if s["stage"] == "intermediate"]
     term_names = [t.get("name") or t["loss"] for t in cfg.objective.terms]
     if not term_names:
         assert not stage1

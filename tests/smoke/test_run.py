@@ -55,11 +55,11 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
     assert on_disk["score"] == on_disk["metrics"]["accuracy"]
     assert {
         "teacher_finetune_s",
-        "stage1_s",
-        "stage2_s",
+        "intermediate_s",
+        "prediction_s",
         "eval_s",
-        "stage1_examples_per_s",
-        "stage2_examples_per_s",
+        "intermediate_examples_per_s",
+        "prediction_examples_per_s",
         "logits_table_s",
         "features_table_s",
     } <= set(on_disk["timing"])
@@ -67,9 +67,9 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
     assert on_disk["config"]["objective"]["name"] == "att_kl"
     assert json.loads((tmp_path / "config.json").read_text())["seed"] == 1
     steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
-    stage1 = [s for s in steps if s["stage"] == "stage1"]
+    stage1 = [s for s in steps if s["stage"] == "intermediate"]
     assert stage1 and {"att_kl", "total", "lr", "step"} <= set(stage1[0])
-    assert any(s["stage"] == "stage2" and "kd" in s for s in steps)
+    assert any(s["stage"] == "prediction" and "kd" in s for s in steps)
 
 
 def test_vanilla_kd_runs_the_prediction_stage_only(tiny_glue, tmp_path):
@@ -78,8 +78,8 @@ def test_vanilla_kd_runs_the_prediction_stage_only(tiny_glue, tmp_path):
         json.loads(line)["stage"]
         for line in (tmp_path / "train_log.jsonl").read_text().splitlines()
     }
-    assert "stage1" not in stages and "stage2" in stages
-    assert record["timing"]["stage1_s"] == 0.0
+    assert "intermediate" not in stages and "prediction" in stages
+    assert record["timing"]["intermediate_s"] == 0.0
 
 
 def test_zero_epochs_skip_stages(tiny_glue, tmp_path):
@@ -90,7 +90,7 @@ def test_zero_epochs_skip_stages(tiny_glue, tmp_path):
             )
         )
     )
-    assert record["status"] == "completed" and record["timing"]["stage2_s"] == 0.0
+    assert record["status"] == "completed" and record["timing"]["prediction_s"] == 0.0
 
 
 def test_teacher_is_frozen_and_never_updated(tiny_glue, tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import torch
 from kdbench.data.batches import ResumableSampler, SeededBatches, ShardedBatches
 from kdbench.distributed import World
 from kdbench.errors import KdbenchError
-from kdbench.planning.specs import OptimizerSpec
+from kdbench.planning.stage_specs import OptimizerSpec
 from kdbench.record import StepLog
 from kdbench.training import hooks, loop
 from kdbench.training.checkpoint import Checkpoints

@@ -31,8 +31,8 @@ def auto_micro_batch(
     *,
     host: bool,
 ) -> int:
-    """`--micro-batch auto`: what `trainer.device_batch_size=auto` chooses for a step of `shapes`
-    on `device`; with `host` (the host mode), on TARGET_DEVICE (bf16)."""
+    """`--micro-batch auto`: what `stages.distillation.device_batch_size=auto` chooses for a step of
+    `shapes` on `device`; with `host` (the host mode), on TARGET_DEVICE (bf16)."""
     if host:
         bound = synthetic.step_memory(objective, shapes, "bf16")
         return memory.fitting_micro_batch(batch, bound, TARGET_MEMORY)

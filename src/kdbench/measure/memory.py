@@ -1,5 +1,5 @@
 """A bound on a distillation step's device memory, and the micro-batch it allows on a GPU
-(`trainer.device_batch_size=auto`).
+(`stages.distillation.device_batch_size=auto`).
 
 The bound counts bytes at the width each value is kept in: under bf16 autocast the matmuls' inputs
 and outputs in 2 bytes, what autocast keeps in float32 (layer norms' inputs, the residual stream,
@@ -39,7 +39,8 @@ LOGIT_CHUNKS = 4  # float32 chunks of rows a logits term holds at once (`vocabul
 HEAD_VALUES = 4  # an MLM head's [rows, hidden] values: dense, GELU, layer norm and decoder inputs
 MEMORY_SHARE = 0.5  # of the device's memory past the static part: the allocator, CUDA's context and
 # workspaces, the bound's own error
-CPU_DEVICE_BATCH = 64  # trainer.device_batch_size=auto off a GPU: memory is not the limit there
+# stages.distillation.device_batch_size=auto off a GPU: memory is not the limit there
+CPU_DEVICE_BATCH = 64
 
 
 def activation_bytes(precision: str) -> int:
@@ -206,7 +207,7 @@ def fitting_micro_batch(per_process: int, memory: StepMemory, device_bytes: int)
     if micro == 0:
         gib = 2**30
         raise ConfigError(
-            f"trainer.device_batch_size=auto: a step on one sequence needs up to "
+            f"stages.distillation.device_batch_size=auto: a step on one sequence needs up to "
             f"{memory.total(1) / gib:.1f} GiB of the device's {device_bytes / gib:.1f} GiB: use a "
             "smaller student, teacher or corpus.seq_len, or a GPU with more memory"
         )
@@ -214,9 +215,9 @@ def fitting_micro_batch(per_process: int, memory: StepMemory, device_bytes: int)
 
 
 def device_batch(requested, per_process: int, device: torch.device, memory) -> int:
-    """`trainer.device_batch_size`: a number as given; auto as `fitting_micro_batch` on a CUDA
-    GPU's memory (`memory`: a callable giving the `StepMemory`), elsewhere the largest divisor of
-    `per_process` up to `CPU_DEVICE_BATCH`."""
+    """`stages.distillation.device_batch_size`: a number as given; auto as `fitting_micro_batch` on
+    a CUDA GPU's memory (`memory`: a callable giving the `StepMemory`), elsewhere the largest
+    divisor of `per_process` up to `CPU_DEVICE_BATCH`."""
     if requested != "auto":
         return requested
     if device.type != "cuda":

@@ -25,7 +25,8 @@ from kdbench.models.student import build_student, student_config
 from kdbench.objectives.term_specs import build_terms
 from kdbench.objectives.terms import Objective
 from kdbench.planning.hydra_config import config_dir
-from kdbench.planning.specs import LoadingSpec, OptimizerSpec, ShapeSpec
+from kdbench.planning.specs import LoadingSpec, ShapeSpec
+from kdbench.planning.stage_specs import OptimizerSpec
 from kdbench.recipes.task_agnostic import MLM_NUM_LABELS, reaching_step, recorder
 from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training import loop
@@ -37,7 +38,9 @@ MASK_ID = 103
 # The paper's Table 5 recipe (conf/trainer/agnostic.yaml): AdamW, lr 5e-4, betas (0.9, 0.99), eps
 # 1e-6.
 SINGLE = World()  # one process
-AGNOSTIC_OPTIMIZER = OptimizerSpec(5e-4, 0.01, (0.9, 0.99), 1e-6, 0.06, None)
+AGNOSTIC_OPTIMIZER = OptimizerSpec(
+    lr=5e-4, weight_decay=0.01, betas=(0.9, 0.99), eps=1e-6, warmup_ratio=0.06
+)
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ def distillation(
             precision,
         )
         yield loop.Stage(
-            "distill",
+            "distillation",
             [student, objective],
             batches,
             step,

@@ -7,7 +7,6 @@ shape whose heads do not divide its width.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -30,9 +29,9 @@ from kdbench.planning.specs import (
     TsvLayout,
     from_mapping,
 )
+from kdbench.planning.stage_specs import renamed
 from kdbench.planning.trainer_specs import TRAINER_KEYS, TRAINERS, TrainerSpec
 
-log = logging.getLogger("kdbench")
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
 
 
@@ -43,9 +42,7 @@ def container(node) -> dict | list:
 def checked(node: DictConfig, at: str) -> dict:
     """A config group's resolved values, every number, flag and choice in its range
     (`kdbench.planning.ranges`), one value of a list key as a list of one; a key interpolating
-    another
-    (trainer=finetune's stage2_epochs) is checked after the others, so that an error names the
-    source."""
+    another is checked after the others, so that an error names the source."""
     values = container(node)
     derived = {key for key in values if OmegaConf.is_interpolation(node, key)}
     listed = check_ranges(dict(sorted(values.items(), key=lambda item: item[0] in derived)), at)
@@ -54,33 +51,13 @@ def checked(node: DictConfig, at: str) -> dict:
 
 def trainer_spec(cfg: DictConfig) -> TrainerSpec:
     """The setting's trainer spec (`kdbench.planning.trainer_specs.TRAINERS`); the keys only other
-    settings
-    read are left out."""
+    settings read are left out, a flat key the stage blocks replace is refused naming its stage
+    key."""
     values = checked(cfg.trainer, "trainer")
-    values["adam_betas"] = tuple(values["adam_betas"])
-    if cfg.setting.name == "finetune":
-        read_finetune_epochs(cfg.trainer, values)
+    for name in values:
+        if message := renamed(f"trainer.{name}"):
+            raise ConfigError(message)
     return from_mapping(TRAINERS[cfg.setting.name], values, "trainer", TRAINER_KEYS)
-
-
-def read_finetune_epochs(trainer: DictConfig, values: dict) -> None:
-    """setting=finetune's epochs are trainer.finetune_epochs. trainer.stage2_epochs, its old name,
-    stands for it where it is set (the fine-tuning recipes interpolate it), with a one-line note; a
-    recipe without finetune_epochs (trainer=smoke) fine-tunes for its stage2_epochs."""
-    if "finetune_epochs" not in values:
-        if "stage2_epochs" in values:
-            values["finetune_epochs"] = values["stage2_epochs"]
-        return
-    if "stage2_epochs" not in values or OmegaConf.is_interpolation(trainer, "stage2_epochs"):
-        return
-    epochs = values["finetune_epochs"] = values["stage2_epochs"]
-    log.warning(
-        "trainer.stage2_epochs=%s is the old name of trainer.finetune_epochs in "
-        "setting=finetune: fine-tuning for %s epochs; write trainer.finetune_epochs=%s",
-        epochs,
-        epochs,
-        epochs,
-    )
 
 
 def task_spec(task: DictConfig) -> TaskSpec:

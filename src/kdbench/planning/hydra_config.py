@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kdbench.errors import ConfigError
+from kdbench.planning.stage_specs import renamed
 
 # Hydra flags that take a value (the value is not an override).
 _VALUE_FLAGS = {
@@ -193,6 +194,8 @@ def unknown_key(overrides: list[str]) -> str | None:
     keys = config_keys(cfg)
     for override in parsed:
         key = override.get_key_element()
+        if message := renamed(key):
+            return message
         if override in groups or key.startswith(("+", "~")) or key in keys:
             continue
         close = closest_key(key, keys)

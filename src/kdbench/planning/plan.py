@@ -55,14 +55,13 @@ from kdbench.planning.specs import (
     CorpusSpec,
     DataSpec,
     InitSpec,
-    KDSpec,
     LoadingSpec,
     LoggerSpec,
     ShapeSpec,
     TaskSpec,
     TeacherSpec,
-    from_mapping,
 )
+from kdbench.planning.stage_specs import StageSpec, stage_specs
 from kdbench.planning.trainer_specs import COMPUTATION_ONLY, TrainerSpec
 from kdbench.record import chain_of
 
@@ -79,9 +78,9 @@ class Plan:
     student: ShapeSpec
     init: InitSpec  # setting=finetune: pretrained, from the distilled student
     objective: str
-    terms: list[Term]
-    trainer: TrainerSpec  # the setting's (`kdbench.planning.specs.TRAINERS`)
-    kd: KDSpec
+    terms: list[Term]  # the objective group's (the intermediate and distillation stages')
+    trainer: TrainerSpec  # the setting's run-wide keys (`trainer_specs.TRAINERS`)
+    stages: dict[str, StageSpec]  # the stages the setting runs, in order, with their terms
     corpus: CorpusSpec | None  # the task-agnostic setting's raw text
     # the task-specific setting's augmented training set (None: the task's own)
     augment: AugmentSpec | None
@@ -109,14 +108,12 @@ class Plan:
         return self.task.num_labels
 
 
-def check_agnostic_trainer(trainer: TrainerSpec) -> None:
-    """The task-agnostic recipe counts steps, not epochs, and caps each device's batch."""
-    missing = [key for key in ("max_steps", "device_batch_size") if getattr(trainer, key) is None]
-    if missing:
+def check_agnostic_stage(stage: StageSpec) -> None:
+    """The task-agnostic recipe counts optimizer steps, not epochs."""
+    if stage.steps is None:
         raise ConfigError(
-            f"setting=task_agnostic needs {' and '.join(f'trainer.{k}' for k in missing)}, which "
-            f"trainer={trainer.name} does not set: add trainer=agnostic (the paper's task-agnostic "
-            "recipe) or set them"
+            "setting=task_agnostic counts steps: set stages.distillation.steps=... and "
+            "stages.distillation.epochs=null (trainer=agnostic is the paper's recipe)"
         )
 
 
@@ -126,16 +123,17 @@ def batch_layout(global_batch: int, world_size: int, device_batch) -> BatchLayou
     per_process, remainder = divmod(global_batch, world_size)
     if remainder:
         raise ConfigError(
-            f"trainer.batch_size={global_batch} is not divisible by {world_size} processes"
+            f"stages.distillation.batch_size={global_batch} is not divisible by {world_size} "
+            "processes"
         )
     if callable(device_batch):
         device_batch = device_batch(per_process)
-    micro = min(device_batch, per_process)
+    micro = min(device_batch or per_process, per_process)
     if per_process % micro:
         raise ConfigError(
-            f"trainer.batch_size={global_batch} over {world_size} process(es) is {per_process} per "
-            "process, not a "
-            f"multiple of trainer.device_batch_size={device_batch}: choose sizes that divide"
+            f"stages.distillation.batch_size={global_batch} over {world_size} process(es) is "
+            f"{per_process} per process, not a multiple of "
+            f"stages.distillation.device_batch_size={device_batch}: choose sizes that divide"
         )
     return BatchLayout(global_batch, micro, per_process // micro, world_size, heldout_batch=micro)
 
@@ -152,15 +150,10 @@ def config_fingerprint(resolved: dict) -> str:
 
 
 def objective_terms(
-    cfg: DictConfig,
-    init: InitSpec,
-    student_conf,
-    teacher_conf,
-    teacher: TeacherSpec,
-    task: TaskSpec,
+    cfg: DictConfig, init: InitSpec, student_conf, teacher_conf, teacher: TeacherSpec, task
 ) -> list[Term]:
-    """The objective's terms for this setting: raw text uses `terms_task_agnostic` and the setting's
-    mapping."""
+    """The objective group's terms for this setting: raw text uses `terms_task_agnostic` and the
+    setting's mapping."""
     checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
     agnostic = cfg.setting.name == "task_agnostic"
     specs = cfg.objective.terms
@@ -168,22 +161,47 @@ def objective_terms(
         specs = cfg.objective.terms_task_agnostic
     mapping = cfg.setting.get("mapping") or cfg.objective.mapping
     mapping = container(mapping) if OmegaConf.is_config(mapping) else mapping
-    layers = None if init.layers is None else list(init.layers)
-    return build_terms(
+    return terms_of(
         cfg.objective.name,
         container(specs),
         mapping,
+        init,
+        (student_conf, teacher_conf),
+        teacher,
+        task,
+        agnostic,
+    )
+
+
+def terms_of(name, specs, mapping, init, confs, teacher: TeacherSpec, task, agnostic) -> list[Term]:
+    layers = None if init.layers is None else list(init.layers)
+    return build_terms(
+        name,
+        specs,
+        mapping,
         layers,
-        student_conf,
-        teacher_conf,
+        *confs,
         regression=task.regression,
         agnostic=agnostic,
         teacher_has_mlm_head=teacher.has_mlm_head,
     )
 
 
+def with_terms(stages: dict, terms: list[Term], init, confs, teacher, task) -> dict:
+    """The distillation stages with their terms: the objective group's where a stage names none,
+    else its own (`stages.prediction.objective`: vanilla KD)."""
+    out = {}
+    for name, stage in stages.items():
+        own = None
+        if stage.objective is not None:
+            at = f"stages.{name}.objective"
+            own = terms_of(at, stage.objective["terms"], "init", init, confs, teacher, task, False)
+        out[name] = replace(stage, terms=tuple(terms if own is None else own))
+    return out
+
+
 # the config's keys outside the groups
-RUN_KEYS = ("seed", "save_student", "measure_cost", "prediction_kd", "kdbench")
+RUN_KEYS = ("seed", "save_student", "measure_cost", "kdbench")
 
 
 def check_required(cfg: DictConfig) -> None:
@@ -208,7 +226,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     common = common_parts(cfg, resolved)
     if cfg.setting.name == "finetune":
         return Plan(**common, **finetune_parts(cfg, common["trainer"], common["task"]))
-    return Plan(**common, **distillation_parts(cfg, common))
+    return Plan(**(common | distillation_parts(cfg, common)))
 
 
 def common_parts(cfg: DictConfig, resolved: dict) -> dict:
@@ -222,6 +240,8 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
     if corpus is None:
         check_data_files(task, data)
+    stages = stage_specs(checked(cfg.stages, "stages"), cfg.setting.name, task.name)
+    resolved = resolved | {"stages": {name: resolved["stages"][name] for name in stages}}
     return dict(
         setting=cfg.setting.name,
         seed=cfg.seed,
@@ -232,7 +252,7 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
         objective=cfg.objective.name,
         trainer=trainer,
         corpus=corpus,
-        kd=from_mapping(KDSpec, resolved["prediction_kd"], "prediction_kd"),
+        stages=stages,
         augment=augment_spec(cfg.augment, cfg.setting.name),
         logger=logger_spec(cfg),
         **compute,
@@ -255,12 +275,15 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     student_conf = student_config(teacher_conf, student, common["task"].num_labels)
     init = init_spec(cfg.init, teacher_conf, student)
     terms = objective_terms(cfg, init, student_conf, teacher_conf, teacher, common["task"])
+    confs = (student_conf, teacher_conf)
+    stages = with_terms(common["stages"], terms, init, confs, teacher, common["task"])
     batches = None
     if corpus is not None:
-        check_agnostic_trainer(trainer)
+        check_agnostic_stage(stages["distillation"])
         memory = partial(agnostic_step_memory, terms, student_conf, teacher_conf, corpus, common)
-        batches = agnostic_batches(trainer, common["device"], memory)
+        batches = agnostic_batches(stages["distillation"], common["device"], memory)
     return dict(
+        stages=stages,
         init=init,
         terms=terms,
         batches=batches,
@@ -271,13 +294,14 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     )
 
 
-def agnostic_batches(trainer: TrainerSpec, device: torch.device, memory) -> BatchLayout:
+def agnostic_batches(stage: StageSpec, device: torch.device, memory) -> BatchLayout:
     """The task-agnostic batch layout on `device` (`memory`: the step's bound, for
-    `trainer.device_batch_size=auto` on a GPU), its held-out micro-batch that of the CPU."""
+    `stages.distillation.device_batch_size=auto` on a GPU), its held-out micro-batch that of the
+    CPU."""
 
     def layout(on: torch.device) -> BatchLayout:
-        chosen = partial(device_batch, trainer.device_batch_size, device=on, memory=memory)
-        return batch_layout(trainer.batch_size, distributed.current().size, chosen)
+        chosen = partial(device_batch, stage.device_batch_size, device=on, memory=memory)
+        return batch_layout(stage.batch_size, distributed.current().size, chosen)
 
     return replace(layout(device), heldout_batch=layout(torch.device("cpu")).per_process)
 

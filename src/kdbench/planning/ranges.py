@@ -35,6 +35,7 @@ from kdbench.planning.rules import (
     integer,
     number,
 )
+from kdbench.planning.stage_specs import STAGE_RULES
 from kdbench.planning.trainer_specs import TRAINER_RULES
 
 SHAPE = {
@@ -113,6 +114,8 @@ RANGES: dict[str, Rule] = {
     **under("objective.terms.*", TERM),
     **under("objective.terms_task_agnostic.*", TERM),
     **under("trainer", TRAINER_RULES),
+    **under("stages.*", STAGE_RULES),
+    **under("stages.*.objective.terms.*", TERM),
     "corpus.seq_len": integer(3),  # [CLS], text, [SEP]
     "corpus.heldout_fraction": FRACTION,
     "corpus.max_docs": COUNT.or_null("every document"),

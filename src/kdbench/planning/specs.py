@@ -1,10 +1,9 @@
 """The typed parts of a plan: what each config group means to the code that runs it.
 
 Each spec is a frozen dataclass built from its config group by `kdbench.planning.plan` (the only
-reader of
-the raw config below the entry point); the recipes, the loop, the data and model code take these,
-never the raw config. The `trainer` group's specs, one per setting, are
-`kdbench.planning.trainer_specs`'s.
+reader of the raw config below the entry point); the recipes, the loop, the data and model code take
+these, never the raw config. The `trainer` group's specs, one per setting, are `trainer_specs`'s;
+the stages' are `stage_specs`'s.
 """
 
 from __future__ import annotations
@@ -12,12 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kdbench.errors import ConfigError
-
-if TYPE_CHECKING:
-    from kdbench.planning.trainer_specs import TrainerSpec
 
 
 def from_mapping(cls, values: dict, group: str, elsewhere: Collection[str] = ()):
@@ -58,31 +53,6 @@ class LoadingSpec:
             "pin_memory": self.pin_memory,
             "persistent_workers": self.workers > 0,
         }
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """One stage's AdamW with linear warm-up then linear decay (or constant), and its length."""
-
-    lr: float
-    weight_decay: float
-    betas: tuple[float, float]
-    eps: float
-    warmup_ratio: float
-    max_grad_norm: float | None
-    schedule: str = "linear"  # linear: warm-up then linear decay to zero; constant: lr throughout
-
-    @classmethod
-    def of(cls, trainer: TrainerSpec, lr: float, schedule: str = "linear") -> OptimizerSpec:
-        return cls(
-            lr,
-            trainer.weight_decay,
-            trainer.adam_betas,
-            trainer.adam_eps,
-            trainer.warmup_ratio,
-            trainer.max_grad_norm,
-            schedule,
-        )
 
 
 @dataclass(frozen=True)
@@ -188,15 +158,6 @@ class InitSpec:
         if self.path is not None:
             return "pretrained"
         return "random" if self.layers is None else ",".join(map(str, self.layers))
-
-
-@dataclass(frozen=True)
-class KDSpec:
-    """Stage 2's vanilla KD: temperature, and the soft term's weight alpha (1 - alpha on the hard
-    labels)."""
-
-    temperature: float
-    alpha: float
 
 
 @dataclass(frozen=True)

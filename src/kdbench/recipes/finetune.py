@@ -19,13 +19,12 @@ from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
 from kdbench.planning.plan import Plan
-from kdbench.planning.specs import OptimizerSpec
 from kdbench.record import RESULT_FILE, RunRecord, StepLog, read_json, write_json
-from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import Hook, standard_hooks
 from kdbench.training.resume import Resume
+from kdbench.training.stages import train_stage
 from kdbench.training.steps import supervised_step
 
 RECORD_FIELDS = ("teacher", "student", "init", "objective", "seed")
@@ -88,15 +87,15 @@ class BestDevStep(Hook):
 def task_loaders(plan: Plan, tokenizer) -> tuple:
     """The task's training loader and its evaluation loaders (by split suffix), tokenised with the
     student's tokenizer."""
-    trainer = plan.trainer
+    trainer, stage = plan.trainer, plan.stages[STAGE]
     train_set, eval_sets = task_datasets(plan.task, plan.data, tokenizer, trainer.max_length)
     train_loader = make_loader(
         train_set,
         tokenizer,
-        trainer.batch_size,
+        stage.batch_size,
         shuffle=True,
         seed=plan.seed,
-        group_by_length=trainer.group_by_length,
+        group_by_length=stage.group_by_length,
         loading=plan.loading,
     )
     dev_loaders = eval_loaders(eval_sets, tokenizer, trainer.eval_batch_size, plan.loading)
@@ -104,7 +103,7 @@ def task_loaders(plan: Plan, tokenizer) -> tuple:
 
 
 def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
-    trainer = plan.trainer
+    trainer, spec = plan.trainer, plan.stages[STAGE]
     set_seed(plan.seed)
     saved_as = (
         "a distilled student (setting.student_path: the student/ folder of a task-agnostic run)"
@@ -117,20 +116,13 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     ).to(plan.device)
     tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_loader, dev_loaders = task_loaders(plan, tokenizer)
-    stage = loop.Stage(
-        STAGE,
-        [model],
-        train_loader,
-        supervised_step(model, plan.device, plan.precision),
-        OptimizerSpec.of(trainer, trainer.lr),
-        plan.device,
-        epochs=trainer.finetune_epochs,
-    )
+    step = supervised_step(model, plan.device, plan.precision)
     score = partial(evaluate, model, dev_loaders, plan.task.metrics, plan.device, plan.precision)
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
-    best = BestDevStep(score, model, trainer.eval_every, checkpoints.folder / "best.json")
-    resume = Resume.of(checkpoints, (STAGE,), plan.fingerprint)
-    stats = loop.train(stage, [best, *standard_hooks(trainer, log, checkpoints)], resume.at(STAGE))
+    best = BestDevStep(score, model, spec.eval_every, checkpoints.folder / "best.json")
+    hooks = [best, *standard_hooks(trainer, log, checkpoints)]
+    resume = Resume.of(checkpoints, (STAGE,), plan.fingerprint).at(STAGE)
+    stats = train_stage(spec, [model], train_loader, step, plan.device, hooks, resume)
     if not trainer.keep_checkpoints:
         checkpoints.clear()
     return {
@@ -142,7 +134,7 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
             "eval_s": best.seconds,
             "finetune_examples_per_s": stats["examples_per_s"],
         },
-        "grid": {"lr": trainer.lr, "batch_size": trainer.batch_size},
+        "grid": {"lr": spec.optimizer.lr, "batch_size": spec.batch_size},
         "student_path": str(plan.student_path),
         **distillation_record(plan.student_path),
     }

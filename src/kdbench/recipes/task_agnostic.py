@@ -2,14 +2,13 @@
 steps.
 
 1. corpus: local text or Hugging Face datasets, tokenised with the teacher's tokenizer once, packed
-   into
-   sequences of `corpus.seq_len` and cached on disk (memory-mapped);
+   into sequences of `corpus.seq_len` and cached on disk (memory-mapped);
 2. teacher: the pre-trained model (no fine-tuning), frozen; student: random or from teacher layers;
-3. `trainer.max_steps` optimizer steps on global batches of `trainer.batch_size` sequences, split
-   over the
-   torchrun processes and gradient-accumulation micro-batches; objectives on the last layer;
-4. the held-out loss of every term every `trainer.eval_every` steps and at the end (the record's
-   metrics);
+3. `stages.distillation.steps` optimizer steps on global batches of its `batch_size` sequences,
+   split over the torchrun processes and gradient-accumulation micro-batches; objectives on the
+   last layer;
+4. the held-out loss of every term every `stages.distillation.eval_every` steps and at the end (the
+   record's metrics);
 5. the student saved with `save_pretrained` for GLUE fine-tuning (`setting=finetune`).
 """
 
@@ -37,15 +36,14 @@ from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import save_student, student_for
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
-from kdbench.planning.specs import OptimizerSpec
 from kdbench.record import StepLog
 from kdbench.teacher.frozen import freeze, in_run_precision
-from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import heldout_losses
 from kdbench.training.hooks import standard_hooks
 from kdbench.training.reach import freeze_unreached_by_step
 from kdbench.training.resume import Resume
+from kdbench.training.stages import train_stage
 from kdbench.training.steps import StepFn, StudentSide, distillation_step, teacher_records_now
 
 # the plan's module needs omegaconf, which the synthetic runs (kdbench.measure.synthetic) go without
@@ -53,13 +51,13 @@ if TYPE_CHECKING:
     from kdbench.planning.plan import Plan
 
 
-STAGE = "distill"
+STAGE = "distillation"
 # An MLM model reads no labels: its config keeps transformers' default count of two.
 MLM_NUM_LABELS = 2
 
 
 def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
-    trainer, device = plan.trainer, plan.device
+    trainer, device, spec = plan.trainer, plan.device, plan.stages[STAGE]
     world = distributed.init(device)
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     corpus = packed_corpus(plan, tokenizer)
@@ -90,16 +88,23 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
             log,
         )
         initial = heldout.logged(0)
-        stage = distillation_stage(
-            plan, world, [student, objective], train_loader, step, student_side
-        )
         hooks = standard_hooks(
             trainer,
             log,
             checkpoints if world.is_main else None,
-            after_step=partial(heldout.periodic, trainer.eval_every),
+            after_step=partial(heldout.periodic, spec.eval_every),
         )
-        stats = loop.train(stage, hooks, resume.at(STAGE))
+        stats = train_stage(
+            spec,
+            [student, objective],
+            train_loader,
+            step,
+            device,
+            hooks,
+            resume.at(STAGE),
+            accumulation=plan.batches.accumulation,  # a data-parallel student side all-reduces on
+            sync_modules=[student_side] if world.distributed else [],  # a step's last micro-batch
+        )
         start = time.perf_counter()
         final = heldout.measure()
     eval_s = time.perf_counter() - start
@@ -118,8 +123,8 @@ def distilled_result(
         "metrics": final,
         "teacher_metrics": {},
         "timing": {
-            "distill_s": stats["seconds"],
-            "distill_examples_per_s": stats["examples_per_s"] * world.size,
+            f"{STAGE}_s": stats["seconds"],
+            f"{STAGE}_examples_per_s": stats["examples_per_s"] * world.size,
             "eval_s": eval_s,
         },
         "initial_heldout": initial,
@@ -142,25 +147,6 @@ def unfinished(run_dir: Path, checkpoints: Checkpoints, fingerprint: str) -> Res
             f"{run_dir} already holds a finished distillation: give a new run directory"
         )
     return resume
-
-
-def distillation_stage(
-    plan: Plan, world: World, modules: list, loader, step: StepFn, student_side
-) -> loop.Stage:
-    """`trainer.max_steps` optimizer steps of global batches, in gradient-accumulation
-    micro-batches; a data-parallel `student_side` all-reduces on a step's last one."""
-    trainer = plan.trainer
-    return loop.Stage(
-        STAGE,
-        modules,
-        loader,
-        step,
-        OptimizerSpec.of(trainer, trainer.lr),
-        plan.device,
-        max_steps=trainer.max_steps,
-        accumulation=plan.batches.accumulation,
-        sync_modules=[student_side] if world.distributed else [],
-    )
 
 
 def distillation_models(plan: Plan):
@@ -210,8 +196,8 @@ def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
     if len(train) == 0:
         raise DataError(
             f"the corpus has {len(corpus.train)} training sequences, fewer than one "
-            f"global batch of trainer.batch_size={plan.trainer.batch_size}: add text "
-            "or lower the batch size"
+            f"global batch of stages.distillation.batch_size={plan.stages[STAGE].batch_size}: add "
+            "text or lower the batch size"
         )
     heldout_global = batches.heldout_batch * world.size
     heldout = corpus_loader(

@@ -1,21 +1,21 @@
 """The task-specific recipe (the paper's Section 4), top to bottom:
 
 1. data: the task's train subset and dev set(s), tokenised with the teacher's tokenizer; the stages
-   train on the
-   subset or, with `augment=tinybert`, on its augmentation (built once, cached);
-2. teacher: fine-tuned on the task's own subset (cached, shared by every run that needs it), frozen;
+   train on the subset or, with `augment=tinybert`, on its augmentation (built once, cached);
+2. teacher: fine-tuned on the task's own subset (`stages.teacher`; cached, shared by every run that
+   needs it), frozen;
 3. student: built from its shape, initialised randomly or from the chosen teacher layers;
-4. stage 1: intermediate-layer distillation with the objective's terms (skipped for vanilla KD);
-5. stage 2: prediction-layer distillation with vanilla KD;
-6. evaluation on the dev set(s).
+4. the distillation stages, each by `distil` and its `_loss_step`: `stages.intermediate` with the
+   objective group's terms on the mapped layers (skipped for vanilla KD), then `stages.prediction`
+   with its own objective (vanilla KD on the logits);
+5. evaluation on the dev set(s).
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -32,27 +32,21 @@ from kdbench.models.student import save_student, student_for
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.planning.plan import Plan
-from kdbench.planning.specs import OptimizerSpec
+from kdbench.planning.stage_specs import StageSpec
+from kdbench.precision import computing
 from kdbench.record import StepLog
-from kdbench.teacher.features import FeatureTableFn, teacher_feature_table
+from kdbench.teacher.features import teacher_feature_table
 from kdbench.teacher.finetune import finetuned_teacher
 from kdbench.teacher.frozen import FineTuned, in_run_precision
-from kdbench.teacher.logits import teacher_logits_table
-from kdbench.training import loop
+from kdbench.teacher.logits import LogitsRows, teacher_logits_table
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import standard_hooks
 from kdbench.training.resume import Resume
-from kdbench.training.steps import (
-    StudentSide,
-    distillation_step,
-    output_logits,
-    prediction_kd_step,
-    teacher_logits_now,
-    teacher_records_now,
-)
+from kdbench.training.stages import train_stage
+from kdbench.training.steps import StepFn, output_logits, read_records, teacher_records_now
 
-STAGES = ("stage1", "stage2")
+DISTILLATION = ("intermediate", "prediction")  # the stages that distil, after the teacher's
 
 
 def timed(fn, timing: dict, key: str):
@@ -71,37 +65,45 @@ def timed(fn, timing: dict, key: str):
 @dataclass(frozen=True)
 class Lesson:
     """What the stages distil from: the frozen teacher, the training set (the task's subset or its
-    augmentation) with its tokenizer and shuffled loader, and the augmented set's cache entry."""
+    augmentation) with its tokenizer and labels, and the augmented set's cache entry."""
 
     teacher: FineTuned
     train_set: object
     tokenizer: object
-    loader: torch.utils.data.DataLoader
     augmented: str | None
+
+    def loader(self, stage: StageSpec, plan: Plan) -> torch.utils.data.DataLoader:
+        """The stage's shuffled batches (the same for every stage of one seed and batch size)."""
+        return make_loader(
+            self.train_set,
+            self.tokenizer,
+            stage.batch_size,
+            shuffle=True,
+            seed=plan.seed,
+            group_by_length=stage.group_by_length,
+            loading=plan.loading,
+        )
 
 
 def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     """Runs the recipe; returns the record's metrics, teacher metrics, timing (seconds: the
     teacher's fine-tuning, the teacher's features and logits tables, built or read from the cache,
     outside the stages' own times, each stage, evaluation) and the student's parameter count."""
-    trainer = plan.trainer
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     originals = train_subset(plan.task, plan.data)
-    train_set = encode_train(originals, plan.task, tokenizer, trainer.max_length)
+    train_set = encode_train(originals, plan.task, tokenizer, plan.trainer.max_length)
     teacher, dev_loaders = teacher_and_dev(plan, train_set, tokenizer, log)
     student = student_for(plan, teacher.model)
     compile_if_asked(plan.trainer, student, teacher.model)
     in_run_precision(teacher.model, plan.precision)
     lesson, augmented = distillation_set(plan, teacher, originals, train_set, tokenizer)
-    timing = {"teacher_finetune_s": teacher.seconds, "stage1_s": 0.0, "stage2_s": 0.0}
+    timing = {"teacher_finetune_s": teacher.seconds} | {f"{name}_s": 0.0 for name in DISTILLATION}
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
-    resume = Resume.of(checkpoints, STAGES, plan.fingerprint)
-    hooks = standard_hooks(trainer, log, checkpoints)
-    stage1_runs = plan.terms and trainer.stage1_epochs > 0
-    if stage1_runs and not resume.skips("stage1", student, plan.device):
-        train_stage1(plan, student, lesson, hooks, resume.at("stage1"), timing)
-    if trainer.stage2_epochs > 0 and not resume.skips("stage2", student, plan.device):
-        train_stage2(plan, student, lesson, hooks, resume.at("stage2"), timing)
+    resume = Resume.of(checkpoints, DISTILLATION, plan.fingerprint)
+    hooks = standard_hooks(plan.trainer, log, checkpoints)
+    for stage in (plan.stages[name] for name in DISTILLATION):
+        if stage.runs and stage.terms and not resume.skips(stage.name, student, plan.device):
+            distil(plan, stage, student, lesson, hooks, resume.at(stage.name), timing)
     start = time.perf_counter()
     metrics = evaluate(student, dev_loaders, plan.task.metrics, plan.device, plan.precision)
     timing["eval_s"] = time.perf_counter() - start
@@ -113,24 +115,25 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         **({"augmented": augmented} if augmented else {}),
     }
     ship_student(plan, run_dir, student, lesson, outcome)
-    if not trainer.keep_checkpoints:
+    if not plan.trainer.keep_checkpoints:
         checkpoints.clear()
     return outcome
 
 
 def teacher_and_dev(plan: Plan, train_set, tokenizer, log: StepLog) -> tuple[FineTuned, dict]:
-    """The fine-tuned teacher (fine-tuned on `train_set` unless cached or given), in train mode with
-    `trainer.teacher_dropout`, and the loaders of the dev set(s) that score it and the student."""
-    trainer = plan.trainer
+    """The fine-tuned teacher (fine-tuned on `train_set` by `stages.teacher` unless cached or
+    given), in train mode with `trainer.teacher_dropout`, and the loaders of the dev set(s) that
+    score it and the student."""
+    trainer, stage = plan.trainer, plan.stages["teacher"]
     eval_sets = dev_sets(plan.task, plan.data, tokenizer, trainer.max_length)
     teacher_loader = make_loader(
         train_set,
         tokenizer,
-        trainer.batch_size,
+        stage.batch_size,
         shuffle=True,
         seed=trainer.teacher_seed,
         loading=plan.loading,
-        group_by_length=trainer.teacher_group_by_length,
+        group_by_length=stage.group_by_length,
     )
     dev_loaders = eval_loaders(eval_sets, tokenizer, trainer.eval_batch_size, plan.loading)
     teacher = finetuned_teacher(plan, teacher_loader, dev_loaders, log)
@@ -139,72 +142,102 @@ def teacher_and_dev(plan: Plan, train_set, tokenizer, log: StepLog) -> tuple[Fin
     return teacher, dev_loaders
 
 
-def train_stage1(
-    plan: Plan, student, lesson: Lesson, hooks: list, resume: dict | None, timing: dict
+def distil(
+    plan: Plan,
+    stage: StageSpec,
+    student,
+    lesson: Lesson,
+    hooks: list,
+    resume: dict | None,
+    timing: dict,
 ) -> None:
-    """Stage 1 from `resume` (a checkpoint of it) when given; its times into `timing`."""
-    trainer = plan.trainer
-    features = timed(
-        partial(
-            teacher_feature_table,
-            lesson.teacher,
-            lesson.train_set,
-            lesson.tokenizer,
-            plan,
-            lesson.augmented,
-        ),
-        timing,
-        "features_table_s",
-    )
-    cached = trainer.cache_teacher_features and not trainer.teacher_dropout
-    with stage1(
-        plan,
-        student,
-        lesson.teacher.model,
-        torch.from_numpy(column_array(lesson.train_set, "labels")),
-        features if cached else None,
-    ) as (step, modules):
-        optimizer = OptimizerSpec.of(trainer, trainer.lr, trainer.stage1_schedule)
-        stage = loop.Stage(
-            "stage1",
-            modules,
-            lesson.loader,
-            step,
-            optimizer,
-            plan.device,
-            epochs=trainer.stage1_epochs,
-        )
-        stats = loop.train(stage, hooks, resume)
-    timing.update(stage1_s=stats["seconds"], stage1_examples_per_s=stats["examples_per_s"])
+    """One distillation stage, from `resume` (a checkpoint of it) when given: the student and the
+    stage's objective trained on `_loss_step`; its times into `timing`."""
+    labels = torch.from_numpy(column_array(lesson.train_set, "labels"))
+    tables = teacher_tables(plan, lesson, timing)
+    teacher = lesson.teacher.model
+    with stage_step(plan, stage, student, teacher, labels, tables) as (step, modules):
+        loader = lesson.loader(stage, plan)
+        stats = train_stage(stage, modules, loader, step, plan.device, hooks, resume)
+    timing[f"{stage.name}_s"] = stats["seconds"]
+    timing[f"{stage.name}_examples_per_s"] = stats["examples_per_s"]
 
 
-def train_stage2(
-    plan: Plan, student, lesson: Lesson, hooks: list, resume: dict | None, timing: dict
-) -> None:
-    """Stage 2 from `resume` (a checkpoint of it) when given, on the teacher's cached logits unless
-    its dropout is on; its times into `timing`."""
+def _loss_step(student: FeatureRecorder, objective: Objective, teacher, plan: Plan) -> StepFn:
+    """One batch's loss terms: the teacher's records (its features or logits: a forward without
+    gradients, or the cache's rows), the student's (a forward that its hooks read), then the
+    objective's terms, each weighted, and their sum under "total"."""
+    logits = output_logits if objective.uses_logits else None
+
+    def step(batch: dict) -> dict[str, torch.Tensor]:
+        targets = teacher(batch)
+        with computing(plan.device, plan.precision, student.model):
+            records = read_records(student, batch, logits)
+            return objective(records, targets, batch)
+
+    return step
+
+
+@contextmanager
+def stage_step(plan: Plan, stage: StageSpec, student, teacher, labels, tables=None):
+    """Yields a distillation stage's `_loss_step` and the modules it trains (student, objective).
+
+    The teacher's records come from `tables(needs, stop_after, logits)` when it gives a table (the
+    caches), else from a teacher forward at every step. Both models stop after their last mapped
+    layer while the context is open: nothing above it is computed.
+    """
+    objective = stage_objective(plan, stage, labels)
+    logits = output_logits if objective.uses_logits else None
+    needs, stop_after = objective.needs("teacher"), objective.last_layer("teacher")
+    table = tables(needs, stop_after, logits) if tables is not None else None
+    student_needs = objective.needs("student"), objective.last_layer("student")
+    with ExitStack() as recording:
+        recorder = recording.enter_context(FeatureRecorder(student, *student_needs))
+        if table is None:  # hooks on the teacher's layers while the stage runs
+            forward = recording.enter_context(FeatureRecorder(teacher, needs, stop_after))
+            records = teacher_records_now(forward, logits, plan.device, plan.precision)
+        else:
+            records = table.records
+        yield _loss_step(recorder, objective, records, plan), [student, objective]
+
+
+def stage_objective(plan: Plan, stage: StageSpec, labels: torch.Tensor) -> Objective:
+    """The stage's objective on the plan's device (`labels` [N]: the training labels, by example
+    number); the objective group's starts from the saved student's projections with
+    `init.carry_projections`."""
     trainer = plan.trainer
-    if trainer.cache_teacher_logits and not trainer.teacher_dropout:
-        table = timed(teacher_logits_table, timing, "logits_table_s")(
-            lesson.teacher, lesson.train_set, lesson.tokenizer, plan, lesson.augmented
-        )
-        table = table.to(plan.device)
-        targets = lambda batch: table[batch["example"]]  # noqa: E731
-    else:
-        targets = teacher_logits_now(lesson.teacher.model, plan.device, plan.precision)
-    step = prediction_kd_step(student, targets, plan.kd, plan.device, plan.precision)
-    optimizer = OptimizerSpec.of(trainer, trainer.stage2_lr or trainer.lr)
-    stage = loop.Stage(
-        "stage2",
-        [student],
-        lesson.loader,
-        step,
-        optimizer,
-        plan.device,
-        epochs=trainer.stage2_epochs,
+    objective = Objective(
+        list(stage.terms),
+        plan.student_conf,
+        plan.teacher_conf,
+        labels,
+        plan.seed,
+        recompute=trainer.recompute_losses,
+        fused=trainer.fused_losses,
     )
-    stats = loop.train(stage, hooks, resume)
-    timing.update(stage2_s=stats["seconds"], stage2_examples_per_s=stats["examples_per_s"])
+    if plan.init.carry_projections and stage.objective is None:
+        carry_projections(objective, plan.init.path)
+    return objective.to(plan.device)
+
+
+def teacher_tables(plan: Plan, lesson: Lesson, timing: dict):
+    """The teacher's cached records, as `stage_step` asks for them: its logits table for an
+    objective that reads only its logits, else its features at the objective's layers (None where
+    they would not fit); none with its dropout on (it then runs at every step)."""
+    trainer, source = plan.trainer, (lesson.teacher, lesson.train_set, lesson.tokenizer, plan)
+
+    def tables(needs, stop_after, logits):
+        if trainer.teacher_dropout:
+            return None
+        if not needs and logits is not None and trainer.cache_teacher_logits:
+            table = timed(teacher_logits_table, timing, "logits_table_s")(*source, lesson.augmented)
+            return LogitsRows(table.to(plan.device))
+        if not trainer.cache_teacher_features:
+            return None
+        build = timed(teacher_feature_table, timing, "features_table_s")
+        return build(*source, lesson.augmented, needs, stop_after, logits)
+
+    return tables
 
 
 def ship_student(plan: Plan, run_dir: Path, student, lesson: Lesson, outcome: dict) -> None:
@@ -252,58 +285,5 @@ def distillation_set(plan: Plan, teacher: FineTuned, originals, train_set, token
             "originals": len(train_set),
         }
         train_set = encoded
-    trainer = plan.trainer
-    loader = make_loader(
-        train_set,
-        tokenizer,
-        trainer.batch_size,
-        shuffle=True,
-        seed=plan.seed,
-        group_by_length=trainer.group_by_length,
-        loading=plan.loading,
-    )
-    lesson = Lesson(teacher, train_set, tokenizer, loader, augmented and augmented["entry"])
+    lesson = Lesson(teacher, train_set, tokenizer, augmented and augmented["entry"])
     return lesson, augmented
-
-
-@contextmanager
-def stage1(plan: Plan, student, teacher, train_labels, feature_table: FeatureTableFn | None = None):
-    """Intermediate-layer distillation: yields its step function and the modules it trains (student,
-    objective).
-
-    The teacher's records come from `feature_table(needs, stop_after, logits)` when it gives a table
-    (the features cache), else from a teacher forward at every step. Both models stop after their
-    last mapped layer while the context is open: nothing above it is computed.
-    """
-    trainer = plan.trainer
-    objective = Objective(
-        plan.terms,
-        plan.student_conf,
-        plan.teacher_conf,
-        train_labels,
-        plan.seed,
-        recompute=trainer.recompute_losses,
-        fused=trainer.fused_losses,
-    )
-    if plan.init.carry_projections:
-        carry_projections(objective, plan.init.path)
-    objective = objective.to(plan.device)
-    logits = output_logits if objective.uses_logits else None
-    needs, stop_after = objective.needs("teacher"), objective.last_layer("teacher")
-    table = feature_table(needs, stop_after, logits) if feature_table is not None else None
-    with (
-        FeatureRecorder(
-            student, objective.needs("student"), objective.last_layer("student")
-        ) as student_recorder,
-        FeatureRecorder(teacher, needs, stop_after)
-        if table is None
-        else nullcontext() as teacher_recorder,
-    ):
-        student_side = StudentSide(student_recorder, objective, logits)
-        teacher_records = (
-            table.records
-            if table is not None
-            else teacher_records_now(teacher_recorder, logits, plan.device, plan.precision)
-        )
-        step = distillation_step(student_side, teacher_records, plan.device, plan.precision)
-        yield step, [student, objective]

@@ -113,7 +113,7 @@ def collapse_status(metrics: dict, score_metric: str | None) -> str:
 
 
 TEACHER_NOT_LEARNED = (
-    "fine-tune it longer (trainer.teacher_epochs) or give a fine-tuned one (teacher.finetuned_path)"
+    "fine-tune it longer (stages.teacher.epochs) or give a fine-tuned one (teacher.finetuned_path)"
 )
 STUDENT_NOT_LEARNED = "its score says nothing of the method"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -16,20 +17,9 @@ from filelock import FileLock
 
 from kdbench import storage
 
-TEACHER_CACHE_VERSION = 1
-# The trainer settings that determine the fine-tuned teacher.
-TEACHER_RECIPE = (
-    "teacher_epochs",
-    "teacher_lr",
-    "batch_size",
-    "warmup_ratio",
-    "weight_decay",
-    "adam_betas",
-    "adam_eps",
-    "max_grad_norm",
-    "max_length",
-    "teacher_seed",
-)
+TEACHER_CACHE_VERSION = 2
+# The run-wide trainer settings that determine the fine-tuned teacher, beside its stage's block.
+TEACHER_RECIPE = ("max_length", "teacher_seed")
 
 
 def present(entries: dict) -> dict:
@@ -44,15 +34,11 @@ def digest(key: dict) -> str:
 def teacher_key(plan) -> dict:
     """Everything that determines the fine-tuned teacher (and nothing that varies across a sweep's
     students). The precision is the one resolved for the device: `auto` names none."""
-    trainer = plan.trainer
+    trainer, stage = plan.trainer, plan.stages["teacher"]
     recipe = {name: getattr(trainer, name) for name in TEACHER_RECIPE}
     recipe["precision"] = plan.precision
-    recipe |= present(
-        {
-            "group_by_length": trainer.teacher_group_by_length or None,
-            "best_checkpoint": trainer.teacher_best_checkpoint or None,
-        }
-    )
+    recipe["stage"] = json.loads(json.dumps(asdict(stage) | {"terms": None}))
+    recipe |= present({"best_checkpoint": trainer.teacher_best_checkpoint or None})
     data = {
         "source": str(plan.data.glue_dir or "hub"),
         "train_limit": plan.data.train_limit,

@@ -23,15 +23,14 @@ from kdbench.metrics import scores_only
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.hub import load
 from kdbench.models.pretrained import pretrained_teacher
-from kdbench.planning.specs import OptimizerSpec
 from kdbench.record import StepLog, read_json, write_json
 from kdbench.teacher.cache import cache_path, teacher_key
 from kdbench.teacher.frozen import FineTuned, freeze
-from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import Hook, standard_hooks
 from kdbench.training.resume import Resume
+from kdbench.training.stages import train_stage
 from kdbench.training.steps import supervised_step
 
 logger = logging.getLogger("kdbench")
@@ -123,22 +122,20 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
 
     Checkpointed like a stage, next to the entry: a killed or pre-empted builder's successor
     resumes it. The checkpoints are keyed like the entry, without a fingerprint."""
-    start, trainer = time.perf_counter(), plan.trainer
+    start, trainer, stage = time.perf_counter(), plan.trainer, plan.stages["teacher"]
     set_seed(trainer.teacher_seed)
     teacher = pretrained_teacher(plan.teacher, plan.num_labels, trainer.teacher_seed)
     teacher = teacher.to(plan.device)
     checkpoints = Checkpoints(path.with_name(path.name + ".checkpoints"))
-    if trainer.teacher_epochs > 0:
+    if stage.runs:
         prepare_for_training(teacher, trainer.recompute_attention)
         score = partial(
             evaluate, teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision
         )
-        resume = Resume.of(checkpoints, ("teacher",))
-        loop.train(
-            teacher_stage(plan, teacher, train_loader),
-            teacher_hooks(trainer, teacher, score, checkpoints, log),
-            resume.at("teacher"),
-        )
+        step = supervised_step(teacher, plan.device, plan.precision)
+        hooks = teacher_hooks(trainer, teacher, score, checkpoints, log)
+        resume = Resume.of(checkpoints, (stage.name,)).at(stage.name)
+        train_stage(stage, [teacher], train_loader, step, plan.device, hooks, resume)
     freeze(teacher)
     metrics = evaluate(
         teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision, "teacher_evaluation"
@@ -147,19 +144,6 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
     save_entry(path, teacher, {"key": teacher_key(plan), "metrics": metrics, "seconds": seconds})
     checkpoints.clear()
     return FineTuned(teacher, metrics, seconds, path.name)
-
-
-def teacher_stage(plan, teacher: PreTrainedModel, train_loader) -> loop.Stage:
-    trainer = plan.trainer
-    return loop.Stage(
-        "teacher",
-        [teacher],
-        train_loader,
-        supervised_step(teacher, plan.device, plan.precision),
-        OptimizerSpec.of(trainer, trainer.teacher_lr),
-        plan.device,
-        epochs=trainer.teacher_epochs,
-    )
 
 
 def teacher_hooks(

@@ -1,4 +1,5 @@
-"""The teacher's logits for every training example: stage 2's targets, computed once and cached.
+"""The teacher's logits for every training example: the prediction stage's targets, computed once
+and cached.
 
 The teacher is deterministic in eval mode, so its prediction-layer targets are computed once per
 (fine-tuned teacher, task subset, tokenisation, precision) and cached on disk, then shared by every
@@ -10,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from kdbench.data.batches import make_loader
+from kdbench.objectives.tensors import LOGITS
 from kdbench.teacher.cache import cached_tensors, derived_key
 from kdbench.teacher.frozen import FineTuned
 from kdbench.training.evaluate import logits_table
@@ -38,3 +40,13 @@ def teacher_logits_table(
         4 * len(train_set) * plan.num_labels,
         "the teacher-logits cache entry",
     )
+
+
+class LogitsRows:
+    """The logits table read as a stage's teacher records: a batch's rows by example number."""
+
+    def __init__(self, table: torch.Tensor):
+        self.table = table
+
+    def records(self, batch: dict) -> dict:
+        return {LOGITS: self.table[batch["example"]]}

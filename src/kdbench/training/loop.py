@@ -22,7 +22,7 @@ from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from kdbench.data.batches import ResumableSampler
 from kdbench.errors import KdbenchError
-from kdbench.planning.specs import OptimizerSpec
+from kdbench.planning.stage_specs import OptimizerSpec
 from kdbench.training.checkpoint import rng_state, set_rng_state
 from kdbench.training.steps import StepFn, to_device
 
@@ -168,8 +168,9 @@ class Progress:
         if saved != self.stage.accumulation:  # the data position counts micro-batches
             raise KdbenchError(
                 f"the checkpoint of {self.stage.name} took {saved} micro-batches per step, "
-                f"this run takes {self.stage.accumulation} (trainer.device_batch_size=auto chose "
-                "for another device): set trainer.device_batch_size to the checkpoint's "
+                f"this run takes {self.stage.accumulation} (device_batch_size=auto chose for "
+                f"another device): set stages.{self.stage.name}.device_batch_size to the "
+                "checkpoint's "
                 "micro-batch to resume"
             )
         for module, saved in zip(self.stage.modules, state["modules"], strict=True):

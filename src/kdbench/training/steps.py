@@ -15,9 +15,7 @@ from torch import nn
 from kdbench.data.batches import PADDED
 from kdbench.models.attention import attention_mask
 from kdbench.objectives.features import FeatureRecorder
-from kdbench.objectives.losses import kd
 from kdbench.objectives.tensors import LOGITS
-from kdbench.planning.specs import KDSpec
 from kdbench.precision import computing
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -107,47 +105,6 @@ def distillation_step(
         targets = teacher_records(batch)
         with computing(device, precision, student_side):
             return student_side(batch, targets)
-
-    return step
-
-
-def teacher_logits_now(
-    teacher: nn.Module, device: torch.device, precision: str
-) -> Callable[[dict], torch.Tensor]:
-    """The teacher's logits of a batch, computed now (stage 2 without the logits cache)."""
-
-    def logits(batch):
-        with torch.inference_mode(), computing(device, precision, teacher):
-            out = teacher(**model_inputs(batch, teacher)).logits.float()
-        return out.clone()  # a normal tensor: autograd may save it
-
-    return logits
-
-
-def prediction_kd_step(
-    student: nn.Module,
-    teacher_logits: Callable[[dict], torch.Tensor],
-    kd_spec: KDSpec,
-    device: torch.device,
-    precision: str,
-) -> StepFn:
-    """Prediction-layer distillation: vanilla KD against the teacher's logits (+ the hard labels).
-
-    `teacher_logits(batch)` gives the targets: from the on-disk cache, or a teacher forward.
-    """
-
-    def step(batch):
-        targets = teacher_logits(batch)
-        with computing(device, precision, student):
-            student_logits = student(**model_inputs(batch, student)).logits
-        loss = kd(
-            student_logits,
-            targets,
-            batch["labels"],
-            temperature=kd_spec.temperature,
-            alpha=kd_spec.alpha,
-        )
-        return {"kd": loss, "total": loss}
 
     return step
 
