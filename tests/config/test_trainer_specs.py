@@ -1,9 +1,8 @@
-"""The trainer group read per setting: each key declared once, with its range and whether it is
-computation-only; `trainer.finetune_epochs` and its old name."""
+"""The trainer group read per setting: each run-wide key declared once, with its range and whether
+it is computation-only; the finetune plan."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import fields
 
 import pytest
@@ -17,9 +16,9 @@ from kdbench.planning.trainer_specs import (
     COMPUTATION_ONLY,
     TRAINER_KEYS,
     ComputeSpec,
-    FinetuneTrainer,
     TaskAgnosticTrainer,
     TaskSpecificTrainer,
+    TrainerSpec,
 )
 from tests.helpers import compose_config
 
@@ -35,7 +34,7 @@ def trainer(*overrides: str):
     [
         ((), TaskSpecificTrainer),
         (("setting=task_agnostic",), TaskAgnosticTrainer),
-        (FINETUNE, FinetuneTrainer),
+        (FINETUNE, TrainerSpec),
     ],
 )
 def test_each_setting_reads_its_own_keys_over_the_shared_ones(overrides, spec):
@@ -47,16 +46,19 @@ def test_each_setting_reads_its_own_keys_over_the_shared_ones(overrides, spec):
 
 
 def test_the_recipes_read_their_keys_as_attributes():
-    specific = trainer("trainer.stage1_epochs=3", "trainer.precision=fp32")
-    agnostic = trainer("setting=task_agnostic", "trainer.max_steps=7")
-    assert (specific.stage1_epochs, specific.precision, agnostic.max_steps) == (3, "fp32", 7)
+    specific = trainer("trainer.teacher_dropout=true", "trainer.precision=fp32")
+    agnostic = trainer("setting=task_agnostic", "trainer.heldout_batches=7")
+    assert (specific.teacher_dropout, specific.precision, agnostic.heldout_batches) == (
+        True,
+        "fp32",
+        7,
+    )
 
 
 def test_a_key_no_setting_has_is_refused_in_one_line():
     with pytest.raises(
         ConfigError,
-        match=r"^trainer has no key stage3_epochs; valid keys: .*"
-        r"finetune_epochs.*max_steps.*stage1_epochs",
+        match=r"^trainer has no key stage3_epochs; valid keys: .*heldout_batches.*teacher_seed",
     ) as refused:
         trainer("+trainer.stage3_epochs=1")
     assert "\n" not in str(refused.value)
@@ -70,39 +72,9 @@ def test_ranges_and_computation_only_come_from_the_declarations():
     assert set(COMPUTATION_ONLY) == {
         name for name, declared in TRAINER_KEYS.items() if declared.metadata.get("how")
     }
-    assert "num_workers" in COMPUTATION_ONLY and "lr" not in COMPUTATION_ONLY
-    with pytest.raises(ConfigError, match=r"^trainer.finetune_epochs=-1 must be a non-negative"):
-        trainer(*FINETUNE, "trainer.finetune_epochs=-1")
-
-
-@pytest.mark.parametrize(
-    ("overrides", "epochs"),
-    [
-        ((), 10),
-        (("trainer=finetune_released",), 20),
-        (("trainer.finetune_epochs=4",), 4),
-        (("trainer=smoke",), 1),
-    ],
-)  # a distillation recipe fine-tunes for its stage2_epochs
-def test_finetune_epochs(overrides, epochs, caplog):
-    with caplog.at_level(logging.WARNING, logger="kdbench"):
-        assert trainer(*FINETUNE, *overrides).finetune_epochs == epochs
-    assert caplog.records == []
-
-
-def test_the_old_name_of_finetune_epochs_still_sets_them_with_a_one_line_note(caplog):
-    with caplog.at_level(logging.WARNING, logger="kdbench"):
-        assert trainer(*FINETUNE, "trainer.stage2_epochs=3").finetune_epochs == 3
-    [note] = [record.getMessage() for record in caplog.records]
-    assert (
-        "\n" not in note
-        and "trainer.stage2_epochs=3 is the old name of trainer.finetune_epochs" in note
-    )
-    assert "write trainer.finetune_epochs=3" in note
-
-
-def test_distillation_keeps_stage2_epochs_under_a_finetuning_recipe():
-    assert trainer("trainer=finetune", "trainer.finetune_epochs=4").stage2_epochs == 4
+    assert "num_workers" in COMPUTATION_ONLY and "teacher_seed" not in COMPUTATION_ONLY
+    with pytest.raises(ConfigError, match=r"^trainer.log_every=0 must be a positive integer"):
+        trainer("trainer.log_every=0")
 
 
 def test_the_finetune_plan_is_a_student_alone(tmp_path, tiny_glue):

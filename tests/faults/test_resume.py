@@ -56,7 +56,8 @@ def crash_at(monkeypatch, stage: str, at_step: int):
 
 
 @pytest.mark.parametrize(
-    ("stage", "at_step"), [("intermediate", 3), ("intermediate", 7), ("prediction", 1), ("prediction", 6)]
+    ("stage", "at_step"),
+    [("intermediate", 3), ("intermediate", 7), ("prediction", 1), ("prediction", 6)],
 )
 def test_resume_after_a_crash_gives_the_same_metrics(
     tiny_glue, tmp_path, monkeypatch, stage, at_step

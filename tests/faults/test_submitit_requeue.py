@@ -111,7 +111,9 @@ def test_a_preempted_two_task_job_stops_together_and_resumes(tmp_path):
         cwd=tmp_path,
     )
     log, deadline = job / "train_log.jsonl", time.time() + 300
-    while time.time() < deadline and not (log.exists() and log.read_text().count('"distillation"') >= 5):
+    while time.time() < deadline and not (
+        log.exists() and log.read_text().count('"distillation"') >= 5
+    ):
         time.sleep(0.1)
     assert log.exists(), "the job never started distilling"
     pids = submitit_job_pids(sweep_dir)

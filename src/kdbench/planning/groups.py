@@ -29,7 +29,6 @@ from kdbench.planning.specs import (
     TsvLayout,
     from_mapping,
 )
-from kdbench.planning.stage_specs import renamed
 from kdbench.planning.trainer_specs import TRAINER_KEYS, TRAINERS, TrainerSpec
 
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
@@ -51,12 +50,8 @@ def checked(node: DictConfig, at: str) -> dict:
 
 def trainer_spec(cfg: DictConfig) -> TrainerSpec:
     """The setting's trainer spec (`kdbench.planning.trainer_specs.TRAINERS`); the keys only other
-    settings read are left out, a flat key the stage blocks replace is refused naming its stage
-    key."""
+    settings read are left out."""
     values = checked(cfg.trainer, "trainer")
-    for name in values:
-        if message := renamed(f"trainer.{name}"):
-            raise ConfigError(message)
     return from_mapping(TRAINERS[cfg.setting.name], values, "trainer", TRAINER_KEYS)
 
 

@@ -61,7 +61,7 @@ from kdbench.planning.specs import (
     TaskSpec,
     TeacherSpec,
 )
-from kdbench.planning.stage_specs import StageSpec, stage_specs
+from kdbench.planning.stage_specs import SUPERVISED, StageSpec, refuse_renamed, stage_specs
 from kdbench.planning.trainer_specs import COMPUTATION_ONLY, TrainerSpec
 from kdbench.record import chain_of
 
@@ -192,10 +192,13 @@ def with_terms(stages: dict, terms: list[Term], init, confs, teacher, task) -> d
     else its own (`stages.prediction.objective`: vanilla KD)."""
     out = {}
     for name, stage in stages.items():
+        if name in SUPERVISED:
+            out[name] = stage
+            continue
         own = None
         if stage.objective is not None:
             at = f"stages.{name}.objective"
-            own = terms_of(at, stage.objective["terms"], "init", init, confs, teacher, task, False)
+            own = terms_of(at, stage.objective["terms"], "last", init, confs, teacher, task, False)
         out[name] = replace(stage, terms=tuple(terms if own is None else own))
     return out
 
@@ -222,6 +225,7 @@ def make_plan(cfg: DictConfig) -> Plan:
         )
     check_required(cfg)
     resolved = container(cfg)
+    refuse_renamed(resolved)
     check_ranges({key: resolved[key] for key in RUN_KEYS if key in resolved})
     common = common_parts(cfg, resolved)
     if cfg.setting.name == "finetune":

@@ -29,6 +29,8 @@ from kdbench.planning.rules import (
 )
 from kdbench.planning.specs import from_mapping
 
+# The stages that train on the task's own loss (their objective is null); the others distil.
+SUPERVISED = ("teacher", "finetune")
 # The stages of each setting, in the order they run.
 SETTING_STAGES = {
     "task_specific": ("teacher", "intermediate", "prediction"),
@@ -135,6 +137,16 @@ def renamed(key: str) -> str | None:
     return f"{key.lstrip('+~')} is now {new}{where}: write {new.split(' ')[0]}=..."
 
 
+def refuse_renamed(values: dict, at: str = "") -> None:
+    """Refuses the first flat key the stage blocks replace among a resolved config's keys."""
+    for name, value in values.items():
+        path = f"{at}{name}"
+        if isinstance(value, dict):
+            refuse_renamed(value, f"{path}.")
+        if message := renamed(path):
+            raise ConfigError(message)
+
+
 STAGE_RULES = declared_rules(StageSpec)  # `kdbench.planning.ranges` checks `stages.*` by them
 STAGE_KEYS = frozenset(f.name for f in fields(StageSpec)) - {"name", "terms"}
 
@@ -152,6 +164,8 @@ def stage_spec(name: str, values: dict, task: str) -> StageSpec:
     spec = from_mapping(StageSpec, values | {"name": name}, at)
     if (spec.epochs is None) == (spec.steps is None):
         raise ConfigError(f"{at} needs exactly one of epochs and steps: set the other to null")
+    if name in SUPERVISED and spec.objective is not None:
+        raise ConfigError(f"{at}.objective must be null: the stage trains on the task's own loss")
     return StageSpec(**{**spec.__dict__, "optimizer": optimizer.for_task(task)})
 
 

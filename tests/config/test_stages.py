@@ -1,0 +1,137 @@
+"""The stage blocks: each setting runs its own stages, of one schema; a per-stage setting is one
+key; the prediction stage's objective is terms of the loss registry; the flat keys the blocks
+replace are refused in one line naming the new key."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import BertConfig
+
+from kdbench.errors import ConfigError
+from kdbench.planning.hydra_config import compose_check
+from kdbench.planning.plan import make_plan
+from kdbench.planning.ranges import rule_for
+from kdbench.planning.stage_specs import RENAMED, STAGE_RULES, OptimizerSpec, StageSpec
+from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
+
+
+def plan_of(glue, tmp_path, *overrides: str):
+    return make_plan(compose_config(tiny_overrides(glue, tmp_path / "run", *overrides)))
+
+
+def setting_overrides(setting: str, glue, tmp_path) -> list[str]:
+    if setting == "task_agnostic":
+        return agnostic_overrides(write_tiny_corpus(tmp_path / "corpus"), tmp_path / "run")
+    if setting == "finetune":
+        BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4).save_pretrained(
+            tmp_path / "student"
+        )
+        return ["setting=finetune", f"setting.student_path={tmp_path / 'student'}"]
+    return tiny_overrides(glue, tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    ("setting", "stages"),
+    [
+        ("task_specific", ["teacher", "intermediate", "prediction"]),
+        ("task_agnostic", ["distillation"]),
+        ("finetune", ["finetune"]),
+    ],
+)
+def test_each_setting_runs_its_own_stages_in_order(tiny_glue, tmp_path, setting, stages):
+    overrides = [*setting_overrides(setting, tiny_glue, tmp_path), f"data.glue_dir={tiny_glue}"]
+    plan = make_plan(compose_config(overrides))
+    assert list(plan.stages) == stages == list(plan.config["stages"])  # the record: its own only
+    assert all(
+        type(stage) is StageSpec and stage.name == name for name, stage in plan.stages.items()
+    )
+
+
+def test_one_key_clips_gradients_in_one_stage(tiny_glue, tmp_path):
+    plan = plan_of(tiny_glue, tmp_path, "stages.intermediate.optimizer.max_grad_norm=1.0")
+    clipped = {name: stage.optimizer.max_grad_norm for name, stage in plan.stages.items()}
+    assert clipped == {"teacher": None, "intermediate": 1.0, "prediction": None}
+
+
+def test_the_prediction_stage_distils_with_a_kd_term_of_the_registry(tiny_glue, tmp_path):
+    plan = plan_of(tiny_glue, tmp_path, "objective=att_kl")
+    [kd] = plan.stages["prediction"].terms
+    assert (kd.loss, kd.feature, kd.weight, kd.params) == (
+        "kd",
+        "logits",
+        1.0,
+        {"temperature": 2.0, "alpha": 0.5},
+    )
+    assert [term.loss for term in plan.stages["intermediate"].terms] == ["att_kl"]
+    assert plan.stages["teacher"].terms == ()  # the task's own loss
+
+
+def test_any_registry_loss_can_serve_the_prediction_stage(tiny_glue, tmp_path):
+    plan = plan_of(
+        tiny_glue,
+        tmp_path,
+        "stages.prediction.objective.terms=[{loss: cosine, feature: hidden, weight: 2.0}]",
+    )
+    [cosine] = plan.stages["prediction"].terms
+    assert (cosine.loss, cosine.weight, cosine.pairs) == ("cosine", 2.0, [(2, 4)])  # last layers
+
+
+def test_a_task_takes_its_own_warmup_where_the_stage_names_it(tiny_glue, tmp_path):
+    at = "+stages.intermediate.optimizer.warmup_ratio_per_task"
+    plan = plan_of(tiny_glue, tmp_path, f"{at}.sst2=0.25", f"{at}.rte=0.1")
+    assert plan.stages["intermediate"].optimizer.warmup_ratio == 0.25
+    assert plan.stages["prediction"].optimizer.warmup_ratio == 0.06
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "trainer.stage1_epochs=3",
+            "trainer.stage1_epochs is now stages.intermediate.epochs: "
+            "write stages.intermediate.epochs=...",
+        ),
+        ("trainer.lr=1e-4", "trainer.lr is now stages.<stage>.optimizer.lr for each stage ("),
+        (
+            "prediction_kd.alpha=0.3",
+            "prediction_kd.alpha is now stages.prediction.objective.terms.0.params.alpha",
+        ),
+    ],
+)
+def test_a_flat_key_the_stages_replace_is_refused_naming_its_stage_key(override, message):
+    with pytest.raises(ConfigError) as refused:
+        compose_check([override])
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("key", ["+trainer.stage2_lr=1e-4", "+prediction_kd.temperature=3"])
+def test_a_flat_key_set_in_a_config_is_refused_when_planned(tiny_glue, tmp_path, key):
+    name = key.lstrip("+").partition("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{name} is now {RENAMED[name]}"):
+        plan_of(tiny_glue, tmp_path, key)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["+stages.intermediat.epochs=1"], r"^stages has no stage intermediat; the stages are "),
+        (["stages.prediction.steps=5"], r"^stages.prediction needs exactly one of epochs and st"),
+        (["stages.prediction.optimizer.lr=-1"], r"^stages.prediction.optimizer.lr=-1 must be a "),
+        (["stages.teacher.optimizer.betas=[0.9]"], r"^stages.teacher.optimizer.betas=\[0.9\] mu"),
+        (["+stages.teacher.optimizer.momentum=0.9"], r"^stages.teacher.optimizer has no key mom"),
+        (["stages.teacher.objective={terms: []}"], r"^stages.teacher.objective must be null: "),
+    ],
+)
+def test_a_bad_stage_setting_is_refused_in_one_line(tiny_glue, tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message) as refused:
+        plan_of(tiny_glue, tmp_path, *overrides)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_stage_ranges_come_from_the_declarations():
+    lr = OptimizerSpec.__dataclass_fields__["lr"].metadata["rule"]
+    assert STAGE_RULES["optimizer.lr"] is lr is rule_for("stages.prediction.optimizer.lr")
+    assert (
+        rule_for("stages.teacher.epochs")
+        is StageSpec.__dataclass_fields__["epochs"].metadata["rule"]
+    )
