@@ -78,33 +78,19 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         student_side, step = reaching_step(
             student_side, teacher_records, train_loader, world, device, plan.precision
         )
+        modules, heldout_batches = [student, objective], trainer.heldout_batches // world.size
         heldout = HeldoutLosses(
-            step,
-            heldout_loader,
-            max(1, trainer.heldout_batches // world.size),
-            [student, objective],
-            world,
-            device,
-            log,
+            step, heldout_loader, max(1, heldout_batches), modules, world, device, log
         )
         initial = heldout.logged(0)
-        hooks = standard_hooks(
-            trainer,
-            log,
-            checkpoints if world.is_main else None,
-            after_step=partial(heldout.periodic, spec.eval_every),
-        )
-        stats = train_stage(
-            spec,
-            [student, objective],
-            train_loader,
-            step,
-            device,
-            hooks,
-            resume.at(STAGE),
-            accumulation=plan.batches.accumulation,  # a data-parallel student side all-reduces on
-            sync_modules=[student_side] if world.distributed else [],  # a step's last micro-batch
-        )
+        after_step = partial(heldout.periodic, spec.eval_every)
+        hooks = standard_hooks(trainer, log, checkpoints if world.is_main else None, after_step)
+        sync = (
+            [student_side] if world.distributed else []
+        )  # all-reduced on a step's last micro-batch
+        layout = {"accumulation": plan.batches.accumulation, "sync_modules": sync}
+        resumed = resume.at(STAGE)
+        stats = train_stage(spec, modules, train_loader, step, device, hooks, resumed, **layout)
         start = time.perf_counter()
         final = heldout.measure()
     eval_s = time.perf_counter() - start
