@@ -280,16 +280,16 @@ def custom_overrides(run_dir: Path, *extra: str) -> list[str]:
 
 def verdict_reads(monkeypatch) -> list[str]:
     """A list that gets, as they happen, the stage of every read of the finite-loss verdict
-    (`FiniteGuard.read`: one synchronisation each on a GPU)."""
-    from kdbench.training import loop
+    (`FiniteLoss.read`: one synchronisation each on a GPU)."""
+    from kdbench.training.guard import FiniteLoss
 
-    reads, real_read = [], loop.FiniteGuard.read
+    reads, real_read = [], FiniteLoss.read
 
     def read(guard, values, stage):
         reads.append(stage)
         return real_read(guard, values, stage)
 
-    monkeypatch.setattr(loop.FiniteGuard, "read", read)
+    monkeypatch.setattr(FiniteLoss, "read", read)
     return reads
 
 

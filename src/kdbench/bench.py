@@ -73,10 +73,8 @@ def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
             return peak, f"datasheet {name} {kind}"
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     if device.type == "cpu":  # per CPU-second: the cores may be shared
-        return (
-            flops.measured_matmul_peak(device, dtype, seconds=3.0, clock=time.process_time),
-            f"measured cpu {dtype} matmul per CPU-second",
-        )
+        peak = flops.measured_matmul_peak(device, dtype, seconds=3.0, clock=time.process_time)
+        return peak, f"measured cpu {dtype} matmul per CPU-second"
     return flops.measured_matmul_peak(device, dtype), f"measured {device.type} {dtype} matmul"
 
 
@@ -162,13 +160,9 @@ def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> 
     student, objective = stage.modules
     where = "attended_positions" if objective.logit_positions == "attended" else "mlm_positions"
     masked = batch[where].numel() / shapes.micro_batch if where in batch else 0.0  # the head's rows
+    teacher_conf = synthetic.teacher_config(shapes)
     return flops.step_flops(
-        objective,
-        student.config,
-        synthetic.teacher_config(shapes),
-        shapes.length,
-        agnostic=True,
-        masked=masked,
+        objective, student.config, teacher_conf, shapes.length, agnostic=True, masked=masked
     ).total
 
 
@@ -198,7 +192,8 @@ def stage1_setup(overrides: list[str]):
     from kdbench.planning.plan import make_plan
     from kdbench.teacher.frozen import freeze
 
-    plan = make_plan(compose([*overrides, "stages.teacher.epochs=0", "trainer.progress_bar=false"]))
+    overrides = [*overrides, "stages.teacher.epochs=0", "trainer.progress_bar=false"]
+    plan = make_plan(compose(overrides))
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     train_set, _ = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
     stage = plan.stages["intermediate"]
@@ -211,7 +206,17 @@ def stage1_setup(overrides: list[str]):
         group_by_length=stage.group_by_length,
     )
     teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, 0)).to(plan.device)
-    student = student_for(plan, teacher)
+    student = student_for(
+        teacher,
+        plan.teacher_conf,
+        plan.student,
+        plan.init,
+        plan.num_labels,
+        plan.seed,
+        plan.device,
+        dropout=plan.trainer.student_dropout,
+        recompute_attention=plan.trainer.recompute_attention,
+    )
     compile_if_asked(plan.trainer, student, teacher)
     return plan, train_set, loader, teacher, student
 
@@ -223,9 +228,8 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
     batches, stage = itertools.cycle(loader), plan.stages["intermediate"]
     labels = torch.from_numpy(column_array(train_set, "labels"))
     with stage_step(plan, stage, student, teacher, labels) as (step, modules):
-        per_example, kernels = flops_per_example(
-            step, to_device(next(batches), plan.device), modules
-        )
+        batch = to_device(next(batches), plan.device)
+        per_example, kernels = flops_per_example(step, batch, modules)
         loaded = [to_device(next(batches), plan.device) for _ in range(warmup + steps)]
         timed = TimedBatches(loaded[:warmup], loaded[warmup:], [], plan.device)
         train_steps(step, modules, timed, stage.optimizer.lr)

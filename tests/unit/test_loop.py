@@ -16,6 +16,7 @@ from kdbench.planning.stage_specs import OptimizerSpec
 from kdbench.record import StepLog
 from kdbench.training import hooks, loop
 from kdbench.training.checkpoint import Checkpoints
+from kdbench.training.guard import NonFiniteLoss
 from kdbench.training.hooks import Checkpoint, Hook, LogLosses, StopOnSignal, standard_hooks
 from kdbench.training.signals import Interrupted
 
@@ -175,7 +176,7 @@ def test_a_non_finite_loss_names_the_term_and_step():
         "mse": torch.tensor(float("nan")),
         "total": torch.tensor(1.0, requires_grad=True),
     }
-    with pytest.raises(loop.NonFiniteLoss, match="'mse' became nan at toy step 0"):
+    with pytest.raises(NonFiniteLoss, match="'mse' became nan at toy step 0"):
         loop.train(stage)
 
 
@@ -193,11 +194,22 @@ def test_a_non_finite_step_is_skipped_on_the_device_and_named_at_the_next_read()
             weights.append(stage.modules[0].weight.detach().clone())
 
     stage.step, initial = step, stage.modules[0].weight.detach().clone()
-    with pytest.raises(loop.NonFiniteLoss, match="'mse' became nan at toy step 1 "):
+    with pytest.raises(NonFiniteLoss, match="'mse' became nan at toy step 1 "):
         loop.train(stage, [Weights()])  # no hook reads the values: the end's verdict names the step
     assert len(weights) == 3 and not torch.equal(weights[0], initial)  # the first step trained
     # the skipped steps keep the last good state
     assert torch.equal(weights[1], weights[0]) and torch.equal(weights[2], weights[0])
+
+
+def test_before_each_update_the_hooks_see_the_step_s_losses_after_the_guard_s_check():
+    seen = []
+
+    class BeforeUpdate(Hook):
+        def before_update(self, progress):
+            seen.append((progress.step, sorted(progress.losses), progress.guard.unread[-1]))
+
+    loop.train(toy_stage(epochs=1), [BeforeUpdate()])
+    assert seen == [(step, ["mse", "total"], (step, 0)) for step in range(3)]
 
 
 def test_standard_hooks_are_log_evaluate_checkpoint_stop_progress(tmp_path):

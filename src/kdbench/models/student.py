@@ -127,35 +127,34 @@ def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel, init: 
             module.load_state_dict(teacher_head[name].state_dict())
 
 
-def student_for(plan, teacher: PreTrainedModel, *, mlm: bool = False) -> PreTrainedModel:
-    """The plan's student, initialised, set up for training on the plan's device (its seed drawn
-    first); `compilation.compile_if_asked` compiles it with the teacher."""
-    if (
-        plan.init.path is not None
-    ):  # a distilled student's weights; the heads it lacks start fresh, seeded
-        torch.manual_seed(plan.seed)
-        config = student_config(
-            plan.teacher_conf,
-            plan.student,
-            2 if mlm else plan.num_labels,
-            plan.trainer.student_dropout,
-        )
+def student_for(
+    teacher: PreTrainedModel,
+    teacher_conf: PretrainedConfig,
+    shape: ShapeSpec,
+    init: InitSpec,
+    num_labels: int,
+    seed: int,
+    device: torch.device,
+    *,
+    dropout: float | None,
+    recompute_attention: bool,
+    mlm: bool = False,
+) -> PreTrainedModel:
+    """The student of `shape` in the teacher's family (`teacher_conf`), initialised as `init` says
+    (its seed drawn first), set up for training on `device`; `mlm`: with an MLM head, else a
+    classifier of `num_labels`. `compilation.compile_if_asked` compiles it with the teacher."""
+    if init.path is not None:  # a distilled student's weights; the heads it lacks start fresh
+        torch.manual_seed(seed)
+        config = student_config(teacher_conf, shape, 2 if mlm else num_labels, dropout)
         student = load_model(
             AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification,
-            plan.init.path,
+            init.path,
             owner="the student",
             saved_as="the pretrained student (init.path)",
             config=config,
         )
     else:
-        student = build_student(
-            plan.teacher_conf,
-            plan.student,
-            plan.num_labels,
-            plan.seed,
-            mlm=mlm,
-            dropout=plan.trainer.student_dropout,
-        )
-    if plan.init.layers is not None:
-        init_from_teacher(student, teacher, plan.init)
-    return prepare_for_training(student, plan.trainer.recompute_attention).to(plan.device)
+        student = build_student(teacher_conf, shape, num_labels, seed, mlm=mlm, dropout=dropout)
+    if init.layers is not None:
+        init_from_teacher(student, teacher, init)
+    return prepare_for_training(student, recompute_attention).to(device)

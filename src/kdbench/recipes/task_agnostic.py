@@ -141,7 +141,18 @@ def distillation_models(plan: Plan):
     trainer = plan.trainer
     teacher = pretrained_teacher(plan.teacher, MLM_NUM_LABELS, trainer.teacher_seed, mlm=True)
     teacher = freeze(teacher).to(plan.device)
-    student = student_for(plan, teacher, mlm=True)
+    student = student_for(
+        teacher,
+        plan.teacher_conf,
+        plan.student,
+        plan.init,
+        plan.num_labels,
+        plan.seed,
+        plan.device,
+        dropout=plan.trainer.student_dropout,
+        recompute_attention=plan.trainer.recompute_attention,
+        mlm=True,
+    )
     compile_if_asked(plan.trainer, student, teacher)
     in_run_precision(teacher, plan.precision)
     objective = Objective(

@@ -93,7 +93,17 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     originals = train_subset(plan.task, plan.data)
     train_set = encode_train(originals, plan.task, tokenizer, plan.trainer.max_length)
     teacher, dev_loaders = teacher_and_dev(plan, train_set, tokenizer, log)
-    student = student_for(plan, teacher.model)
+    student = student_for(
+        teacher.model,
+        plan.teacher_conf,
+        plan.student,
+        plan.init,
+        plan.num_labels,
+        plan.seed,
+        plan.device,
+        dropout=plan.trainer.student_dropout,
+        recompute_attention=plan.trainer.recompute_attention,
+    )
     compile_if_asked(plan.trainer, student, teacher.model)
     in_run_precision(teacher.model, plan.precision)
     lesson, augmented = distillation_set(plan, teacher, originals, train_set, tokenizer)

@@ -1,6 +1,7 @@
 """What happens around a training step, one hook each: logging, periodic evaluation, checkpoints,
-stop signals, the progress bar. `train` calls them in the order given, at the start, after every
-optimizer step, after every pass over the data and at the end; each reads the loop's `Progress`.
+stop signals, the progress bar. `train` calls them in the order given, after its finite-loss guard
+(`kdbench.training.guard`), at the events of `kdbench.training.events`; each reads the loop's
+`Progress`.
 """
 
 from __future__ import annotations
@@ -13,23 +14,8 @@ from kdbench import distributed
 from kdbench.planning.trainer_specs import TrainerSpec
 from kdbench.record import StepLog
 from kdbench.training.checkpoint import Checkpoints
+from kdbench.training.events import Hook
 from kdbench.training.signals import Interrupted, enter_phase, stop_requested
-
-
-class Hook:
-    """A hook does nothing at an event unless it says otherwise."""
-
-    def on_start(self, progress) -> None:
-        pass
-
-    def on_step(self, progress) -> None:
-        pass
-
-    def on_epoch_end(self, progress) -> None:
-        pass
-
-    def on_end(self, progress) -> None:
-        pass
 
 
 class LogLosses(Hook):

@@ -1,12 +1,13 @@
 """The one training loop: every stage of every setting runs through `train`.
 
-The loop does the arithmetic of a step (micro-batches, gradient accumulation, the finite-loss check,
-clipping, the optimizer and schedule); everything else that happens around a step (logging,
-evaluation, checkpoints, stop signals, progress) is a hook (`kdbench.training.hooks`), called in the
-order given.
+The loop does the arithmetic of a step (micro-batches, gradient accumulation, clipping, the
+optimizer and schedule) and keeps the state a checkpoint resumes from (`Progress`); everything else
+that happens around a step (the finite-loss check, logging, evaluation, checkpoints, stop signals,
+progress) is a hook (`kdbench.training.hooks`), called in the order given after the finite-loss
+guard (`kdbench.training.guard`).
 
 A step makes no host synchronisation: its loss terms stay on the device, and the host reads them
-(and the finite check's verdict) only when a hook asks for `Progress.values` or `Progress.state()`.
+(and the guard's verdict) only when a hook asks for `Progress.values` or `Progress.state()`.
 """
 
 from __future__ import annotations
@@ -20,15 +21,12 @@ from dataclasses import dataclass, field
 import torch
 from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
-from kdbench.data.batches import ResumableSampler
 from kdbench.errors import KdbenchError
 from kdbench.planning.stage_specs import OptimizerSpec
 from kdbench.training.checkpoint import rng_state, set_rng_state
+from kdbench.training.events import Hook, Hooks
+from kdbench.training.guard import FiniteLoss
 from kdbench.training.steps import StepFn, to_device
-
-
-class NonFiniteLoss(KdbenchError):
-    """A loss term became NaN or infinite."""
 
 
 @dataclass
@@ -58,67 +56,16 @@ class Stage:
         )
 
 
-class FiniteGuard:
-    """The finite-loss check, on the device: no host synchronisation until its verdict is read.
-
-    Every step's loss terms are checked on the device. From the first step with a non-finite term
-    on, `skip` is 1; it is the fused AdamW's `found_inf`, so the optimizer leaves the parameters and
-    its own state untouched: the trained state stays that of the last good step. The first bad
-    step's terms are kept on the device; `read` (one synchronisation, for the verdict and the values
-    asked for) raises `NonFiniteLoss` naming that step and term. `Progress` reads the verdict before
-    it gives any state to save, so no saved state comes after a bad step.
-    """
-
-    def __init__(self, device: torch.device):
-        self.skip = torch.zeros((), dtype=torch.float32, device=device)
-        self.names: list[str] = []
-        self.first: torch.Tensor | None = None  # [the bad step's place in `unread`, its terms...]
-        # the steps checked since the last read: how many (on the device), and their (step, epoch)
-        self.taken = torch.zeros((), dtype=torch.float32, device=device)
-        self.unread: list[tuple[int, int]] = []
-
-    def check(self, values: dict[str, torch.Tensor], step: int, epoch: int) -> None:
-        terms = torch.stack([value.float() for value in values.values()])
-        if self.first is None:
-            self.names, self.first = list(values), terms.new_zeros(len(values) + 1)
-        bad = ~torch.isfinite(terms).all()
-        first_bad = bad & (self.skip == 0)
-        self.first.copy_(torch.where(first_bad, torch.cat([self.taken[None], terms]), self.first))
-        self.skip.copy_(torch.maximum(self.skip, bad.float()))
-        self.taken.add_(1)
-        self.unread.append((step, epoch))
-
-    def read(self, values: dict[str, torch.Tensor], stage: str) -> dict[str, float]:
-        """`values` on the host, after the verdict on every step since the last read."""
-        if self.first is None:
-            return {name: float(value) for name, value in values.items()}
-        asked = [value.float()[None] for value in values.values()]
-        skip, place, *rest = torch.cat([self.skip[None], self.first, *asked]).tolist()
-        first, current = rest[: len(self.names)], rest[len(self.names) :]
-        if skip:
-            step, epoch = self.unread[int(place)]
-            name, value = next(
-                (n, v) for n, v in zip(self.names, first, strict=True) if not math.isfinite(v)
-            )
-            raise NonFiniteLoss(
-                f"loss term {name!r} became {value} at {stage} step {step} "
-                f"(epoch {epoch}): lower the learning rate or use "
-                "trainer.precision=fp32"
-            )
-        self.taken.zero_()
-        self.unread.clear()
-        return dict(zip(values, current, strict=True))
-
-
 @dataclass
 class Progress:
-    """Where the loop is, what the hooks read: the step just taken, its position in the data, its
-    losses (`losses` on the device; `values` reads them on the host, once per step)."""
+    """Where the loop is, what the hooks read: the step taken, its position in the data, its losses
+    (`losses` on the device; `values` reads them on the host, once per step, with the `guard`'s
+    verdict)."""
 
     stage: Stage
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    guard: FiniteGuard
+    guard: FiniteLoss
     step: int = 0
     epoch: int = 0
     batch: int = 0  # micro-batches of this epoch consumed
@@ -199,8 +146,10 @@ def parameter_groups(modules: Iterable[torch.nn.Module], weight_decay: float) ->
 
 
 def start(stage: Stage, resume: dict | None) -> Progress:
-    """AdamW with the spec's schedule (warm-up then linear decay, or constant), restored from
-    `resume` (a saved state) if given."""
+    """The modules in training mode, AdamW with the spec's schedule (warm-up then linear decay, or
+    constant) and the finite-loss guard, restored from `resume` (a saved state) if given."""
+    for module in stage.modules:
+        module.train()
     spec = stage.optimizer
     groups = parameter_groups(stage.modules, spec.weight_decay)
     # The fused kernel does AdamW's arithmetic in one pass over each tensor: on a CPU about 7x
@@ -210,9 +159,6 @@ def start(stage: Stage, resume: dict | None) -> Progress:
     optimizer = torch.optim.AdamW(
         groups, lr=spec.lr, betas=tuple(spec.betas), eps=spec.eps, fused=fused
     )
-    guard = FiniteGuard(stage.device)
-    if fused:
-        optimizer.found_inf = guard.skip  # the fused kernel skips the update where it is 1
     total = stage.total_steps
     warmup = math.ceil(spec.warmup_ratio * total)
     scheduler = (
@@ -220,78 +166,53 @@ def start(stage: Stage, resume: dict | None) -> Progress:
         if spec.schedule == "constant"
         else get_linear_schedule_with_warmup(optimizer, warmup, total)
     )
-    progress = Progress(stage, optimizer, scheduler, guard)
+    progress = Progress(stage, optimizer, scheduler, FiniteLoss(stage.device))
     if resume is not None:
         progress.restore(resume)
     return progress
 
 
-def train(stage: Stage, hooks: Sequence = (), resume: dict | None = None) -> dict[str, float]:
-    """Run the stage (from `resume` when given), calling the hooks; returns seconds and examples per
-    second."""
-    for module in stage.modules:
-        module.train()
+def train(stage: Stage, hooks: Sequence[Hook] = (), resume: dict | None = None) -> dict[str, float]:
+    """Run the stage (from `resume` when given), calling the hooks after the finite-loss guard;
+    returns seconds and examples per second."""
     progress = start(stage, resume)
-    sampler: ResumableSampler = stage.loader.batch_sampler
+    hooks = Hooks([progress.guard, *hooks])  # the guard first: its verdict precedes any saved state
+    params = [p for group in progress.optimizer.param_groups for p in group["params"]]
     began = time.perf_counter()
-    for hook in hooks:
-        hook.on_start(progress)
+    hooks.on_start(progress)
     while not progress.finished:
-        sampler.set_epoch(progress.epoch, progress.batch)
-        for losses in optimizer_steps(progress):
-            progress.took_step(losses)
-            for hook in hooks:
-                hook.on_step(progress)
+        # a resumed run starts where its checkpoint stopped, mid-epoch too
+        stage.loader.batch_sampler.set_epoch(progress.epoch, progress.batch)
+        summed = {}
+        for micro, batch in enumerate(stage.loader, start=1):
+            last = micro % stage.accumulation == 0  # a step takes `accumulation` micro-batches
+            with contextlib.ExitStack() as stack:  # replicas all-reduce on a step's last one only
+                for module in () if last else stage.sync_modules:
+                    stack.enter_context(module.no_sync())
+                losses = stage.step(to_device(batch, stage.device))
+                # the gradients add up over the step: each micro-batch's weighs 1/accumulation
+                (losses["total"] / stage.accumulation).backward()
+            losses = {n: loss.detach() for n, loss in losses.items()}
+            summed = {n: summed[n] + loss for n, loss in losses.items()} if summed else losses
+            progress.batch += 1
+            progress.examples += batch["input_ids"].shape[0]
+            if not last:
+                continue
+            progress.took_step({n: total / stage.accumulation for n, total in summed.items()})
+            summed = {}
+            hooks.before_update(progress)  # the guard's check: a bad step leaves no update
+            if stage.optimizer.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(params, stage.optimizer.max_grad_norm)
+            progress.optimizer.step()
+            progress.scheduler.step()
+            progress.optimizer.zero_grad(set_to_none=True)
+            progress.step += 1
+            hooks.on_step(progress)
             if progress.finished:
                 break
         progress.optimizer.zero_grad(set_to_none=True)  # an epoch's incomplete last step is dropped
         progress.epoch, progress.batch = progress.epoch + 1, 0
-        for hook in hooks:
-            hook.on_epoch_end(progress)
-    progress.verify()  # the last steps' verdict, before the end's hooks save the state
-    for hook in hooks:
-        hook.on_end(progress)
+        hooks.on_epoch_end(progress)
+    hooks.on_end(progress)
     seconds = time.perf_counter() - began
     return {"seconds": seconds, "examples_per_s": progress.examples / seconds if seconds else 0.0}
-
-
-def optimizer_steps(progress: Progress):
-    """Take the optimizer steps of one pass over the loader; yields each step's mean loss terms, on
-    the device."""
-    stage = progress.stage
-    params = [p for group in progress.optimizer.param_groups for p in group["params"]]
-    summed: dict[str, torch.Tensor] = {}
-    micro = 0
-    for batch in stage.loader:
-        batch = to_device(batch, stage.device)
-        micro += 1
-        losses = micro_step(stage, batch, last=micro == stage.accumulation)
-        summed = {name: summed[name] + loss for name, loss in losses.items()} if summed else losses
-        progress.batch += 1
-        progress.examples += batch["input_ids"].shape[0]
-        if micro < stage.accumulation:
-            continue
-        values = {name: total / stage.accumulation for name, total in summed.items()}
-        summed, micro = {}, 0
-        progress.guard.check(values, progress.step, progress.epoch)
-        if not progress.optimizer.defaults["fused"]:
-            progress.verify()  # only the fused optimizer can skip a bad step on the device
-        if stage.optimizer.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(params, stage.optimizer.max_grad_norm)
-        progress.optimizer.step()
-        progress.scheduler.step()
-        progress.optimizer.zero_grad(set_to_none=True)
-        progress.step += 1
-        yield values
-
-
-def micro_step(stage: Stage, batch: dict, last: bool) -> dict[str, torch.Tensor]:
-    """Forward and backward of one micro-batch, weighted 1/accumulation; gradients are all-reduced
-    on the last. Returns the loss terms, detached, on the device."""
-    with contextlib.ExitStack() as stack:
-        if not last:
-            for module in stage.sync_modules:
-                stack.enter_context(module.no_sync())
-        losses = stage.step(batch)
-        (losses["total"] / stage.accumulation).backward()
-    return {name: loss.detach() for name, loss in losses.items()}
