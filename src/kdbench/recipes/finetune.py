@@ -23,8 +23,8 @@ from kdbench.record import RESULT_FILE, RunRecord, StepLog, read_json, write_jso
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import Hook, standard_hooks
+from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
-from kdbench.training.stages import train_stage
 from kdbench.training.steps import supervised_step
 
 RECORD_FIELDS = ("teacher", "student", "init", "objective", "seed")

@@ -41,9 +41,9 @@ from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import heldout_losses
 from kdbench.training.hooks import standard_hooks
+from kdbench.training.loop import train_stage
 from kdbench.training.reach import freeze_unreached_by_step
 from kdbench.training.resume import Resume
-from kdbench.training.stages import train_stage
 from kdbench.training.steps import StepFn, StudentSide, distillation_step, teacher_records_now
 
 # the plan's module needs omegaconf, which the synthetic runs (kdbench.measure.synthetic) go without

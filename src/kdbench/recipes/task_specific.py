@@ -42,8 +42,8 @@ from kdbench.teacher.logits import LogitsRows, teacher_logits_table
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import standard_hooks
+from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
-from kdbench.training.stages import train_stage
 from kdbench.training.steps import StepFn, output_logits, read_records, teacher_records_now
 
 DISTILLATION = ("intermediate", "prediction")  # the stages that distil, after the teacher's

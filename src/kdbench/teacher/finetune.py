@@ -29,8 +29,8 @@ from kdbench.teacher.frozen import FineTuned, freeze
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import Hook, standard_hooks
+from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
-from kdbench.training.stages import train_stage
 from kdbench.training.steps import supervised_step
 
 logger = logging.getLogger("kdbench")

@@ -22,7 +22,7 @@ import torch
 from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from kdbench.errors import KdbenchError
-from kdbench.planning.stage_specs import OptimizerSpec
+from kdbench.planning.stage_specs import OptimizerSpec, StageSpec
 from kdbench.training.checkpoint import rng_state, set_rng_state
 from kdbench.training.events import Hook, Hooks
 from kdbench.training.guard import FiniteLoss
@@ -216,3 +216,21 @@ def train(stage: Stage, hooks: Sequence[Hook] = (), resume: dict | None = None) 
     hooks.on_end(progress)
     seconds = time.perf_counter() - began
     return {"seconds": seconds, "examples_per_s": progress.examples / seconds if seconds else 0.0}
+
+
+def train_stage(
+    spec: StageSpec,
+    modules: list[torch.nn.Module],
+    loader: torch.utils.data.DataLoader,
+    step: StepFn,
+    device: torch.device,
+    hooks: Sequence[Hook] = (),
+    resume: dict | None = None,
+    **layout,
+) -> dict[str, float]:
+    """Every stage of every setting trains here: `modules` on `step` over `loader` for the stage's
+    epochs or steps with its optimizer, from `resume` when given (`layout`: accumulation and
+    data-parallel wrappers, as `Stage` takes them)."""
+    epochs, steps = spec.epochs or 0, spec.steps
+    stage = Stage(spec.name, modules, loader, step, spec.optimizer, device, epochs, steps, **layout)
+    return train(stage, hooks, resume)
