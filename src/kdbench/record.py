@@ -19,6 +19,9 @@ PACKAGE = Path(__file__).parent
 # the package's source, as `source_sha256` hashes it: its code, configs and paper tables
 SOURCE_SUFFIXES = (".py", ".yaml", ".csv")
 RESULT_FILE = "result.json"
+# A rate's name in a recipe's `timing` ends so (examples per second); a duration's ends in "_s"
+# alone. A completed record keeps them apart: `timing` holds seconds, `throughput` rates.
+RATE_SUFFIX = "_per_s"
 # in a saved student's folder: the models it was distilled from, and itself
 CHAIN_FILE = "kdbench_chain.json"
 # What identifies a run in the tables: the design, one seed.
@@ -106,8 +109,21 @@ class RunRecord:
 
     @property
     def timing(self) -> dict | None:
-        """Seconds of the run's phases (`*_s`) and its throughputs."""
+        """Seconds of the run's phases (`*_s`); a record written before `throughput` existed keeps
+        its rates here too (`durations` and `throughputs` tell them apart)."""
         return self.outcome.get("timing")
+
+    @property
+    def durations(self) -> dict[str, float]:
+        """Seconds of the run's phases: the numbers of `timing` named `*_s`, less its rates."""
+        return split_timing(self.timing)[0]
+
+    @property
+    def throughputs(self) -> dict[str, float]:
+        """Examples per second of the run's stages: `throughput`, and the rates an older record
+        kept in `timing`."""
+        own = self.outcome.get("throughput")
+        return split_timing(self.timing)[1] | split_timing(own if isinstance(own, dict) else {})[1]
 
     @property
     def cost(self) -> dict | None:
@@ -129,7 +145,7 @@ class RunRecord:
         score_metric = next(iter(outcome["metrics"]))
         return replace(
             self,
-            outcome=outcome,
+            outcome=rates_apart(outcome),
             status="completed",
             score=outcome["metrics"][score_metric],
             score_metric=score_metric,
@@ -170,6 +186,37 @@ class RunRecord:
         record."""
         data = read_json(path)
         return cls.from_json(data) if isinstance(data, dict) else None
+
+
+def split_timing(timing) -> tuple[dict[str, float], dict[str, float]]:
+    """(durations, rates) of a `timing` dict: its numbers named `*_per_s` are rates (examples per
+    second), the others named `*_s` durations (seconds); anything else is neither."""
+    numbers = {
+        name: float(value)
+        for name, value in (timing.items() if isinstance(timing, dict) else ())
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+    rates = {name: value for name, value in numbers.items() if name.endswith(RATE_SUFFIX)}
+    durations = {
+        name: value for name, value in numbers.items() if name.endswith("_s") and name not in rates
+    }
+    return durations, rates
+
+
+def rates_apart(outcome: dict) -> dict:
+    """A recipe's outcome with the rates of its `timing` moved to `throughput`, right after it."""
+    timing = outcome.get("timing")
+    if not isinstance(timing, dict):
+        return outcome
+    rates = {name: value for name, value in timing.items() if name.endswith(RATE_SUFFIX)}
+    apart = {}
+    for name, value in outcome.items():
+        if name == "timing":
+            apart["timing"] = {k: v for k, v in timing.items() if k not in rates}
+            apart |= {"throughput": rates} if rates else {}
+        else:
+            apart[name] = value
+    return apart
 
 
 def write_json(path: Path, payload: dict) -> None:

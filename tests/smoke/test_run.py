@@ -58,11 +58,10 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
         "stage1_s",
         "stage2_s",
         "eval_s",
-        "stage1_examples_per_s",
-        "stage2_examples_per_s",
         "logits_table_s",
         "features_table_s",
     } <= set(on_disk["timing"])
+    assert set(on_disk["throughput"]) == {"stage1_examples_per_s", "stage2_examples_per_s"}
     assert on_disk["student_parameters"] > 0
     assert on_disk["config"]["objective"]["name"] == "att_kl"
     assert json.loads((tmp_path / "config.json").read_text())["seed"] == 1
