@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from kdbench.planning.trainer_specs import COMPUTATION_ONLY
+from kdbench.rates import rates_apart, split_timing
 from kdbench.storage import atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -19,9 +20,6 @@ PACKAGE = Path(__file__).parent
 # the package's source, as `source_sha256` hashes it: its code, configs and paper tables
 SOURCE_SUFFIXES = (".py", ".yaml", ".csv")
 RESULT_FILE = "result.json"
-# A rate's name in a recipe's `timing` ends so (examples per second); a duration's ends in "_s"
-# alone. A completed record keeps them apart: `timing` holds seconds, `throughput` rates.
-RATE_SUFFIX = "_per_s"
 # in a saved student's folder: the models it was distilled from, and itself
 CHAIN_FILE = "kdbench_chain.json"
 # What identifies a run in the tables: the design, one seed.
@@ -186,37 +184,6 @@ class RunRecord:
         record."""
         data = read_json(path)
         return cls.from_json(data) if isinstance(data, dict) else None
-
-
-def split_timing(timing) -> tuple[dict[str, float], dict[str, float]]:
-    """(durations, rates) of a `timing` dict: its numbers named `*_per_s` are rates (examples per
-    second), the others named `*_s` durations (seconds); anything else is neither."""
-    numbers = {
-        name: float(value)
-        for name, value in (timing.items() if isinstance(timing, dict) else ())
-        if isinstance(value, int | float) and not isinstance(value, bool)
-    }
-    rates = {name: value for name, value in numbers.items() if name.endswith(RATE_SUFFIX)}
-    durations = {
-        name: value for name, value in numbers.items() if name.endswith("_s") and name not in rates
-    }
-    return durations, rates
-
-
-def rates_apart(outcome: dict) -> dict:
-    """A recipe's outcome with the rates of its `timing` moved to `throughput`, right after it."""
-    timing = outcome.get("timing")
-    if not isinstance(timing, dict):
-        return outcome
-    rates = {name: value for name, value in timing.items() if name.endswith(RATE_SUFFIX)}
-    apart = {}
-    for name, value in outcome.items():
-        if name == "timing":
-            apart["timing"] = {k: v for k, v in timing.items() if k not in rates}
-            apart |= {"throughput": rates} if rates else {}
-        else:
-            apart[name] = value
-    return apart
 
 
 def write_json(path: Path, payload: dict) -> None:
