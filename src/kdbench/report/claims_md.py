@@ -113,15 +113,13 @@ def _how_to_read(alpha: float) -> list[str]:
     ]
 
 
-def _summary(judgements: list[Judgement]) -> list[str]:
+def summary_lines(judgements: list[Judgement]) -> list[str]:
     """The covered claims' verdicts as a table, the claims no run covers in one line."""
     covered = [j for j in judgements if j.verdict != NOT_COVERED]
     lines = [md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"] if covered else []
     for judgement in covered:
-        claim = judgement.claim
-        lines.append(
-            md_row([claim.id, str(claim.table), judgement.verdict, md_escape(_why(judgement))])
-        )
+        claim, why = judgement.claim, md_escape(verdict_why(judgement))
+        lines.append(md_row([claim.id, str(claim.table), judgement.verdict, why]))
     return lines + [""] + not_covered_line(judgements)
 
 
@@ -134,7 +132,7 @@ def not_covered_line(judgements: list[Judgement]) -> list[str]:
     return [f"Not covered by these runs (a run set they compare has no run): {names}.", ""]
 
 
-def _why(judgement: Judgement) -> str:
+def verdict_why(judgement: Judgement) -> str:
     """A one-line reason: the tally of comparison outcomes, and the missing runs when not
     covered."""
     evidence = [e for group in judgement.groups for e in group.evidence]
@@ -241,7 +239,7 @@ def _claim_section(judgement: Judgement, digits: int) -> list[str]:
     why = (
         f"{len(missing)} run set(s) missing, listed below"
         if judgement.verdict == NOT_COVERED
-        else _why(judgement)
+        else verdict_why(judgement)
     )
     lines = [
         f"## {claim.id}: {judgement.verdict}",
@@ -277,7 +275,7 @@ def render_claims(
     judgements: list[Judgement], alpha: float, digits: int = 1, findings: list[str] | None = None
 ) -> ClaimsText:
     details = [line for judgement in judgements for line in _claim_section(judgement, digits)]
-    return ClaimsText(_header(alpha), _summary(judgements), details, findings or [])
+    return ClaimsText(_header(alpha), summary_lines(judgements), details, findings or [])
 
 
 def claims_text(
