@@ -67,6 +67,18 @@ def test_a_design_is_its_registered_text_committed_before_the_first_job(design: 
         assert committed < start, f"{commit} ({committed}) is not before the first job ({start})"
 
 
+@pytest.mark.parametrize("design", DESIGNS, ids=lambda path: path.parent.name)
+def test_the_readme_shows_the_design_verbatim_above_the_changes(design: Path):
+    readme = (design.parent / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"^````text\n(.*?)^````$", readme, re.M | re.S)
+    assert shown is not None, "the README shows the design in a ````text block"
+    assert shown[1] == design.read_text(encoding="utf-8")
+    changes = readme.find("## Changes after the run")
+    assert changes > shown.end(), "the changes after the run come below the design"
+    dated = re.findall(r"^- \*\*(\d{4}-\d{2}-\d{2})", readme[changes:], re.M)
+    assert dated == sorted(dated) and dated, "each change is dated, in order"
+
+
 def test_a_registration_line_names_a_commit_and_a_path(tmp_path: Path):
     text = "intro\n\nPre-registered: `9c2e7da:results/table3_power/README.md`\n"
     assert REGISTERED.search(text).groups() == ("9c2e7da", "results/table3_power/README.md")

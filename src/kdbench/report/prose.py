@@ -110,9 +110,9 @@ def _pair(study: Study, factor: str, fixed: str, a: str, b: str) -> str:
 
 
 def _tost(study: Study, factor: str, fixed: str, a: str, b: str, margin: str) -> str:
-    test = study.pair(factor, fixed, a, b)
-    p = equivalence_p(test["diff"], test["se"], test["n"], float(margin))
-    return f"TOST p {_p(p)} against +-{float(margin):g} points"
+    test, points = study.pair(factor, fixed, a, b), float(margin)
+    p = equivalence_p(test["diff"], test["se"], test["n"], points)
+    return f"TOST p {_p(p)} against +-{points:g} point{'' if points == 1 else 's'}"
 
 
 def _interaction(study: Study, a: str, b: str, lower: str, upper: str, kind=DIFFERENCE) -> str:
