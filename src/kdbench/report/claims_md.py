@@ -12,6 +12,7 @@ import pandas as pd
 
 from kdbench.report.claims import TABLE_DESIGNS, Claim
 from kdbench.report.findings import study_findings
+from kdbench.report.margins import TIE_EXAMPLES
 from kdbench.report.paper import PAPER_CITE, PAPER_DESIGNS
 from kdbench.report.rules import NOT_COVERED, SEVERITY, SUPPORTED
 from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
@@ -90,7 +91,8 @@ def _how_to_read(alpha: float) -> list[str]:
         "real difference smaller than the margin); contradicted only when the difference's "
         "interval (the `a - b` column) lies wholly outside the margin; else inconclusive: not "
         "significant is not equivalent. The margin is a number of dev examples of each task "
-        "(4 unless the claim states another; `kdbench.report.margins`), in points in `Why` with "
+        f"({TIE_EXAMPLES} unless the claim states another; `kdbench.report.margins`), in points in "
+        "`Why` with "
         "where it comes from. `a != b` is supported when significant in either direction. Anything "
         "else is inconclusive: too few seeds (n < 2), untestable (every paired difference is 0), "
         "or effect not significant. Not covered: a run set it needs has no run (named below).",

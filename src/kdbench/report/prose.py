@@ -5,11 +5,12 @@ Usage::
     python -m kdbench.report.prose FILE.md ... [--check] [--root DIR]
 
 A span ``<!-- kdbench NAME: FIGURE ARGS -->text<!-- /kdbench -->`` in a markdown file stands for a
-figure of study NAME, whose records are ``results/NAME/runs.jsonl`` under the root (the current
-folder by default): the text between the two comments is regenerated from those records, as the
-report computes it (:data:`FIGURES` lists the figures and their arguments). ``--check`` rewrites
-nothing: it lists every span whose text differs from its figure, and every p value or confidence
-interval written outside a span, and exits 1 when it finds any.
+figure of study NAME (a results folder's name, in lower case), whose records are
+``results/NAME/runs.jsonl`` under the root (the current folder by default): the text between the two
+comments is regenerated from those records, as the report computes it (:data:`FIGURES` lists the
+figures and their arguments). ``--check`` rewrites nothing: it lists every span whose text differs
+from its figure, and every p value or confidence interval written outside a span, and exits 1 when
+it finds any.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from kdbench.report.text import md_escape, md_head, md_row
 from kdbench.report.verdicts import judge_claims
 
 SPAN = re.compile(
-    r"<!-- kdbench (?P<study>[\w.-]+): (?P<figure>[^>]*?) -->(?P<text>.*?)<!-- /kdbench -->", re.S
+    r"<!-- kdbench (?P<study>[a-z0-9_.-]+): (?P<figure>[^>]*?) -->(?P<text>.*?)<!-- /kdbench -->",
+    re.S,
 )
 # A p value or a confidence interval written as a number: outside a span, a figure by hand.
 LOOSE = re.compile(
