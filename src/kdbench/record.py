@@ -107,8 +107,8 @@ class RunRecord:
 
     @property
     def timing(self) -> dict | None:
-        """Seconds of the run's phases (`*_s`); a record written before `throughput` existed keeps
-        its rates here too (`durations` and `throughputs` tell them apart)."""
+        """Seconds of the run's phases (`*_s`); a record without `throughput` keeps its rates here
+        too (`durations` and `throughputs` tell them apart)."""
         return self.outcome.get("timing")
 
     @property
@@ -118,8 +118,7 @@ class RunRecord:
 
     @property
     def throughputs(self) -> dict[str, float]:
-        """Examples per second of the run's stages: `throughput`, and the rates an older record
-        kept in `timing`."""
+        """Examples per second of the run's stages: `throughput`, and any rates kept in `timing`."""
         own = self.outcome.get("throughput")
         return split_timing(self.timing)[1] | split_timing(own if isinstance(own, dict) else {})[1]
 

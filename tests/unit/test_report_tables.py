@@ -238,8 +238,8 @@ def test_cost_beside_the_scores(tmp_path: Path):
 
 
 def test_wall_time_sums_durations_and_never_rates(tmp_path: Path):
-    """A record that keeps durations and rates in one ``timing`` (as records did before
-    ``throughput``): its wall time is the sum of its seconds, its rates are shown as rates."""
+    """A record that keeps durations and rates in one ``timing``: its wall time is the sum of its
+    seconds, its rates are shown as rates."""
     results = tmp_path / "results"
     mixed = {"stage1_s": 10.0, "stage1_examples_per_s": 400.0, "eval_s": 2.0}
     write_run(results, seed=1, timing=mixed)
