@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from kdbench.planning.trainer_specs import COMPUTATION_ONLY
+from kdbench.rates import rates_apart, split_timing
 from kdbench.storage import atomic_write_text
 
 SCHEMA_VERSION = 1
@@ -111,8 +112,20 @@ class RunRecord:
 
     @property
     def timing(self) -> dict | None:
-        """Seconds of the run's phases (`*_s`) and its throughputs."""
+        """Seconds of the run's phases (`*_s`); a record without `throughput` keeps its rates here
+        too (`durations` and `throughputs` tell them apart)."""
         return self.outcome.get("timing")
+
+    @property
+    def durations(self) -> dict[str, float]:
+        """Seconds of the run's phases: the numbers of `timing` named `*_s`, less its rates."""
+        return split_timing(self.timing)[0]
+
+    @property
+    def throughputs(self) -> dict[str, float]:
+        """Examples per second of the run's stages: `throughput`, and any rates kept in `timing`."""
+        own = self.outcome.get("throughput")
+        return split_timing(self.timing)[1] | split_timing(own if isinstance(own, dict) else {})[1]
 
     @property
     def cost(self) -> dict | None:
@@ -134,7 +147,7 @@ class RunRecord:
         score_metric = next(iter(outcome["metrics"]))
         return replace(
             self,
-            outcome=outcome,
+            outcome=rates_apart(outcome),
             status="completed",
             score=outcome["metrics"][score_metric],
             score_metric=score_metric,

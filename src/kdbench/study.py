@@ -26,6 +26,7 @@ line naming the step, and its exit code.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shlex
 import signal
 import subprocess
@@ -145,7 +146,28 @@ def run_step(label: str, command: list[str]) -> None:
         )
 
 
+DESIGN_FILE = "DESIGN.md"  # a study's pre-registered design, beside its report
+
+
+def design_line(study: Study) -> str:
+    """What the study's pre-registered design is: the file and its hash, or a note that there is
+    none."""
+    design = study.out / DESIGN_FILE
+    if design.is_file():
+        digest = hashlib.sha256(design.read_bytes()).hexdigest()[:12]
+        return (
+            f"kdbench.study: pre-registered design: {design} (sha256 {digest}); it stays as "
+            "committed: changes after the run go to the README, dated, with why"
+        )
+    return (
+        f"kdbench.study: no pre-registered design at {design}: a study that decides a question "
+        "writes its question, design and power computation there and commits it before the first "
+        "job (docs/studies.md)"
+    )
+
+
 def run_study(study: Study) -> None:
+    print(design_line(study), flush=True)
     run_step(f"distil ({study.sweep_dir})", distill_command(study))
     if study.finetunes:
         students = completed_students(study.sweep_dir)

@@ -35,3 +35,17 @@ MAJORITY = {
     "rte": {"accuracy": 100 * 146 / 277},
     "wnli": {"accuracy": 100 * 40 / 71},
 }
+
+# The size of each GLUE dev set (MNLI: matched), the resolution of its scores: one example moves an
+# accuracy by 100 / size points. A claimed tie's default margin is a number of these examples.
+DEV_EXAMPLES = {
+    "cola": 1043,
+    "sst2": 872,
+    "mrpc": 408,
+    "stsb": 1500,
+    "qqp": 40430,
+    "mnli": 9815,
+    "qnli": 5463,
+    "rte": 277,
+    "wnli": 71,
+}

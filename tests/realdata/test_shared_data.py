@@ -91,4 +91,4 @@ def test_minilm_teacher_distils_on_sst2(tmp_path):
     )
     record = run(cfg)
     assert record["status"] == "completed" and record["init"] == "2,4,6"
-    assert 0 <= record["score"] <= 100 and record["timing"]["intermediate_examples_per_s"] > 0
+    assert 0 <= record["score"] <= 100 and record["throughput"]["intermediate_examples_per_s"] > 0

@@ -58,11 +58,13 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
         "intermediate_s",
         "prediction_s",
         "eval_s",
-        "intermediate_examples_per_s",
-        "prediction_examples_per_s",
         "logits_table_s",
         "features_table_s",
     } <= set(on_disk["timing"])
+    assert set(on_disk["throughput"]) == {
+        "intermediate_examples_per_s",
+        "prediction_examples_per_s",
+    }
     assert on_disk["student_parameters"] > 0
     assert on_disk["config"]["objective"]["name"] == "att_kl"
     assert json.loads((tmp_path / "config.json").read_text())["seed"] == 1

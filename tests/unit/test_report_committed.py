@@ -14,8 +14,9 @@ from kdbench.report.cli import main
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 KEPT = {
     "README.md",
+    "DESIGN.md",
     "runs.jsonl",
-}  # written by hand or by experiments/runs_from_report.py, not by the report
+}  # written by hand (DESIGN.md before the first job), or by experiments/runs_from_*.py
 
 
 @pytest.mark.slow

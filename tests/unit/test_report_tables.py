@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kdbench.record import KEY_FIELDS
+from kdbench.record import KEY_FIELDS, RunRecord
+from kdbench.report.load import load_records
 from tests.unit.report_helpers import (
     A,
     B,
@@ -229,9 +230,42 @@ def test_cost_beside_the_scores(tmp_path: Path):
     write_run(results, objective="hid_cls", seed=1, timing={"stage1_s": 5.0})
     md = (run_main(results) / "tables.md").read_text()
     assert (
-        "| Objective | Init | Student parameters | Jobs | Wall s per job | teacher_finetune | "
-        "features_table | "
-        "stage1 | eval |" in md
+        "| Objective | Init | Student parameters | Jobs | Wall s per job | teacher_finetune s | "
+        "features_table s | stage1 s | eval s |" in md
     )
     assert "| att_kl | 4,8,12 | 1,000 | 3 | 23.0 | 0.0 | 2.0 | 20.0 | 1.0 |" in md
     assert "| hid_cls | 4,8,12 |  | 1 | 5.0 |  |  | 5.0 |  |" in md
+
+
+def test_wall_time_sums_durations_and_never_rates(tmp_path: Path):
+    """A record that keeps durations and rates in one ``timing``: its wall time is the sum of its
+    seconds, its rates are shown as rates."""
+    results = tmp_path / "results"
+    mixed = {"stage1_s": 10.0, "stage1_examples_per_s": 400.0, "eval_s": 2.0}
+    write_run(results, seed=1, timing=mixed)
+    write_run(results, seed=2, timing=mixed, wall_s=15.0)  # the record's own wall time wins
+    write_run(results, seed=3, timing={"stage1_s": 10.0}, throughput={"stage1_examples_per_s": 5.0})
+    records = {r["seed"]: r for r in load_records(results).records}
+    assert [records[seed]["wall_s"] for seed in (1, 2, 3)] == [12.0, 15.0, 10.0]
+    assert records[1]["timing"] == {"stage1_s": 10.0, "eval_s": 2.0}
+    assert records[1]["throughput"] == records[2]["throughput"] == {"stage1_examples_per_s": 400.0}
+    md = (run_main(results) / "tables.md").read_text()
+    assert "| Wall s per job | stage1 s | eval s | stage1 examples/s |" in md
+    assert "| att_kl | 4,8,12 |  | 3 | 12.0 | 10.0 | 2.0 | 400.0 |" in md
+    assert "examples_per" not in md
+
+
+def test_a_completed_record_keeps_rates_apart_from_seconds():
+    outcome = {
+        "metrics": {"accuracy": 80.0},
+        "timing": {"stage1_s": 3.0, "stage1_examples_per_s": 90.0, "eval_s": 1.0},
+        "student_parameters": 7,
+    }
+    record = RunRecord("task_specific", "sst2", "t", "s", "2,4", "every_kth", "att_kl", 1)
+    written = record.completed(outcome, 5.0, {}).as_json()
+    assert written["timing"] == {"stage1_s": 3.0, "eval_s": 1.0}
+    assert written["throughput"] == {"stage1_examples_per_s": 90.0}
+    assert list(written).index("throughput") == list(written).index("timing") + 1
+    again = RunRecord.from_json(written)
+    assert again.durations == {"stage1_s": 3.0, "eval_s": 1.0}
+    assert again.throughputs == {"stage1_examples_per_s": 90.0}

@@ -220,3 +220,19 @@ def test_a_study_that_shares_its_folder_says_which_jobs_another_process_runs(
     out = capsys.readouterr().out
     assert f"1 job(s) under {tmp_path} are being run by another process ({running}: pid " in out
     assert "done:" not in out
+
+
+def test_the_study_names_its_pre_registered_design_before_its_first_step(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(study, "run_child", FakeSteps())
+    out = tmp_path / "results"
+    got = study_config.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], [], out)
+    study.run_study(got)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"kdbench.study: no pre-registered design at {out / 'DESIGN.md'}")
+    out.mkdir(exist_ok=True)
+    (out / "DESIGN.md").write_text("# the question, the design, the seeds\n")
+    study.run_study(got)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"kdbench.study: pre-registered design: {out / 'DESIGN.md'} (sha256 ")

@@ -1,9 +1,11 @@
 """The paper's conclusions as data: each a statement of Wang et al. (2023) and the comparisons it
 asserts.
 
-A :class:`Claim` is a statement of the paper (Section 5, the table captions) and the comparisons it
-asserts: ``a > b``, ``a ~ b`` (not significantly different) or ``a != b`` (significantly different,
-either way), between two objectives at one paper init or two paper inits of one objective.
+A :class:`Claim` is a statement of the paper (Section 5, the table captions, the abstract) and the
+comparisons it asserts. An :class:`Assertion` compares two objectives at one paper init or two paper
+inits of one objective: ``a > b``, ``a ~ b`` (equivalent within the claim's margin) or ``a != b``
+(significantly different, either way). An :class:`Interaction` compares how much a change of init
+moves two objectives: a difference of differences or a contrast of magnitudes, ``< 0``.
 :mod:`kdbench.report.verdicts` judges them from the runs; :mod:`kdbench.report.claims_md` writes
 ``claims.md``.
 """
@@ -13,12 +15,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-GREATER, TIE, DIFFER = ">", "~", "!="
-# The default margin of a claimed tie, in score points (accuracy / F1 / MCC x 100): the paper's four
-# named ties in Table 1 differ by 0.0-0.5 points in Avg and its per-cell seed std averages 0.39
-# points, so 1 point is twice the largest gap it calls a tie and about 2.5 of its seed stds; a gap
-# under 1 point is also below what changes the choice of an objective in practice.
-TIE_MARGIN = 1.0
+from kdbench.report.margins import TIE_EXAMPLES
+
+GREATER, TIE, DIFFER, LESS = ">", "~", "!=", "<"
+DIFFERENCE, MAGNITUDE = "difference", "magnitude"  # the kinds of an interaction
 
 ATTENTION = ("att_mse", "att_mse+hid_seq", "att_kl", "att_kl+hid_seq", "att_kl+val_kl")
 NON_ATTENTION = ("vanilla_kd", "hid_cls_contrast", "hid_cls", "hid_seq")
@@ -54,15 +54,41 @@ class Assertion:
 
 
 @dataclass(frozen=True)
+class Interaction:
+    """How a change of init moves objective ``a`` against ``b``. Each objective's init effect is d =
+    its score at paper init ``lower`` minus its score at ``upper``, paired by (task, seed) over the
+    seeds all four run sets share. Kind ``difference`` asserts d_a - d_b < 0 (``a`` gains less from
+    ``lower``); kind ``magnitude`` asserts |d_a| - |d_b| < 0 (``a`` moves less, either way)."""
+
+    kind: str
+    a: str
+    b: str
+    lower: str
+    upper: str
+    relation: str = LESS
+
+    def runs(self) -> tuple[tuple[str, str], ...]:
+        """The four (objective, paper init) run sets it compares."""
+        return tuple((o, i) for o in (self.a, self.b) for i in (self.lower, self.upper))
+
+    def label(self) -> str:
+        effect = {o: f"{o}: {self.lower} - {self.upper}" for o in (self.a, self.b)}
+        if self.kind == MAGNITUDE:
+            return f"|{effect[self.a]}| {self.relation} |{effect[self.b]}|"
+        return f"({effect[self.a]}) - ({effect[self.b]}) {self.relation} 0"
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     table: int
     statement: str  # the paper's words (or their gist)
     tested_as: str  # how the assertions read the statement
-    assertions: tuple[Assertion, ...]
-    margin: float = (
-        TIE_MARGIN  # a claimed tie holds when the difference is shown within +-margin points
-    )
+    assertions: tuple[Assertion | Interaction, ...]
+    # A claimed tie's margin: this many examples of each task's dev set (kdbench.report.margins),
+    # unless `margin` states one in score points.
+    tie_examples: int = TIE_EXAMPLES
+    margin: float | None = None
 
 
 def _greater(factor: str, fixed: str, winners, losers) -> tuple[Assertion, ...]:
@@ -75,6 +101,16 @@ def _ties_else_differ(fixed: str, objectives, ties) -> tuple[Assertion, ...]:
     return tuple(
         Assertion("objective", fixed, a, b, TIE if {a, b} in tied else DIFFER)
         for a, b in itertools.combinations(objectives, 2)
+    )
+
+
+def _interactions(kind: str) -> tuple[Interaction, ...]:
+    """Each Table 3 attention objective against each non-attention one, init 1,2,3 against
+    4,8,12."""
+    return tuple(
+        Interaction(kind, attention, other, BOTTOM, EVERY_KTH)
+        for attention in ("att_kl", "att_mse")
+        for other in NON_ATTENTION
     )
 
 
@@ -105,9 +141,10 @@ CLAIMS = (
         "For Table 1, all the pairs of objectives are statistically significant (p < 0.05) except "
         "four: (Att-KL, Att-MSE), (Att-KL, Att-KL + Hid-Seq), (Att-KL, Att-MSE + Hid-Seq), "
         "(Att-MSE, Att-MSE + Hid-Seq).",
-        f"at paper init 4,8,12, the four named pairs are equivalent within +-{TIE_MARGIN} points "
-        "(~) and every other pair of the nine objectives differs significantly, in either "
-        "direction (!=; which side wins is T1.attention_best's question)",
+        "at paper init 4,8,12, the four named pairs are equivalent (~: TOST within the margin, "
+        f"+-{TIE_EXAMPLES} dev examples of each task) and every other pair of the nine objectives "
+        "differs significantly, in either direction (!=; which side wins is T1.attention_best's "
+        "question)",
         _ties_else_differ(EVERY_KTH, TABLE_DESIGNS[1][0], _T1_TIES),
     ),
     Claim(
@@ -130,11 +167,31 @@ CLAIMS = (
         "All three initialisation choices are significantly different for all the objectives, "
         "except the pair (1,8,12, 1,2,3) for Att-KL and Att-MSE, which indicates the robustness of "
         "attention transfer.",
-        f"for att_kl and att_mse: paper init 1,8,12 ~ 1,2,3 (equivalent within +-{TIE_MARGIN} "
-        "points)",
+        "for att_kl and att_mse: paper init 1,8,12 ~ 1,2,3 (TOST within the margin, "
+        f"+-{TIE_EXAMPLES} dev examples of each task)",
         tuple(
             Assertion("init", objective, SPREAD, BOTTOM, TIE) for objective in ("att_kl", "att_mse")
         ),
+    ),
+    Claim(
+        "T3.attention_benefits_less",
+        3,
+        "Table 3's caption (gist): initialising from lower teacher layers improves vanilla KD and "
+        "hidden states transfer, while attention transfer benefits less.",
+        "for att_kl and att_mse against each non-attention objective, with d = score at paper "
+        "init 1,2,3 - score at 4,8,12 paired by (task, seed): d_attention - d_other < 0 (a "
+        "difference of differences), tasks pooled",
+        _interactions(DIFFERENCE),
+    ),
+    Claim(
+        "T3.attention_consistent_across_inits",
+        3,
+        "Attention transfer behaves consistently under different initialisation settings (the "
+        "abstract; gist).",
+        "for att_kl and att_mse against each non-attention objective, with d = score at paper init "
+        "1,2,3 - score at 4,8,12: |d_attention| - |d_other| < 0 (a contrast of magnitudes, each "
+        "effect signed by its observed mean), tasks pooled",
+        _interactions(MAGNITUDE),
     ),
     Claim(
         "T2.att_mse_best_agnostic",

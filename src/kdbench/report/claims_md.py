@@ -12,13 +12,11 @@ import pandas as pd
 
 from kdbench.report.claims import TABLE_DESIGNS, Claim
 from kdbench.report.findings import study_findings
+from kdbench.report.margins import TIE_EXAMPLES
 from kdbench.report.paper import PAPER_CITE, PAPER_DESIGNS
+from kdbench.report.rules import NOT_COVERED, SEVERITY, SUPPORTED
 from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
 from kdbench.report.verdicts import (
-    NOT_COVERED,
-    NOT_EQUIVALENT,
-    SEVERITY,
-    SUPPORTED,
     Evidence,
     GroupVerdict,
     Judgement,
@@ -33,10 +31,11 @@ _CAVEATS = [
     "runs cannot tell, not that the claim fails. Where an effect in the claimed direction is not "
     "significant, `Why` gives the number of pairs a paired t-test would need to detect the "
     "observed standardised effect (mean difference / std of the differences) with 80% power at "
-    "alpha, before any Holm adjustment; where it is in the opposite direction, more seeds would "
-    "not support the claim and `Why` says so. For a tie not shown equivalent, `Why` gives the "
-    "pairs TOST would need (normal approximation) when the observed difference lies inside the "
-    "margin. A rough guide: the observed effect of a few seeds is itself noisy.",
+    "alpha / m, the level Holm holds a test of a family of m to whatever the others show; where it "
+    "is in the opposite direction, more seeds would not support the claim and `Why` says so. For a "
+    "tie left open, `Why` gives the pairs TOST would need to show a difference inside the margin "
+    "equivalent, or the pairs that would put the interval of one outside it wholly outside "
+    "(normal approximations). A rough guide: the observed effect of a few seeds is itself noisy.",
     "- Scaled replicas: a replica (smaller teacher, student, data or budget) shows whether the "
     "pattern holds at its scale, not whether the paper's numbers reproduce.",
     "- Several claims on the same runs: Holm corrects within one family only; nothing corrects "
@@ -86,13 +85,28 @@ def _how_to_read(alpha: float) -> list[str]:
         "so it can differ from pvalues.csv, whose families hold every measured level. "
         f"Significant: p (Holm) < alpha = {alpha}.",
         "- `a > b` is supported when significant with mean a > mean b, contradicted when "
-        "significant the other way. `a ~ b` (a claimed tie) is contradicted when significant, "
-        "supported only when an equivalence test (TOST: two one-sided paired t-tests at alpha "
-        "against the claim's margin, +-1 point unless the claim states another; `p (TOST)`) shows "
-        "the pooled mean difference within the margin, else inconclusive: not significant is not "
-        "equivalent. `a != b` is supported when significant in either direction. Anything else is "
-        "inconclusive: too few seeds (n < 2), untestable (every paired difference is 0), or effect "
-        "not significant. Not covered: a run set it needs has no run (named below).",
+        "significant the other way. `a ~ b` (a claimed tie) is supported when an equivalence test "
+        "(TOST: two one-sided paired t-tests at alpha against the margin; `p (TOST)`) shows the "
+        "pooled mean difference within the margin, even when the difference is significant (a "
+        "real difference smaller than the margin); contradicted only when the difference's "
+        "interval (the `a - b` column) lies wholly outside the margin; else inconclusive: not "
+        "significant is not equivalent. The margin is a number of dev examples of each task "
+        f"({TIE_EXAMPLES} unless the claim states another; `kdbench.report.margins`), in points in "
+        "`Why` with "
+        "where it comes from. `a != b` is supported when significant in either direction. Anything "
+        "else is inconclusive: too few seeds (n < 2), untestable (every paired difference is 0), "
+        "or effect not significant. Not covered: a run set it needs has no run (named below).",
+        "- `a - b`: the pooled mean difference and its t interval at 1 - alpha / m (its level "
+        "shown), m the testable pairs of its family: simultaneous over the family (Bonferroni), "
+        "the level Holm's first step reads it at.",
+        "- An interaction compares how a change of init moves two objectives, each effect d = "
+        "score at the lower init - score at the upper, paired by (task, seed) over the seeds all "
+        "four run sets share: `(a: lower - upper) - (b: lower - upper) < 0` (a difference of "
+        "differences) or `|a: lower - upper| < |b: lower - upper|` (a contrast of magnitudes, "
+        "each effect signed by its observed mean). `Mean a` and `Mean b` are then the two effects "
+        "(absolute, for magnitudes); a one-sample t-test of the per-pair contrast, Holm-adjusted "
+        "over the claim's interactions in the group; supported when significant below 0, "
+        "contradicted when significant above.",
         "- A claim (and each group of runs within it): contradicted if any comparison is "
         "contradicted, else supported if all are supported, else not covered if runs are missing, "
         "else inconclusive. When several groups stand for one table (the paper's design, a scaled "
@@ -101,15 +115,13 @@ def _how_to_read(alpha: float) -> list[str]:
     ]
 
 
-def _summary(judgements: list[Judgement]) -> list[str]:
+def summary_lines(judgements: list[Judgement]) -> list[str]:
     """The covered claims' verdicts as a table, the claims no run covers in one line."""
     covered = [j for j in judgements if j.verdict != NOT_COVERED]
     lines = [md_row(["Claim", "Table", "Verdict", "Why"]), "|---|---:|---|---|"] if covered else []
     for judgement in covered:
-        claim = judgement.claim
-        lines.append(
-            md_row([claim.id, str(claim.table), judgement.verdict, md_escape(_why(judgement))])
-        )
+        claim, why = judgement.claim, md_escape(verdict_why(judgement))
+        lines.append(md_row([claim.id, str(claim.table), judgement.verdict, why]))
     return lines + [""] + not_covered_line(judgements)
 
 
@@ -122,7 +134,7 @@ def not_covered_line(judgements: list[Judgement]) -> list[str]:
     return [f"Not covered by these runs (a run set they compare has no run): {names}.", ""]
 
 
-def _why(judgement: Judgement) -> str:
+def verdict_why(judgement: Judgement) -> str:
     """A one-line reason: the tally of comparison outcomes, and the missing runs when not
     covered."""
     evidence = [e for group in judgement.groups for e in group.evidence]
@@ -175,32 +187,49 @@ def _group_lines(claim: Claim, group: GroupVerdict, digits: int) -> list[str]:
     return lines + _evidence_table(group.evidence, digits)
 
 
+def _interval(e: Evidence, digits: int) -> str:
+    """The difference with its family-level interval and the interval's level."""
+    if math.isnan(e.diff):
+        return ""
+    text = f"{e.diff:+.{digits}f}"
+    if math.isnan(e.ci[0]):
+        return text
+    return f"{text} [{e.ci[0]:+.{digits}f}, {e.ci[1]:+.{digits}f}] {100 * e.ci_level:.4g}%"
+
+
+def _why_cell(e: Evidence) -> str:
+    """A comparison's reason, its margin and where it comes from, and the pairs that would settle
+    it."""
+    if e.missing:
+        return "no runs of " + ", ".join(f"{o} at {i}" for o, i in e.missing)
+    why = e.reason
+    if e.margin is not None:
+        points = "" if not e.margin.known else f"+-{e.margin.points:.2f} points: "
+        why += f" (margin {points}{e.margin.source})"
+    if not math.isnan(e.seeds_needed):
+        goal = "at the observed effect, at alpha / m"
+        if e.margin is not None:
+            inside = abs(e.diff) < e.margin.points
+            goal = "to show equivalence" if inside else "to place the interval outside the margin"
+        why += f"; {seeds_text(e.seeds_needed)} for 80% power {goal}"
+    return why
+
+
 def _evidence_table(evidence: tuple[Evidence, ...], digits: int) -> list[str]:
-    lines = [
-        md_row(["Asserted", "Mean a", "Mean b", "n", "p (Holm)", "p (TOST)", "Verdict", "Why"]),
-        "|---|---:|---:|---:|---:|---:|---|---|",
-    ]
+    head = ["Asserted", "Mean a", "Mean b", "n", "a - b [interval]", "p (Holm)", "p (TOST)"]
+    lines = [md_row(head + ["Verdict", "Why"]), "|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for e in evidence:
         means = ["" if math.isnan(m) else fmt(m, digits) for m in (e.mean_a, e.mean_b)]
         n = "" if e.verdict == NOT_COVERED else str(e.n_pairs)
-        why = (
-            "no runs of " + ", ".join(f"{o} at {i}" for o, i in e.missing)
-            if e.missing
-            else e.reason
-        )
-        if not math.isnan(e.margin):
-            why += f" (margin +-{fmt(e.margin, digits)})"
-        if not math.isnan(e.seeds_needed):
-            goal = "to show equivalence" if e.reason == NOT_EQUIVALENT else "at the observed effect"
-            why += f"; {seeds_text(e.seeds_needed)} for 80% power {goal}"
         cells = [
             md_escape(e.assertion.label()),
             *means,
             n,
+            _interval(e, digits),
             format_p(e.p_holm),
             format_p(e.p_equivalence),
             e.verdict,
-            md_escape(why),
+            md_escape(_why_cell(e)),
         ]
         lines.append(md_row(cells))
     return lines + [""]
@@ -212,7 +241,7 @@ def _claim_section(judgement: Judgement, digits: int) -> list[str]:
     why = (
         f"{len(missing)} run set(s) missing, listed below"
         if judgement.verdict == NOT_COVERED
-        else _why(judgement)
+        else verdict_why(judgement)
     )
     lines = [
         f"## {claim.id}: {judgement.verdict}",
@@ -248,7 +277,7 @@ def render_claims(
     judgements: list[Judgement], alpha: float, digits: int = 1, findings: list[str] | None = None
 ) -> ClaimsText:
     details = [line for judgement in judgements for line in _claim_section(judgement, digits)]
-    return ClaimsText(_header(alpha), _summary(judgements), details, findings or [])
+    return ClaimsText(_header(alpha), summary_lines(judgements), details, findings or [])
 
 
 def claims_text(

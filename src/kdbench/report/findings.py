@@ -116,7 +116,8 @@ def _test_lines(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]:
         one = len(open_pairs) == 1
         settle = (
             f"; at {'its observed effect' if one else 'their observed effects'} a paired t-test "
-            f"would need {value_range(seeds, seeds_text)} for 80% power"
+            f"would need {value_range(seeds, seeds_text)} for 80% power at alpha / m (m the "
+            "testable pairs of its family: Holm's level)"
             if not seeds.empty
             else ""
         )

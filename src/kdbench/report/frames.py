@@ -30,10 +30,10 @@ AVG = "Avg"  # the tables' mean over tasks
 ALL = "ALL"  # the task of tests pooled over tasks
 ROW_COLS = ["objective", "init"]
 # Per run beyond the key: the score's metric and the teacher's score on it, its file, its code
-# version, the paper design it stands for (table, init, the analogue's note), its wall times (their
-# sum; per entry of `timing` in memory only), the student's parameter count, its measured inference
-# cost, its design (config less what does not change a measurement; in memory only, not in
-# results.csv).
+# version, the paper design it stands for (table, init, the analogue's note), its wall time (per
+# duration of `timing` and per rate of `throughput` in memory only), the student's parameter count,
+# its measured inference cost, its design (config less what does not change a measurement; in memory
+# only, not in results.csv).
 ORIGIN_COLS = [
     "score_metric",
     "teacher_score",
@@ -49,10 +49,11 @@ ORIGIN_COLS = [
     *COST_COLS,
     "design",
     "timing",
+    "throughput",
     "teacher_collapse",
 ]
 # dicts, and the teacher's collapse (the findings name it), not written to results.csv
-IN_MEMORY_COLS = ["design", "timing", "teacher_collapse"]
+IN_MEMORY_COLS = ["design", "timing", "throughput", "teacher_collapse"]
 _TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
 
 

@@ -131,19 +131,18 @@ def _cost(run: RunRecord) -> dict:
 
 
 def _walltime(run: RunRecord) -> dict:
-    """The run's wall times (the record's ``timing`` entries in seconds, ``*_s``), their sum
-    ``wall_s``, and the student's parameter count; None where the record has none."""
-    timing = run.timing if isinstance(run.timing, dict) else {}
-    seconds = {
-        name: float(v)
-        for name, v in timing.items()
-        if name.endswith("_s") and _as_float(v) is not None
-    }
-    parameters = _as_int(run.student_parameters)
+    """The run's durations in seconds (``timing``), its rates in examples per second
+    (``throughput``), its wall time ``wall_s`` (the record's own, else the sum of its durations,
+    never of its rates), and the student's parameter count; None where the record has none."""
+    seconds, rates = run.durations, run.throughputs
+    wall = _as_float(run.wall_s)
+    if wall is None and seconds:
+        wall = sum(seconds.values())
     return {
         "timing": seconds or None,
-        "wall_s": sum(seconds.values()) if seconds else None,
-        "student_parameters": parameters,
+        "throughput": rates or None,
+        "wall_s": wall,
+        "student_parameters": _as_int(run.student_parameters),
     }
 
 

@@ -78,6 +78,33 @@ def equivalence_p(diff: float, se: float, n_pairs: int, margin: float) -> float:
     return float(max(above, below))
 
 
+def interval(diff: float, se: float, n_pairs: int, alpha: float) -> tuple[float, float]:
+    """The two-sided (1 - alpha) t confidence interval of a mean paired difference; NaN for fewer
+    than 2 pairs."""
+    if n_pairs < 2 or math.isnan(se):
+        return math.nan, math.nan
+    half = float(stats.t.ppf(1 - alpha / 2, n_pairs - 1)) * se
+    return diff - half, diff + half
+
+
+def beyond_pairs(
+    diff: float,
+    sd: float,
+    margin: float,
+    alpha: float,
+    power: float = POWER,
+    limit: int = MAX_SEEDS,
+) -> float:
+    """About how many pairs put the two-sided (1 - alpha) interval of a true difference ``diff``
+    wholly outside (-margin, +margin) with ``power``: the normal approximation n = ((z_(1-alpha/2)
+    + z_power) sd / (|diff| - margin))^2, at least 2, ``limit`` at most; NaN when |diff| is not
+    outside the margin."""
+    if math.isnan(diff) or math.isnan(sd) or abs(diff) <= margin:
+        return math.nan
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    return float(min(limit, max(2, math.ceil((z * sd / (abs(diff) - margin)) ** 2))))
+
+
 def equivalence_pairs(
     diff: float,
     sd: float,

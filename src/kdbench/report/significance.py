@@ -29,8 +29,9 @@ def significance_intro(alpha: float) -> str:
         "are over the matched pairs; *a - b* is the mean paired difference with its 95% t "
         "confidence interval, *d_z* the standardised effect (mean difference / std of the "
         "differences). *Pairs for 80% power*: for a testable pair that is not significant, the "
-        f"pairs (per task: seeds; task ALL: tasks x seeds) a paired t-test at {alpha} (before "
-        "Holm) would need to detect the observed d_z with 80% power."
+        "pairs (per task: seeds; task ALL: tasks x seeds) a paired t-test would need to detect the "
+        f"observed d_z with 80% power at {alpha} / m, m the family's testable pairs: the level "
+        "Holm holds a pair to whatever the family's other tests show."
     )
 
 

@@ -188,7 +188,9 @@ def _on_task(scores: dict, task: str) -> dict:
 def paired_tests(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """Paired t-tests for every pair of levels, per task (levels with runs on it) and pooled
     (``ALL``), with effect sizes; ``seeds_needed`` for the testable pairs that are not significant
-    at ``alpha`` after Holm."""
+    at ``alpha`` after Holm: the pairs a paired t-test at ``alpha / m`` needs (m the family's
+    testable pairs), the level at which Holm declares a pair whatever the family's other tests
+    show."""
     rows = []
     for comp in comparisons(frame):
         for task in comp.tasks():
@@ -204,9 +206,10 @@ def paired_tests(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         pvalues["p_holm"] = by_family.transform(lambda s: holm(s.to_numpy()))
         pvalues["n_pairs"] = pvalues["n_pairs"].astype("int64")
         open_pairs = pvalues["p_holm"] >= alpha
+        family_sizes = by_family.transform("count")
         pvalues["seeds_needed"] = [
-            seeds_needed(e, alpha) if o else math.nan
-            for e, o in zip(pvalues["effect"], open_pairs, strict=True)
+            seeds_needed(e, alpha / m) if o else math.nan
+            for e, o, m in zip(pvalues["effect"], open_pairs, family_sizes, strict=True)
         ]
     return pvalues
 

@@ -1,26 +1,30 @@
 """Each claim of :mod:`kdbench.report.claims` judged from the runs that stand for its table.
 
-Each comparison is read from the pooled paired t-test (task ``ALL``) of
+Each comparison of two run sets is read from the pooled paired t-test (task ``ALL``) of
 :func:`kdbench.report.stats.paired_tests`, run on the runs that stand for the claim's table
 (:func:`kdbench.report.paper.runs_for_table`) restricted to that table's objectives and inits, one
-(setting, teacher, student) group at a time.
+(setting, teacher, student) group at a time; each interaction from
+:func:`kdbench.report.interaction.interaction_tests` on the same runs.
 
-Verdict of a comparison (``p`` is Holm-adjusted within its family, ``alpha`` the report's level):
+Verdict of a comparison (``p`` is Holm-adjusted within its family, ``alpha`` the report's level; the
+rules and their levels are :mod:`kdbench.report.rules`'):
 
-* ``a > b``: supported when p < alpha and mean a > mean b; contradicted when p < alpha and mean a <
-  mean b.
-* ``a ~ b``: contradicted when p < alpha; supported when an equivalence test shows the two within
-  the claim's margin (TOST: two one-sided paired t-tests of the pooled mean difference against
-  -margin and +margin, both at alpha; :data:`kdbench.report.claims.TIE_MARGIN` by default);
-  otherwise inconclusive (neither different nor shown equivalent).
+* ``a > b`` (and an interaction's ``< 0``): supported when p < alpha in the claimed direction;
+  contradicted when p < alpha the other way.
+* ``a ~ b``: supported when an equivalence test shows the two within the claim's margin (TOST: two
+  one-sided paired t-tests of the pooled mean difference against -margin and +margin, both at
+  alpha), significant or not; contradicted when the difference's (1 - alpha / m) interval lies
+  wholly outside the margin; otherwise inconclusive. The margin is a number of dev examples of each
+  task (:mod:`kdbench.report.margins`), recorded with the verdict.
 * ``a != b``: supported when p < alpha (the direction is another claim's business).
 * otherwise inconclusive: too few seeds (n_pairs < 2), untestable (every paired difference is 0), or
   the effect is not significant; not covered when one side has no run.
 
-Power advice for an inconclusive comparison: for ``a > b`` and ``a != b`` the pairs a two-sided
-paired t-test needs to detect the observed effect with 80% power, only when the observed effect is
-in the claimed direction (``a > b`` observed below says so instead); for ``a ~ b`` the pairs TOST
-needs to show the observed difference equivalent, only when it lies inside the margin.
+Power advice for an inconclusive comparison: the pairs a two-sided paired t-test at alpha / m (m the
+testable pairs of its family: the level Holm holds it to whatever the others show) needs to detect
+the observed effect with 80% power, only when the observed effect is in the claimed direction; for
+``a ~ b`` the pairs TOST needs to show a difference inside the margin equivalent, or the pairs that
+put an interval outside it.
 
 Verdict of a group, and of a claim over its groups: contradicted if any part is contradicted, else
 supported if every part is supported, else not covered if any part is not covered, else
@@ -34,29 +38,24 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kdbench.report.claims import CLAIMS, DIFFER, GREATER, TABLE_DESIGNS, TIE, Assertion, Claim
+from kdbench.report.claims import CLAIMS, TABLE_DESIGNS, TIE, Assertion, Claim, Interaction
 from kdbench.report.collapse import COLLAPSED
 from kdbench.report.frames import ALL, GROUP_COLS, natural_key
-from kdbench.report.paired import equivalence_p, equivalence_pairs
+from kdbench.report.interaction import interaction_tests
+from kdbench.report.margins import Margin, dev_sizes, pooled_margin, stated_margin
+from kdbench.report.paired import equivalence_p, interval
 from kdbench.report.paper import runs_for_table
-from kdbench.report.stats import paired_tests
-
-SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_COVERED = (
-    "supported",
-    "contradicted",
-    "inconclusive",
-    "not covered",
+from kdbench.report.rules import (
+    ALL_COLLAPSED,
+    INCONCLUSIVE,
+    NO_RUNS,
+    NOT_COVERED,
+    PairedResult,
+    combine,
+    seeds_to_settle,
+    verdict,
 )
-TOO_FEW = "too few seeds (n_pairs < 2)"
-UNTESTABLE = "untestable (every paired difference is 0)"
-NOT_SIGNIFICANT = "effect not significant"
-OPPOSITE = "effect not significant, observed in the opposite direction"
-EQUIVALENT = "equivalent within the margin (TOST)"
-NOT_EQUIVALENT = "neither significantly different nor shown equivalent (TOST)"
-NO_RUNS = "runs missing"
-ALL_COLLAPSED = "every run collapsed to one class: no comparison made"
-SEVERITY = (CONTRADICTED, NOT_COVERED, INCONCLUSIVE, SUPPORTED)  # the order reasons are tallied in
-
+from kdbench.report.stats import FAMILY_COLS, paired_tests
 
 # ------------------------------------------------------------------------------ the runs of a table
 
@@ -64,7 +63,8 @@ SEVERITY = (CONTRADICTED, NOT_COVERED, INCONCLUSIVE, SUPPORTED)  # the order rea
 @dataclass(frozen=True)
 class TableRuns:
     """One (setting, teacher, student) group's runs that stand for a paper table: the (objective,
-    paper init) run sets it has, the measured init of each paper init, and its paired tests."""
+    paper init) run sets it has, the measured init of each paper init, its runs, their paired tests
+    and each task's dev set size."""
 
     group: tuple[str, str, str]
     replica: bool
@@ -73,6 +73,8 @@ class TableRuns:
     pvalues: pd.DataFrame
     n_runs: int = 0
     n_collapsed: int = 0  # runs that predict one class (kdbench.report.collapse)
+    runs: pd.DataFrame | None = None
+    dev_sizes: dict | None = None
 
     @property
     def all_collapsed(self) -> bool:
@@ -97,9 +99,7 @@ def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
     for paper_init, init in sorted(
         zip(part["paper_init"], part["init"]), key=lambda pair: natural_key(pair[1])
     ):
-        measured.setdefault(
-            paper_init, init
-        )  # a paper init measured under two labels: the first, naturally
+        measured.setdefault(paper_init, init)  # measured under two labels: the first, naturally
     part = part[[measured[p] == i for p, i in zip(part["paper_init"], part["init"])]]
     return TableRuns(
         tuple(group),
@@ -109,6 +109,8 @@ def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
         paired_tests(part, alpha),
         len(part),
         int((part["collapse"] == COLLAPSED).sum()),
+        part,
+        dev_sizes(part),
     )
 
 
@@ -117,10 +119,11 @@ def _group_runs(group: tuple, part: pd.DataFrame, alpha: float) -> TableRuns:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One assertion judged on one group's runs: the pooled paired test it rests on and its
-    verdict."""
+    """One assertion judged on one group's runs: the test it rests on and its verdict. For an
+    interaction, ``mean_a`` and ``mean_b`` are the two init effects it contrasts (absolute, for a
+    contrast of magnitudes)."""
 
-    assertion: Assertion
+    assertion: Assertion | Interaction
     verdict: str
     reason: str
     n_pairs: int = 0
@@ -130,7 +133,9 @@ class Evidence:
     seeds_needed: float = math.nan  # for an inconclusive comparison: pairs that would settle it
     missing: tuple[tuple[str, str], ...] = ()
     p_equivalence: float = math.nan  # TOST p of a claimed tie
-    margin: float = math.nan  # a claimed tie's margin
+    margin: Margin | None = None  # a claimed tie's margin
+    ci: tuple[float, float] = (math.nan, math.nan)  # the difference's family-level interval
+    ci_level: float = math.nan  # its confidence, 1 - alpha / m
 
     @property
     def diff(self) -> float:
@@ -151,53 +156,8 @@ class Judgement:
     groups: tuple[GroupVerdict, ...]
 
 
-def combine(verdicts) -> str:
-    """Contradicted if any, else supported if all, else not covered if any, else inconclusive."""
-    verdicts = list(verdicts)
-    if CONTRADICTED in verdicts:
-        return CONTRADICTED
-    if verdicts and all(v == SUPPORTED for v in verdicts):
-        return SUPPORTED
-    if NOT_COVERED in verdicts or not verdicts:
-        return NOT_COVERED
-    return INCONCLUSIVE
-
-
-def comparison_verdict(
-    relation: str,
-    n_pairs: int,
-    mean_a: float,
-    mean_b: float,
-    p_holm: float,
-    alpha: float,
-    p_equivalence: float = math.nan,
-) -> tuple[str, str]:
-    """(verdict, reason) of one asserted comparison from its pooled paired test (and, for a claimed
-    tie, the TOST p-value of its equivalence test)."""
-    if n_pairs < 2:
-        return INCONCLUSIVE, TOO_FEW
-    if math.isnan(p_holm):
-        return INCONCLUSIVE, UNTESTABLE
-    significant = p_holm < alpha
-    if relation == TIE:
-        if significant:
-            return CONTRADICTED, "claimed tie is significant"
-        return (SUPPORTED, EQUIVALENT) if p_equivalence < alpha else (INCONCLUSIVE, NOT_EQUIVALENT)
-    if not significant:
-        return (
-            INCONCLUSIVE,
-            OPPOSITE if relation == GREATER and mean_a < mean_b else NOT_SIGNIFICANT,
-        )
-    if relation == DIFFER or mean_a > mean_b:
-        return SUPPORTED, "significant" + (
-            ", as claimed" if relation == DIFFER else ", in the claimed direction"
-        )
-    return CONTRADICTED, "significant in the opposite direction"
-
-
-def _pooled_test(runs: TableRuns, assertion: Assertion) -> dict:
-    """The task-ALL test between the assertion's run sets, oriented a - b: n_pairs, mean_a, mean_b,
-    se (of the mean difference), p_holm, seeds_needed."""
+def _pooled_row(runs: TableRuns, assertion: Assertion) -> tuple[pd.Series, bool, pd.DataFrame]:
+    """The task-ALL row of the assertion's pair, whether it is oriented b - a, and its family."""
     if assertion.factor == "objective":
         fixed, a, b = runs.measured_init[assertion.fixed], assertion.a, assertion.b
     else:
@@ -207,75 +167,99 @@ def _pooled_test(runs: TableRuns, assertion: Assertion) -> dict:
             runs.measured_init[assertion.b],
         )
     tests = runs.pvalues
-    tests = tests[
-        (tests["factor"] == assertion.factor) & (tests["fixed"] == fixed) & (tests["task"] == ALL)
-    ]
-    forward = tests[(tests["a"] == a) & (tests["b"] == b)]
-    row = forward.iloc[0] if len(forward) else tests[(tests["a"] == b) & (tests["b"] == a)].iloc[0]
-    flip = not len(forward)
-    return {
-        "n_pairs": int(row["n_pairs"]),
-        "mean_a": float(row["mean_b" if flip else "mean_a"]),
-        "mean_b": float(row["mean_a" if flip else "mean_b"]),
-        "se": float(row["se"]),
-        "p_holm": float(row["p_holm"]),
-        "seeds_needed": float(row["seeds_needed"]),
-    }
+    tests = tests[(tests["factor"] == assertion.factor) & (tests["fixed"] == fixed)]
+    pair = ((tests["a"] == a) & (tests["b"] == b)) | ((tests["a"] == b) & (tests["b"] == a))
+    row = tests[pair & (tests["task"] == ALL)].iloc[0]
+    return row, row["a"] != a, tests[pair & (tests["task"] != ALL)]
 
 
-def _seeds_to_settle(test: dict, reason: str, margin: float, alpha: float) -> float:
-    """Pairs that would settle an inconclusive comparison: detect a not-significant effect in the
-    claimed direction, or show a tie inside the margin equivalent; NaN otherwise."""
-    if reason == NOT_SIGNIFICANT:
-        return test["seeds_needed"]
-    if reason == NOT_EQUIVALENT:
-        sd = test["se"] * math.sqrt(test["n_pairs"])
-        return equivalence_pairs(test["mean_a"] - test["mean_b"], sd, margin, alpha)
-    return math.nan
+def _margin(claim: Claim, runs: TableRuns, per_task: pd.DataFrame) -> Margin:
+    if claim.margin is not None:
+        return stated_margin(claim.margin)
+    pairs = dict(zip(per_task["task"], per_task["n_pairs"].astype(int)))
+    return pooled_margin(pairs, runs.dev_sizes or {}, claim.tie_examples)
 
 
-def _evidence(
-    runs: TableRuns | None, assertion: Assertion, margin: float, alpha: float
-) -> Evidence:
-    present = runs.present if runs is not None else frozenset()
-    missing = tuple(run for run in assertion.runs() if run not in present)
-    if missing:
-        return Evidence(assertion, NOT_COVERED, NO_RUNS, missing=missing)
-    if runs.all_collapsed:
-        return Evidence(assertion, INCONCLUSIVE, ALL_COLLAPSED)
-    test = _pooled_test(runs, assertion)
-    tie = assertion.relation == TIE
-    p_equivalence = math.nan
-    if tie:
-        p_equivalence = equivalence_p(
-            test["mean_a"] - test["mean_b"], test["se"], test["n_pairs"], margin
-        )
-    verdict, reason = comparison_verdict(
-        assertion.relation,
-        test["n_pairs"],
-        test["mean_a"],
-        test["mean_b"],
-        test["p_holm"],
-        alpha,
-        p_equivalence,
+def _comparison(runs: TableRuns, claim: Claim, assertion: Assertion, alpha: float) -> Evidence:
+    row, flip, per_task = _pooled_row(runs, assertion)
+    pvalues = runs.pvalues
+    family = pvalues[(pvalues[FAMILY_COLS] == row[FAMILY_COLS]).all(axis=1)]
+    m = int(family["p"].notna().sum())
+    sign = -1.0 if flip else 1.0
+    n, diff, se = int(row["n_pairs"]), sign * float(row["diff"]), float(row["se"])
+    margin = _margin(claim, runs, per_task) if assertion.relation == TIE else None
+    points = margin.points if margin is not None else math.nan
+    test = PairedResult(
+        n,
+        diff,
+        se,
+        float(row["p_holm"]),
+        max(m, 1),
+        interval(diff, se, n, alpha / max(m, 1)),
+        sign * float(row["effect"]),
+        points,
+        equivalence_p(diff, se, n, points) if margin is not None else math.nan,
     )
+    outcome, reason = verdict(assertion.relation, test, alpha)
+    mean_a, mean_b = (row["mean_b"], row["mean_a"]) if flip else (row["mean_a"], row["mean_b"])
     return Evidence(
         assertion,
-        verdict,
+        outcome,
         reason,
-        test["n_pairs"],
-        test["mean_a"],
-        test["mean_b"],
-        test["p_holm"],
-        _seeds_to_settle(test, reason, margin, alpha),
-        p_equivalence=p_equivalence,
-        margin=margin if tie else math.nan,
+        n,
+        float(mean_a),
+        float(mean_b),
+        test.p_holm,
+        seeds_to_settle(test, reason, alpha, float(row["seeds_needed"])),
+        p_equivalence=test.p_equivalence,
+        margin=margin,
+        ci=test.ci,
+        ci_level=1 - alpha / test.m,
+    )
+
+
+def _interaction(
+    test: PairedResult, effects: tuple, interaction: Interaction, alpha: float
+) -> Evidence:
+    effect_a, effect_b, needed = effects
+    outcome, reason = verdict(interaction.relation, test, alpha)
+    return Evidence(
+        interaction,
+        outcome,
+        reason,
+        test.n_pairs,
+        effect_a,
+        effect_b,
+        test.p_holm,
+        seeds_to_settle(test, reason, alpha, needed),
+        ci=test.ci,
+        ci_level=1 - alpha / test.m,
     )
 
 
 def _judge_group(claim: Claim, runs: TableRuns | None, alpha: float) -> GroupVerdict:
+    present = runs.present if runs is not None else frozenset()
+    missing = {a: tuple(r for r in a.runs() if r not in present) for a in claim.assertions}
+    covered = [a for a in claim.assertions if not missing[a]]
+    if runs is not None and runs.all_collapsed:
+        evidence = [Evidence(a, INCONCLUSIVE, ALL_COLLAPSED) for a in covered]
+    else:
+        interactions = [a for a in covered if isinstance(a, Interaction)]
+        tests = (
+            {}
+            if not interactions
+            else interaction_tests(runs.runs, interactions, runs.measured_init, alpha)
+        )
+        evidence = [
+            _interaction(tests[a][0], tests[a][1:], a, alpha)
+            if isinstance(a, Interaction)
+            else _comparison(runs, claim, a, alpha)
+            for a in covered
+        ]
+    done = dict(zip(covered, evidence))
     evidence = tuple(
-        _evidence(runs, assertion, claim.margin, alpha) for assertion in claim.assertions
+        done.get(a) or Evidence(a, NOT_COVERED, NO_RUNS, missing=missing[a])
+        for a in claim.assertions
     )
     return GroupVerdict(runs, combine(e.verdict for e in evidence), evidence)
 

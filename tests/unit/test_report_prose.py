@@ -1,0 +1,59 @@
+"""The figures written in the READMEs and docs are their reports' (kdbench.report.prose): every span
+regenerates to what it holds, no p value or interval is written outside a span, and a span that
+drifts from its report is found and rewritten."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from kdbench.report.prose import FIGURES, SPAN, loose_figures, main, rewrite
+
+ROOT = Path(__file__).resolve().parents[2]
+PROSE = [ROOT / "README.md", ROOT / "docs" / "studies.md"]
+PROSE += sorted(ROOT.glob("results/*/README.md"))
+BLOCKS = {"table", "grid", "claims"}  # figures that are a table: on lines of their own
+STUDIES: dict = {}  # each study's report, computed once for the module
+
+
+@pytest.mark.parametrize("path", PROSE, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_figure_in_the_prose_is_its_reports(path: Path):
+    text = path.read_text(encoding="utf-8")
+    assert rewrite(text, ROOT, STUDIES) == text
+    assert loose_figures(text) == []
+
+
+@pytest.mark.parametrize("path", PROSE, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_a_figure_inside_a_paragraph_does_not_start_a_line(path: Path):
+    """A line that starts with an HTML comment would end the paragraph in markdown."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        start = re.match(r"\s*<!-- kdbench [a-z0-9_.-]+: (\w+)", line)
+        assert start is None or start[1] in BLOCKS, line
+
+
+def test_the_study_reports_behind_the_readmes_with_figures_are_committed():
+    named = {m["study"] for path in PROSE for m in SPAN.finditer(path.read_text(encoding="utf-8"))}
+    assert named == {"mini_table1", "mini_table2", "mini_table3", "table3_power"}
+    assert all((ROOT / "results" / name / "runs.jsonl").is_file() for name in named)
+
+
+def test_a_drifted_figure_is_found_and_rewritten(tmp_path: Path, capsys):
+    study = tmp_path / "results" / "mini"
+    study.mkdir(parents=True)
+    records = (ROOT / "results" / "table3_power" / "runs.jsonl").read_text(encoding="utf-8")
+    (study / "runs.jsonl").write_text(records, encoding="utf-8")
+    readme = study / "README.md"
+    span = "<!-- kdbench mini: pair init vanilla_kd 1,2,3 2,4,6 -->"
+    readme.write_text(f"Gain {span}+1.00 points<!-- /kdbench -->, p 0.5 by hand.\n")
+    assert main([str(readme), "--check", "--root", str(tmp_path)]) == 1
+    found = capsys.readouterr().out
+    assert "stale figure pair init vanilla_kd 1,2,3 2,4,6" in found and "p 0.5" in found
+    assert main([str(readme), "--root", str(tmp_path)]) == 0
+    fixed = f"{span}+0.83 points (95% CI +0.41 to +1.25; n = 12; Holm p 0.0011)"
+    assert fixed in readme.read_text()
+
+
+def test_figures_are_documented_by_name():
+    assert set(FIGURES) >= BLOCKS | {"pair", "tost", "interaction", "claim"}
