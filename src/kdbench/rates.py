@@ -1,6 +1,6 @@
-"""A run's durations and rates kept apart: a recipe's `timing` names both (`intermediate_s`, seconds;
-`intermediate_examples_per_s`, examples per second); a completed record keeps the seconds in `timing` and
-the rates in `throughput`, so that no reader sums a rate as a duration."""
+"""A run's durations and rates kept apart: a recipe's `timing` names both (`intermediate_s`,
+seconds; `intermediate_examples_per_s`, examples per second); a completed record keeps the seconds
+in `timing` and the rates in `throughput`, so that no reader sums a rate as a duration."""
 
 from __future__ import annotations
 
