@@ -37,7 +37,7 @@ def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes(tiny_glue,
     job resumes."""
     long = (
         "objective=att_kl",
-        "trainer.stage1_epochs=8",
+        "stages.intermediate.epochs=8",
         "trainer.checkpoint_every=1000",
         "seed=1",
     )
@@ -88,8 +88,8 @@ def test_a_preempted_two_task_job_stops_together_and_resumes(tmp_path):
     extra = [
         "objective=att_kl",
         "trainer.student_dropout=0.0",
-        "trainer.max_steps=300",
-        "trainer.eval_every=0",
+        "stages.distillation.steps=300",
+        "stages.distillation.eval_every=0",
         "trainer.checkpoint_every=100000",
     ]
     reference = run(compose_config(agnostic_overrides(corpus, tmp_path / "ref", *extra)))
@@ -111,7 +111,9 @@ def test_a_preempted_two_task_job_stops_together_and_resumes(tmp_path):
         cwd=tmp_path,
     )
     log, deadline = job / "train_log.jsonl", time.time() + 300
-    while time.time() < deadline and not (log.exists() and log.read_text().count('"distillation"') >= 5):
+    while time.time() < deadline and not (
+        log.exists() and log.read_text().count('"distillation"') >= 5
+    ):
         time.sleep(0.1)
     assert log.exists(), "the job never started distilling"
     pids = submitit_job_pids(sweep_dir)

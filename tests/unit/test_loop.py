@@ -205,13 +205,6 @@ def test_standard_hooks_are_log_evaluate_checkpoint_stop_progress(tmp_path):
 
     trainer = TrainerSpec(
         name="t",
-        lr=1e-3,
-        batch_size=4,
-        warmup_ratio=0.0,
-        weight_decay=0.0,
-        adam_betas=(0.9, 0.99),
-        adam_eps=1e-8,
-        max_grad_norm=None,
         device="cpu",
         precision="fp32",
         log_every=1,
