@@ -49,7 +49,7 @@ OBJECTIVES = (
     "vanilla_kd,hid_cls,hid_seq,att_mse,att_mse+hid_seq,att_kl,att_kl+hid_seq,att_kl+val_kl"
 )
 COMPILED = "att_kl+val_kl,hid_seq,vanilla_kd"
-EPOCHS = ("teacher_epochs", "stage1_epochs", "stage2_epochs")  # one epoch each in the e2e run
+STAGES = ("teacher", "intermediate", "prediction")  # one epoch each in the e2e run
 TAIL = 3000  # characters of a part's output kept in log.txt
 
 
@@ -134,7 +134,8 @@ def e2e_command(run_dir: Path) -> list[str]:
     SST-2, or its tiny twin on generated rows, writing its record in `run_dir`."""
     if real_data():
         model = ["teacher=minilm_l6", "student=3x384", "init=layers", "init.layers=[2,4,6]"]
-        model += ["data.train_limit=8000", "trainer.lr=1e-4", *(f"trainer.{e}=1" for e in EPOCHS)]
+        model += ["data.train_limit=8000", *(f"stages.{s}.epochs=1" for s in STAGES)]
+        model += [f"stages.{s}.optimizer.lr=1e-4" for s in ("intermediate", "prediction")]
     else:
         from tests.helpers import write_tiny_glue
 

@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # noqa: E402
 
-from kdbench.bench import stage1_step  # noqa: E402
 from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
 from kdbench.data.packed import pack_tokens  # noqa: E402
@@ -53,10 +52,12 @@ from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer  # n
 from kdbench.models.student import build_student, init_from_teacher  # noqa: E402
 from kdbench.planning.hydra_config import compose  # noqa: E402
 from kdbench.planning.plan import make_plan  # noqa: E402
+from kdbench.recipes.task_specific import stage_step  # noqa: E402
 from kdbench.teacher.features import compute_table  # noqa: E402
 from kdbench.teacher.frozen import freeze, in_run_precision  # noqa: E402
+from kdbench.teacher.logits import LogitsRows  # noqa: E402
 from kdbench.training.evaluate import logits_table  # noqa: E402
-from kdbench.training.steps import prediction_kd_step, to_device  # noqa: E402
+from kdbench.training.steps import to_device  # noqa: E402
 
 TOKEN_INPUTS = peers.TOKEN_INPUTS
 
@@ -107,10 +108,11 @@ class Setup:
             f"init={spec.get('init', 'every_kth')}",
             f"objective={spec['objective']}",
             f"trainer.max_length={spec['seq_len']}",
-            f"trainer.batch_size={batch}",
+            f"stages.intermediate.batch_size={batch}",
+            f"stages.prediction.batch_size={batch}",
             f"data.train_limit={n}",
             f"trainer.precision={spec.get('precision', 'fp32')}",
-            "trainer.teacher_epochs=0",
+            "stages.teacher.epochs=0",
             f"seed={spec['seed']}",
             *spec.get("overrides", []),
         ]
@@ -180,25 +182,22 @@ def run_kdbench(setup: Setup) -> TimedBatches:
         compile_blocks(setup.student, setup.teacher)
     in_run_precision(setup.teacher, plan.precision)  # bf16 weights in a bf16 run, as a run keeps it
     if plan.terms:
+        stage = plan.stages["intermediate"]
         features = cached_features(setup) if setup.spec.get("features") else None
-        with stage1_step(plan, setup.student, setup.teacher, setup.train["labels"], features) as (
-            step,
-            modules,
-        ):
-            train_steps(step, modules, batches)
     # stage 2 from the teacher's cached logits (computed once per teacher and task, as in a sweep)
     else:
+        stage = plan.stages["prediction"]
         loader = make_loader(
             setup.train, setup.tokenizer, plan.trainer.eval_batch_size, shuffle=False
         )
         table = logits_table(
             setup.teacher, loader, len(setup.train), plan.num_labels, setup.device, plan.precision
         )
-        table = table.to(setup.device)
-        step = prediction_kd_step(
-            setup.student, lambda b: table[b["example"]], plan.kd, setup.device, plan.precision
-        )
-        train_steps(step, [setup.student], batches)
+        rows = LogitsRows(table.to(setup.device))
+        features = lambda needs, stop_after, logits: rows  # noqa: E731
+    labels = setup.train["labels"]
+    with stage_step(plan, stage, setup.student, setup.teacher, labels, features) as (step, modules):
+        train_steps(step, modules, batches)
     return batches
 
 
@@ -273,7 +272,9 @@ def check(setup: Setup) -> dict:
     batch, same weights."""
     setup.student.eval()  # no dropout: every implementation must see the same student
     batch = setup.batches(setup.timed_set, padded=True)[0]
-    with stage1_step(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (step, _):
+    plan = setup.plan
+    stage = plan.stages["intermediate"]
+    with stage_step(plan, stage, setup.student, setup.teacher, setup.train["labels"]) as (step, _):
         ours = step(batch)["total"]
         our_grads = student_grads(setup.student, ours)
     result = {"kdbench_loss": ours.item()}

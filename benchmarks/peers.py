@@ -36,6 +36,13 @@ from kdbench.models.anatomy import encoder_layers
 
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
+
+def kd_params(plan) -> dict:
+    """The prediction stage's vanilla KD: its kd term's params (temperature, alpha)."""
+    (term,) = (term for term in plan.stages["prediction"].terms if term.loss == "kd")
+    return term.params
+
+
 # ---- the losses, on what Hugging Face returns
 # ------------------------------------------------------------------
 
@@ -163,7 +170,7 @@ def plain_stage1(setup):
 
 
 def plain_stage2(setup):
-    teacher, student, kd_cfg = setup.teacher, setup.student, setup.plan.kd
+    teacher, student, kd_cfg = setup.teacher, setup.student, kd_params(setup.plan)
 
     def step(batch):
         inputs = {k: v for k, v in batch.items() if k in TOKEN_INPUTS}
@@ -173,8 +180,8 @@ def plain_stage2(setup):
             student(**inputs).logits,
             teacher_logits,
             batch["labels"],
-            kd_cfg.temperature,
-            kd_cfg.alpha,
+            kd_cfg["temperature"],
+            kd_cfg["alpha"],
         )
 
     return step, [student]
@@ -238,7 +245,7 @@ def tuned_stage1(setup):
 
 
 def tuned_stage2(setup):
-    teacher, student, kd_cfg = setup.teacher, setup.student, setup.plan.kd
+    teacher, student, kd_cfg = setup.teacher, setup.student, kd_params(setup.plan)
 
     def step(batch):
         inputs = {k: v for k, v in batch.items() if k in TOKEN_INPUTS}
@@ -248,8 +255,8 @@ def tuned_stage2(setup):
             student(**inputs).logits,
             teacher_logits.clone(),
             batch["labels"],
-            kd_cfg.temperature,
-            kd_cfg.alpha,
+            kd_cfg["temperature"],
+            kd_cfg["alpha"],
         )
 
     return step, [student]
@@ -345,12 +352,12 @@ def textbrewer_train(
         ]
         config = DistillationConfig(intermediate_matches=matches, kd_loss_weight=0)
     else:  # vanilla KD, prediction layer
-        kd_cfg = setup.plan.kd
+        kd_cfg = kd_params(setup.plan)
         config = DistillationConfig(
-            temperature=kd_cfg.temperature,
+            temperature=kd_cfg["temperature"],
             kd_loss_type="ce",
-            kd_loss_weight=kd_cfg.alpha,
-            hard_label_weight=1 - kd_cfg.alpha,
+            kd_loss_weight=kd_cfg["alpha"],
+            hard_label_weight=1 - kd_cfg["alpha"],
             intermediate_matches=[],
         )
 

@@ -169,9 +169,9 @@ def measure_study(impl: str, quick: bool) -> dict:
             "--overrides",
             "data.train_limit=32",
             "data.eval_limit=32",
-            "trainer.teacher_epochs=1",
-            "trainer.stage1_epochs=1",
-            "trainer.stage2_epochs=1",
+            "stages.teacher.epochs=1",
+            "stages.intermediate.epochs=1",
+            "stages.prediction.epochs=1",
         ]
         if quick
         else []
@@ -510,11 +510,19 @@ def study_lines(rows: list[dict]) -> list[str]:
 
 PHASE_NAMES = {
     "teacher": "the teacher's fine-tuning",
-    "stage1": "stage 1 (every job's training loop)",
-    "stage2": "stage 2 (every job's training loop)",
+    "intermediate": "stage 1 (every job's training loop)",
+    "prediction": "stage 2 (every job's training loop)",
     "eval": "dev evaluation",
     "other": "the rest: imports, data, the caches' tables, Hydra, records",
 }
+# the phases' names in rows measured before the stages were named (raw.jsonl keeps them)
+EARLIER_PHASES = {"intermediate": "stage1", "prediction": "stage2"}
+
+
+def job_seconds(job: dict, phase: str) -> float:
+    """A job's seconds in `phase`, under its name or its earlier one."""
+    seconds = job["seconds"]
+    return seconds[phase] if phase in seconds else seconds[EARLIER_PHASES[phase]]
 
 
 def phase_lines(rows: list[dict]) -> list[str]:
@@ -527,7 +535,7 @@ def phase_lines(rows: list[dict]) -> list[str]:
 
     def phases(run: dict) -> dict[str, float]:
         sums = {
-            p: sum(job["seconds"][p] for job in run["jobs"]) for p in PHASE_NAMES if p != "other"
+            p: sum(job_seconds(job, p) for job in run["jobs"]) for p in PHASE_NAMES if p != "other"
         }
         return sums | {"other": run["seconds"] - sum(sums.values())}
 

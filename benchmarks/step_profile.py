@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import peers  # noqa: E402
 
-from kdbench.bench import stage1_step  # noqa: E402
 from kdbench.measure.timing import optimizer_for  # noqa: E402
 from kdbench.models.attention import prepare_for_training  # noqa: E402
+from kdbench.recipes.task_specific import stage_step  # noqa: E402
 
 PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
 
@@ -94,11 +94,10 @@ def run(impl: str, spec: dict) -> dict:
     labelled(setup.teacher, "teacher forward")
     labelled(setup.student, "student forward")
     if impl == "kdbench":
-        prepare_for_training(setup.student, setup.plan.trainer.recompute_attention)
-        with stage1_step(setup.plan, setup.student, setup.teacher, setup.train["labels"]) as (
-            step,
-            modules,
-        ):
+        plan = setup.plan
+        prepare_for_training(setup.student, plan.trainer.recompute_attention)
+        stage, labels = plan.stages["intermediate"], setup.train["labels"]
+        with stage_step(plan, stage, setup.student, setup.teacher, labels) as (step, modules):
             prof = profiled_steps(step, modules, batches, spec["warmup"])
     else:
         step, modules = peers.tuned_stage1(setup)

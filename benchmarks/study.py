@@ -118,13 +118,13 @@ class Study:
             compose([PRESET, f"objective={objective}", f"seed={seed}", *self.overrides])
         )
 
-    def batches(self, seed: int, epoch: int, tokens_only: bool = False) -> list[dict]:
-        """One epoch of kdbench's training batches (length-grouped, dynamic padding, seeded
-        shuffle)."""
+    def batches(self, stage, seed: int, epoch: int, tokens_only: bool = False) -> list[dict]:
+        """One epoch of kdbench's training batches of `stage` (length-grouped, dynamic padding,
+        seeded shuffle)."""
         loader = make_loader(
             self.train,
             self.tokenizer,
-            self.plan.trainer.batch_size,
+            stage.batch_size,
             shuffle=True,
             seed=seed,
             group_by_length=True,
@@ -133,8 +133,13 @@ class Study:
         keep = peers.TOKEN_INPUTS + (() if tokens_only else ("labels",))
         return [{k: v for k, v in batch.items() if k in keep} for batch in loader]
 
-    def epochs(self, seed: int, n: int, tokens_only: bool = False) -> list[dict]:
-        return [batch for epoch in range(n) for batch in self.batches(seed, epoch, tokens_only)]
+    def epochs(self, stage, seed: int, tokens_only: bool = False) -> list[dict]:
+        """The batches of every epoch of `stage` (a plan's `StageSpec`)."""
+        return [
+            batch
+            for epoch in range(stage.epochs)
+            for batch in self.batches(stage, seed, epoch, tokens_only)
+        ]
 
     def accuracy(self, model) -> float:
         model.eval()
@@ -150,28 +155,28 @@ class Study:
         return 100.0 * right / len(self.dev)
 
 
-def optimizer(modules, lr: float, trainer) -> torch.optim.AdamW:
-    """kdbench's optimizer settings (AdamW, its betas, eps and weight decay), fused as kdbench's and
-    the Hugging Face Trainer's (its default with torch >= 2.8)."""
+def optimizer(modules, spec) -> torch.optim.AdamW:
+    """A stage's optimizer settings (`spec`: its `OptimizerSpec`: AdamW's lr, betas, eps and weight
+    decay), fused as kdbench's and the Hugging Face Trainer's (its default with torch >= 2.8)."""
     parameters = [p for m in modules for p in m.parameters() if p.requires_grad]
     return torch.optim.AdamW(
         parameters,
-        lr=lr,
-        betas=tuple(trainer.adam_betas),
-        eps=trainer.adam_eps,
-        weight_decay=trainer.weight_decay,
+        lr=spec.lr,
+        betas=tuple(spec.betas),
+        eps=spec.eps,
+        weight_decay=spec.weight_decay,
         fused=True,
     )
 
 
-def schedule(steps: int, trainer) -> dict:
-    return peers.linear_schedule(int(trainer.warmup_ratio * steps), steps)
+def schedule(steps: int, spec) -> dict:
+    return peers.linear_schedule(int(spec.warmup_ratio * steps), steps)
 
 
-def train_loop(step, modules, batches: list[dict], lr: float, trainer) -> None:
+def train_loop(step, modules, batches: list[dict], spec) -> None:
     """The tuned peer's loop: a step, backward, AdamW, the linear warm-up schedule."""
-    opt = optimizer(modules, lr, trainer)
-    args = schedule(len(batches), trainer)
+    opt = optimizer(modules, spec)
+    args = schedule(len(batches), spec)
     lr_schedule = args["scheduler_class"](opt, **args["scheduler_args"])
     for batch in batches:
         loss = step(batch)
@@ -182,25 +187,19 @@ def train_loop(step, modules, batches: list[dict], lr: float, trainer) -> None:
 
 
 def fine_tuned_teacher(study: Study, impl: str):
-    plan = study.plan
+    plan, stage = study.plan, study.plan.stages["teacher"]
     teacher = pretrained_teacher(plan.teacher, plan.num_labels, plan.trainer.teacher_seed)
     teacher.set_attn_implementation("sdpa")
-    batches = study.epochs(plan.trainer.teacher_seed, plan.trainer.teacher_epochs)
+    batches = study.epochs(stage, plan.trainer.teacher_seed)
     if impl == "textbrewer":
         peers.textbrewer_finetune(
             teacher,
             batches,
-            partial(optimizer, lr=plan.trainer.teacher_lr, trainer=plan.trainer),
-            schedule(len(batches), plan.trainer),
+            partial(optimizer, spec=stage.optimizer),
+            schedule(len(batches), stage.optimizer),
         )
     else:
-        train_loop(
-            lambda batch: teacher(**batch).loss,
-            [teacher],
-            batches,
-            plan.trainer.teacher_lr,
-            plan.trainer,
-        )
+        train_loop(lambda batch: teacher(**batch).loss, [teacher], batches, stage.optimizer)
     return freeze(teacher)
 
 
@@ -256,14 +255,12 @@ def run_peer(
 
 def run_stages(impl: str, study: Study, setup, plan, clock: Clock) -> None:
     """Stage 1 (for an objective with intermediate terms), then stage 2, as the peer runs them."""
-    trainer = plan.trainer
-    stages = [(peers.tuned_stage1, trainer.stage1_epochs, True)] if plan.terms else []
-    stages.append((peers.tuned_stage2, trainer.stage2_epochs, False))
-    for make_step, epochs, stage1 in stages:
+    stages = [(peers.tuned_stage1, "intermediate")] if plan.terms else []
+    stages.append((peers.tuned_stage2, "prediction"))
+    for make_step, phase in stages:
+        stage, stage1 = plan.stages[phase], phase == "intermediate"
         setup.spec["objective"] = plan.objective if stage1 else "vanilla_kd"
-        batches = study.epochs(plan.seed, epochs, tokens_only=stage1)
-        lr = trainer.lr if stage1 else (trainer.stage2_lr or trainer.lr)
-        phase = "intermediate" if stage1 else "prediction"
+        batches = study.epochs(stage, plan.seed, tokens_only=stage1)
         if impl == "textbrewer":
             setup.teacher.set_attn_implementation("eager" if stage1 else "sdpa")
             setup.student.set_attn_implementation("eager" if stage1 else "sdpa")
@@ -272,13 +269,13 @@ def run_stages(impl: str, study: Study, setup, plan, clock: Clock) -> None:
                 peers.textbrewer_train,
                 setup,
                 batches,
-                partial(optimizer, lr=lr, trainer=trainer),
+                partial(optimizer, spec=stage.optimizer),
                 len(batches),
-                schedule(len(batches), trainer),
+                schedule(len(batches), stage.optimizer),
             )
         else:
             step, modules = make_step(setup)
-            clock.time(phase, train_loop, step, modules, batches, lr, trainer)
+            clock.time(phase, train_loop, step, modules, batches, stage.optimizer)
 
 
 def main() -> None:

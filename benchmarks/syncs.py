@@ -20,8 +20,8 @@ from tests.smoke.test_no_syncs import LOG_EVERY, TRAINER, counted_run
 
 def cases(root: Path) -> dict[str, list[str]]:
     glue, corpus = write_tiny_glue(root / "glue"), write_tiny_corpus(root / "corpus")
-    specific = ("trainer.teacher_epochs=1", *TRAINER)
-    agnostic = ("trainer.max_steps=7", "trainer.eval_every=0", *TRAINER)
+    specific = ("stages.teacher.epochs=1", *TRAINER)
+    agnostic = ("stages.distillation.steps=7", "stages.distillation.eval_every=0", *TRAINER)
     return {
         "task-specific att_kl+val_kl, features cache": tiny_overrides(
             glue, root / "a", "objective=att_kl+val_kl", "trainer.teacher_features_gib=4", *specific

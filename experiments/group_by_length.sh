@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does trainer.group_by_length change the scores? mini_table1 (nine objectives, seeds 1-4) with length-grouped
+# Does group_by_length in the distillation stages change the scores? mini_table1 (nine objectives, seeds 1-4) with length-grouped
 # batches and without, paired by objective and seed (experiments/setting_effect.py) into
 # results/group_by_length.md. Both arms share one fine-tuned teacher (trained on plain batches): the setting
 # changes the stages' batches only.
@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export KDBENCH_GLUE_DIR="${KDBENCH_GLUE_DIR:-../shared/data/glue}" KDBENCH_MODELS_DIR="${KDBENCH_MODELS_DIR:-../shared/data/models}"
 for grouped in true false; do
-  .venv/bin/python -m kdbench.run -m +experiment=mini_table1 trainer.group_by_length=$grouped \
-      trainer.teacher_group_by_length=false \
+  .venv/bin/python -m kdbench.run -m +experiment=mini_table1 stages.intermediate.group_by_length=$grouped \
+      stages.prediction.group_by_length=$grouped stages.teacher.group_by_length=false \
       hydra.sweep.dir=multirun/group_by_length_$grouped
 done
 .venv/bin/python experiments/setting_effect.py multirun/group_by_length_true multirun/group_by_length_false \

@@ -2,10 +2,10 @@
 [--out F]`.
 
 A and B are two sweep folders of the same design that differ in one setting (e.g. mini_table1 with
-`trainer.group_by_length` on and off). Their completed runs are paired by (task, objective, init,
-seed), and kdbench's report statistics test the paired differences A - B: over every pair, and per
-objective with Holm's correction. Also the median stage times of each side. Prints (or writes to F)
-a markdown summary.
+`stages.<stage>.group_by_length` on and off). Their completed runs are paired by (task, objective,
+init, seed), and kdbench's report statistics test the paired differences A - B: over every pair, and
+per objective with Holm's correction. Also the median stage times of each side. Prints (or writes to
+F) a markdown summary.
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ from pathlib import Path
 
 from kdbench.report.stats import holm, paired_effect, paired_ttest, seeds_needed
 
-TIMES = ("stage1_s", "stage2_s")
+TIMES = ("intermediate_s", "prediction_s")
+# the same times in records written before the stages were named (the committed results' records)
+EARLIER_TIMES = {"intermediate_s": "stage1_s", "prediction_s": "stage2_s"}
+
+
+def stage_seconds(record: dict, name: str) -> float:
+    """A record's seconds under the timing key `name`, or its earlier name."""
+    timing = record["timing"]
+    return timing[name] if name in timing else timing[EARLIER_TIMES[name]]
 
 
 def runs(folder: Path) -> dict[tuple, dict]:
@@ -87,7 +95,7 @@ def summary(a_dir: Path, b_dir: Path, names: tuple[str, str]) -> str:
     ]
     for name in TIMES:
         ta, tb = (
-            statistics.median(r["timing"][name] for k, r in runs_.items() if k in pairs)
+            statistics.median(stage_seconds(r, name) for k, r in runs_.items() if k in pairs)
             for runs_ in (a_runs, b_runs)
         )
         lines.append(f"| {name} | {ta:.1f} | {tb:.1f} | {ta / tb:.2f} |")

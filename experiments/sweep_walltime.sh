@@ -8,8 +8,10 @@ export KDBENCH_GLUE_DIR="${KDBENCH_GLUE_DIR:-../shared/data/glue}" KDBENCH_MODEL
 out=multirun/sweep_walltime
 mkdir -p "$out"
 for variant in fast plain; do
-  if [ "$variant" = fast ]; then flags="trainer.cache_teacher_logits=true trainer.cache_teacher_features=true trainer.group_by_length=true"
-  else flags="trainer.cache_teacher_logits=false trainer.cache_teacher_features=false trainer.group_by_length=false"; fi
+  if [ "$variant" = fast ]; then on=true; else on=false; fi
+  flags="trainer.cache_teacher_logits=$on trainer.cache_teacher_features=$on"
+  flags="$flags stages.teacher.group_by_length=$on stages.intermediate.group_by_length=$on"
+  flags="$flags stages.prediction.group_by_length=$on"
   rm -rf "$out/$variant" "$out/cache_$variant"
   start=$(date +%s)
   KDBENCH_CACHE="$out/cache_$variant" .venv/bin/python -m kdbench.run -m +experiment=mini_table1 $flags \

@@ -105,19 +105,20 @@ def test_table4_compares_random_and_first_six_layers_for_its_four_objectives():
 
 @pytest.mark.parametrize("name", ["table2_agnostic", "table4_agnostic_init"])
 def test_distillation_follows_table5(name):
-    trainer = preset(name).trainer
-    assert (trainer.max_steps, trainer.batch_size, trainer.lr, trainer.warmup_ratio) == (
+    stage = preset(name).stages.distillation
+    optimizer = stage.optimizer
+    assert (stage.steps, stage.batch_size, optimizer.lr, optimizer.warmup_ratio) == (
         100000,
         1024,
         5e-4,
         0.06,
     )
-    assert (list(trainer.adam_betas), trainer.adam_eps, trainer.weight_decay) == (
+    assert (list(optimizer.betas), optimizer.eps, optimizer.weight_decay) == (
         [0.9, 0.99],
         1e-6,
         0.01,
     )
-    assert trainer.max_grad_norm is None  # Table 5: gradient clipping 0.0
+    assert optimizer.max_grad_norm is None  # Table 5: gradient clipping 0.0
 
 
 @pytest.mark.parametrize("name", ["table2_agnostic_finetune", "table4_agnostic_init_finetune"])
@@ -125,9 +126,10 @@ def test_finetune_grid_is_table6_on_the_seven_tasks(name):
     cfg = preset(name)
     params = cfg.hydra.sweeper.params
     assert set(params.task.split(",")) == PAPER_TASKS
-    assert [float(x) for x in params["trainer.lr"].split(",")] == [1e-5, 3e-5, 5e-5, 8e-5]
-    assert [int(x) for x in str(params["trainer.batch_size"]).split(",")] == [16, 32]
-    assert (cfg.setting.name, cfg.trainer.finetune_epochs, cfg.paper_analogue) == (
+    lrs = params["stages.finetune.optimizer.lr"]
+    assert [float(x) for x in lrs.split(",")] == [1e-5, 3e-5, 5e-5, 8e-5]
+    assert [int(x) for x in str(params["stages.finetune.batch_size"]).split(",")] == [16, 32]
+    assert (cfg.setting.name, cfg.stages.finetune.epochs, cfg.paper_analogue) == (
         "finetune",
         10,
         None,
@@ -152,7 +154,7 @@ def test_mini_table2_is_a_scaled_table2_without_mlm_objectives():
         finetune.paper_analogue == cfg.paper_analogue
     )  # the fine-tuning records carry it to the report
     assert set(finetune.hydra.sweeper.params.task.split(",")) == {"sst2", "mrpc", "rte", "cola"}
-    assert (finetune.trainer.finetune_epochs, finetune.data.train_limit) == (1, 1000)
+    assert (finetune.stages.finetune.epochs, finetune.data.train_limit) == (1, 1000)
 
 
 @pytest.mark.parametrize("name", ["table2_agnostic", "table4_agnostic_init", "mini_table2"])
@@ -162,7 +164,7 @@ def test_every_distillation_of_the_sweep_plans(name, known_architectures, tmp_pa
     for point in points:
         plan = make_plan(preset(name, *point, *corpus, hydra=False))
         assert plan.setting == "task_agnostic" and plan.terms, point
-        assert plan.batches.global_batch == plan.trainer.batch_size
+        assert plan.batches.global_batch == plan.stages["distillation"].batch_size
     assert len(points) == {"table2_agnostic": 8, "table4_agnostic_init": 8, "mini_table2": 14}[name]
 
 
@@ -221,7 +223,7 @@ def test_auto_micro_batches_fit_the_gpu_by_the_paper_shapes_bound(
         torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=80 * GIB)
     )
     planned = make_plan(preset("table2_agnostic", f"objective={objective}", hydra=False))
-    assert planned.trainer.device_batch_size == "auto"
+    assert planned.stages["distillation"].device_batch_size == "auto"
     assert seen == [synthetic.step_memory(objective, synthetic.Shapes(), "bf16")]
     micro = fitting(1024, seen[0], 80 * GIB)
     assert (planned.batches.per_process, planned.batches.accumulation) == (micro, 1024 // micro)

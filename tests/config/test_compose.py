@@ -62,15 +62,12 @@ def test_layer_lists_are_integer_lists():
 
 
 def test_task_recipe_follows_the_paper():
-    rte, sst2, cola = (compose_config([f"task={t}"]) for t in ("rte", "sst2", "cola"))
-    assert (rte.trainer.lr, rte.trainer.batch_size) == (2e-5, 16)
-    assert (sst2.trainer.lr, sst2.trainer.batch_size) == (1e-5, 32)
-    assert cola.trainer.batch_size == 16
-    assert (sst2.trainer.stage1_epochs, sst2.trainer.stage2_epochs, sst2.trainer.warmup_ratio) == (
-        10,
-        10,
-        0.06,
-    )
+    rte, sst2, cola = (compose_config([f"task={t}"]).stages for t in ("rte", "sst2", "cola"))
+    for stage in ("teacher", "intermediate", "prediction"):  # the task's lr and batch in each
+        assert (rte[stage].optimizer.lr, rte[stage].batch_size) == (2e-5, 16)
+        assert (sst2[stage].optimizer.lr, sst2[stage].batch_size) == (1e-5, 32)
+        assert cola[stage].batch_size == 16
+        assert (sst2[stage].epochs, sst2[stage].optimizer.warmup_ratio) == (10, 0.06)
 
 
 def test_objective_with_a_plus_in_its_name_is_selectable():
@@ -169,7 +166,8 @@ def test_data_parallel_slurm_preset_runs_a_task_per_gpu():
         launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     )
     assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (4, 4, 4)
-    assert cfg.trainer.batch_size == 1024  # the recipe's global batch, whatever the number of tasks
+    # the recipe's global batch, whatever the number of tasks
+    assert cfg.stages.distillation.batch_size == 1024
 
 
 def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
@@ -185,42 +183,59 @@ def test_settings_of_how_a_run_computes_do_not_change_what_it_resumes():
     base = fingerprint([])
     flipped = [f"trainer.{key}={not compose_config([]).trainer[key]}" for key in COMPUTATION_ONLY]
     assert fingerprint(flipped) == base
-    assert fingerprint(["trainer.lr=1e-3"]) != base
+    assert fingerprint(["stages.intermediate.optimizer.lr=1e-3"]) != base
 
 
-def test_the_teachers_batches_follow_the_stages_unless_set(tiny_glue):
+def test_the_teachers_batches_are_its_own_stages(tiny_glue):
     from kdbench.planning.plan import make_plan
     from kdbench.teacher.cache import cache_path
 
     base = ["teacher=tiny", "student=tiny", "task=sst2", f"data.glue_dir={tiny_glue}"]
-    grouped, plain, pinned = (
+    students = [
+        "stages.intermediate.group_by_length=false",
+        "stages.prediction.group_by_length=false",
+    ]
+    grouped, plain, pinned, students_plain = (
         make_plan(compose_config([*base, *extra]))
         for extra in (
             [],
-            ["trainer.group_by_length=false"],
-            ["trainer.teacher_group_by_length=false"],
+            [*students, "stages.teacher.group_by_length=false"],
+            ["stages.teacher.group_by_length=false"],
+            students,
         )
     )
-    assert (grouped.trainer.teacher_group_by_length, plain.trainer.teacher_group_by_length) == (
+    assert (grouped.stages["teacher"].group_by_length, plain.stages["teacher"].group_by_length) == (
         True,
         False,
     )
-    assert pinned.trainer.group_by_length and not pinned.trainer.teacher_group_by_length
-    assert (
-        cache_path(plain) == cache_path(pinned) != cache_path(grouped)
-    )  # a teacher on other batches is another
+    assert pinned.stages["intermediate"].group_by_length
+    assert not pinned.stages["teacher"].group_by_length
+    assert not students_plain.stages["prediction"].group_by_length
+    # a teacher on other batches is another; the students' batches leave it as it is
+    assert cache_path(plain) == cache_path(pinned) != cache_path(grouped)
+    assert cache_path(students_plain) == cache_path(grouped)
 
 
 def test_warmup_ratio_per_task_gives_qqp_the_released_grids_warm_up():
-    from kdbench.planning.groups import trainer_spec
+    from kdbench.planning.groups import checked
+    from kdbench.planning.stage_specs import stage_specs
 
     def warmup(*overrides):
-        return trainer_spec(compose_config(["setting=finetune", *overrides])).warmup_ratio
+        cfg = compose_config(["setting=finetune", *overrides])
+        stages = stage_specs(checked(cfg.stages, "stages"), "finetune", cfg.task.name)
+        return stages["finetune"].optimizer.warmup_ratio
 
+    per_task = "stages.finetune.optimizer.warmup_ratio_per_task"
     released = ("trainer=finetune_released",)
     assert (warmup(*released, "task=qqp"), warmup(*released, "task=rte")) == (0.25, 0.0)
     assert warmup("trainer=finetune", "task=qqp") == warmup("trainer=finetune", "task=rte") == 0.06
-    assert warmup("trainer=finetune", "task=rte", "+trainer.warmup_ratio_per_task.rte=0.1") == 0.1
-    assert warmup(*released, "task=qqp", "trainer.warmup_ratio=0.1") == 0.1  # over the table
+    assert warmup("trainer=finetune", "task=rte", f"+{per_task}.rte=0.1") == 0.1
+    # the table names QQP's own: a run-wide warm-up leaves it, the task's entry is the override
+    plain = "stages.finetune.optimizer.warmup_ratio=0.1"
+    assert (warmup(*released, "task=qqp", plain), warmup(*released, "task=rte", plain)) == (
+        0.25,
+        0.1,
+    )
+    assert warmup(*released, "task=qqp", f"{per_task}.qqp=0.1") == 0.1
     with pytest.raises(ConfigError, match=r"warmup_ratio_per_task\.sst2"):
-        warmup(*released, "task=qqp", "+trainer.warmup_ratio_per_task.sst2=1.5")
+        warmup(*released, "task=qqp", f"+{per_task}.sst2=1.5")

@@ -44,11 +44,12 @@ def test_the_demo_distils_minilm_into_half_its_depth_from_its_own_layers(monkeyp
     assert plan.measure_cost  # its closing lines show both models' cost
     # a fresh task head needs more than the paper's 1e-5 in a budget of a few epochs on 1000
     # examples
-    assert plan.trainer.lr == 1e-4 and plan.trainer.stage2_lr in (None, plan.trainer.lr)
+    stages = plan.stages
+    assert stages["intermediate"].optimizer.lr == stages["prediction"].optimizer.lr == 1e-4
     assert (
-        plan.trainer.teacher_epochs,
-        plan.trainer.stage1_epochs,
-        plan.trainer.stage2_epochs,
+        stages["teacher"].epochs,
+        stages["intermediate"].epochs,
+        stages["prediction"].epochs,
     ) == (3, 2, 3)
 
 

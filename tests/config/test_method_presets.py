@@ -15,6 +15,7 @@ from kdbench.objectives.terms import Objective
 from kdbench.planning import study_config
 from kdbench.planning.groups import shape_spec
 from kdbench.planning.plan import make_plan
+from kdbench.planning.stage_specs import SETTING_STAGES
 from tests.config.test_agnostic_presets import known_architectures, preset  # noqa: F401 (a fixture)
 
 
@@ -62,8 +63,8 @@ def test_tinybert_recipe_is_general_then_task_specific_distillation(known_archit
         "tinybert",
         None,
     )
-    trainer = general.trainer
-    assert (trainer.batch_size, trainer.lr, trainer.warmup_ratio) == (256, 5e-5, 0.1)
+    stage = general.stages.distillation
+    assert (stage.batch_size, stage.optimizer.lr, stage.optimizer.warmup_ratio) == (256, 5e-5, 0.1)
     plan = make_plan(preset("tinybert_recipe", hydra=False))
     pairs = {(t.name, tuple(t.pairs)) for t in plan.terms}
     assert ("hid_mse", ((1, 3), (2, 6), (3, 9), (4, 12))) in pairs and (
@@ -71,9 +72,9 @@ def test_tinybert_recipe_is_general_then_task_specific_distillation(known_archit
         ((0, 0),),
     ) in pairs
     task = preset("tinybert_recipe_task")
-    trainer = task.trainer
-    stages = (trainer.stage1_epochs, trainer.lr, trainer.stage2_epochs, trainer.stage2_lr)
-    assert stages == (10, 5e-5, 3, 3e-5)
+    intermediate, prediction = task.stages.intermediate, task.stages.prediction
+    stages = (intermediate.epochs, intermediate.optimizer.lr, prediction.epochs)
+    assert stages + (prediction.optimizer.lr,) == (10, 5e-5, 3, 3e-5)
     assert (
         task.init.name,
         task.augment.name,
@@ -96,23 +97,29 @@ def test_tinybert_recipe_is_general_then_task_specific_distillation(known_archit
     "name", ["tinybert_recipe", "tinybert_recipe_task", "mini_tinybert", "mini_tinybert_task"]
 )
 def test_tinybert_optimiser_is_the_released_bert_adam(name):
-    trainer = preset(name).trainer
-    optimiser = (
-        trainer.weight_decay,
-        list(trainer.adam_betas),
-        trainer.max_grad_norm,
-        trainer.warmup_ratio,
-    )
-    assert optimiser == (0.01, [0.9, 0.999], 1.0, 0.1)
+    stages = preset(name).stages
+    setting = "task_specific" if name.endswith("_task") else "task_agnostic"
+    for stage in SETTING_STAGES[setting]:
+        optimizer = stages[stage].optimizer
+        optimiser = (
+            optimizer.weight_decay,
+            list(optimizer.betas),
+            optimizer.max_grad_norm,
+            optimizer.warmup_ratio,
+        )
+        assert optimiser == (0.01, [0.9, 0.999], 1.0, 0.1), stage
 
 
 @pytest.mark.parametrize("name", ["tinybert_recipe_task", "mini_tinybert_task"])
 def test_tinybert_task_stage_is_as_released(name):
     cfg = preset(name)
-    kd = cfg.prediction_kd
-    assert (kd.temperature, kd.alpha) == (1.0, 1.0)  # soft CE on the teacher's logits only
-    assert cfg.trainer.stage1_schedule == "constant" and cfg.init.carry_projections is True
-    assert preset("table1_objectives").trainer.stage1_schedule == "linear"  # the study's
+    (kd,) = cfg.stages.prediction.objective.terms  # soft CE on the teacher's logits only
+    assert kd.loss == "kd" and (kd.params.temperature, kd.params.alpha) == (1.0, 1.0)
+    schedule = cfg.stages.intermediate.optimizer.schedule
+    assert schedule == "constant" and cfg.init.carry_projections is True
+    study = preset("table1_objectives").stages
+    assert study.intermediate.optimizer.schedule == "linear"  # the study's
+    assert study.prediction.objective.terms[0].params.temperature == 2.0
 
 
 @pytest.mark.parametrize(
@@ -128,8 +135,10 @@ def test_tinybert_task_stage_is_as_released(name):
     ],
 )
 def test_tinybert_task_stage_epochs_and_batch_are_the_papers_per_task(task, epochs, batch):
-    trainer = preset("tinybert_recipe_task", f"task={task}").trainer
-    assert (trainer.stage1_epochs, trainer.batch_size, trainer.stage2_epochs) == (epochs, batch, 3)
+    stages = preset("tinybert_recipe_task", f"task={task}").stages
+    got = (stages.intermediate.epochs, stages.intermediate.batch_size, stages.prediction.epochs)
+    assert got == (epochs, batch, 3)
+    assert stages.teacher.batch_size == stages.prediction.batch_size == batch
 
 
 def test_minilm_ta_distils_an_assistant_of_the_teachers_depth_then_the_student():
@@ -149,11 +158,11 @@ def test_minilm_ta_distils_an_assistant_of_the_teachers_depth_then_the_student()
 @pytest.mark.parametrize("name", ["minilm_ta", "minilm_ta_student"])
 def test_minilm_presets_use_its_supplements_recipe(name):
     cfg = preset(name)
-    trainer = cfg.trainer
-    warmup_steps = trainer.warmup_ratio * trainer.max_steps
-    recipe = (trainer.batch_size, trainer.lr, trainer.max_steps, warmup_steps)
+    stage = cfg.stages.distillation
+    warmup_steps = stage.optimizer.warmup_ratio * stage.steps
+    recipe = (stage.batch_size, stage.optimizer.lr, stage.steps, warmup_steps)
     assert recipe == (256, 3e-4, 400000, 4000)
-    adam = (list(trainer.adam_betas), trainer.weight_decay, cfg.corpus.seq_len)
+    adam = (list(stage.optimizer.betas), stage.optimizer.weight_decay, cfg.corpus.seq_len)
     assert adam == ([0.9, 0.999], 0.01, 512)
     assert cfg.objective.terms[1].params.scale_by == "teacher"
 
@@ -161,8 +170,8 @@ def test_minilm_presets_use_its_supplements_recipe(name):
 @pytest.mark.parametrize("name", ["mini_minilm_ta", "mini_minilm_ta_student"])
 def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
     cfg = preset(name)
-    trainer = cfg.trainer
-    recipe = (trainer.lr, list(trainer.adam_betas), trainer.weight_decay)
+    optimizer = cfg.stages.distillation.optimizer
+    recipe = (optimizer.lr, list(optimizer.betas), optimizer.weight_decay)
     assert recipe == (3e-4, [0.9, 0.999], 0.01)
     assert cfg.objective.terms[1].params.scale_by == "teacher"
     study = preset("table2_agnostic", "objective=att_kl+val_kl")
@@ -227,7 +236,7 @@ def test_the_mini_chains_plan_with_their_students(
         )
     )
     assert plan.init.path == tmp_path / "general" and plan.augment.n_per_example == 4
-    assert plan.augment.mlm_shape.num_layers == 2 and plan.trainer.stage2_lr == 1e-4
+    assert plan.augment.mlm_shape.num_layers == 2 and plan.stages["prediction"].optimizer.lr == 1e-4
     assistant = shape_spec(preset("mini_minilm_ta", hydra=False).student, "assistant")
     assert (assistant.num_layers, assistant.hidden_size, assistant.num_heads) == (6, 192, 12)
     build_student(teacher, assistant, 2, 0, mlm=True).save_pretrained(tmp_path / "assistant")

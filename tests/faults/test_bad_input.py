@@ -66,6 +66,17 @@ def test_cli_unknown_key(tmp_path):
         ("tsk.lr=1", "tsk.lr is not a key; did you mean task.lr?"),
         ("studnt=tiny", "studnt is not a key; did you mean student?"),
         ("task.zzz=1", "task.zzz is not a key; python -m kdbench.run --cfg job lists them"),
+        # a flat key the stage blocks replace names its stage key
+        (
+            "trainer.stage1_epochs=2",
+            "trainer.stage1_epochs is now stages.intermediate.epochs: "
+            "write stages.intermediate.epochs=...",
+        ),
+        (
+            "prediction_kd.alpha=1",
+            "prediction_kd.alpha is now stages.prediction.objective.terms.0.params.alpha: "
+            "write stages.prediction.objective.terms.0.params.alpha=...",
+        ),
     ],
 )
 def test_an_unknown_key_is_answered_with_the_closest_one(capsys, override, line):
@@ -80,15 +91,24 @@ def test_an_unknown_key_is_answered_with_the_closest_one(capsys, override, line)
         (["init=layers", "init.layers=[1,2,3]"], ["init.layers=[1, 2, 3]", "student has 2 layers"]),
         (["init=layers", "init.layers=[2,9]"], ["layer 9 does not exist", "1..4"]),
         (["student=2x384"], ["hidden size (384)", "teacher's (32)", "init=random"]),
-        (["trainer.stage1_epochs=-1"], ["negative"]),
-        (["trainer.batch_size=0"], ["batch_size=0"]),
-        (["trainer.lr=0"], ["learning rate"]),
+        (["stages.intermediate.epochs=-1"], ["stages.intermediate.epochs=-1", "non-negative"]),
+        (["stages.intermediate.batch_size=0"], ["stages.intermediate.batch_size=0"]),
+        (["stages.intermediate.optimizer.lr=0"], ["learning rate"]),
         (["data.train_limit=0"], ["data.train_limit=0", "positive number of examples"]),
         (["task=qnli"], ["QNLI/train.tsv", "missing"]),
         (["setting=task_agnostic"], ["corpus=local needs corpus.path"]),
         (
             ["setting=task_agnostic", "corpus.path=."],
-            ["setting=task_agnostic needs trainer.max_steps", "trainer=agnostic"],
+            ["setting=task_agnostic runs the stage distillation", "stages.distillation block"],
+        ),
+        (
+            ["setting=task_agnostic", "corpus.path=.", "trainer=agnostic"]
+            + ["stages.distillation.steps=null", "stages.distillation.epochs=1"],
+            [
+                "setting=task_agnostic counts steps",
+                "stages.distillation.steps=",
+                "trainer=agnostic",
+            ],
         ),
         (
             ["trainer.device=cuda"]
@@ -96,8 +116,14 @@ def test_an_unknown_key_is_answered_with_the_closest_one(capsys, override, line)
             else ["trainer.device=cuda:99"],
             ["cuda"],
         ),
-        (["prediction_kd.alpha=1.5"], ["prediction_kd.alpha=1.5", "a number in [0, 1]"]),
-        (["trainer.weight_decay=nan"], ["trainer.weight_decay=nan", "number >= 0"]),
+        (
+            ["stages.prediction.objective.terms.0.params.alpha=1.5"],
+            ["stages.prediction.objective.terms.0.params.alpha=1.5", "a number in [0, 1]"],
+        ),
+        (
+            ["stages.teacher.optimizer.weight_decay=nan"],
+            ["stages.teacher.optimizer.weight_decay=nan", "number >= 0"],
+        ),
         (["objective.terms.0.weight=abc"], ["objective.terms.0.weight='abc'", "number >= 0"]),
         (
             ["teacher.shape.max_positions=16"],
@@ -129,8 +155,8 @@ def test_a_run_refused_before_work_leaves_no_folder(tiny_glue, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     overrides = in_hydras_folder(tiny_overrides(tiny_glue, tmp_path))
-    result = cli(*overrides, "trainer.batch_size=0", cwd=work)
-    assert_one_line_error(result, "trainer.batch_size=0")
+    result = cli(*overrides, "stages.teacher.batch_size=0", cwd=work)
+    assert_one_line_error(result, "stages.teacher.batch_size=0")
     assert list(work.iterdir()) == []
 
 
@@ -225,7 +251,7 @@ def test_cli_bad_data_files(tmp_path, mutate, fragments):
         (["init=layers", "init.layers=[3,3]"], ["strictly ascending"]),
         (["student=tiny", "student.num_heads=2", "objective=att_kl"], ["2 heads", "minilm_v2"]),
         (
-            ["teacher.finetuned_path=/nonexistent/teacher", "trainer.teacher_epochs=0"],
+            ["teacher.finetuned_path=/nonexistent/teacher", "stages.teacher.epochs=0"],
             ["cannot load the fine-tuned teacher"],
         ),
         (["task=mnli"], ["MNLI/train.tsv", "missing"]),
@@ -243,7 +269,7 @@ def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
     ("overrides", "fragments"),
     [
         (["objective=vanilla_kd", "teacher.has_mlm_head=false"], ["has no MLM head"]),
-        (["trainer.max_steps=-3"], ["max_steps=-3"]),
+        (["stages.distillation.steps=-3"], ["stages.distillation.steps=-3"]),
         (["corpus.format=pdf"], ["corpus.format='pdf'", "text"]),
     ],
 )
@@ -277,7 +303,10 @@ def test_cli_corpus_without_usable_text(tmp_path):
 
 def test_debug_shows_the_traceback(tmp_path):
     result = cli(
-        "objective=att_kl", "trainer.lr=-1", "kdbench.debug=true", f"paths.run_dir={tmp_path}"
+        "objective=att_kl",
+        "stages.intermediate.optimizer.lr=-1",
+        "kdbench.debug=true",
+        f"paths.run_dir={tmp_path}",
     )
     assert (
         result.returncode == 2

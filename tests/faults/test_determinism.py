@@ -17,7 +17,7 @@ def losses(run_dir) -> list[dict]:
 
 
 def test_same_seed_same_metrics_and_losses_another_seed_differs(tiny_glue, tmp_path):
-    extra = ("objective=att_kl+hid_seq", "trainer.stage1_epochs=2")
+    extra = ("objective=att_kl+hid_seq", "stages.intermediate.epochs=2")
     a = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "a", "seed=3", *extra)))
     b = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "b", "seed=3", *extra)))
     run(compose_config(tiny_overrides(tiny_glue, tmp_path / "c", "seed=4", *extra)))

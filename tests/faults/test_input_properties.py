@@ -56,7 +56,7 @@ def leaves(node, at: str):
 
 def governing(path: str) -> str:
     """The key whose rule checks `path`: the path itself, or the list it is an entry of
-    (trainer.adam_betas.0)."""
+    (stages.teacher.optimizer.betas.0)."""
     parent, _, last = path.rpartition(".")
     return parent if last.isdigit() and rule_for(path) is None else path
 

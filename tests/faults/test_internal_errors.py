@@ -49,8 +49,10 @@ def test_with_debug_a_bug_shows_its_traceback(tiny_glue, tmp_path, monkeypatch, 
 
 
 def test_bad_input_never_takes_the_internal_error_path(tiny_glue, tmp_path, monkeypatch, capsys):
-    code = run_cli(monkeypatch, *tiny_overrides(tiny_glue, tmp_path), "trainer.lr=-1")
-    assert code == 2 and "kdbench: error: trainer.lr=-1" in capsys.readouterr().err
+    code = run_cli(
+        monkeypatch, *tiny_overrides(tiny_glue, tmp_path), "stages.teacher.optimizer.lr=-1"
+    )
+    assert code == 2 and "kdbench: error: stages.teacher.optimizer.lr=-1" in capsys.readouterr().err
 
 
 def error_lines(capsys) -> tuple[list[str], str]:

@@ -23,8 +23,8 @@ from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, wr
 CHECKPOINTED = (
     "trainer.checkpoint_every=1",
     "trainer.keep_checkpoints=true",
-    "trainer.stage1_epochs=2",
-    "trainer.stage2_epochs=2",
+    "stages.intermediate.epochs=2",
+    "stages.prediction.epochs=2",
     "objective=att_kl+val_kl",
 )
 
@@ -76,11 +76,13 @@ def test_resume_after_a_crash_gives_the_same_metrics(
 
 def test_resume_continues_from_the_latest_checkpoint_after_sigkill(tiny_glue, tmp_path):
     overrides = tiny_overrides(
-        tiny_glue, tmp_path / "run", *CHECKPOINTED, "trainer.stage1_epochs=6"
+        tiny_glue, tmp_path / "run", *CHECKPOINTED, "stages.intermediate.epochs=6"
     )
     reference = run(
         compose_config(
-            tiny_overrides(tiny_glue, tmp_path / "ref", *CHECKPOINTED, "trainer.stage1_epochs=6")
+            tiny_overrides(
+                tiny_glue, tmp_path / "ref", *CHECKPOINTED, "stages.intermediate.epochs=6"
+            )
         )
     )
     command = [sys.executable, "-m", "kdbench.run", *overrides]
@@ -139,7 +141,13 @@ def test_a_different_config_does_not_resume_silently(tiny_glue, tmp_path, monkey
         run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED)))
     monkeypatch.undo()
     with pytest.raises(KdbenchError, match="different configuration"):
-        run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED, "trainer.lr=3e-4")))
+        run(
+            compose_config(
+                tiny_overrides(
+                    tiny_glue, tmp_path, *CHECKPOINTED, "stages.prediction.optimizer.lr=3e-4"
+                )
+            )
+        )
 
 
 def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoint(
@@ -156,9 +164,9 @@ def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoin
                 "task=rte",
                 f"data.glue_dir={tiny_glue}",
                 f"setting.student_path={distilled['student_path']}",
-                "trainer.stage2_epochs=2",
-                "trainer.batch_size=16",
-                "trainer.eval_every=1",
+                "stages.finetune.epochs=2",
+                "stages.finetune.batch_size=16",
+                "stages.finetune.eval_every=1",
                 "trainer.checkpoint_every=2",
                 "trainer.progress_bar=false",
                 f"paths.run_dir={run_dir}",
@@ -181,7 +189,7 @@ def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoin
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-LONG_STAGE1 = (*CHECKPOINTED, "trainer.stage1_epochs=6", "trainer.checkpoint_every=1000")
+LONG_STAGE1 = (*CHECKPOINTED, "stages.intermediate.epochs=6", "trainer.checkpoint_every=1000")
 
 # Stands in for submitit's job process: its pre-emption handler (USR2) requeues the job and exits
 # with 144.
@@ -233,7 +241,7 @@ def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(tiny_glue, tmp_path)
     ]
     stopped = stop_during_stage1(command, tmp_path / "run", signal.SIGTERM)
     assert stopped.returncode == 0, stopped.stderr[-2000:]
-    assert "stopped by a signal at stage1" in stopped.stderr
+    assert "stopped by a signal at intermediate" in stopped.stderr
     assert_checkpointed_then_resumes(command, tmp_path / "run", reference)
 
 
@@ -250,7 +258,7 @@ def test_submitit_preemption_checkpoints_first_then_submitit_requeues(tiny_glue,
     # record
     assert stopped.returncode == 144, stopped.stderr[-2000:]
     assert marker.read_text() == "requeued"
-    assert "stopped by a signal at stage1" in stopped.stderr
+    assert "stopped by a signal at intermediate" in stopped.stderr
     assert_checkpointed_then_resumes(
         [sys.executable, "-m", "kdbench.run", *overrides], tmp_path / "run", reference
     )
@@ -265,7 +273,7 @@ def test_a_crash_resumes_from_the_last_epoch_boundary(tiny_glue, tmp_path, monke
     epochs = (
         "trainer.checkpoint_every=0",
         "trainer.keep_checkpoints=true",
-        "trainer.stage1_epochs=3",
+        "stages.intermediate.epochs=3",
         "objective=att_kl",
     )
     reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *epochs)))
@@ -286,7 +294,7 @@ def test_a_crash_resumes_from_the_last_epoch_boundary(tiny_glue, tmp_path, monke
 
 
 def test_a_killed_teacher_fine_tuning_resumes_from_its_checkpoint(tiny_glue, tmp_path, monkeypatch):
-    teacher = ("trainer.teacher_epochs=3", "trainer.checkpoint_every=4", "objective=att_kl")
+    teacher = ("stages.teacher.epochs=3", "trainer.checkpoint_every=4", "objective=att_kl")
     monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache-ref"))
     reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *teacher)))
     monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))
@@ -325,7 +333,7 @@ def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(
         return losses
 
     monkeypatch.setattr(objective_module.Objective, "forward", poisoned)
-    with pytest.raises(KdbenchError, match=r"loss term 'val_kl' became nan at stage1 step 4"):
+    with pytest.raises(KdbenchError, match=r"loss term 'val_kl' became nan at intermediate step 4"):
         run(compose_config(tiny_overrides(tiny_glue, tmp_path, *CHECKPOINTED)))
     record = json.loads((tmp_path / "result.json").read_text())
     assert record["status"] == "failed" and "val_kl" in record["error"]

@@ -34,7 +34,7 @@ from tests.helpers import (
 pytestmark = pytest.mark.slow  # a subprocess per phase, then the same command again
 
 TABLES = (
-    "trainer.teacher_epochs=0",
+    "stages.teacher.epochs=0",
     "objective=att_kl",
 )  # teacher as loaded, then its features and logits tables
 # from the signal to the record saying stopped (the phase's work abandoned, its entry cleaned)

@@ -37,7 +37,7 @@ def test_a_preempted_submitit_job_checkpoints_is_requeued_and_resumes(tiny_glue,
     job resumes."""
     long = (
         "objective=att_kl",
-        "trainer.stage1_epochs=8",
+        "stages.intermediate.epochs=8",
         "trainer.checkpoint_every=1000",
         "seed=1",
     )
@@ -88,8 +88,8 @@ def test_a_preempted_two_task_job_stops_together_and_resumes(tmp_path):
     extra = [
         "objective=att_kl",
         "trainer.student_dropout=0.0",
-        "trainer.max_steps=300",
-        "trainer.eval_every=0",
+        "stages.distillation.steps=300",
+        "stages.distillation.eval_every=0",
         "trainer.checkpoint_every=100000",
     ]
     reference = run(compose_config(agnostic_overrides(corpus, tmp_path / "ref", *extra)))

@@ -58,7 +58,11 @@ def test_heldout_attention_loss_goes_down(corpus, tmp_path):
     record = run(
         compose_config(
             agnostic_overrides(
-                corpus, tmp_path, "objective=att_mse", "trainer.max_steps=30", "trainer.lr=2e-3"
+                corpus,
+                tmp_path,
+                "objective=att_mse",
+                "stages.distillation.steps=30",
+                "stages.distillation.optimizer.lr=2e-3",
             )
         )
     )
@@ -78,7 +82,7 @@ def test_saved_student_loads_with_automodel(corpus, tmp_path):
 def test_resume_mid_run_gives_the_same_final_weights(corpus, tmp_path, monkeypatch):
     from kdbench.training import loop
 
-    extra = ("objective=att_kl+val_kl", "trainer.checkpoint_every=2", "trainer.max_steps=8")
+    extra = ("objective=att_kl+val_kl", "trainer.checkpoint_every=2", "stages.distillation.steps=8")
     run(compose_config(agnostic_overrides(corpus, tmp_path / "ref", *extra)))
     calls = {"n": 0}
     real = loop.to_device
@@ -110,8 +114,8 @@ def test_two_processes_with_gloo_equal_one_process_with_accumulation(
     extra = [
         f"objective={objective}",
         "trainer.student_dropout=0.0",
-        "trainer.max_steps=4",
-        "trainer.eval_every=0",
+        "stages.distillation.steps=4",
+        "stages.distillation.eval_every=0",
     ]
     single = run(compose_config(agnostic_overrides(corpus, tmp_path / "single", *extra)))
     assert single["batch"]["accumulation"] == 2
@@ -154,8 +158,8 @@ def test_a_two_task_submitit_job_is_one_data_parallel_group(corpus, tmp_path):
     extra = [
         "objective=att_kl+hid_seq",
         "trainer.student_dropout=0.0",
-        "trainer.max_steps=4",
-        "trainer.eval_every=0",
+        "stages.distillation.steps=4",
+        "stages.distillation.eval_every=0",
     ]
     single = run(compose_config(agnostic_overrides(corpus, tmp_path / "single", *extra)))
     launcher = [
@@ -202,8 +206,11 @@ def test_a_two_task_submitit_job_is_one_data_parallel_group(corpus, tmp_path):
     [
         (["objective=vanilla_kd", "teacher.has_mlm_head=false"], "has no MLM head"),
         (["objective=hid_cls_contrast"], "raw text does not have"),
-        (["trainer.batch_size=6"], "not a multiple of trainer.device_batch_size=4"),
-        (["trainer.max_steps=0"], "max_steps=0 must be a positive integer"),
+        (
+            ["stages.distillation.batch_size=6"],
+            "not a multiple of stages.distillation.device_batch_size=4",
+        ),
+        (["stages.distillation.steps=0"], "steps=0 must be a positive integer"),
     ],
 )
 def test_bad_task_agnostic_configs_are_refused(corpus, tmp_path, overrides, message):
@@ -238,9 +245,9 @@ def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(
                 f"setting.student_path={distilled['student_path']}",
                 "task=rte",
                 f"data.glue_dir={tiny_glue}",
-                "trainer.finetune_epochs=1",
-                "trainer.batch_size=16",
-                "trainer.lr=5e-5",
+                "stages.finetune.epochs=1",
+                "stages.finetune.batch_size=16",
+                "stages.finetune.optimizer.lr=5e-5",
                 "trainer.progress_bar=false",
                 f"paths.run_dir={tmp_path / 'ft'}",
             ]
@@ -320,15 +327,15 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(
                 "task=rte",
                 f"data.glue_dir={tiny_glue}",
                 f"setting.student_path={distilled['student_path']}",
-                "trainer.finetune_epochs=2",
-                "trainer.batch_size=16",
-                "trainer.eval_every=1",
+                "stages.finetune.epochs=2",
+                "stages.finetune.batch_size=16",
+                "stages.finetune.eval_every=1",
                 "trainer.progress_bar=false",
                 f"paths.run_dir={tmp_path / 'ft'}",
             ]
         )
     )
-    trainer = record["config"]["trainer"]
-    assert (trainer["weight_decay"], trainer["warmup_ratio"]) == (0.0, 0.0)
+    optimizer = record["config"]["stages"]["finetune"]["optimizer"]
+    assert (optimizer["weight_decay"], optimizer["warmup_ratio"]) == (0.0, 0.0)
     assert len(scores) >= 2 and record["metrics"]["accuracy"] == max(scores)
     assert record["best_step"] == 1 + scores.index(max(scores))  # the first step with the best

@@ -17,7 +17,7 @@ def test_bench_prints_one_measurement_per_objective(tiny_glue, tmp_path, capsys)
             "student=tiny",
             "task=sst2",
             f"data.glue_dir={tiny_glue}",
-            "trainer.batch_size=8",
+            "stages.intermediate.batch_size=8",
             f"paths.run_dir={tmp_path}",
             "--objectives",
             "att_kl+val_kl,hid_seq",

@@ -113,9 +113,9 @@ def test_the_whole_study_benchmark_runs_every_job_of_the_tuned_loop():
     tiny = [
         "data.train_limit=32",
         "data.eval_limit=32",
-        "trainer.teacher_epochs=1",
-        "trainer.stage1_epochs=1",
-        "trainer.stage2_epochs=1",
+        "stages.teacher.epochs=1",
+        "stages.intermediate.epochs=1",
+        "stages.prediction.epochs=1",
     ]
     proc = subprocess.run(
         [

@@ -58,7 +58,7 @@ def test_a_bf16_task_agnostic_run_keeps_its_teacher_in_bf16(tmp_path, monkeypatc
         tmp_path / "run",
         "objective=distilbert",
         "trainer.precision=bf16",
-        "trainer.max_steps=2",
+        "stages.distillation.steps=2",
     )
     record = run(compose_config(overrides))
     assert record["status"] == "completed" and record["precision"] == "bf16"
@@ -72,9 +72,9 @@ def test_a_cpu_run_records_fp32_without_tf32(tiny_glue, tmp_path, precision):
         tiny_glue,
         tmp_path,
         f"trainer.precision={precision}",
-        "trainer.stage1_epochs=0",
-        "trainer.stage2_epochs=0",
-        "trainer.teacher_epochs=0",
+        "stages.intermediate.epochs=0",
+        "stages.prediction.epochs=0",
+        "stages.teacher.epochs=0",
     )
     record = run(compose_config(overrides))
     assert (record["precision"], record["tf32"]) == ("fp32", False)

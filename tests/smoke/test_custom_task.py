@@ -75,7 +75,7 @@ def test_the_record_carries_both_models_measured_cost(user_data, tmp_path):
         f"task.train_file={user_data['csv']}",
         "task.text_columns=[review]",
         "task.label_column=sentiment",
-        "trainer.stage1_epochs=0",
+        "stages.intermediate.epochs=0",
     )["cost"]
     for model in ("teacher", "student"):
         assert all(cost[model][field] > 0 for field in COST_FIELDS), cost

@@ -44,9 +44,8 @@ def test_no_forward_of_a_run_may_choose_cudnn_attention(
         tiny_glue, tmp_path / "run", f"trainer.precision={precision}", "measure_cost=true", fresh
     )
     assert run(compose_config(overrides))["status"] == "completed"
-    assert {"teacher", "intermediate", "prediction", "evaluation", *TEACHER_ONLY_PHASES} <= set(
-        calls
-    )
+    phases = {"teacher", "intermediate", "prediction", "evaluation", *TEACHER_ONLY_PHASES}
+    assert phases <= set(calls)
     assert not {name for name, states in calls.items() if any(cudnn for cudnn, _ in states)}
     assert torch.backends.cuda.cudnn_sdp_enabled()  # restored after every forward
     if precision == "bf16":

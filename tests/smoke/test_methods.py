@@ -54,8 +54,8 @@ def test_init_pretrained_starts_from_the_saved_weights_and_names_them(
         "init=pretrained",
         f"init.path={student}",
         "objective=tinybert",
-        "trainer.stage1_epochs=0",
-        "trainer.stage2_epochs=0",
+        "stages.intermediate.epochs=0",
+        "stages.prediction.epochs=0",
         "save_student=true",
     )
     record = run(compose_config(overrides))

@@ -193,7 +193,7 @@ def test_no_sync_between_log_steps_of_the_task_specific_stages(
         tiny_glue,
         tmp_path,
         f"objective={objective}",
-        "trainer.teacher_epochs=1",
+        "stages.teacher.epochs=1",
         f"trainer.teacher_features_gib={cache}",
         *TRAINER,
     )
@@ -210,8 +210,8 @@ def test_no_sync_between_log_steps_of_the_task_agnostic_recipe(
         corpus,
         tmp_path,
         f"objective={objective}",
-        "trainer.max_steps=7",
-        "trainer.eval_every=0",
+        "stages.distillation.steps=7",
+        "stages.distillation.eval_every=0",
         *TRAINER,
     )
     found = between_log_steps(counted_run(overrides, monkeypatch))

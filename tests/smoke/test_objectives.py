@@ -16,7 +16,7 @@ from tests.helpers import compose_config, tiny_overrides
 @pytest.mark.parametrize("objective", group_options("objective"))
 def test_objective_runs_end_to_end(objective, tiny_glue, tmp_path):
     cfg = compose_config(
-        tiny_overrides(tiny_glue, tmp_path, f"objective={objective}", "trainer.stage2_epochs=0")
+        tiny_overrides(tiny_glue, tmp_path, f"objective={objective}", "stages.prediction.epochs=0")
     )
     record = run(cfg)
     assert record["status"] == "completed"

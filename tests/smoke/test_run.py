@@ -88,7 +88,7 @@ def test_zero_epochs_skip_stages(tiny_glue, tmp_path):
     record = run(
         compose_config(
             tiny_overrides(
-                tiny_glue, tmp_path, "trainer.stage1_epochs=0", "trainer.stage2_epochs=0"
+                tiny_glue, tmp_path, "stages.intermediate.epochs=0", "stages.prediction.epochs=0"
             )
         )
     )
@@ -155,7 +155,7 @@ def test_save_student_writes_a_loadable_model(tiny_glue, tmp_path):
 def test_other_task_kinds_run(tiny_glue, tmp_path, task):
     record = run(
         compose_config(
-            tiny_overrides(tiny_glue, tmp_path, f"task={task}", "trainer.stage1_epochs=0")
+            tiny_overrides(tiny_glue, tmp_path, f"task={task}", "stages.intermediate.epochs=0")
         )
     )
     expected = {
@@ -192,7 +192,7 @@ def test_a_width_mismatch_runs_with_a_random_init_and_the_record_says_so(tiny_gl
     overrides = [
         o for o in tiny_overrides(tiny_glue, tmp_path, "student=2x384") if not o.startswith("init=")
     ]
-    record = run(compose_config([*overrides, "objective=hid_seq", "trainer.teacher_epochs=0"]))
+    record = run(compose_config([*overrides, "objective=hid_seq", "stages.teacher.epochs=0"]))
     assert record["status"] == "completed"
     assert (record["init"], record["init_name"]) == ("random", "auto")
 
@@ -201,7 +201,7 @@ def test_records_say_where_they_came_from(tiny_glue, tmp_path):
     record = run(
         compose_config(
             tiny_overrides(
-                tiny_glue, tmp_path, "trainer.stage1_epochs=0", "trainer.stage2_epochs=0"
+                tiny_glue, tmp_path, "stages.intermediate.epochs=0", "stages.prediction.epochs=0"
             )
         )
     )

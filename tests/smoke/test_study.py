@@ -41,17 +41,17 @@ def test_a_task_agnostic_study_runs_from_nothing_to_tables_and_resumes(tiny_glue
         f"corpus.path={corpus}",
         "corpus.seq_len=32",
         "corpus.heldout_fraction=0.2",
-        "trainer.max_steps=4",
-        "trainer.batch_size=8",
-        "trainer.device_batch_size=4",
-        "trainer.eval_every=2",
+        "stages.distillation.steps=4",
+        "stages.distillation.batch_size=8",
+        "stages.distillation.device_batch_size=4",
+        "stages.distillation.eval_every=2",
         "trainer.heldout_batches=2",
         f"hydra.sweep.dir={sweep_dir}",
         f"data.glue_dir={tiny_glue}",  # the GLUE folder reaches the grids too
         "--finetune",
         "task=rte",
         "--finetune",
-        "trainer.lr=5e-5",  # one grid point per student
+        "stages.finetune.optimizer.lr=5e-5",  # one grid point per student
     ]
     result = study(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

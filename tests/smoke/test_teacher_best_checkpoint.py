@@ -14,8 +14,8 @@ from tests.helpers import compose_config, tiny_overrides, tiny_teacher_setup
 # the tiny teacher's dev accuracy peaks at epoch 3 of these 8
 BEST_BEFORE_THE_LAST = (
     "trainer.teacher_best_checkpoint=true",
-    "trainer.teacher_epochs=8",
-    "trainer.teacher_lr=2e-2",
+    "stages.teacher.epochs=8",
+    "stages.teacher.optimizer.lr=2e-2",
 )
 
 

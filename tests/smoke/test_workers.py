@@ -17,7 +17,7 @@ def test_a_masked_distillation_gives_the_same_student_with_workers(tmp_path):
             corpus,
             tmp_path / f"w{workers}",
             "objective=distilbert",
-            "trainer.max_steps=4",
+            "stages.distillation.steps=4",
             f"trainer.num_workers={workers}",
         )
         record = run(compose_config(overrides))

@@ -1,5 +1,5 @@
-"""trainer.device_batch_size=auto: the largest micro-batch a GPU's memory holds under the step's
-bound (`kdbench.measure.memory`), a divisor of the batch per process."""
+"""stages.distillation.device_batch_size=auto: the largest micro-batch a GPU's memory holds under
+the step's bound (`kdbench.measure.memory`), a divisor of the batch per process."""
 
 from __future__ import annotations
 

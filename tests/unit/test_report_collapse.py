@@ -83,7 +83,7 @@ def test_a_run_warns_of_a_teacher_or_student_that_has_not_learned():
     done = replace(record.completed(outcome, 1.0, {}), warnings=learning_warnings(outcome))
     assert done.warnings == [
         "the teacher predicts class 0 for 100% of the dev examples: it has not learned the task; "
-        "fine-tune it longer (trainer.teacher_epochs) or give a fine-tuned one "
+        "fine-tune it longer (stages.teacher.epochs) or give a fine-tuned one "
         "(teacher.finetuned_path)"
     ]
     assert learning_warnings({"metrics": student, "teacher_metrics": student}) is None

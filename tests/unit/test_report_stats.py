@@ -191,7 +191,8 @@ def _config(lr: float, seed: int, device: str = "cpu", compile_: bool = False) -
     return {
         "seed": seed,
         "paths": {"out": f"runs/{seed}"},
-        "trainer": {"lr": lr, "device": device, "compile": compile_},
+        "trainer": {"device": device, "compile": compile_},
+        "stages": {"prediction": {"optimizer": {"lr": lr}}},
     }
 
 
@@ -213,7 +214,10 @@ def test_split_designs_excludes_a_cells_other_design_naming_the_key(tmp_path: Pa
     (row,) = excluded
     assert (row["kind"], row["objective"], row["seed"]) == ("config_mismatch", "att_kl", "4")
     assert row["path"].endswith("seed4/result.json")
-    assert "trainer.lr=0.0001 (used: 5e-05)" in row["reason"] and "3 run(s)" in row["reason"]
+    assert (
+        "stages.prediction.optimizer.lr=0.0001 (used: 5e-05)" in row["reason"]
+        and "3 run(s)" in row["reason"]
+    )
     for not_design in ("seed", "paths", "device", "compile"):
         assert not_design not in row["reason"]
 

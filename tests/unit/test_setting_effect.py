@@ -18,7 +18,16 @@ def _module():
     return module
 
 
-def _sweep(folder: Path, scores: dict[tuple[str, int], float], status: str = "completed") -> Path:
+NEW_TIMES = {"intermediate_s": 10.0, "prediction_s": 20.0}
+EARLIER_TIMES = {"stage1_s": 10.0, "stage2_s": 20.0}  # the committed results' records
+
+
+def _sweep(
+    folder: Path,
+    scores: dict[tuple[str, int], float],
+    status: str = "completed",
+    timing: dict = NEW_TIMES,
+) -> Path:
     for (objective, seed), score in scores.items():
         run = folder / f"objective={objective},seed={seed}"
         run.mkdir(parents=True)
@@ -29,7 +38,7 @@ def _sweep(folder: Path, scores: dict[tuple[str, int], float], status: str = "co
             "init": "2,4,6",
             "seed": seed,
             "score": score,
-            "timing": {"stage1_s": 10.0, "stage2_s": 20.0},
+            "timing": timing,
         }
         (run / "result.json").write_text(json.dumps(record))
     return folder
@@ -49,12 +58,14 @@ def test_runs_are_paired_by_objective_and_seed_and_their_differences_tested(tmp_
             ("hid_seq", 2): 78.0,
             ("hid_seq", 3): 50.0,
         },
-    )  # unpaired: left out
+        timing=EARLIER_TIMES,
+    )  # unpaired: left out; records with the stages' earlier timing keys
     text = _module().summary(a, b, ("grouped", "plain"))
     assert text.startswith("4 paired runs")
     overall = next(line for line in text.splitlines() if line.startswith("| every pair"))
     assert "| 4 | 79.62 | 78.88 | +0.75 " in overall  # mean differences 1.0, 0.5, 1.0, 0.5
-    assert "| att_kl | 2 |" in text and "| stage1_s | 10.0 | 10.0 | 1.00 |" in text
+    assert "| att_kl | 2 |" in text and "| intermediate_s | 10.0 | 10.0 | 1.00 |" in text
+    assert "| prediction_s | 20.0 | 20.0 | 1.00 |" in text
 
 
 def test_too_few_pairs_is_one_line(tmp_path):

@@ -51,7 +51,7 @@ def test_a_task_agnostic_preset_fine_tunes_with_its_own_grid_preset():
         [
             "hydra/launcher=slurm",
             "hydra.launcher.partition=gpu",
-            "trainer.max_steps=10",
+            "stages.distillation.steps=10",
             "data.glue_dir=/data/glue",
         ],
         ["task=rte"],
