@@ -16,6 +16,7 @@ from kdbench.errors import ConfigError, DataError
 from kdbench.models.pretrained import teacher_tokenizer
 from kdbench.objectives.terms import Objective
 from kdbench.planning.plan import make_plan
+from kdbench.predictions import read_predictions
 from kdbench.recipes.task_agnostic import input_masking
 from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
@@ -312,8 +313,8 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(
     scores = []
     real = finetune.evaluate
 
-    def watched(*args):
-        metrics = real(*args)
+    def watched(*args, **kwargs):
+        metrics = real(*args, **kwargs)
         scores.append(metrics["accuracy"])
         return metrics
 
@@ -339,3 +340,6 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(
     assert (optimizer["weight_decay"], optimizer["warmup_ratio"]) == (0.0, 0.0)
     assert len(scores) >= 2 and record["metrics"]["accuracy"] == max(scores)
     assert record["best_step"] == 1 + scores.index(max(scores))  # the first step with the best
+    kept = read_predictions(tmp_path / "ft" / record["predictions"])[""]
+    assert 100 * (kept["predicted"] == kept["gold"]).mean() == pytest.approx(max(scores))
+    assert sorted(p.name for p in (tmp_path / "ft").glob("*.npz")) == ["predictions.npz"]

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from kdbench.predictions import read_predictions
 from kdbench.recipes import task_specific
 from kdbench.run import run
 from kdbench.teacher import finetune as teacher_finetune
@@ -53,6 +54,11 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
         == metrics["dev_class_0"] + metrics["dev_class_1"]
     )
     assert on_disk["score"] == on_disk["metrics"]["accuracy"]
+    predictions = read_predictions(tmp_path / on_disk["predictions"])[""]
+    assert 100 * (predictions["predicted"] == predictions["gold"]).mean() == pytest.approx(
+        on_disk["score"]
+    )
+    assert list(predictions["example"]) == list(range(len(predictions["gold"])))
     assert {
         "teacher_finetune_s",
         "intermediate_s",

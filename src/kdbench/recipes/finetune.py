@@ -19,6 +19,7 @@ from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
 from kdbench.planning.plan import Plan
+from kdbench.predictions import PREDICTIONS_FILE
 from kdbench.record import RESULT_FILE, RunRecord, StepLog, read_json, write_json
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
@@ -50,10 +51,19 @@ class BestDevStep(Hook):
     best first metric (the study's released driver reports the best of evaluations every 50
     steps). The best so far is kept in the file `store`, so a resumed fine-tuning keeps the
     evaluations before it; it comes before the checkpoint hook, so a step's checkpoint follows its
-    evaluation."""
+    evaluation. `predictions` (written, kept): the file each evaluation writes its per-example
+    predictions to, and where the best evaluation's go."""
 
-    def __init__(self, score: Callable[[], dict], model, every: int, store: Path):
+    def __init__(
+        self,
+        score: Callable[[], dict],
+        model,
+        every: int,
+        store: Path,
+        predictions: tuple[Path, Path] | None = None,
+    ):
         self.score, self.model, self.every, self.store = score, model, every, store
+        self.predictions = predictions
         self.metrics: dict | None = None
         self.step: int | None = None
         self.seconds = 0.0  # spent evaluating
@@ -82,6 +92,10 @@ class BestDevStep(Hook):
             self.metrics, self.step = metrics, step
             self.store.parent.mkdir(parents=True, exist_ok=True)
             write_json(self.store, {"step": step, "metrics": metrics})
+            if self.predictions is not None:
+                self.predictions[0].replace(self.predictions[1])
+        elif self.predictions is not None:
+            self.predictions[0].unlink(missing_ok=True)
 
 
 def task_loaders(plan: Plan, tokenizer) -> tuple:
@@ -117,9 +131,12 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     tokenizer = hub.load(AutoTokenizer, plan.student_path, saved_as=saved_as)
     train_loader, dev_loaders = task_loaders(plan, tokenizer)
     step = supervised_step(model, plan.device, plan.precision)
-    score = partial(evaluate, model, dev_loaders, plan.task.metrics, plan.device, plan.precision)
+    written, kept = run_dir / f"latest.{PREDICTIONS_FILE}", run_dir / PREDICTIONS_FILE
+    dev = (dev_loaders, plan.task.metrics, plan.device, plan.precision)
+    score = partial(evaluate, model, *dev, predictions_to=written)
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
-    best = BestDevStep(score, model, spec.eval_every, checkpoints.folder / "best.json")
+    store = checkpoints.folder / "best.json"
+    best = BestDevStep(score, model, spec.eval_every, store, (written, kept))
     hooks = [best, *standard_hooks(trainer, log, checkpoints)]
     resume = Resume.of(checkpoints, (STAGE,), plan.fingerprint).at(STAGE)
     stats = train_stage(spec, [model], train_loader, step, plan.device, hooks, resume)
@@ -127,6 +144,7 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         checkpoints.clear()
     return {
         "metrics": best.metrics,
+        "predictions": PREDICTIONS_FILE,
         "teacher_metrics": {},
         "best_step": best.step,
         "timing": {

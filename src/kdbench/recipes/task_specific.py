@@ -34,6 +34,7 @@ from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.planning.plan import Plan
 from kdbench.planning.stage_specs import StageSpec
 from kdbench.precision import computing
+from kdbench.predictions import PREDICTIONS_FILE
 from kdbench.record import StepLog
 from kdbench.teacher.features import teacher_feature_table
 from kdbench.teacher.finetune import finetuned_teacher
@@ -115,10 +116,12 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         if stage.runs and stage.terms and not resume.skips(stage.name, student, plan.device):
             distil(plan, stage, student, lesson, hooks, resume.at(stage.name), timing)
     start = time.perf_counter()
-    metrics = evaluate(student, dev_loaders, plan.task.metrics, plan.device, plan.precision)
+    dev = (dev_loaders, plan.task.metrics, plan.device, plan.precision)
+    metrics = evaluate(student, *dev, predictions_to=run_dir / PREDICTIONS_FILE)
     timing["eval_s"] = time.perf_counter() - start
     outcome = {
         "metrics": metrics,
+        "predictions": PREDICTIONS_FILE,
         "teacher_metrics": teacher.metrics,
         "timing": timing,
         "student_parameters": sum(p.numel() for p in student.parameters()),

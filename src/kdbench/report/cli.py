@@ -52,6 +52,8 @@ records and malformed files are listed (with their path and the reason) on stdou
 ``significance.md``
     per family, the pairs that are not significant at ``alpha`` after Holm, the untestable pairs,
     and the Holm-adjusted p-value matrix for task ALL.
+``evidence.md`` / ``evidence.csv``
+    example-level tests beside the per-task t-tests, collapse rates (``kdbench.report.evidence``).
 ``claims.md``
     the paper's conclusions (``kdbench.report.claims.CLAIMS``), each judged from the runs that stand
     for its table: ``supported`` / ``contradicted`` / ``inconclusive`` / ``not covered``, with the
@@ -133,6 +135,7 @@ from kdbench.errors import ReportError
 from kdbench.record import RESULT_FILE
 from kdbench.report.claims_md import claims_text
 from kdbench.report.cost import cost_markdown, cost_table, plot_cost
+from kdbench.report.evidence import write_evidence
 from kdbench.report.frames import (
     EXCLUDED_COLS,
     IN_MEMORY_COLS,
@@ -285,6 +288,7 @@ def _write_report(
         _write_csv(comparison(frame, paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))
     _write_text(out / "significance.md", render_significance(pvalues, args.alpha, args.digits))
+    write_evidence(frame, source_root(args.results_dir), out, args.alpha, args.digits)
     claims = claims_text(frame, args.alpha, args.digits, pvalues, study_name(args.results_dir))
     _write_text(out / "claims.md", claims.markdown())
     sections = [] if paper is None else versus_sections(frame, paper, args.digits)
@@ -340,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{PROG}: files: results.csv summary.csv"
         + (" cost.csv" if (out / "cost.csv").exists() else "")
         + " tables.md tables.tex pvalues.csv unmatched.csv "
-        f"significance.md claims.md excluded.csv {PAGE_FILE}"
+        f"significance.md evidence.md evidence.csv claims.md excluded.csv {PAGE_FILE}"
         + (" paper.csv" if paper is not None else "")
     )
     return 0

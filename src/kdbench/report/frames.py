@@ -51,9 +51,11 @@ ORIGIN_COLS = [
     "timing",
     "throughput",
     "teacher_collapse",
+    "predictions",
 ]
-# dicts, and the teacher's collapse (the findings name it), not written to results.csv
-IN_MEMORY_COLS = ["design", "timing", "throughput", "teacher_collapse"]
+# dicts, the teacher's collapse (the findings name it) and where the per-example predictions are,
+# not written to results.csv
+IN_MEMORY_COLS = ["design", "timing", "throughput", "teacher_collapse", "predictions"]
 _TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
 
 

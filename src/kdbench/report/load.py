@@ -7,7 +7,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from kdbench.errors import ReportError
 from kdbench.record import (
@@ -114,9 +114,20 @@ def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
     record.update(seed=seed, score=score, metrics=metrics, path=rel, grid=grid_text)
     references = _references(run)
     references["collapse"] = collapse_status(metrics, references["score_metric"])
+    references["predictions"] = _predictions(run, rel)
     return (
         record | references | _walltime(run) | _origin(run, record["init"], grid) | _cost(run)
     ), None
+
+
+def _predictions(run: RunRecord, rel: str) -> str | None:
+    """Where the run's per-example predictions are, relative to the results folder (beside
+    ``rel``, its result.json or its run folder); None when the record names none."""
+    named = run.outcome.get("predictions")
+    if not isinstance(named, str):
+        return None
+    folder = PurePosixPath(rel).parent if rel.endswith(RESULT_FILE) else PurePosixPath(rel)
+    return (folder / named).as_posix()
 
 
 def _cost(run: RunRecord) -> dict:

@@ -3,6 +3,8 @@ held-out batches."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -10,6 +12,7 @@ from kdbench import distributed
 from kdbench.metrics import compute_metrics, label_counts
 from kdbench.models.anatomy import encoder_layers
 from kdbench.precision import computing
+from kdbench.predictions import split_arrays, write_predictions
 from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import StepFn, model_inputs, to_device
 
@@ -40,16 +43,22 @@ def evaluate(
     device,
     precision,
     phase_name: str = "evaluation",
+    predictions_to: Path | None = None,
 ) -> dict[str, float]:
     """Metrics on every dev split, with the predicted and gold label counts per class
     (``label_counts``); `eval_loaders` maps a metric-name suffix ("" or "matched") to a loader. A
-    stop signal ends it between batches (`phase_name` says whose evaluation it was)."""
+    stop signal ends it between batches (`phase_name` says whose evaluation it was). Every
+    example's prediction goes to `predictions_to` (``kdbench.predictions``) when given."""
     metrics: dict[str, float] = {}
+    splits = {}
     with phase(phase_name):
         for suffix, loader in eval_loaders.items():
             predictions, labels = predict(model, loader, device, precision)
             metrics.update(compute_metrics(metric_names, predictions, labels, suffix))
             metrics.update(label_counts(predictions, labels, suffix))
+            splits[suffix] = split_arrays(predictions, labels)
+    if predictions_to is not None:
+        write_predictions(predictions_to, splits)
     return metrics
 
 
