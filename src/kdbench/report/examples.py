@@ -127,8 +127,9 @@ def paired_bootstrap(
 
 
 def metric_of(score_metric: str | None) -> str | None:
-    """The metric of a score (accuracy of accuracy_matched); None when none has a test."""
-    if not score_metric:
+    """The metric of a score (accuracy of accuracy_matched); None when none has a test (or a record
+    names none: a table's empty cell)."""
+    if not isinstance(score_metric, str) or not score_metric:
         return None
     name = _metric_name(score_metric)
     return name if name in {"accuracy", "f1", "f1_macro", "mcc", "pearson", "spearman"} else None
