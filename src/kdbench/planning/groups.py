@@ -1,7 +1,8 @@
 """The config groups read into their specs (`kdbench.planning.specs`), each checked on entry.
 
 Everything a user can get wrong in a group fails here with one line (a ConfigError/DataError):
-numbers out of range, unknown keys, missing data files, the labels of a given teacher, a model
+keys the group does not declare, values out of their declared range
+(`kdbench.planning.group_keys`), missing data files, the labels of a given teacher, a model
 shape whose heads do not divide its width.
 """
 
@@ -18,7 +19,9 @@ from transformers import PretrainedConfig
 from kdbench import storage
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.hub import check_saved_model, saved_config
-from kdbench.planning.ranges import check_ranges, shown
+from kdbench.planning.declared import check_declared, with_defaults
+from kdbench.planning.group_keys import TeacherKeys, declaration_at
+from kdbench.planning.rules import shown
 from kdbench.planning.specs import (
     AugmentSpec,
     CorpusSpec,
@@ -30,7 +33,7 @@ from kdbench.planning.specs import (
     TsvLayout,
     from_mapping,
 )
-from kdbench.planning.trainer_specs import TRAINER_KEYS, TRAINERS, TrainerSpec
+from kdbench.planning.trainer_specs import TRAINERS, TrainerSpec
 
 log = logging.getLogger("kdbench")
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
@@ -41,14 +44,14 @@ def container(node) -> dict | list:
 
 
 def checked(node: DictConfig, at: str) -> dict:
-    """A config group's resolved values, every number, flag and choice in its range
-    (`kdbench.planning.ranges`), one value of a list key as a list of one; a key interpolating
-    another
-    (trainer=finetune's stage2_epochs) is checked after the others, so that an error names the
-    source."""
+    """The resolved values of the config group at config path `at`, each key declared and each
+    value in its range (`kdbench.planning.group_keys.declaration_at`), one value of a list key as a
+    list of one; a key interpolating another (trainer=finetune's stage2_epochs) is checked after the
+    others, so that an error names the source."""
     values = container(node)
     derived = {key for key in values if OmegaConf.is_interpolation(node, key)}
-    listed = check_ranges(dict(sorted(values.items(), key=lambda item: item[0] in derived)), at)
+    in_order = dict(sorted(values.items(), key=lambda item: item[0] in derived))
+    listed = check_declared(in_order, declaration_at(at), at)
     return {key: listed[key] for key in values}  # in the config's order
 
 
@@ -60,7 +63,7 @@ def trainer_spec(cfg: DictConfig) -> TrainerSpec:
     values["adam_betas"] = tuple(values["adam_betas"])
     if cfg.setting.name == "finetune":
         read_finetune_epochs(cfg.trainer, values)
-    return from_mapping(TRAINERS[cfg.setting.name], values, "trainer", TRAINER_KEYS)
+    return from_mapping(TRAINERS[cfg.setting.name], values, "trainer")
 
 
 def read_finetune_epochs(trainer: DictConfig, values: dict) -> None:
@@ -204,13 +207,13 @@ def shape_spec(shape: DictConfig, at: str, name: str | None = None) -> ShapeSpec
 
 
 def teacher_spec(teacher: DictConfig) -> TeacherSpec:
-    checked(teacher, "teacher")
+    values = with_defaults(checked(teacher, "teacher"), TeacherKeys)
     shape = (
         shape_spec(teacher.shape, "teacher.shape", f"teacher {teacher.name}")
-        if teacher.get("shape") is not None
+        if values["shape"] is not None
         else None
     )
-    finetuned = local_path(teacher.finetuned_path) if teacher.get("finetuned_path") else None
+    finetuned = local_path(values["finetuned_path"]) if values["finetuned_path"] else None
     if finetuned is not None and not (finetuned / "config.json").is_file():
         raise ConfigError(
             "cannot load the fine-tuned teacher from "
@@ -221,10 +224,10 @@ def teacher_spec(teacher: DictConfig) -> TeacherSpec:
     if finetuned is not None:
         check_saved_model(finetuned, "the fine-tuned teacher")
     return TeacherSpec(
-        teacher.name,
-        teacher.get("name_or_path"),
+        values["name"],
+        values["name_or_path"],
         shape,
-        teacher.get("has_mlm_head", False),
+        values["has_mlm_head"],
         finetuned,
         container(teacher),
     )
@@ -235,18 +238,15 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
     format."""
     from kdbench.data.readers import READERS
 
-    checked(corpus, "corpus")
-    common = dict(
-        name=corpus.name,
-        seq_len=corpus.seq_len,
-        heldout_fraction=corpus.heldout_fraction,
-        max_docs=corpus.max_docs,
-    )
-    if corpus.get("hf_datasets"):
-        return CorpusSpec(**common, hf_datasets=tuple(container(corpus.hf_datasets)))
-    if corpus.format not in READERS:
-        raise ConfigError(f"corpus.format={corpus.format!r}; valid: {', '.join(sorted(READERS))}")
-    if not corpus.get("path"):
+    values = with_defaults(checked(corpus, "corpus"), CorpusSpec)
+    common = {key: values[key] for key in ("name", "seq_len", "heldout_fraction", "max_docs")}
+    if values["hf_datasets"]:
+        return CorpusSpec(**common, hf_datasets=tuple(values["hf_datasets"]))
+    if values["format"] not in READERS:
+        raise ConfigError(
+            f"corpus.format={values['format']!r}; valid: {', '.join(sorted(READERS))}"
+        )
+    if not values["path"]:
         raise ConfigError(
             "corpus=local needs corpus.path (a text file or a folder of them) or $KDBENCH_CORPUS"
         )
@@ -255,13 +255,12 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
         raise ConfigError(
             f"corpus.path={corpus.path} does not exist: give a text file or a folder of them"
         )
-    return CorpusSpec(**common, path=path, format=corpus.format)
+    return CorpusSpec(**common, path=path, format=values["format"])
 
 
 def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
-    """The `augment` group checked: its numbers in range (`kdbench.planning.ranges`), a
-    word-vectors file
-    that exists."""
+    """The `augment` group checked: its keys declared and in range
+    (`kdbench.planning.group_keys.AugmentKeys`), a word-vectors file that exists."""
     if augment.name == "none":
         return None
     if setting != "task_specific":
@@ -286,7 +285,7 @@ def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
 
 
 def logger_spec(cfg: DictConfig) -> LoggerSpec:
-    settings = {k: v for k, v in container(cfg.logger).items() if k != "name"}
+    settings = {k: v for k, v in checked(cfg.logger, "logger").items() if k != "name"}
     return LoggerSpec(
         cfg.logger.name,
         settings,

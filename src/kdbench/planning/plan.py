@@ -28,9 +28,11 @@ from kdbench.errors import ConfigError
 from kdbench.measure.memory import StepMemory, device_batch, step_memory
 from kdbench.models.pretrained import teacher_config
 from kdbench.models.student import student_config
-from kdbench.objectives.term_specs import Term, build_terms
+from kdbench.objectives.term_specs import Term, build_terms, check_terms
 from kdbench.objectives.terms import Objective
+from kdbench.planning.declared import check_declared, declared_keys
 from kdbench.planning.finetune import finetune_parts
+from kdbench.planning.group_keys import RunKeys
 from kdbench.planning.groups import (
     augment_spec,
     check_data_files,
@@ -48,7 +50,6 @@ from kdbench.planning.groups import (
     writable_folder,
 )
 from kdbench.planning.inits import init_spec
-from kdbench.planning.ranges import check_ranges
 from kdbench.planning.specs import (
     AugmentSpec,
     BatchLayout,
@@ -161,17 +162,17 @@ def objective_terms(
 ) -> list[Term]:
     """The objective's terms for this setting: raw text uses `terms_task_agnostic` and the setting's
     mapping."""
-    checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
+    values = checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
+    for listed in ("terms", "terms_task_agnostic"):
+        check_terms(cfg.objective.name, f"objective.{listed}", values.get(listed) or [])
     agnostic = cfg.setting.name == "task_agnostic"
-    specs = cfg.objective.terms
-    if agnostic and cfg.objective.get("terms_task_agnostic"):
-        specs = cfg.objective.terms_task_agnostic
+    terms = "terms_task_agnostic" if agnostic and values.get("terms_task_agnostic") else "terms"
     mapping = cfg.setting.get("mapping") or cfg.objective.mapping
     mapping = container(mapping) if OmegaConf.is_config(mapping) else mapping
     layers = None if init.layers is None else list(init.layers)
     return build_terms(
         cfg.objective.name,
-        container(specs),
+        values[terms],
         mapping,
         layers,
         student_conf,
@@ -179,11 +180,8 @@ def objective_terms(
         regression=task.regression,
         agnostic=agnostic,
         teacher_has_mlm_head=teacher.has_mlm_head,
+        at=f"objective.{terms}",
     )
-
-
-# the config's keys outside the groups
-RUN_KEYS = ("seed", "save_student", "measure_cost", "prediction_kd", "kdbench")
 
 
 def check_required(cfg: DictConfig) -> None:
@@ -204,7 +202,9 @@ def make_plan(cfg: DictConfig) -> Plan:
         )
     check_required(cfg)
     resolved = container(cfg)
-    check_ranges({key: resolved[key] for key in RUN_KEYS if key in resolved})
+    run = {key: resolved[key] for key in declared_keys(RunKeys) if key in resolved}
+    check_declared(run, RunKeys, "")
+    checked(cfg.setting, "setting")
     common = common_parts(cfg, resolved)
     if cfg.setting.name == "finetune":
         return Plan(**common, **finetune_parts(cfg, common["trainer"], common["task"]))

@@ -1,8 +1,8 @@
 """The `trainer` group: a spec per setting over the keys every setting reads, each key declared
 once.
 
-A key's declaration (`kdbench.planning.rules.key`) carries its range, from which
-`kdbench.planning.ranges` checks it,
+A key's declaration (`kdbench.planning.rules.key`) carries its range, against which
+`kdbench.planning.declared` checks it (`TRAINER_KEYS`: every setting's keys),
 and whether it changes how a run computes rather than what (`COMPUTATION_ONLY`: a run resumes
 across a change of it, and the record's design leaves it out). `ComputeSpec` holds how a run
 computes; `TrainerSpec` adds the optimiser every setting has; each setting's spec (`TRAINERS`) adds
@@ -131,12 +131,6 @@ TRAINERS = {
     "finetune": FinetuneTrainer,
 }
 TRAINER_KEYS = {f.name: f for spec in TRAINERS.values() for f in fields(spec)}  # every setting's
-# `kdbench.planning.ranges`'s rules of the trainer keys
-TRAINER_RULES = {
-    f"{name}.*" if f.metadata["each"] else name: f.metadata["rule"]
-    for name, f in TRAINER_KEYS.items()
-    if f.metadata.get("rule")
-}
 # Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an
 # out-of-memory run re-run with recomputation on).
 COMPUTATION_ONLY = tuple(name for name, f in TRAINER_KEYS.items() if f.metadata.get("how"))
