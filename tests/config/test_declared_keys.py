@@ -1,9 +1,11 @@
 """Every config key is declared once, with its rule, default and help: the groups' values are
-checked against the declarations, and a loss declares its parameters' rules."""
+checked against the declarations, a loss declares its parameters' rules, and docs/keys.md is
+written from the declarations."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,12 +17,20 @@ from kdbench.objectives.losses import LOSSES, hid_mse
 from kdbench.planning.declared import check_declared
 from kdbench.planning.group_keys import declaration_at, rule_for
 from kdbench.planning.hydra_config import config_dir, group_options
+from kdbench.planning.keys import reference
 from kdbench.planning.plan import make_plan
 from kdbench.planning.rules import COUNT, NON_NEGATIVE, key
 from kdbench.planning.specs import ShapeSpec
 from tests.helpers import compose_config, tiny_overrides
 
+ROOT = Path(__file__).resolve().parents[2]
 NEEDED = {"init=layers": ["init.layers=[2,4]"]}  # what an option leaves to the user
+
+
+def test_the_key_reference_is_what_the_declarations_write():
+    assert (ROOT / "docs" / "keys.md").read_text() == reference(), (
+        "docs/keys.md is stale: python -m kdbench.planning.keys > docs/keys.md"
+    )
 
 
 def test_every_key_of_every_option_and_preset_is_declared():
