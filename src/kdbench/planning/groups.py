@@ -43,15 +43,16 @@ def container(node) -> dict | list:
     return OmegaConf.to_container(node, resolve=True)
 
 
-def checked(node: DictConfig, at: str) -> dict:
+def checked(node: DictConfig, at: str, declaration=None) -> dict:
     """The resolved values of the config group at config path `at`, each key declared and each
-    value in its range (`kdbench.planning.group_keys.declaration_at`), one value of a list key as a
-    list of one; a key interpolating another (trainer=finetune's stage2_epochs) is checked after the
-    others, so that an error names the source."""
+    value in its range (its `declaration`, by default the one at `at`:
+    `kdbench.planning.group_keys.declaration_at`), one value of a list key as a list of one; a key
+    interpolating another (trainer=finetune's stage2_epochs) is checked after the others, so that an
+    error names the source."""
     values = container(node)
     derived = {key for key in values if OmegaConf.is_interpolation(node, key)}
     in_order = dict(sorted(values.items(), key=lambda item: item[0] in derived))
-    listed = check_declared(in_order, declaration_at(at), at)
+    listed = check_declared(in_order, declaration or declaration_at(at), at)
     return {key: listed[key] for key in values}  # in the config's order
 
 
@@ -179,8 +180,8 @@ def writable_folder(value, key: str, where: str = "") -> Path:
 def data_spec(data: DictConfig) -> DataSpec:
     """The data source: the configured GLUE folder, else $KDBENCH_GLUE_DIR, else (None) the Hugging
     Face Hub."""
-    checked(data, "data")
-    chosen = data.get("glue_dir") or os.environ.get(GLUE_DIR_ENV)
+    values = checked(data, "data")
+    chosen = values.get("glue_dir") or os.environ.get(GLUE_DIR_ENV)
     glue_dir = local_path(chosen) if chosen else None
     if glue_dir is not None and not glue_dir.is_dir():
         raise DataError(
@@ -188,13 +189,13 @@ def data_spec(data: DictConfig) -> DataSpec:
             "a folder "
             "in the download_glue_data.py layout (CoLA/train.tsv, SST-2/dev.tsv, ...)"
         )
-    return DataSpec(glue_dir, data.hf_dataset, data.train_limit, data.eval_limit, data.subset_seed)
+    return from_mapping(DataSpec, values | {"glue_dir": glue_dir}, "data")
 
 
 def shape_spec(shape: DictConfig, at: str, name: str | None = None) -> ShapeSpec:
     """The model shape at config path `at` (student, teacher.shape, augment.mlm_shape), named `name`
     (default: `at`) where it has no name of its own."""
-    values = checked(shape, at)
+    values = checked(shape, at, ShapeSpec)
     values.setdefault("name", name or at)
     spec = from_mapping(ShapeSpec, values, at)
     if spec.hidden_size % spec.num_heads:
@@ -239,9 +240,9 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
     from kdbench.data.readers import READERS
 
     values = with_defaults(checked(corpus, "corpus"), CorpusSpec)
-    common = {key: values[key] for key in ("name", "seq_len", "heldout_fraction", "max_docs")}
-    if values["hf_datasets"]:
-        return CorpusSpec(**common, hf_datasets=tuple(values["hf_datasets"]))
+    if values["hf_datasets"]:  # streamed once into a local text file
+        hub = {"hf_datasets": tuple(values["hf_datasets"]), "path": None, "format": "text"}
+        return from_mapping(CorpusSpec, values | hub, "corpus")
     if values["format"] not in READERS:
         raise ConfigError(
             f"corpus.format={values['format']!r}; valid: {', '.join(sorted(READERS))}"
@@ -255,7 +256,7 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
         raise ConfigError(
             f"corpus.path={corpus.path} does not exist: give a text file or a folder of them"
         )
-    return CorpusSpec(**common, path=path, format=values["format"])
+    return from_mapping(CorpusSpec, values | {"path": path}, "corpus")
 
 
 def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
