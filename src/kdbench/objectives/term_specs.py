@@ -64,7 +64,7 @@ def build_terms(
     terms = []
     for index, spec in enumerate(term_specs):
         spec = with_defaults(spec, TermKeys)
-        loss = spec["loss"]
+        loss = spec.get("loss")
         entry = lookup(LOSSES, loss, "loss")
         _check_setting(objective_name, loss, entry, regression, agnostic, teacher_has_mlm_head)
         feature = spec["feature"] or entry.features[0]
