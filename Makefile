@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help install test test-fast demo lint bench-env bench gpu-check gpu-bundle
+.PHONY: help install test test-fast demo lint keys bench-env bench gpu-check gpu-bundle
 
 help:  ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ study-%:  ## a preset from nothing to tables: its sweep, the fine-tuning grids i
 lint:  ## ruff: the checks, and the format (lines of at most 100 characters)
 	$(BIN)/ruff check src tests benchmarks experiments
 	$(BIN)/ruff format --check src tests benchmarks experiments
+
+keys:  ## write docs/keys.md, the config key reference, from the keys' declarations
+	$(BIN)/python -m kdbench.planning.keys > docs/keys.md
 
 bench-env:  ## .venv-bench: kdbench + the peers it is benchmarked against (TextBrewer), torch pinned
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench

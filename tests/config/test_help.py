@@ -27,7 +27,7 @@ def test_help_shows_the_commands_the_docs_and_the_config_groups():
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert "powered by Hydra" not in text
-    for command in (*COMMANDS, "docs/configuration.md", "--cfg job"):
+    for command in (*COMMANDS, "docs/configuration.md", "docs/keys.md", "--cfg job"):
         assert command in text, command
     groups = text.split("== Config groups (group=option) ==")[1]
     assert "\nobjective: att_kl, " in groups and "\ntask: cola, custom, " in groups

@@ -8,10 +8,10 @@ import pytest
 from transformers import BertConfig
 
 from kdbench.errors import ConfigError
+from kdbench.planning.group_keys import rule_for
 from kdbench.planning.hydra_config import compose_check
 from kdbench.planning.plan import make_plan
-from kdbench.planning.ranges import rule_for
-from kdbench.planning.stage_specs import RENAMED, STAGE_RULES, OptimizerSpec, StageSpec
+from kdbench.planning.stage_specs import RENAMED, OptimizerSpec, StageSpec
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
 
@@ -130,7 +130,7 @@ def test_a_bad_stage_setting_is_refused_in_one_line(tiny_glue, tmp_path, overrid
 
 def test_the_stage_ranges_come_from_the_declarations():
     lr = OptimizerSpec.__dataclass_fields__["lr"].metadata["rule"]
-    assert STAGE_RULES["optimizer.lr"] is lr is rule_for("stages.prediction.optimizer.lr")
+    assert rule_for("stages.prediction.optimizer.lr") is lr
     assert (
         rule_for("stages.teacher.epochs")
         is StageSpec.__dataclass_fields__["epochs"].metadata["rule"]

@@ -9,9 +9,9 @@ import pytest
 from transformers import BertConfig
 
 from kdbench.errors import ConfigError
+from kdbench.planning.group_keys import rule_for
 from kdbench.planning.groups import trainer_spec
 from kdbench.planning.plan import make_plan
-from kdbench.planning.ranges import rule_for
 from kdbench.planning.trainer_specs import (
     COMPUTATION_ONLY,
     TRAINER_KEYS,

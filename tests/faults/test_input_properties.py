@@ -17,10 +17,11 @@ from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.glue import train_subset
 from kdbench.errors import KdbenchError
 from kdbench.models.tiny import tiny_tokenizer
+from kdbench.objectives.losses import LOSSES
+from kdbench.planning.group_keys import rule_for
 from kdbench.planning.groups import container, data_spec, task_spec
 from kdbench.planning.hydra_config import config_dir, group_options
 from kdbench.planning.plan import make_plan
-from kdbench.planning.ranges import rule_for
 from tests.helpers import (
     agnostic_overrides,
     compose_config,
@@ -59,6 +60,15 @@ def governing(path: str) -> str:
     (stages.teacher.optimizer.betas.0)."""
     parent, _, last = path.rpartition(".")
     return parent if last.isdigit() and rule_for(path) is None else path
+
+
+def rule_of(path: str, config: dict):
+    """The rule of a config path in `config`: its declaration's, or for a term's parameter
+    (objective.terms.0.params.temperature) its loss's."""
+    parts = path.split(".")
+    if parts[0] == "objective" and parts[3:4] == ["params"]:
+        return LOSSES[value_at(config, ".".join(parts[:3]))["loss"]].param_rules.get(parts[4])
+    return rule_for(path)
 
 
 def is_setting(path: str, value) -> bool:
@@ -137,7 +147,11 @@ def test_every_config_number_and_flag_has_a_rule(config_settings):
         "trainer",
         "seed",
     }
-    assert [path for path, _, _ in config_settings if rule_for(governing(path)) is None] == []
+    assert [
+        path
+        for path, _, context in config_settings
+        if rule_of(governing(path), container(composed(context))) is None
+    ] == []
 
 
 def value_at(node, path: str):
@@ -169,7 +183,7 @@ def test_any_config_value_plans_or_is_refused_naming_its_key(config_settings, da
     cfg = copy.deepcopy(composed(context))
     OmegaConf.update(cfg, path, value, force_add=True)
     key = governing(path)
-    rule = rule_for(key)  # one value of a list key stands for a list of one
+    rule = rule_of(key, container(cfg))  # one value of a list key stands for a list of one
     admitted = rule.admits(rule.listed(value_at(container(cfg), key)))
     try:
         make_plan(cfg)

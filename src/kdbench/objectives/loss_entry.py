@@ -1,4 +1,5 @@
-"""How an objective's term applies a loss: `losses.LOSSES` holds one `LossEntry` per loss."""
+"""How an objective's term applies a loss: `losses.LOSSES` holds one `LossEntry` per loss, with
+the rules of the parameters a term may give it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from torch import Tensor
+
+from kdbench.planning.rules import Rule, like
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class LossEntry:
     classification_only: bool = False  # contrasts examples by their task labels
     # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
     mlm: bool = False
+    # {parameter: Rule} where a range matters; another parameter takes values of its default's type
+    rules: dict = field(default_factory=dict, hash=False)
 
     # Read at every step, so plain attributes (a step compiled by torch.compile traces them):
     # called with the batch's labels (the task's labels, or the MLM's original token ids)
@@ -46,14 +51,23 @@ class LossEntry:
         parameters = inspect.signature(self.fn).parameters
         object.__setattr__(self, "takes_labels", "labels" in parameters)
         object.__setattr__(self, "takes_num_heads", "num_heads" in parameters)
+        if undeclared := sorted(set(self.rules) - set(self.param_rules)):
+            raise TypeError(f"{self.fn.__name__} has no parameter {', '.join(undeclared)}")
 
     @cached_property
-    def param_names(self) -> frozenset[str]:
+    def parameters(self) -> list[inspect.Parameter]:
         """What a term's `params` may set: `fn`'s arguments after the two features, less the mask
         and labels a step passes; for a `module` loss, the keyword arguments of the module it
         builds."""
         if self.module:
             builds = typing.get_type_hints(self.fn)["return"]
             keywords = inspect.signature(builds).parameters.values()
-            return frozenset(p.name for p in keywords if p.kind is p.KEYWORD_ONLY) - {"seed"}
-        return frozenset(list(inspect.signature(self.fn).parameters)[2:]) - {"mask", "labels"}
+            return [p for p in keywords if p.kind is p.KEYWORD_ONLY and p.name != "seed"]
+        taken = list(inspect.signature(self.fn).parameters.values())[2:]
+        return [p for p in taken if p.name not in ("mask", "labels")]
+
+    @cached_property
+    def param_rules(self) -> dict[str, Rule | None]:
+        """Each parameter's rule: the declared one (`rules`), else one admitting values of its
+        default's type (`like`)."""
+        return {p.name: self.rules.get(p.name) or like(p.default) for p in self.parameters}

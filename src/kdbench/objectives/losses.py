@@ -4,7 +4,8 @@ configs name.
 Every function here takes student and teacher tensors (and optionally a padding
 mask) and returns a scalar float32 loss. There is no model or config inside.
 A config's `loss: X` is computed by the function `X` here (`LOSSES[X].fn`), or by
-its form in `fused` (`LOSSES[X].fused`) where it has one.
+its form in `fused` (`LOSSES[X].fused`) where it has one; `LOSSES[X].rules` declares the
+ranges of the parameters a term gives it.
 
 Conventions shared by all functions:
 
@@ -42,20 +43,17 @@ from kdbench.objectives.loss_checks import (
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.score_maps import masked_row_kl, relation_scores
 from kdbench.objectives.tensors import LOGITS, outside_autocast, padding_mask, split_heads
+from kdbench.planning.rules import COUNT, POSITIVE, PROBABILITY, choice
 
 __all__ = ["kd", "att_mse", "att_kl", "val_kl", "relation_kl", "hid_mse", "cosine", "mlm_kd", "mlm"]
 
 
-# --------------------------------------------------------------------------- #
-# private helpers
-# --------------------------------------------------------------------------- #
+# --- private helpers
 def _f32(x: Tensor) -> Tensor:
     return x.to(torch.float32)
 
 
-# --------------------------------------------------------------------------- #
-# logits
-# --------------------------------------------------------------------------- #
+# --- logits
 @outside_autocast
 def kd(
     student_logits: Tensor,
@@ -150,9 +148,7 @@ def mlm(
     return vocabulary.cross_entropy(student_logits, labels.to(student_logits.device))
 
 
-# --------------------------------------------------------------------------- #
-# attention / relations
-# --------------------------------------------------------------------------- #
+# --- attention / relations
 @outside_autocast
 def att_mse(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """TinyBERT attention MSE.
@@ -271,11 +267,7 @@ def relation_kl(
     )
 
 
-# --------------------------------------------------------------------------- #
-# hidden states
-# --------------------------------------------------------------------------- #
-
-
+# --- hidden states
 @outside_autocast
 def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None = None) -> Tensor:
     """Hidden-state MSE (TinyBERT).
@@ -327,20 +319,28 @@ def cosine(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None =
     return per_token.sum() / m.sum().clamp_min(1.0)
 
 
-# --------------------------------------------------------------------------- #
-# the registry: config name -> how a term applies the loss
-# --------------------------------------------------------------------------- #
+# --- the registry: config name -> how a term applies the loss
+SCALE_BY = choice("own", "teacher", meaning="teacher: both relations by the teacher's head size")
+CRD = {
+    "feat_dim": COUNT,
+    "num_negatives": COUNT,
+    "temperature": POSITIVE,
+    "momentum": PROBABILITY,
+    "form": choice("infonce", "nce", meaning="nce: CRD as released"),
+}
 LOSSES: dict[str, LossEntry] = {
-    "kd": LossEntry(kd, (LOGITS,)),
-    "mlm_kd": LossEntry(mlm_kd, (LOGITS,), mlm=True),
+    "kd": LossEntry(kd, (LOGITS,), rules={"temperature": POSITIVE, "alpha": PROBABILITY}),
+    "mlm_kd": LossEntry(mlm_kd, (LOGITS,), mlm=True, rules={"temperature": POSITIVE}),
     "mlm": LossEntry(mlm, (LOGITS,), mlm=True),
     "att_mse": LossEntry(att_mse, ("attention_scores",), fused=fused.att_mse),
     "att_kl": LossEntry(att_kl, ("attention_scores",), fused=fused.att_kl),
-    "val_kl": LossEntry(val_kl, ("values",), fused=fused.att_kl),  # att_kl on the maps V V^T
+    # att_kl on the maps V V^T
+    "val_kl": LossEntry(val_kl, ("values",), fused=fused.att_kl, rules={"scale_by": SCALE_BY}),
+    # att_kl on X X^T
     "relation_kl": LossEntry(
-        relation_kl, ("query", "key", "value"), fused=fused.att_kl
-    ),  # att_kl on X X^T
+        relation_kl, ("query", "key", "value"), fused=fused.att_kl, rules={"num_heads": COUNT}
+    ),
     "hid_mse": LossEntry(hid_mse, ("hidden", "cls"), projected=True),
     "cosine": LossEntry(cosine, ("hidden", "cls"), projected=True),
-    "crd": LossEntry(crd, ("cls",), module=True, classification_only=True),
+    "crd": LossEntry(crd, ("cls",), module=True, classification_only=True, rules=CRD),
 }

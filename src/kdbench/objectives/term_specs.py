@@ -8,8 +8,9 @@ Config (data only, `conf/objective/*.yaml`):
       - {loss: att_kl, feature: attention_scores, weight: 1.0}
       - {loss: val_kl, feature: values, weight: 1.0}
 
-A term's `loss` names an entry of `losses.LOSSES`, its `feature` one of `features.FEATURES` (or
-LOGITS).
+A term's keys are declared once in `kdbench.planning.group_keys.TermKeys`. Its `loss` names an
+entry of `losses.LOSSES`, which declares the rules of the term's `params`; its `feature` names one
+of `features.FEATURES` (or LOGITS).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from kdbench.objectives.features import FEATURES
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
+from kdbench.planning.declared import with_defaults
+from kdbench.planning.group_keys import TermKeys
+from kdbench.planning.rules import shown
 
 
 @dataclass
@@ -48,36 +52,32 @@ def build_terms(
     regression: bool,
     agnostic: bool,
     teacher_has_mlm_head: bool,
+    at: str = "objective.terms",
 ) -> list[Term]:
     """Terms of an objective's term specs, validated against the architectures, the task and the
     setting.
 
-    `term_specs`: plain dicts with the keys loss, and optionally feature, weight, name, mapping,
-    params, projection (a learnable W_h before the loss: null takes the loss's own choice, false
-    compares the raw features and needs equal widths), embedding_pair (true adds the embedding
-    outputs' pair (0, 0)) and positions (an MLM soft-target term's tokens: masked, or every attended
-    token as DistilBERT's code). `default_mapping`: the layer mapping of a term without its own
-    `mapping` (see `kdbench.layers.resolve_pairs`).
+    `term_specs`: plain dicts of `TermKeys`, at config path `at`. `default_mapping`: the layer
+    mapping of a term without its own `mapping` (see `kdbench.layers.resolve_pairs`).
     """
     depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
     terms = []
     for index, spec in enumerate(term_specs):
+        spec = with_defaults(spec, TermKeys)
         loss = spec.get("loss")
         entry = lookup(LOSSES, loss, "loss")
         _check_setting(objective_name, loss, entry, regression, agnostic, teacher_has_mlm_head)
-        feature = spec.get("feature") or entry.features[0]
+        feature = spec["feature"] or entry.features[0]
         _check_feature(objective_name, index, loss, entry, feature, student_conf, teacher_conf)
         pairs = _pairs(spec, feature, default_mapping, init_layers, depths)
         projected = _projected(
-            objective_name, index, spec.get("projection"), entry, student_conf, teacher_conf
+            objective_name, index, spec["projection"], entry, student_conf, teacher_conf
         )
-        params = _params(objective_name, index, spec, entry, student_conf, teacher_conf)
-        weight = float(spec.get("weight", 1.0))
-        positions = _positions(objective_name, index, spec.get("positions") or "masked", entry)
+        params = _params(objective_name, at, index, spec, entry, student_conf, teacher_conf)
+        weight = float(spec["weight"])
+        positions = _positions(objective_name, index, spec["positions"], entry)
         terms.append(
-            Term(
-                spec.get("name") or loss, loss, feature, weight, pairs, params, projected, positions
-            )
+            Term(spec["name"] or loss, loss, feature, weight, pairs, params, projected, positions)
         )
     _check_unique_names(objective_name, terms)
     return terms
@@ -95,28 +95,45 @@ def _pairs(
     if feature == LOGITS:
         pairs = [(LOGITS, LOGITS)]
     else:
-        pairs = resolve_pairs(spec.get("mapping") or default_mapping, init_layers, *depths)
-    if spec.get("embedding_pair") and (0, 0) not in pairs:
+        pairs = resolve_pairs(spec["mapping"] or default_mapping, init_layers, *depths)
+    if spec["embedding_pair"] and (0, 0) not in pairs:
         pairs = [(0, 0), *pairs]
     return pairs
 
 
 def _params(
-    objective: str, index: int, spec: dict, entry: LossEntry, student_conf, teacher_conf
+    objective: str, at: str, index: int, spec: dict, entry: LossEntry, student_conf, teacher_conf
 ) -> dict:
-    """The loss function's keyword arguments: the term's `params`, each one the loss takes, and the
-    relation heads (the teacher's head count unless given) for a loss that takes them."""
-    params = dict(spec.get("params") or {})
-    if unknown := sorted(set(params) - entry.param_names):
-        raise ConfigError(
-            f"objective {objective}, term {index}: "
-            f"objective.terms.{index}.params.{unknown[0]} "
-            f"is not a parameter of {spec.get('loss')}; valid: "
-            f"{', '.join(sorted(entry.param_names)) or 'none'}"
-        )
+    """The loss function's keyword arguments: the term's `params` (`term_params`), and the relation
+    heads (the teacher's head count unless given) for a loss that takes them."""
+    params = term_params(objective, f"{at}.{index}", index, spec, entry)
     if entry.takes_num_heads:
         params.setdefault("num_heads", teacher_conf.num_attention_heads)
         _check_relation_heads(objective, index, params["num_heads"], student_conf, teacher_conf)
+    return params
+
+
+def check_terms(objective: str, at: str, term_specs: list[dict]) -> None:
+    """Each term of the list at config path `at` names a loss and gives it parameters it takes, in
+    their rules: a list the setting does not build (`terms_task_agnostic` in a task-specific run) is
+    checked too."""
+    for index, spec in enumerate(term_specs):
+        entry = lookup(LOSSES, spec.get("loss"), "loss")
+        term_params(objective, f"{at}.{index}", index, spec, entry)
+
+
+def term_params(objective: str, at: str, index: int, spec: dict, entry: LossEntry) -> dict:
+    """The `params` of the term at config path `at` (its index `index`), each a parameter its loss
+    takes and in that parameter's rule (`LossEntry.param_rules`)."""
+    params, rules = dict(spec.get("params") or {}), entry.param_rules
+    if unknown := sorted(set(params) - set(rules)):
+        raise ConfigError(
+            f"objective {objective}, term {index}: {at}.params.{unknown[0]} is not a parameter of "
+            f"{spec.get('loss')}; valid: {', '.join(sorted(rules)) or 'none'}"
+        )
+    for name, value in params.items():
+        if rules[name] is not None and not rules[name].admits(value):
+            raise ConfigError(f"{at}.params.{name}={shown(value)} must be {rules[name].text}")
     return params
 
 

@@ -1,7 +1,8 @@
 """The config groups read into their specs (`kdbench.planning.specs`), each checked on entry.
 
 Everything a user can get wrong in a group fails here with one line (a ConfigError/DataError):
-numbers out of range, unknown keys, missing data files, the labels of a given teacher, a model
+keys the group does not declare, values out of their declared range
+(`kdbench.planning.group_keys`), missing data files, the labels of a given teacher, a model
 shape whose heads do not divide its width.
 """
 
@@ -17,7 +18,9 @@ from transformers import PretrainedConfig
 from kdbench import storage
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.hub import check_saved_model, saved_config
-from kdbench.planning.ranges import check_ranges, shown
+from kdbench.planning.declared import check_declared, with_defaults
+from kdbench.planning.group_keys import TeacherKeys, declaration_at
+from kdbench.planning.rules import shown
 from kdbench.planning.specs import (
     AugmentSpec,
     CorpusSpec,
@@ -29,7 +32,7 @@ from kdbench.planning.specs import (
     TsvLayout,
     from_mapping,
 )
-from kdbench.planning.trainer_specs import TRAINER_KEYS, TRAINERS, TrainerSpec
+from kdbench.planning.trainer_specs import TRAINERS, TrainerSpec
 
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
 
@@ -38,13 +41,15 @@ def container(node) -> dict | list:
     return OmegaConf.to_container(node, resolve=True)
 
 
-def checked(node: DictConfig, at: str) -> dict:
-    """A config group's resolved values, every number, flag and choice in its range
-    (`kdbench.planning.ranges`), one value of a list key as a list of one; a key interpolating
-    another is checked after the others, so that an error names the source."""
+def checked(node: DictConfig, at: str, declaration=None) -> dict:
+    """The resolved values of the config group at config path `at`, each key declared and each
+    value in its range (its `declaration`, by default the one at `at`:
+    `kdbench.planning.group_keys.declaration_at`), one value of a list key as a list of one; a key
+    interpolating another is checked after the others, so that an error names the source."""
     values = container(node)
     derived = {key for key in values if OmegaConf.is_interpolation(node, key)}
-    listed = check_ranges(dict(sorted(values.items(), key=lambda item: item[0] in derived)), at)
+    in_order = dict(sorted(values.items(), key=lambda item: item[0] in derived))
+    listed = check_declared(in_order, declaration or declaration_at(at), at)
     return {key: listed[key] for key in values}  # in the config's order
 
 
@@ -52,7 +57,7 @@ def trainer_spec(cfg: DictConfig) -> TrainerSpec:
     """The setting's trainer spec (`kdbench.planning.trainer_specs.TRAINERS`); the keys only other
     settings read are left out."""
     values = checked(cfg.trainer, "trainer")
-    return from_mapping(TRAINERS[cfg.setting.name], values, "trainer", TRAINER_KEYS)
+    return from_mapping(TRAINERS[cfg.setting.name], values, "trainer")
 
 
 def task_spec(task: DictConfig) -> TaskSpec:
@@ -148,8 +153,8 @@ def writable_folder(value, key: str, where: str = "") -> Path:
 def data_spec(data: DictConfig) -> DataSpec:
     """The data source: the configured GLUE folder, else $KDBENCH_GLUE_DIR, else (None) the Hugging
     Face Hub."""
-    checked(data, "data")
-    chosen = data.get("glue_dir") or os.environ.get(GLUE_DIR_ENV)
+    values = checked(data, "data")
+    chosen = values.get("glue_dir") or os.environ.get(GLUE_DIR_ENV)
     glue_dir = local_path(chosen) if chosen else None
     if glue_dir is not None and not glue_dir.is_dir():
         raise DataError(
@@ -157,13 +162,13 @@ def data_spec(data: DictConfig) -> DataSpec:
             "a folder "
             "in the download_glue_data.py layout (CoLA/train.tsv, SST-2/dev.tsv, ...)"
         )
-    return DataSpec(glue_dir, data.hf_dataset, data.train_limit, data.eval_limit, data.subset_seed)
+    return from_mapping(DataSpec, values | {"glue_dir": glue_dir}, "data")
 
 
 def shape_spec(shape: DictConfig, at: str, name: str | None = None) -> ShapeSpec:
     """The model shape at config path `at` (student, teacher.shape, augment.mlm_shape), named `name`
     (default: `at`) where it has no name of its own."""
-    values = checked(shape, at)
+    values = checked(shape, at, ShapeSpec)
     values.setdefault("name", name or at)
     spec = from_mapping(ShapeSpec, values, at)
     if spec.hidden_size % spec.num_heads:
@@ -176,13 +181,13 @@ def shape_spec(shape: DictConfig, at: str, name: str | None = None) -> ShapeSpec
 
 
 def teacher_spec(teacher: DictConfig) -> TeacherSpec:
-    checked(teacher, "teacher")
+    values = with_defaults(checked(teacher, "teacher"), TeacherKeys)
     shape = (
         shape_spec(teacher.shape, "teacher.shape", f"teacher {teacher.name}")
-        if teacher.get("shape") is not None
+        if values["shape"] is not None
         else None
     )
-    finetuned = local_path(teacher.finetuned_path) if teacher.get("finetuned_path") else None
+    finetuned = local_path(values["finetuned_path"]) if values["finetuned_path"] else None
     if finetuned is not None and not (finetuned / "config.json").is_file():
         raise ConfigError(
             "cannot load the fine-tuned teacher from "
@@ -193,10 +198,10 @@ def teacher_spec(teacher: DictConfig) -> TeacherSpec:
     if finetuned is not None:
         check_saved_model(finetuned, "the fine-tuned teacher")
     return TeacherSpec(
-        teacher.name,
-        teacher.get("name_or_path"),
+        values["name"],
+        values["name_or_path"],
         shape,
-        teacher.get("has_mlm_head", False),
+        values["has_mlm_head"],
         finetuned,
         container(teacher),
     )
@@ -207,18 +212,15 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
     format."""
     from kdbench.data.readers import READERS
 
-    checked(corpus, "corpus")
-    common = dict(
-        name=corpus.name,
-        seq_len=corpus.seq_len,
-        heldout_fraction=corpus.heldout_fraction,
-        max_docs=corpus.max_docs,
-    )
-    if corpus.get("hf_datasets"):
-        return CorpusSpec(**common, hf_datasets=tuple(container(corpus.hf_datasets)))
-    if corpus.format not in READERS:
-        raise ConfigError(f"corpus.format={corpus.format!r}; valid: {', '.join(sorted(READERS))}")
-    if not corpus.get("path"):
+    values = with_defaults(checked(corpus, "corpus"), CorpusSpec)
+    if values["hf_datasets"]:  # streamed once into a local text file
+        hub = {"hf_datasets": tuple(values["hf_datasets"]), "path": None, "format": "text"}
+        return from_mapping(CorpusSpec, values | hub, "corpus")
+    if values["format"] not in READERS:
+        raise ConfigError(
+            f"corpus.format={values['format']!r}; valid: {', '.join(sorted(READERS))}"
+        )
+    if not values["path"]:
         raise ConfigError(
             "corpus=local needs corpus.path (a text file or a folder of them) or $KDBENCH_CORPUS"
         )
@@ -227,13 +229,12 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
         raise ConfigError(
             f"corpus.path={corpus.path} does not exist: give a text file or a folder of them"
         )
-    return CorpusSpec(**common, path=path, format=corpus.format)
+    return from_mapping(CorpusSpec, values | {"path": path}, "corpus")
 
 
 def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
-    """The `augment` group checked: its numbers in range (`kdbench.planning.ranges`), a
-    word-vectors file
-    that exists."""
+    """The `augment` group checked: its keys declared and in range
+    (`kdbench.planning.group_keys.AugmentKeys`), a word-vectors file that exists."""
     if augment.name == "none":
         return None
     if setting != "task_specific":
@@ -258,7 +259,7 @@ def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
 
 
 def logger_spec(cfg: DictConfig) -> LoggerSpec:
-    settings = {k: v for k, v in container(cfg.logger).items() if k != "name"}
+    settings = {k: v for k, v in checked(cfg.logger, "logger").items() if k != "name"}
     return LoggerSpec(
         cfg.logger.name,
         settings,

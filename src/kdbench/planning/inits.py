@@ -12,6 +12,7 @@ from transformers import PretrainedConfig
 from kdbench.errors import ConfigError
 from kdbench.layers import check_width, resolve_init_layers
 from kdbench.models.hub import saved_config
+from kdbench.planning.declared import with_defaults
 from kdbench.planning.groups import checked, local_path
 from kdbench.planning.specs import InitSpec, ShapeSpec
 
@@ -19,13 +20,13 @@ log = logging.getLogger("kdbench")
 
 
 def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSpec) -> InitSpec:
-    values = checked(init, "init")
+    values = with_defaults(checked(init, "init"), InitSpec)
     if init.name == "pretrained":
         return InitSpec(
             "pretrained",
             None,
-            path=pretrained_student(init.path, student),
-            carry_projections=init.get("carry_projections", False),
+            path=pretrained_student(values["path"], student),
+            carry_projections=values["carry_projections"],
         )
     name = auto_init(teacher_conf, student) if init.name == "auto" else init.name
     layers = resolve_init_layers(
@@ -36,8 +37,8 @@ def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSp
     return InitSpec(
         name,
         None if layers is None else tuple(layers),
-        init.get("copy_embeddings", True),
-        init.get("copy_head", False),
+        values["copy_embeddings"],
+        values["copy_head"],
     )
 
 

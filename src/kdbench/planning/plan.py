@@ -28,9 +28,11 @@ from kdbench.errors import ConfigError
 from kdbench.measure.memory import StepMemory, device_batch, step_memory
 from kdbench.models.pretrained import teacher_config
 from kdbench.models.student import student_config
-from kdbench.objectives.term_specs import Term, build_terms
+from kdbench.objectives.term_specs import Term, build_terms, check_terms
 from kdbench.objectives.terms import Objective
+from kdbench.planning.declared import check_declared, check_key, declared_keys
 from kdbench.planning.finetune import finetune_parts
+from kdbench.planning.group_keys import ConfigKeys, RunKeys, StageObjectiveKeys
 from kdbench.planning.groups import (
     augment_spec,
     check_data_files,
@@ -48,7 +50,6 @@ from kdbench.planning.groups import (
     writable_folder,
 )
 from kdbench.planning.inits import init_spec
-from kdbench.planning.ranges import check_ranges
 from kdbench.planning.specs import (
     AugmentSpec,
     BatchLayout,
@@ -154,29 +155,25 @@ def objective_terms(
 ) -> list[Term]:
     """The objective group's terms for this setting: raw text uses `terms_task_agnostic` and the
     setting's mapping."""
-    checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
+    values = checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
+    for listed in ("terms", "terms_task_agnostic"):
+        check_terms(cfg.objective.name, f"objective.{listed}", values.get(listed) or [])
     agnostic = cfg.setting.name == "task_agnostic"
-    specs = cfg.objective.terms
-    if agnostic and cfg.objective.get("terms_task_agnostic"):
-        specs = cfg.objective.terms_task_agnostic
+    terms = "terms_task_agnostic" if agnostic and values.get("terms_task_agnostic") else "terms"
     mapping = cfg.setting.get("mapping") or cfg.objective.mapping
     mapping = container(mapping) if OmegaConf.is_config(mapping) else mapping
-    return terms_of(
-        cfg.objective.name,
-        container(specs),
-        mapping,
-        init,
-        (student_conf, teacher_conf),
-        teacher,
-        task,
-        agnostic,
-    )
+    where = (cfg.objective.name, f"objective.{terms}")
+    confs = (student_conf, teacher_conf)
+    return terms_of(where, values[terms], mapping, init, confs, teacher, task, agnostic)
 
 
-def terms_of(name, specs, mapping, init, confs, teacher: TeacherSpec, task, agnostic) -> list[Term]:
+def terms_of(
+    where, specs, mapping, init, confs, teacher: TeacherSpec, task, agnostic
+) -> list[Term]:
+    """The terms of `specs` (`where`: the objective's name and the list's config path)."""
     layers = None if init.layers is None else list(init.layers)
     return build_terms(
-        name,
+        where[0],
         specs,
         mapping,
         layers,
@@ -184,6 +181,7 @@ def terms_of(name, specs, mapping, init, confs, teacher: TeacherSpec, task, agno
         regression=task.regression,
         agnostic=agnostic,
         teacher_has_mlm_head=teacher.has_mlm_head,
+        at=where[1],
     )
 
 
@@ -198,13 +196,12 @@ def with_terms(stages: dict, terms: list[Term], init, confs, teacher, task) -> d
         own = None
         if stage.objective is not None:
             at = f"stages.{name}.objective"
-            own = terms_of(at, stage.objective["terms"], "last", init, confs, teacher, task, False)
+            specs = check_declared(stage.objective, StageObjectiveKeys, at)["terms"]
+            check_terms(at, f"{at}.terms", specs)
+            where = (at, f"{at}.terms")
+            own = terms_of(where, specs, "last", init, confs, teacher, task, False)
         out[name] = replace(stage, terms=tuple(terms if own is None else own))
     return out
-
-
-# the config's keys outside the groups
-RUN_KEYS = ("seed", "save_student", "measure_cost", "kdbench")
 
 
 def check_required(cfg: DictConfig) -> None:
@@ -226,7 +223,9 @@ def make_plan(cfg: DictConfig) -> Plan:
     check_required(cfg)
     resolved = container(cfg)
     refuse_renamed(resolved)
-    check_ranges({key: resolved[key] for key in RUN_KEYS if key in resolved})
+    run = {key: resolved[key] for key in declared_keys(RunKeys) if key in resolved}
+    check_declared(run, RunKeys, "")
+    checked(cfg.setting, "setting")
     common = common_parts(cfg, resolved)
     if cfg.setting.name == "finetune":
         return Plan(**common, **finetune_parts(cfg, common["trainer"], common["task"]))
@@ -244,7 +243,8 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
     if corpus is None:
         check_data_files(task, data)
-    stages = stage_specs(checked(cfg.stages, "stages"), cfg.setting.name, task.name)
+    blocks = check_key(resolved["stages"], declared_keys(ConfigKeys)["stages"], "stages")
+    stages = stage_specs(blocks, cfg.setting.name, task.name)
     resolved = resolved | {"stages": {name: resolved["stages"][name] for name in stages}}
     return dict(
         setting=cfg.setting.name,

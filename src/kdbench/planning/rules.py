@@ -1,12 +1,14 @@
 """What a config value may be: a `Rule` admits values and says which in a message's words.
 
-The rules here are the building blocks: `kdbench.planning.trainer_specs` declares each trainer key
-with its
-rule (`key`), and `kdbench.planning.ranges` maps every other config path to one.
+The rules here are the building blocks; `key` declares a config key once with its rule, default and
+help: the specs (`kdbench.planning.specs`, `kdbench.planning.trainer_specs`) and the groups' own
+declarations (`kdbench.planning.group_keys`) declare every key so, and `kdbench.planning.declared`
+checks a group's values against them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
@@ -111,10 +113,36 @@ COLUMN = Rule(
 )
 
 
-def key(rule: Rule | None, default=MISSING, *, each: bool = False, how: bool = False):
-    """A trainer key, declared once: the range `rule` of its value (of each of its entries, with
-    `each`), and `how`: whether it changes how a run computes, not what (`COMPUTATION_ONLY`)."""
-    return field(default=default, metadata={"rule": rule, "each": each, "how": how})
+def key(rule, default=MISSING, *, each: bool = False, how: bool = False, help: str = ""):
+    """A config key, declared once: the range `rule` of its value (of each of its entries, with
+    `each`), or the declaration its value follows (a dataclass of keys, or a mapping of them: a
+    nested group); its `default` where a group leaves it out; `how`: whether it changes how a run
+    computes, not what (`COMPUTATION_ONLY`); `help`: what it sets, in one line."""
+    metadata = {"rule": rule, "each": each, "how": how, "help": help}
+    return field(default=default, metadata=metadata)
+
+
+def like(default) -> Rule | None:
+    """A rule admitting the values of `default`'s type: a flag for a flag, an integer for an
+    integer, a number for a float, text for text; None for a default of another type (or none)."""
+    if isinstance(default, bool):
+        return FLAG
+    if isinstance(default, int):
+        return Rule(is_integer, "an integer")
+    if isinstance(default, float):
+        return Rule(is_number, "a number")
+    if isinstance(default, str):
+        return Rule(lambda value: isinstance(value, str), "text")
+    return None
+
+
+def shown(value) -> str:
+    """A value as an override writes it: true, null, 'text', [1, 2]."""
+    if isinstance(value, list):
+        return f"[{', '.join(map(shown, value))}]"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 DEVICE_BATCH = Rule(

@@ -2,29 +2,37 @@
 
 Each spec is a frozen dataclass built from its config group by `kdbench.planning.plan` (the only
 reader of the raw config below the entry point); the recipes, the loop, the data and model code take
-these, never the raw config. The `trainer` group's specs, one per setting, are `trainer_specs`'s;
+these, never the raw config. A spec whose fields are a group's keys declares them
+(`kdbench.planning.rules.key`: rule, default, help); the other keys are declared in
+`kdbench.planning.group_keys`. The `trainer` group's specs, one per setting, are `trainer_specs`'s;
 the stages' are `stage_specs`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from kdbench.errors import ConfigError
+from kdbench.planning.rules import (
+    COLUMN,
+    COUNT,
+    FLAG,
+    FRACTION,
+    PROBABILITY,
+    SEED,
+    choice,
+    entries,
+    integer,
+    key,
+)
 
 
-def from_mapping(cls, values: dict, group: str, elsewhere: Collection[str] = ()):
-    """`cls(**values)`, refusing keys the spec does not have (a typo would otherwise be ignored) and
-    lacking ones; keys `elsewhere` (another setting's trainer keys) are left out."""
+def from_mapping(cls, values: dict, group: str):
+    """`cls(**values)` of a group's checked values (`kdbench.planning.declared`), refusing the keys
+    `cls` needs and `values` lack; the keys `cls` does not have (another setting's trainer keys) are
+    left out."""
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known - set(elsewhere))
-    if unknown:
-        raise ConfigError(
-            f"{group} has no key {', '.join(unknown)}; "
-            f"valid keys: {', '.join(sorted(known | set(elsewhere)))}"
-        )
     lacking = [
         f.name
         for f in fields(cls)
@@ -60,10 +68,12 @@ class TsvLayout:
     """Where a task's splits are in the download_glue_data.py layout, and which columns hold
     what."""
 
-    dir: str
-    header: bool
-    columns: dict
-    files: dict
+    dir: str = key(None, help="the task's folder under data.glue_dir")
+    header: bool = key(FLAG, help="whether the files begin with a header line")
+    columns: dict = key(
+        COLUMN, each=True, help="{field: column}: where each text field and the label are"
+    )
+    files: dict = key(None, help="{split: file name} in the task's folder")
 
 
 @dataclass(frozen=True)
@@ -103,25 +113,32 @@ class TaskSpec:
         return 1 if self.regression else len(self.labels)
 
 
+EXAMPLES = integer(1, text="a positive number of examples").or_null("all of them")
+
+
 @dataclass(frozen=True)
 class DataSpec:
-    glue_dir: Path | None  # a local GLUE folder in the TSV layout; None: the Hugging Face Hub
-    hf_dataset: str
-    train_limit: int | None
-    eval_limit: int | None
-    subset_seed: int
+    glue_dir: Path | None = key(
+        None, help="a local GLUE folder in the TSV layout; null: $KDBENCH_GLUE_DIR, else the Hub"
+    )
+    hf_dataset: str = key(None, help="GLUE's dataset on the Hugging Face Hub")
+    train_limit: int | None = key(
+        EXAMPLES, help="the first N training examples after a seeded shuffle; null: all"
+    )
+    eval_limit: int | None = key(EXAMPLES, help="the first N dev examples (quick checks only)")
+    subset_seed: int = key(SEED, help="train_limit's shuffle: every run of a comparison alike")
 
 
 @dataclass(frozen=True)
 class ShapeSpec:
     """A transformer's size: a student, or the random `tiny` test teacher."""
 
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    ffn_size: int
-    max_positions: int = 512
+    name: str = key(None, help="how records and tables name it")
+    num_layers: int = key(COUNT, help="transformer blocks")
+    hidden_size: int = key(COUNT, help="the width, a multiple of num_heads")
+    num_heads: int = key(COUNT, help="attention heads")
+    ffn_size: int = key(COUNT, help="the feed-forward layers' width")
+    max_positions: int = key(COUNT, 512, help="position embeddings: the longest input")
 
 
 @dataclass(frozen=True)
@@ -138,18 +155,24 @@ class TeacherSpec:
 
 @dataclass(frozen=True)
 class InitSpec:
-    name: str
-    layers: tuple[int, ...] | None  # the teacher layers copied into the student; None: random
-    copy_embeddings: bool = (
-        True  # and the MLM head where both models have one (its decoder is tied to them)
+    name: str = key(None, help="auto, random, every_kth, bottom, layers or pretrained")
+    # the teacher layers copied into the student; None: random
+    layers: tuple[int, ...] | None = key(
+        entries(COUNT, text="a list of teacher layers, each a positive integer"),
+        help="init=layers: the teacher layers (from 1) copied, one per student layer",
     )
-    copy_head: bool = (
-        False  # the fine-tuned task head (pooler, classifier): the paper's code starts it fresh
+    copy_embeddings: bool = key(
+        FLAG, True, help="with teacher layers: its embeddings, and the MLM head where both have one"
     )
-    path: Path | None = (
-        None  # init=pretrained: a saved student whose weights the student starts from
+    copy_head: bool = key(
+        FLAG, False, help="the fine-tuned pooler and classifier; the paper's code starts them fresh"
     )
-    carry_projections: bool = False  # init=pretrained: W_e/W_h start from the saved student's
+    path: Path | None = key(
+        None, None, help="init=pretrained: a saved student of the student's shape to start from"
+    )
+    carry_projections: bool = key(
+        FLAG, False, help="init=pretrained: W_e/W_h start from those saved with the student"
+    )
 
     @property
     def label(self) -> str:
@@ -162,13 +185,21 @@ class InitSpec:
 
 @dataclass(frozen=True)
 class CorpusSpec:
-    name: str
-    seq_len: int
-    heldout_fraction: float
-    max_docs: int | None
-    path: Path | None = None
-    format: str = "text"
-    hf_datasets: tuple[dict, ...] = ()  # Hugging Face datasets streamed once into a local text file
+    name: str = key(None, help="local, or the Hub corpus's name")
+    seq_len: int = key(integer(3), help="packed sequence length, [CLS] ... [SEP]")
+    heldout_fraction: float = key(
+        FRACTION, help="documents held out for the held-out loss (by a hash of their text)"
+    )
+    max_docs: int | None = key(COUNT.or_null("every document"), help="the first N documents only")
+    path: Path | None = key(
+        None, None, help="corpus=local: a text file or a folder of them; $KDBENCH_CORPUS's"
+    )
+    format: str = key(
+        None, "text", help="text (blank lines between documents) or wikiextractor (<doc> blocks)"
+    )
+    hf_datasets: tuple[dict, ...] = key(
+        None, (), help="Hub datasets ({path, name, split, field}) written once to a local file"
+    )
 
 
 @dataclass(frozen=True)
@@ -197,20 +228,33 @@ class AugmentSpec:
     """TinyBERT's data augmentation of a task's training set (the `augment` group; None in the plan:
     none)."""
 
-    mlm_model: str  # the masked language model proposing single-piece words (and its tokenizer)
-    mlm_shape: (
-        ShapeSpec | None
-    )  # a random MLM of this shape with `mlm_model`'s tokenizer (tests, CPU demos)
-    word_vectors: Path | None  # GloVe text file proposing multi-piece words; None: those words stay
-    n_per_example: int
-    p_replace: float
-    top_k: int
-    fields: str  # "separate": a pair's sentences one at a time; "first": the first; "all": together
-    batch_size: int  # masked sentences per MLM forward pass
-    seed: int
-    mlm_with_original: bool = True  # the MLM reads the original after the masked one (segment B)
-    n_per_task: dict | None = None  # {task: N}: the N of `use_n_per_task`
-    use_n_per_task: bool = False  # n_per_task's N (the released per-task N) over n_per_example
+    mlm_model: str = key(
+        None, help="the masked language model proposing single-piece words, and its tokenizer"
+    )
+    mlm_shape: ShapeSpec | None = key(
+        ShapeSpec, help="a random MLM of this shape with mlm_model's tokenizer (tests, CPU demos)"
+    )
+    word_vectors: Path | None = key(
+        None, help="a GloVe text file proposing multi-piece words; null: those words stay"
+    )
+    n_per_example: int = key(COUNT, help="copies of each training example (the paper's N)")
+    p_replace: float = key(PROBABILITY, help="each eligible word's chance of replacement (p_t)")
+    top_k: int = key(COUNT, help="candidates per word (the released M)")
+    fields: str = key(
+        choice("separate", "first", "all", meaning="separate: one at a time"),
+        help="which sentences of a pair: one at a time, the first, or all together",
+    )
+    batch_size: int = key(COUNT, help="masked sentences per MLM forward pass")
+    seed: int = key(SEED, help="the replacements' seed")
+    mlm_with_original: bool = key(
+        FLAG, True, help="the MLM reads the original after the masked sentence (segment B)"
+    )
+    n_per_task: dict | None = key(
+        COUNT, None, each=True, help="{task: N}: the released per-task N, with use_n_per_task"
+    )
+    use_n_per_task: bool = key(
+        FLAG, False, help="n_per_task's N over n_per_example (n_per_example for a task it lacks)"
+    )
 
     def copies_for(self, task: str) -> int:
         """N, the copies drawn per example of `task`: n_per_task's when use_n_per_task

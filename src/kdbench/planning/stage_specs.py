@@ -10,7 +10,7 @@ order; a per-stage setting is a YAML line: `stages.intermediate.optimizer.max_gr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 
 from kdbench.errors import ConfigError
 from kdbench.planning.rules import (
@@ -22,7 +22,6 @@ from kdbench.planning.rules import (
     NON_NEGATIVE,
     NON_NEGATIVE_COUNT,
     POSITIVE,
-    Rule,
     choice,
     entries,
     key,
@@ -43,58 +42,62 @@ SETTING_STAGES = {
 class OptimizerSpec:
     """One stage's AdamW with linear warm-up then linear decay (or constant), and its clipping."""
 
-    lr: float = key(LEARNING_RATE)
+    lr: float = key(LEARNING_RATE, help="the peak learning rate")
     schedule: str = key(
         choice("linear", "constant", meaning="constant: the lr throughout (TinyBERT's stage 1)"),
         "linear",
+        help="linear: warm-up, then linear decay to zero",
     )
-    warmup_ratio: float = key(FRACTION, 0.06)
-    # {task: ratio}: a task's own warm-up over warmup_ratio (the released QQP recipes' 0.25)
-    warmup_ratio_per_task: dict | None = key(FRACTION, None, each=True)
-    weight_decay: float = key(NON_NEGATIVE, 0.01)
-    betas: tuple[float, float] = key(entries(FRACTION, 2), (0.9, 0.999))
-    eps: float = key(POSITIVE, 1e-6)
-    max_grad_norm: float | None = key(POSITIVE.or_null("no clipping"), None)
+    warmup_ratio: float = key(FRACTION, 0.06, help="the share of the stage's steps warming up")
+    warmup_ratio_per_task: dict | None = key(
+        FRACTION, None, each=True, help="{task: ratio}: a task's own warm-up over warmup_ratio"
+    )
+    weight_decay: float = key(NON_NEGATIVE, 0.01, help="AdamW's decoupled weight decay")
+    betas: tuple[float, float] = key(entries(FRACTION, 2), (0.9, 0.999), help="AdamW's betas")
+    eps: float = key(POSITIVE, 1e-6, help="AdamW's epsilon")
+    max_grad_norm: float | None = key(
+        POSITIVE.or_null("no clipping"), None, help="the gradients' norm is clipped to this"
+    )
 
     def for_task(self, task: str) -> OptimizerSpec:
         """This optimizer with the task's own warm-up where `warmup_ratio_per_task` names it."""
         ratio = (self.warmup_ratio_per_task or {}).get(task, self.warmup_ratio)
-        return OptimizerSpec(**{**self.__dict__, "warmup_ratio": ratio})
+        return replace(self, warmup_ratio=ratio, betas=tuple(self.betas))
+
+
+# set by the plan, not by a config: no key
+PLANNED = {"planned": True}
 
 
 @dataclass(frozen=True, kw_only=True)
 class StageSpec:
     """A stage: how long, on which batches, with which optimizer, distilling what."""
 
-    name: str = ""  # the stage's name in `stages` (set when read)
-    epochs: int | None = key(NON_NEGATIVE_COUNT.or_null("steps count instead"), None)
-    steps: int | None = key(COUNT.or_null("epochs count instead"), None)
-    batch_size: int = key(COUNT)
-    device_batch_size: int | str | None = key(DEVICE_BATCH, None)  # `measure.memory.device_batch`
-    group_by_length: bool = key(FLAG, True)
-    eval_every: int = key(NON_NEGATIVE_COUNT, 0)  # steps between evaluations; 0: at the end
-    optimizer: OptimizerSpec = field(default=None)
-    # null: the objective group's terms, or the task's own loss; else {terms: [...]}, each term
-    # checked as the objective group's are
-    objective: dict | None = key(None, None)
-    terms: tuple = ()  # the objective's terms, built by the plan (`objective_terms`)
+    epochs: int | None = key(
+        NON_NEGATIVE_COUNT.or_null("steps count instead"), None, help="passes over the data"
+    )
+    steps: int | None = key(
+        COUNT.or_null("epochs count instead"), None, help="optimizer steps, cycling over the data"
+    )
+    batch_size: int = key(COUNT, help="examples per optimizer step (the global batch)")
+    device_batch_size: int | str | None = key(
+        DEVICE_BATCH, None, help="micro-batches per device; accumulation makes up the rest"
+    )
+    group_by_length: bool = key(FLAG, True, help="batches of similar length, shuffled, seeded")
+    eval_every: int = key(NON_NEGATIVE_COUNT, 0, help="steps between evaluations; 0: at the end")
+    optimizer: OptimizerSpec = key(OptimizerSpec, help="the stage's AdamW and schedule")
+    objective: dict | None = key(
+        None,
+        None,
+        help="null: the objective group's terms, or the task's own loss; else {terms: [...]}",
+    )
+    name: str = field(default="", metadata=PLANNED)  # the stage's name in `stages`
+    terms: tuple = field(default=(), metadata=PLANNED)  # the objective's terms, built by the plan
 
     @property
     def runs(self) -> bool:
         """Whether the stage trains at all (0 epochs skips it)."""
         return bool(self.steps) or bool(self.epochs)
-
-
-def declared_rules(spec, at: str = "") -> dict[str, Rule]:
-    """{dotted key: rule} of a spec's declared fields, nested blocks under their names."""
-    rules = {}
-    for declared in fields(spec):
-        name = f"{at}{declared.name}"
-        if declared.name == "optimizer":
-            rules |= declared_rules(OptimizerSpec, f"{name}.")
-        elif declared.metadata.get("rule"):
-            rules[f"{name}.*" if declared.metadata["each"] else name] = declared.metadata["rule"]
-    return rules
 
 
 EACH_STAGE = "stages.<stage>"  # where a renamed key is every stage's own
@@ -147,26 +150,17 @@ def refuse_renamed(values: dict, at: str = "") -> None:
             raise ConfigError(message)
 
 
-STAGE_RULES = declared_rules(StageSpec)  # `kdbench.planning.ranges` checks `stages.*` by them
-STAGE_KEYS = frozenset(f.name for f in fields(StageSpec)) - {"name", "terms"}
-
-
 def stage_spec(name: str, values: dict, task: str) -> StageSpec:
-    """The stage `name`'s block (checked values), its optimizer's warm-up the task's own."""
+    """The stage `name`'s block (values checked against `StageSpec`), its optimizer's warm-up the
+    task's own."""
     at = f"stages.{name}"
-    values = dict(values)
-    optimizer = values.pop("optimizer", None)
-    if not isinstance(optimizer, dict):
-        raise ConfigError(f"{at} has no optimizer block: add {at}.optimizer.lr=... and its keys")
-    optimizer = from_mapping(OptimizerSpec, optimizer, f"{at}.optimizer")
-    if optimizer.betas is not None:
-        optimizer = OptimizerSpec(**{**optimizer.__dict__, "betas": tuple(optimizer.betas)})
-    spec = from_mapping(StageSpec, values | {"name": name}, at)
+    optimizer = from_mapping(OptimizerSpec, values["optimizer"], f"{at}.optimizer")
+    spec = from_mapping(StageSpec, values | {"name": name, "optimizer": optimizer}, at)
     if (spec.epochs is None) == (spec.steps is None):
         raise ConfigError(f"{at} needs exactly one of epochs and steps: set the other to null")
     if name in SUPERVISED and spec.objective is not None:
         raise ConfigError(f"{at}.objective must be null: the stage trains on the task's own loss")
-    return StageSpec(**{**spec.__dict__, "optimizer": optimizer.for_task(task)})
+    return replace(spec, optimizer=optimizer.for_task(task))
 
 
 def stage_specs(stages: dict | None, setting: str, task: str) -> dict[str, StageSpec]:

@@ -2,10 +2,11 @@
 and how the teacher teaches), a spec per setting, each key declared once; the stages' own keys are
 `kdbench.planning.stage_specs`'s.
 
-A key's declaration (`kdbench.planning.rules.key`) carries its range, from which
-`kdbench.planning.ranges` checks it, and whether it changes how a run computes rather than what
-(`COMPUTATION_ONLY`: a run resumes across a change of it, and the record's design leaves it out).
-The recipes read them as attributes: `plan.trainer.teacher_dropout`.
+A key's declaration (`kdbench.planning.rules.key`) carries its range, against which
+`kdbench.planning.declared` checks it (`TRAINER_KEYS`: every setting's keys), and whether it
+changes how a run computes rather than what (`COMPUTATION_ONLY`: a run resumes across a change of
+it, and the record's design leaves it out). The recipes read them as attributes:
+`plan.trainer.teacher_dropout`.
 """
 
 from __future__ import annotations
@@ -96,12 +97,6 @@ TRAINERS = {
     "finetune": TrainerSpec,
 }
 TRAINER_KEYS = {f.name: f for spec in TRAINERS.values() for f in fields(spec)}  # every setting's
-# `kdbench.planning.ranges`'s rules of the trainer keys
-TRAINER_RULES = {
-    f"{name}.*" if f.metadata["each"] else name: f.metadata["rule"]
-    for name, f in TRAINER_KEYS.items()
-    if f.metadata.get("rule")
-}
 # Trainer settings that change how a run computes, not what: a run resumes across them (e.g. an
 # out-of-memory run re-run with recomputation on).
 COMPUTATION_ONLY = tuple(name for name, f in TRAINER_KEYS.items() if f.metadata.get("how"))
