@@ -19,14 +19,14 @@ from pathlib import Path
 import torch
 import transformers
 
-from kdbench.record import PACKAGE, git_state, source_sha256
+from kdbench.records.record import PACKAGE, git_state, source_sha256
 
 PAPER_STEPS, PAPER_BATCH = 100_000, 1024  # the paper's task-agnostic run (Table 5)
 
 
 def environment() -> list[str]:
     """The device, the versions, and the code: its git commit where this is a checkout of kdbench,
-    and always the hash of its source (`kdbench.record`)."""
+    and always the hash of its source (`kdbench.records.record`)."""
     commit, dirty = git_state(PACKAGE)
     code = f"commit {commit}{' (with changes)' if dirty else ''}" if commit else "no git checkout"
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"

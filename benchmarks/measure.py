@@ -44,10 +44,10 @@ from kdbench.data.batches import make_loader  # noqa: E402
 from kdbench.data.glue import task_datasets  # noqa: E402
 from kdbench.data.packed import pack_tokens  # noqa: E402
 from kdbench.data.readers import iter_documents  # noqa: E402
-from kdbench.layers import every_kth  # noqa: E402
 from kdbench.measure.timing import TimedBatches, optimizer_for, train_steps  # noqa: E402
 from kdbench.models.attention import prepare_for_training  # noqa: E402
 from kdbench.models.compilation import compile_blocks  # noqa: E402
+from kdbench.models.layers import every_kth  # noqa: E402
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer  # noqa: E402
 from kdbench.models.student import build_student, init_from_teacher  # noqa: E402
 from kdbench.planning.hydra_config import compose  # noqa: E402

@@ -28,7 +28,7 @@ from tests.helpers import compose_config
 from kdbench.data.glue import read_tsv_split
 from kdbench.metrics import GOLD
 from kdbench.planning.plan import task_spec
-from kdbench.record import KEY_FIELDS
+from kdbench.records.record import KEY_FIELDS
 
 KEY = list(KEY_FIELDS)
 NOT_METRICS = set(KEY) | {

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kdbench.record import RESULT_FILE
+from kdbench.records.record import RESULT_FILE
 
 
 def portable(value, root: Path):

@@ -54,7 +54,7 @@ from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import student_for
 from kdbench.planning.specs import ShapeSpec
-from kdbench.precision import resolve_precision
+from kdbench.runtime.precision import resolve_precision
 from kdbench.training import loop
 from kdbench.training.steps import to_device
 

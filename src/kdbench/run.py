@@ -17,22 +17,23 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from kdbench import __version__, distributed
-from kdbench.card import load_text
+from kdbench import __version__
 from kdbench.errors import KdbenchError, missing_package
-from kdbench.joblock import CLAIM, claim, describe
-from kdbench.loggers import make_logger
 from kdbench.measure.cost import contended
 from kdbench.metrics import scores_only
 from kdbench.planning.hydra_config import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.planning.plan import Plan, make_plan, writable_folder
-from kdbench.precision import apply_matmul_precision
 from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
-from kdbench.record import RESULT_FILE, RunRecord, StepLog, provenance, write_json
+from kdbench.records.card import load_text
+from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, provenance, write_json
 from kdbench.report.collapse import learning_warnings
-from kdbench.storage import DiskFullError
+from kdbench.runtime import distributed
+from kdbench.runtime.joblock import CLAIM, claim, describe
+from kdbench.runtime.loggers import make_logger
+from kdbench.runtime.precision import apply_matmul_precision
+from kdbench.runtime.storage import DiskFullError
 from kdbench.training.signals import SIGINT_EXIT, Interrupted, StoppedAtOnce, graceful_stop
 
 RECIPES = {
@@ -64,9 +65,10 @@ def identity(cfg: DictConfig, plan: Plan | None) -> RunRecord:
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
     """Validate, run the configured setting, and write result.json; returns the record.
 
-    The job is claimed first (`kdbench.joblock`): while another process runs it, this returns at
-    once with `status: "claimed"` and writes nothing. Bad input raises KdbenchError before any heavy
-    work. A failure is recorded as `status: "failed"` (with the error) before it propagates.
+    The job is claimed first (`kdbench.runtime.joblock`): while another process runs it, this
+    returns at once with `status: "claimed"` and writes nothing. Bad input raises KdbenchError
+    before any heavy work. A failure is recorded as `status: "failed"` (with the error) before it
+    propagates.
     """
     run_dir = writable_folder(run_dir or cfg.paths.run_dir or ".", "paths.run_dir")
     # a task of a multi-task SLURM/submitit job joins its job's group

@@ -34,10 +34,10 @@ import sys
 from pathlib import Path
 
 from kdbench.errors import ConfigError
-from kdbench.joblock import busy_jobs, describe, held_by
 from kdbench.planning.hydra_config import fail
 from kdbench.planning.study_config import STUDENT_AS, SWEEP_DIR_KEY, Study, make_study
-from kdbench.record import RESULT_FILE, RunRecord
+from kdbench.records.record import RESULT_FILE, RunRecord
+from kdbench.runtime.joblock import busy_jobs, describe, held_by
 from kdbench.training.signals import SIGINT_EXIT, StoppedAtOnce, graceful_stop, stop_requested
 
 

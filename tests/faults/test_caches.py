@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kdbench import storage
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.models.tiny import tiny_tokenizer
-from kdbench.record import write_json
+from kdbench.records.record import write_json
 from kdbench.run import run
-from kdbench.storage import DiskFullError
+from kdbench.runtime import storage
+from kdbench.runtime.storage import DiskFullError
 from kdbench.training.checkpoint import Checkpoints
 from tests.helpers import compose_config, tiny_overrides, write_tiny_corpus
 

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from kdbench.joblock import claim
+from kdbench.runtime.joblock import claim
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def test_a_killed_holder_s_claim_is_taken_over(tmp_path, caplog):
             sys.executable,
             "-c",
             (
-                "import sys, time, pathlib; from kdbench.joblock import claim\n"
+                "import sys, time, pathlib; from kdbench.runtime.joblock import claim\n"
                 f"with claim(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); "
                 "time.sleep(120)"
             ),

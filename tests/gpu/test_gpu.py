@@ -18,13 +18,13 @@ from transformers import BertForSequenceClassification
 
 from kdbench.bench import attention_kernels
 from kdbench.data.batches import PADDED
-from kdbench.distributed import World
 from kdbench.measure import synthetic
 from kdbench.measure.timing import PerStep, synchronisations
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
-from kdbench.record import StepLog
+from kdbench.records.record import StepLog
+from kdbench.runtime.distributed import World
 from kdbench.teacher.frozen import freeze
 from kdbench.training import loop
 from kdbench.training.hooks import Hook, LogLosses

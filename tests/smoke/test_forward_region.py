@@ -1,6 +1,6 @@
-"""Every forward kdbench runs is in `kdbench.precision.computing`'s region: SDPA without cuDNN's
-attention (it plans anew for every batch shape), and autocast only for a model whose weights are
-float32 (a bf16 run's frozen teacher, in bf16 weights, runs without it)."""
+"""Every forward kdbench runs is in `kdbench.runtime.precision.computing`'s region: SDPA without
+cuDNN's attention (it plans anew for every batch shape), and autocast only for a model whose weights
+are float32 (a bf16 run's frozen teacher, in bf16 weights, runs without it)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from kdbench.precision import computing
 from kdbench.run import run
+from kdbench.runtime.precision import computing
 from kdbench.training.signals import current_phase
 from tests.helpers import compose_config, tiny_overrides
 

@@ -16,9 +16,9 @@ from kdbench.models.hub import load
 from kdbench.models.student import PROJECTIONS_FILE
 from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.planning.plan import make_plan
-from kdbench.record import CHAIN_FILE
+from kdbench.records.record import CHAIN_FILE
 from kdbench.run import run
-from kdbench.storage import MANIFEST
+from kdbench.runtime.storage import MANIFEST
 from tests.helpers import (
     TINY_MLM_SHAPE,
     agnostic_overrides,

@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kdbench.measure import synthetic
 from kdbench.measure.timing import PerStep
 from kdbench.models.attention import attention_mask
-from kdbench.record import StepLog
+from kdbench.records.record import StepLog
 from kdbench.run import run
 from kdbench.training import loop
 from kdbench.training.hooks import Hook, LogLosses

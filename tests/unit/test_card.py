@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kdbench.card import model_card
 from kdbench.planning.plan import make_plan
+from kdbench.records.card import model_card
 from tests.helpers import compose_config, custom_overrides, tiny_overrides
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kdbench import distributed
-from kdbench.distributed import World
 from kdbench.errors import ConfigError
 from kdbench.objectives.features import FeatureRecorder
+from kdbench.runtime import distributed
+from kdbench.runtime.distributed import World
 from kdbench.training import checkpoint
 from kdbench.training.reach import freeze_unreached, freeze_unreached_by_step
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kdbench.errors import ConfigError
-from kdbench.layers import bottom, every_kth, resolve_init_layers
 from kdbench.models.anatomy import encoder_layers
+from kdbench.models.layers import bottom, every_kth, resolve_init_layers
 from kdbench.models.student import init_from_teacher
 from kdbench.planning.specs import InitSpec
 from tests.helpers import compose_config, tiny_models

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kdbench import distributed
+from kdbench.runtime import distributed
 
 TORCHRUN = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
 

@@ -11,12 +11,12 @@ import torch
 from kdbench.data.batches import corpus_loader, make_loader
 from kdbench.data.glue import load_split, tokenize
 from kdbench.data.masking import MaskingSpec
-from kdbench.device import loading_spec
-from kdbench.distributed import World
 from kdbench.errors import ConfigError
 from kdbench.planning.groups import data_spec, task_spec
 from kdbench.planning.plan import make_plan
 from kdbench.planning.specs import LoadingSpec
+from kdbench.runtime.device import loading_spec
+from kdbench.runtime.distributed import World
 from tests.helpers import compose_config, tiny_overrides
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)

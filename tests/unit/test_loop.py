@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from kdbench.data.batches import ResumableSampler, SeededBatches, ShardedBatches
-from kdbench.distributed import World
 from kdbench.errors import KdbenchError
 from kdbench.planning.stage_specs import OptimizerSpec
-from kdbench.record import StepLog
+from kdbench.records.record import StepLog
+from kdbench.runtime.distributed import World
 from kdbench.training import hooks, loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.guard import NonFiniteLoss

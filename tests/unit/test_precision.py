@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kdbench.planning.plan import make_plan
-from kdbench.precision import (
+from kdbench.runtime.precision import (
     BF16_MIN_WIDTH,
     apply_matmul_precision,
     native_bf16,
@@ -81,7 +81,9 @@ def test_the_plan_resolves_the_default_precision_for_its_gpu_and_student(
     gpu, monkeypatch, tiny_glue, tmp_path, name, min_width, precision, tf32
 ):
     gpu(name)
-    monkeypatch.setattr("kdbench.precision.BF16_MIN_WIDTH", min_width)  # the tiny student: 32 wide
+    monkeypatch.setattr(
+        "kdbench.runtime.precision.BF16_MIN_WIDTH", min_width
+    )  # the tiny student: 32 wide
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, "trainer.device=cuda"))
     assert cfg.trainer.precision == "auto" and cfg.trainer.tf32 is True
     plan = make_plan(cfg)

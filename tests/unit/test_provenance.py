@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kdbench.record import PACKAGE, git_state, source_sha256
+from kdbench.records.record import PACKAGE, git_state, source_sha256
 from kdbench.report.load import parse_record
 from tests.unit.report_helpers import write_run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kdbench.record import RunRecord
+from kdbench.records.record import RunRecord
 from kdbench.report.collapse import (
     COLLAPSED,
     HEALTHY,

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from kdbench.metrics import METRICS
-from kdbench.predictions import read_predictions, write_predictions
+from kdbench.records.predictions import read_predictions, write_predictions
 from kdbench.report.cli import main
 from kdbench.report.examples import paired_bootstrap, weighted_metric
 

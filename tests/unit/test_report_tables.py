@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kdbench.record import KEY_FIELDS, RunRecord
+from kdbench.records.record import KEY_FIELDS, RunRecord
 from kdbench.report.load import load_records
 from tests.unit.report_helpers import (
     A,

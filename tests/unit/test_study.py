@@ -209,7 +209,7 @@ def test_main_refuses_an_unknown_preset_with_exit_code_2(capsys):
 def test_a_study_that_shares_its_folder_says_which_jobs_another_process_runs(
     tmp_path, monkeypatch, capsys
 ):
-    from kdbench.joblock import claim
+    from kdbench.runtime.joblock import claim
 
     monkeypatch.setattr(study, "run_child", FakeSteps())
     done, running = tmp_path / "objective=att_kl,seed=1", tmp_path / "objective=att_kl,seed=2"

@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 
 from kdbench.errors import ConfigError
-from kdbench.layers import resolve_pairs
+from kdbench.models.layers import resolve_pairs
 from kdbench.objectives import losses as F
 from kdbench.objectives.features import FeatureRecorder, attention_scores
 from kdbench.objectives.tensors import LOGITS, split_heads

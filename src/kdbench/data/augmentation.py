@@ -33,12 +33,12 @@ import torch
 from filelock import FileLock
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig
 
-from kdbench import storage
 from kdbench.data.columns import column_list
 from kdbench.data.word_candidates import Candidates, MaskedLMCandidates, VectorNeighbours, Word
 from kdbench.models import hub
 from kdbench.models.anatomy import encoder_layers
 from kdbench.planning.specs import AugmentSpec, TaskSpec
+from kdbench.runtime import storage
 from kdbench.training.signals import phase, stop_between
 
 log = logging.getLogger("kdbench")

@@ -16,8 +16,8 @@ from transformers import DataCollatorWithPadding
 
 from kdbench.data.columns import column_array
 from kdbench.data.masking import IGNORE_INDEX, MaskingSpec, mask_tokens
-from kdbench.distributed import World
 from kdbench.planning.specs import LoadingSpec
+from kdbench.runtime.distributed import World
 from kdbench.training.signals import check_stop, phase
 
 # A batch's host-side flag: whether any of its tokens is padding. The collator computes it on the

@@ -23,11 +23,11 @@ from typing import Any
 
 from filelock import FileLock
 
-from kdbench import storage
 from kdbench.data.corpus_build import BuildJob, build_entry_files, special_ids
 from kdbench.data.packed import CORPUS_FORMAT_VERSION, PackedCorpus
 from kdbench.data.readers import input_files, reader_for
 from kdbench.errors import ConfigError
+from kdbench.runtime import storage
 from kdbench.training.signals import phase
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from kdbench import storage
 from kdbench.errors import DataError
 from kdbench.planning.specs import CorpusSpec
+from kdbench.runtime import storage
 
 
 def corpus_files(corpus: CorpusSpec, cache_dir: Path) -> tuple[Path, str]:

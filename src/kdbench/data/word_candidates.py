@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from kdbench.errors import DataError
 from kdbench.models.anatomy import mlm_head
-from kdbench.precision import computing
+from kdbench.runtime.precision import computing
 from kdbench.training.signals import check_stop
 
 # English function words, kept as they are: the alphabetic words of TinyBERT's released list

@@ -11,8 +11,8 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from kdbench.precision import computing
-from kdbench.record import device_name
+from kdbench.records.record import device_name
+from kdbench.runtime.precision import computing
 
 LATENCY_BATCH = 1
 THROUGHPUT_BATCH = 32

@@ -17,7 +17,6 @@ from transformers import BertConfig, BertForMaskedLM
 
 from kdbench.data.batches import IN_PROCESS, corpus_loader
 from kdbench.data.masking import MaskingSpec
-from kdbench.distributed import World
 from kdbench.measure import memory
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.compilation import compile_blocks
@@ -28,6 +27,7 @@ from kdbench.planning.hydra_config import config_dir
 from kdbench.planning.specs import LoadingSpec, ShapeSpec
 from kdbench.planning.stage_specs import OptimizerSpec
 from kdbench.recipes.task_agnostic import MLM_NUM_LABELS, reaching_step, recorder
+from kdbench.runtime.distributed import World
 from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training import loop
 from kdbench.training.steps import StudentSide, teacher_records_now

@@ -18,9 +18,9 @@ from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, PretrainedConfig
 from transformers.utils import logging as transformers_logging
 
-from kdbench import storage
 from kdbench.errors import KdbenchError, ModelNotFoundError
 from kdbench.models.anatomy import MLM_HEADS, TASK_HEADS
+from kdbench.runtime import storage
 
 MODELS_DIR_ENV = "KDBENCH_MODELS_DIR"
 LOAD_REPORT = "LOAD REPORT"  # the title of transformers' table of missing and unexpected weights

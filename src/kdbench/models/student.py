@@ -14,7 +14,6 @@ from transformers import (
     PreTrainedModel,
 )
 
-from kdbench import storage
 from kdbench.models.anatomy import (
     MLM_HEADS,
     TASK_HEADS,
@@ -25,7 +24,8 @@ from kdbench.models.anatomy import (
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.hub import load_model
 from kdbench.planning.specs import InitSpec, ShapeSpec
-from kdbench.record import CHAIN_FILE, write_json
+from kdbench.records.record import CHAIN_FILE, write_json
+from kdbench.runtime import storage
 
 PROJECTIONS_FILE = "projections.pt"
 

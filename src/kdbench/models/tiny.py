@@ -10,8 +10,8 @@ from pathlib import Path
 from filelock import FileLock
 from transformers import AutoTokenizer, BertConfig
 
-from kdbench import storage
 from kdbench.planning.specs import ShapeSpec
+from kdbench.runtime import storage
 
 _TINY_VOCAB = (
     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

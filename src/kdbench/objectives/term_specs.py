@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kdbench.errors import ConfigError, lookup
-from kdbench.layers import resolve_pairs
+from kdbench.models.layers import resolve_pairs
 from kdbench.objectives.features import FEATURES
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.losses import LOSSES
@@ -58,7 +58,7 @@ def build_terms(
     setting.
 
     `term_specs`: plain dicts of `TermKeys`, at config path `at`. `default_mapping`: the layer
-    mapping of a term without its own `mapping` (see `kdbench.layers.resolve_pairs`).
+    mapping of a term without its own `mapping` (see `kdbench.models.layers.resolve_pairs`).
     """
     depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
     terms = []

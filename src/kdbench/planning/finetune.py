@@ -13,7 +13,7 @@ from kdbench.models.hub import saved_config
 from kdbench.planning.groups import check_positions, local_path
 from kdbench.planning.specs import InitSpec, TaskSpec
 from kdbench.planning.trainer_specs import TrainerSpec
-from kdbench.record import chain_of
+from kdbench.records.record import chain_of
 
 
 def finetune_parts(cfg: DictConfig, trainer: TrainerSpec, task: TaskSpec) -> dict:

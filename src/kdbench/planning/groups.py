@@ -15,7 +15,6 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
-from kdbench import storage
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.hub import check_saved_model, saved_config
 from kdbench.planning.declared import check_declared, with_defaults
@@ -33,6 +32,7 @@ from kdbench.planning.specs import (
     from_mapping,
 )
 from kdbench.planning.trainer_specs import TRAINERS, TrainerSpec
+from kdbench.runtime import storage
 
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
 

@@ -10,8 +10,8 @@ from omegaconf import DictConfig
 from transformers import PretrainedConfig
 
 from kdbench.errors import ConfigError
-from kdbench.layers import check_width, resolve_init_layers
 from kdbench.models.hub import saved_config
+from kdbench.models.layers import check_width, resolve_init_layers
 from kdbench.planning.declared import with_defaults
 from kdbench.planning.groups import checked, local_path
 from kdbench.planning.specs import InitSpec, ShapeSpec

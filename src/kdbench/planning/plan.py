@@ -6,7 +6,7 @@ config
 fails here with one line (a ConfigError/DataError): the groups' values as they are read
 (`kdbench.planning.groups`), and here the layer lists, the widths, the head counts, batch sizes
 that do
-not divide, an absent GPU (`kdbench.device`). The student's initialisation is read by
+not divide, an absent GPU (`kdbench.runtime.device`). The student's initialisation is read by
 `kdbench.planning.inits`, the fine-tune plan's own parts by `kdbench.planning.finetune`.
 """
 
@@ -22,8 +22,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
-from kdbench import distributed
-from kdbench.device import compute_on
 from kdbench.errors import ConfigError
 from kdbench.measure.memory import StepMemory, device_batch, step_memory
 from kdbench.models.pretrained import teacher_config
@@ -64,7 +62,9 @@ from kdbench.planning.specs import (
 )
 from kdbench.planning.stage_specs import SUPERVISED, StageSpec, refuse_renamed, stage_specs
 from kdbench.planning.trainer_specs import COMPUTATION_ONLY, TrainerSpec
-from kdbench.record import chain_of
+from kdbench.records.record import chain_of
+from kdbench.runtime import distributed
+from kdbench.runtime.device import compute_on
 
 SETTINGS = ("task_specific", "task_agnostic", "finetune")
 
@@ -91,7 +91,7 @@ class Plan:
     student_conf: PretrainedConfig
     device: torch.device
     precision: str  # fp32 or bf16 (trainer.precision=auto resolved for the device and student)
-    precision_reason: str  # why: the key as given, or auto's rule (`kdbench.precision`)
+    precision_reason: str  # why: the key as given, or auto's rule (`kdbench.runtime.precision`)
     tf32: bool  # fp32 matmuls in TF32 (trainer.tf32 where the device and the precision use it)
     loading: LoadingSpec  # DataLoader workers, pinned memory (trainer.num_workers for the device)
     cache_dir: Path

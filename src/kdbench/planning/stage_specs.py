@@ -26,7 +26,6 @@ from kdbench.planning.rules import (
     entries,
     key,
 )
-from kdbench.planning.specs import from_mapping
 
 # The stages that train on the task's own loss (their objective is null); the others distil.
 SUPERVISED = ("teacher", "finetune")
@@ -154,13 +153,18 @@ def stage_spec(name: str, values: dict, task: str) -> StageSpec:
     """The stage `name`'s block (values checked against `StageSpec`), its optimizer's warm-up the
     task's own."""
     at = f"stages.{name}"
-    optimizer = from_mapping(OptimizerSpec, values["optimizer"], f"{at}.optimizer")
-    spec = from_mapping(StageSpec, values | {"name": name, "optimizer": optimizer}, at)
+    for lacking in ("batch_size", "optimizer"):
+        if lacking not in values:
+            raise ConfigError(f"{at} lacks the key {lacking}: set {at}.{lacking}=...")
+    if "lr" not in values["optimizer"]:
+        raise ConfigError(f"{at}.optimizer lacks the key lr: set {at}.optimizer.lr=...")
+    optimizer = OptimizerSpec(**values["optimizer"]).for_task(task)
+    spec = StageSpec(**values | {"name": name, "optimizer": optimizer})
     if (spec.epochs is None) == (spec.steps is None):
         raise ConfigError(f"{at} needs exactly one of epochs and steps: set the other to null")
     if name in SUPERVISED and spec.objective is not None:
         raise ConfigError(f"{at}.objective must be null: the stage trains on the task's own loss")
-    return replace(spec, optimizer=optimizer.for_task(task))
+    return spec
 
 
 def stage_specs(stages: dict | None, setting: str, task: str) -> dict[str, StageSpec]:

@@ -50,7 +50,7 @@ class ComputeSpec:
     fused_losses: bool = key(FLAG, True, how=True)
     recompute_losses: bool = key(FLAG, False, how=True)
     recompute_attention: bool = key(FLAG, False, how=True)
-    num_workers: int | str = key(WORKERS, "auto", how=True)  # `kdbench.device.loading_spec`
+    num_workers: int | str = key(WORKERS, "auto", how=True)  # `kdbench.runtime.device.loading_spec`
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,8 +19,8 @@ from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
 from kdbench.planning.plan import Plan
-from kdbench.predictions import PREDICTIONS_FILE
-from kdbench.record import RESULT_FILE, RunRecord, StepLog, read_json, write_json
+from kdbench.records.predictions import PREDICTIONS_FILE
+from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, read_json, write_json
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import Hook, standard_hooks

@@ -23,12 +23,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kdbench import distributed
 from kdbench.data.batches import corpus_loader
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.masking import MaskingSpec, smoothed_token_weights
 from kdbench.data.sources import corpus_files
-from kdbench.distributed import World
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.anatomy import mlm_head
 from kdbench.models.compilation import compile_if_asked
@@ -36,7 +34,9 @@ from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import save_student, student_for
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
-from kdbench.record import StepLog
+from kdbench.records.record import StepLog
+from kdbench.runtime import distributed
+from kdbench.runtime.distributed import World
 from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import heldout_losses

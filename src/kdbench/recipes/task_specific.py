@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-from kdbench.card import model_card
 from kdbench.data.augmentation import augmented_train_set
 from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.columns import column_array
@@ -33,9 +32,10 @@ from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.planning.plan import Plan
 from kdbench.planning.stage_specs import StageSpec
-from kdbench.precision import computing
-from kdbench.predictions import PREDICTIONS_FILE
-from kdbench.record import StepLog
+from kdbench.records.card import model_card
+from kdbench.records.predictions import PREDICTIONS_FILE
+from kdbench.records.record import StepLog
+from kdbench.runtime.precision import computing
 from kdbench.teacher.features import teacher_feature_table
 from kdbench.teacher.finetune import finetuned_teacher
 from kdbench.teacher.frozen import FineTuned, in_run_precision

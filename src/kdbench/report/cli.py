@@ -81,10 +81,10 @@ records and malformed files are listed (with their path and the reason) on stdou
     path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
     config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose
     resolved config differs from the other runs of its cell in more than the seed, paths, device and
-    how-not-what settings (``kdbench.record.NOT_DESIGN``); the cell keeps its most common design and
-    the reason names the differing keys. ``distillation``: a task-agnostic distillation record (no
-    task; its GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point (record
-    with a ``grid`` dict) that lost to the best point of the same run key, which is the one used.
+    how-not-what settings (``kdbench.records.record.NOT_DESIGN``); the cell keeps its most common
+    design and the reason names the differing keys. ``distillation``: a task-agnostic distillation
+    record (no task; its GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point
+    (record with a ``grid`` dict) that lost to the best point of its run key, the one used.
 ``paper.csv`` (only with ``--paper``)
     every published cell of Wang et al. (2023), Tables 1-4 (the package data
     ``kdbench/paper/wang2023_tables.csv``), long form in kdbench's names: table, setting, teacher,
@@ -132,7 +132,7 @@ from pathlib import Path
 import pandas as pd
 
 from kdbench.errors import ReportError
-from kdbench.record import RESULT_FILE
+from kdbench.records.record import RESULT_FILE
 from kdbench.report.claims_md import claims_text
 from kdbench.report.cost import cost_markdown, cost_table, plot_cost
 from kdbench.report.evidence import write_evidence
@@ -154,7 +154,7 @@ from kdbench.report.stats import paired_tests, summarise, unmatched_runs
 from kdbench.report.tables import build_tables, render_latex, render_markdown
 from kdbench.report.versus import render_versus, versus_sections
 from kdbench.report.walltime import walltime_lines
-from kdbench.storage import folder_problem
+from kdbench.runtime.storage import folder_problem
 
 PROG = "kdbench.report"
 

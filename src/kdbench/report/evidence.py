@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kdbench.predictions import read_predictions
+from kdbench.records.predictions import read_predictions
 from kdbench.report.collapse import COLLAPSED, _split
 from kdbench.report.examples import NO_TEST, metric_of, paired_bootstrap
 from kdbench.report.frames import ALL, GROUP_COLS

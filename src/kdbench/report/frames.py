@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 
-from kdbench.record import KEY_FIELDS
+from kdbench.records.record import KEY_FIELDS
 from kdbench.tasks import TASKS
 
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]

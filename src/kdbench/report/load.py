@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from kdbench.errors import ReportError
-from kdbench.record import (
+from kdbench.records.record import (
     COMPLETED_FIELDS,
     KEY_FIELDS,
     RESULT_FILE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kdbench.rates import RATE_SUFFIX
+from kdbench.records.rates import RATE_SUFFIX
 from kdbench.report.frames import GROUP_COLS, ROW_COLS
 from kdbench.report.text import md_escape, md_row
 

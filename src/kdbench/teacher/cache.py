@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
-from kdbench import storage
+from kdbench.runtime import storage
 
 TEACHER_CACHE_VERSION = 2
 # The run-wide trainer settings that determine the fine-tuned teacher, beside its stage's block.

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from kdbench import storage
 from kdbench.data.batches import make_loader
 from kdbench.data.columns import column_array
 from kdbench.models.anatomy import encoder_layers
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.tensors import LOGITS
-from kdbench.precision import computing
+from kdbench.runtime import storage
+from kdbench.runtime.precision import computing
 from kdbench.teacher.cache import cached_tensors, derived_key
 from kdbench.teacher.frozen import FineTuned
 from kdbench.training.signals import check_stop, phase, stop_between

@@ -18,12 +18,12 @@ import torch
 from filelock import FileLock
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
-from kdbench import storage
 from kdbench.metrics import scores_only
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.hub import load
 from kdbench.models.pretrained import pretrained_teacher
-from kdbench.record import StepLog, read_json, write_json
+from kdbench.records.record import StepLog, read_json, write_json
+from kdbench.runtime import storage
 from kdbench.teacher.cache import cache_path, teacher_key
 from kdbench.teacher.frozen import FineTuned, freeze
 from kdbench.training.checkpoint import Checkpoints

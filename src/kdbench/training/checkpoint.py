@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from kdbench import storage
+from kdbench.runtime import storage
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")

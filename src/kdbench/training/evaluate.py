@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kdbench import distributed
 from kdbench.metrics import compute_metrics, label_counts
 from kdbench.models.anatomy import encoder_layers
-from kdbench.precision import computing
-from kdbench.predictions import split_arrays, write_predictions
+from kdbench.records.predictions import split_arrays, write_predictions
+from kdbench.runtime import distributed
+from kdbench.runtime.precision import computing
 from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import StepFn, model_inputs, to_device
 
@@ -48,7 +48,7 @@ def evaluate(
     """Metrics on every dev split, with the predicted and gold label counts per class
     (``label_counts``); `eval_loaders` maps a metric-name suffix ("" or "matched") to a loader. A
     stop signal ends it between batches (`phase_name` says whose evaluation it was). Every
-    example's prediction goes to `predictions_to` (``kdbench.predictions``) when given."""
+    example's prediction goes to `predictions_to` (``kdbench.records.predictions``) when given."""
     metrics: dict[str, float] = {}
     splits = {}
     with phase(phase_name):

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from tqdm.auto import tqdm
 
-from kdbench import distributed
 from kdbench.planning.trainer_specs import TrainerSpec
-from kdbench.record import StepLog
+from kdbench.records.record import StepLog
+from kdbench.runtime import distributed
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.events import Hook
 from kdbench.training.signals import Interrupted, enter_phase, stop_requested

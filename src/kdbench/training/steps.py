@@ -16,7 +16,7 @@ from kdbench.data.batches import PADDED
 from kdbench.models.attention import attention_mask
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.tensors import LOGITS
-from kdbench.precision import computing
+from kdbench.runtime.precision import computing
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 StepFn = Callable[[dict], dict[str, torch.Tensor]]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kdbench.errors import lookup
 from kdbench.planning.specs import LoggerSpec
-from kdbench.record import RunRecord
+from kdbench.records.record import RunRecord
 
 
 class WandbLogger:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kdbench.storage import atomic_write
+from kdbench.runtime.storage import atomic_write
 
 PREDICTIONS_FILE = "predictions.npz"
 SINGLE_SPLIT = "dev"  # the split name of a task with one dev set (metric suffix "")

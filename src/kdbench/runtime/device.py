@@ -7,11 +7,11 @@ import os
 
 import torch
 
-from kdbench import distributed
 from kdbench.errors import ConfigError
 from kdbench.planning.specs import LoadingSpec
 from kdbench.planning.trainer_specs import ComputeSpec
-from kdbench.precision import resolve_precision, resolve_tf32
+from kdbench.runtime import distributed
+from kdbench.runtime.precision import resolve_precision, resolve_tf32
 
 
 def compute_on(trainer: ComputeSpec, student_width: int) -> dict:

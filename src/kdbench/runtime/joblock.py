@@ -23,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from kdbench.record import read_json, write_json
+from kdbench.records.record import read_json, write_json
 
 log = logging.getLogger("kdbench")
 CLAIM = ".kdbench-claim."  # how a claim's files begin: its lock and its holder, per rank

@@ -12,11 +12,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from kdbench.planning.trainer_specs import COMPUTATION_ONLY
-from kdbench.rates import rates_apart, split_timing
-from kdbench.storage import atomic_write_text
+from kdbench.records.rates import rates_apart, split_timing
+from kdbench.runtime.storage import atomic_write_text
 
 SCHEMA_VERSION = 1
-PACKAGE = Path(__file__).parent
+PACKAGE = Path(__file__).parent.parent  # kdbench
 # the package's source, as `source_sha256` hashes it: its code, configs and paper tables
 SOURCE_SUFFIXES = (".py", ".yaml", ".csv")
 RESULT_FILE = "result.json"
