@@ -98,8 +98,8 @@ def test_an_unknown_key_is_answered_with_the_closest_one(capsys, override, line)
         (["task=qnli"], ["QNLI/train.tsv", "missing"]),
         (["setting=task_agnostic"], ["corpus=local needs corpus.path"]),
         (
-            ["setting=task_agnostic", "corpus.path=."],
-            ["setting=task_agnostic runs the stage distillation", "stages.distillation block"],
+            ["setting=task_agnostic", "corpus.path=.", "stages.distillation.steps=null"],
+            ["stages.distillation needs exactly one of epochs and steps"],
         ),
         (
             ["setting=task_agnostic", "corpus.path=.", "trainer=agnostic"]
