@@ -57,7 +57,7 @@ class TaskKeys:
     name: str = key(None, help=OPTION)
     title: str = key(None, help="how tables name the task")
     order: int = key(NON_NEGATIVE_COUNT, help="its column in the paper's tables (0: before them)")
-    lr: float = key(LEARNING_RATE, help="the task's learning rate (the task-specific stages read it)")
+    lr: float = key(LEARNING_RATE, help="the task's learning rate (its stages read it)")
     batch_size: int = key(COUNT, help="the task's batch size (the task-specific stages read it)")
     eval_splits: dict = key(None, help="{metric-name suffix: split} evaluated")
     hf_config: str | None = key(None, help="GLUE: the task's config on the Hub")
@@ -114,7 +114,7 @@ class TeacherKeys:
     )
     shape: ShapeSpec | None = key(ShapeSpec, None, help="a random model of this shape (tests)")
     finetune_lr: float = key(
-        LEARNING_RATE, help="its own fine-tuning lr (stages.teacher.optimizer.lr reads it; else task.lr)"
+        LEARNING_RATE, help="its own fine-tuning lr (stages.teacher reads it; else task.lr)"
     )
 
 
