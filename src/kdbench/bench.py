@@ -52,7 +52,6 @@ from kdbench.measure.timing import (
 )
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
-from kdbench.models.student import student_for
 from kdbench.planning.specs import ShapeSpec
 from kdbench.runtime.precision import resolve_precision
 from kdbench.training import loop
@@ -206,17 +205,7 @@ def stage1_setup(overrides: list[str]):
         group_by_length=stage.group_by_length,
     )
     teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, 0)).to(plan.device)
-    student = student_for(
-        teacher,
-        plan.teacher_conf,
-        plan.student,
-        plan.init,
-        plan.num_labels,
-        plan.seed,
-        plan.device,
-        dropout=plan.trainer.student_dropout,
-        recompute_attention=plan.trainer.recompute_attention,
-    )
+    student = plan.build_student(teacher)
     compile_if_asked(plan.trainer, student, teacher)
     return plan, train_set, loader, teacher, student
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from kdbench.models.pretrained import pretrained_teacher
-from kdbench.models.student import student_for
 from kdbench.objectives.terms import Objective
 from kdbench.planning.hydra_config import config_dir
 from kdbench.planning.plan import make_plan
@@ -123,18 +122,7 @@ def test_the_compiled_task_agnostic_step_is_one_graph_equal_to_eager(tmp_path, o
     )
     plan = make_plan(cfg)
     teacher = freeze(pretrained_teacher(plan.teacher, 2, 0, mlm=True))
-    student = student_for(
-        teacher,
-        plan.teacher_conf,
-        plan.student,
-        plan.init,
-        plan.num_labels,
-        plan.seed,
-        plan.device,
-        dropout=plan.trainer.student_dropout,
-        recompute_attention=plan.trainer.recompute_attention,
-        mlm=True,
-    ).eval()
+    student = plan.build_student(teacher, mlm=True).eval()
     objective = Objective(plan.terms, plan.student_conf, plan.teacher_conf, None, plan.seed)
     batch = tiny_batch(teacher.config.vocab_size)
     batch["labels"] = batch.pop("mlm_labels")

@@ -25,7 +25,7 @@ from transformers import PretrainedConfig
 from kdbench.errors import ConfigError
 from kdbench.measure.memory import StepMemory, device_batch, step_memory
 from kdbench.models.pretrained import teacher_config
-from kdbench.models.student import student_config
+from kdbench.models.student import student_config, student_for
 from kdbench.objectives.term_specs import Term, build_terms, check_terms
 from kdbench.objectives.terms import Objective
 from kdbench.planning.declared import check_declared, check_key, declared_keys
@@ -107,6 +107,23 @@ class Plan:
     @property
     def num_labels(self) -> int:
         return self.task.num_labels
+
+    def build_student(self, teacher, *, mlm: bool = False):
+        """The plan's student, initialised for `teacher` (`kdbench.models.student.student_for`
+        given the plan's specs)."""
+        trainer = self.trainer
+        return student_for(
+            teacher,
+            self.teacher_conf,
+            self.student,
+            self.init,
+            self.num_labels,
+            self.seed,
+            self.device,
+            dropout=trainer.student_dropout,
+            recompute_attention=trainer.recompute_attention,
+            mlm=mlm,
+        )
 
 
 def check_agnostic_stage(stage: StageSpec) -> None:

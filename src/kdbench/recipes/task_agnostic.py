@@ -31,7 +31,7 @@ from kdbench.errors import ConfigError, DataError
 from kdbench.models.anatomy import mlm_head
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
-from kdbench.models.student import save_student, student_for
+from kdbench.models.student import save_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
 from kdbench.records.record import StepLog
@@ -141,18 +141,7 @@ def distillation_models(plan: Plan):
     trainer = plan.trainer
     teacher = pretrained_teacher(plan.teacher, MLM_NUM_LABELS, trainer.teacher_seed, mlm=True)
     teacher = freeze(teacher).to(plan.device)
-    student = student_for(
-        teacher,
-        plan.teacher_conf,
-        plan.student,
-        plan.init,
-        plan.num_labels,
-        plan.seed,
-        plan.device,
-        dropout=plan.trainer.student_dropout,
-        recompute_attention=plan.trainer.recompute_attention,
-        mlm=True,
-    )
+    student = plan.build_student(teacher, mlm=True)
     compile_if_asked(plan.trainer, student, teacher)
     in_run_precision(teacher, plan.precision)
     objective = Objective(

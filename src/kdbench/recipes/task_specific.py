@@ -27,7 +27,7 @@ from kdbench.data.glue import dev_sets, encode_train, train_subset
 from kdbench.measure.cost import compare_costs
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import teacher_tokenizer
-from kdbench.models.student import save_student, student_for
+from kdbench.models.student import save_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.planning.plan import Plan
@@ -94,17 +94,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     originals = train_subset(plan.task, plan.data)
     train_set = encode_train(originals, plan.task, tokenizer, plan.trainer.max_length)
     teacher, dev_loaders = teacher_and_dev(plan, train_set, tokenizer, log)
-    student = student_for(
-        teacher.model,
-        plan.teacher_conf,
-        plan.student,
-        plan.init,
-        plan.num_labels,
-        plan.seed,
-        plan.device,
-        dropout=plan.trainer.student_dropout,
-        recompute_attention=plan.trainer.recompute_attention,
-    )
+    student = plan.build_student(teacher.model)
     compile_if_asked(plan.trainer, student, teacher.model)
     in_run_precision(teacher.model, plan.precision)
     lesson, augmented = distillation_set(plan, teacher, originals, train_set, tokenizer)
