@@ -23,6 +23,7 @@ from kdbench.measure.cost import contended
 from kdbench.metrics import scores_only
 from kdbench.planning.hydra_config import check_overrides, config_dir, one_line, register_resolvers
 from kdbench.planning.plan import Plan, make_plan, writable_folder
+from kdbench.planning.stage_specs import own_stages
 from kdbench.recipes.finetune import run_finetune
 from kdbench.recipes.task_agnostic import run_task_agnostic
 from kdbench.recipes.task_specific import run_task_specific
@@ -84,7 +85,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
 def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
     """`run` once this process holds the job's claim."""
     main_process = distributed.current().is_main  # in a data-parallel launch only rank 0 writes
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved = own_stages(OmegaConf.to_container(cfg, resolve=True))  # as its record keeps it
     result_path = run_dir / RESULT_FILE
     previous = RunRecord.read(result_path)
     if previous and previous.status == "completed" and previous.config == resolved:

@@ -60,7 +60,13 @@ from kdbench.planning.specs import (
     TaskSpec,
     TeacherSpec,
 )
-from kdbench.planning.stage_specs import SUPERVISED, StageSpec, refuse_renamed, stage_specs
+from kdbench.planning.stage_specs import (
+    SUPERVISED,
+    StageSpec,
+    own_stages,
+    refuse_renamed,
+    stage_specs,
+)
 from kdbench.planning.trainer_specs import COMPUTATION_ONLY, TrainerSpec
 from kdbench.records.record import chain_of
 from kdbench.runtime import distributed
@@ -109,9 +115,7 @@ class Plan:
         return self.task.num_labels
 
     def build_student(self, teacher, *, mlm: bool = False):
-        """The plan's student, initialised for `teacher` (`kdbench.models.student.student_for`
-        given the plan's specs)."""
-        trainer = self.trainer
+        """The plan's student, initialised for `teacher` (`student_for` given the plan's specs)."""
         return student_for(
             teacher,
             self.teacher_conf,
@@ -120,8 +124,8 @@ class Plan:
             self.num_labels,
             self.seed,
             self.device,
-            dropout=trainer.student_dropout,
-            recompute_attention=trainer.recompute_attention,
+            dropout=self.trainer.student_dropout,
+            recompute_attention=self.trainer.recompute_attention,
             mlm=mlm,
         )
 
@@ -262,7 +266,7 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
         check_data_files(task, data)
     blocks = check_key(resolved["stages"], declared_keys(ConfigKeys)["stages"], "stages")
     stages = stage_specs(blocks, cfg.setting.name, task.name)
-    resolved = resolved | {"stages": {name: resolved["stages"][name] for name in stages}}
+    resolved = own_stages(resolved)
     return dict(
         setting=cfg.setting.name,
         seed=cfg.seed,

@@ -167,6 +167,14 @@ def stage_spec(name: str, values: dict, task: str) -> StageSpec:
     return spec
 
 
+def own_stages(resolved: dict) -> dict:
+    """A resolved config with only the stage blocks its setting runs: what a record keeps (and a
+    re-run compares)."""
+    wanted = SETTING_STAGES.get((resolved.get("setting") or {}).get("name"), ())
+    stages = resolved.get("stages") or {}
+    return resolved | {"stages": {name: stages[name] for name in wanted if name in stages}}
+
+
 def stage_specs(stages: dict | None, setting: str, task: str) -> dict[str, StageSpec]:
     """The stages `setting` runs, in order, read from the `stages` block; a block no setting has is
     refused (a typo would otherwise be ignored)."""
