@@ -217,12 +217,13 @@ def test_the_teachers_batches_are_its_own_stages(tiny_glue):
 
 
 def test_warmup_ratio_per_task_gives_qqp_the_released_grids_warm_up():
-    from kdbench.planning.groups import checked
+    from kdbench.planning.group_keys import checked_stages
+    from kdbench.planning.groups import container
     from kdbench.planning.stage_specs import stage_specs
 
     def warmup(*overrides):
         cfg = compose_config(["setting=finetune", *overrides])
-        stages = stage_specs(checked(cfg.stages, "stages"), "finetune", cfg.task.name)
+        stages = stage_specs(checked_stages(container(cfg.stages)), "finetune", cfg.task.name)
         return stages["finetune"].optimizer.warmup_ratio
 
     per_task = "stages.finetune.optimizer.warmup_ratio_per_task"

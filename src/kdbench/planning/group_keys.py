@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kdbench.data.files import TAB
-from kdbench.planning.declared import declared_keys, is_declaration
+from kdbench.planning.declared import check_key, declared_keys, is_declaration
 from kdbench.planning.rules import (
     COUNT,
     FLAG,
@@ -267,6 +267,11 @@ def declaration_at(path: str):
             return None
         target, each = keys[part].metadata.get("rule"), keys[part].metadata.get("each")
     return None if each else target
+
+
+def checked_stages(values: dict) -> dict:
+    """The `stages` block's values, each stage's keys declared (`StageSpec`) and in range."""
+    return check_key(values, declared_keys(ConfigKeys)["stages"], "stages")
 
 
 def rule_for(path: str) -> Rule | None:

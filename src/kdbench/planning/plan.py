@@ -28,9 +28,9 @@ from kdbench.models.pretrained import teacher_config
 from kdbench.models.student import student_config, student_for
 from kdbench.objectives.term_specs import Term, build_terms, check_terms
 from kdbench.objectives.terms import Objective
-from kdbench.planning.declared import check_declared, check_key, declared_keys
+from kdbench.planning.declared import check_declared, declared_keys
 from kdbench.planning.finetune import finetune_parts
-from kdbench.planning.group_keys import ConfigKeys, RunKeys, StageObjectiveKeys
+from kdbench.planning.group_keys import RunKeys, StageObjectiveKeys, checked_stages
 from kdbench.planning.groups import (
     augment_spec,
     check_data_files,
@@ -264,8 +264,7 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
     if corpus is None:
         check_data_files(task, data)
-    blocks = check_key(resolved["stages"], declared_keys(ConfigKeys)["stages"], "stages")
-    stages = stage_specs(blocks, cfg.setting.name, task.name)
+    stages = stage_specs(checked_stages(resolved["stages"]), cfg.setting.name, task.name)
     resolved = own_stages(resolved)
     return dict(
         setting=cfg.setting.name,
