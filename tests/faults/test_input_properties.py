@@ -64,10 +64,13 @@ def governing(path: str) -> str:
 
 def rule_of(path: str, config: dict):
     """The rule of a config path in `config`: its declaration's, or for a term's parameter
-    (objective.terms.0.params.temperature) its loss's."""
+    (objective.terms.0.params.temperature, stages.prediction.objective.terms.0.params.alpha) its
+    loss's."""
     parts = path.split(".")
-    if parts[0] == "objective" and parts[3:4] == ["params"]:
-        return LOSSES[value_at(config, ".".join(parts[:3]))["loss"]].param_rules.get(parts[4])
+    if "params" in parts[:-1]:  # objective.terms.0.params.temperature, a stage objective's too
+        at = parts.index("params")
+        term = value_at(config, ".".join(parts[:at]))
+        return LOSSES[term["loss"]].param_rules.get(parts[at + 1])
     return rule_for(path)
 
 

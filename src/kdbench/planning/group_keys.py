@@ -220,6 +220,18 @@ class StageObjectiveKeys:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StageKeys(StageSpec):
+    """A stage block's keys: `StageSpec`'s, its own objective's terms declared as the objective
+    group's."""
+
+    objective: StageObjectiveKeys | None = key(
+        StageObjectiveKeys,
+        None,
+        help="null: the objective group's terms, or the task's own loss; else {terms: [...]}",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunKeys:
     """The config's own keys, outside the groups."""
 
@@ -248,7 +260,7 @@ class ConfigKeys(RunKeys):
         TRAINER_KEYS,
         help="every setting's keys; what each does: configuration.md's trainer keys",
     )
-    stages: dict = key(StageSpec, each=True, help="each setting's stages, one block each")
+    stages: dict = key(StageKeys, each=True, help="each setting's stages, one block each")
     corpus: CorpusSpec = key(CorpusSpec, help="the task-agnostic setting's raw text")
     augment: AugmentKeys = key(AugmentKeys, help="the task-specific training set's augmentation")
     logger: LoggerKeys = key(LoggerKeys, help="the metrics' logger")
