@@ -50,7 +50,7 @@ def test_a_checkout_that_tracks_the_package_gives_its_commit(copied):
     git(repo, "add", "src")
     git(repo, "commit", "-qm", "kdbench")
     assert git_state(copied) == (git(repo, "rev-parse", "HEAD"), False)
-    (copied / "record.py").write_text("# changed\n")
+    (copied / "records" / "record.py").write_text("# changed\n")
     assert git_state(copied) == (git(repo, "rev-parse", "HEAD"), True)
 
 
@@ -60,7 +60,7 @@ def test_the_source_hash_is_the_codes_wherever_it_lies(copied):
     (copied / "__pycache__" / "record.cpython-311.pyc").write_bytes(b"compiled")
     (copied / "notes.txt").write_text("not source\n")
     assert source_sha256(copied) == source_sha256(PACKAGE)
-    for changed in ("record.py", "conf/config.yaml", "paper/wang2023_tables.csv"):
+    for changed in ("records/record.py", "conf/config.yaml", "paper/wang2023_tables.csv"):
         before = source_sha256(copied)
         with (copied / changed).open("a") as handle:
             handle.write("\n")
@@ -69,7 +69,7 @@ def test_the_source_hash_is_the_codes_wherever_it_lies(copied):
 
 def test_the_source_hash_covers_the_paths_as_well_as_the_bytes(copied):
     before = source_sha256(copied)
-    (copied / "record.py").rename(copied / "record_moved.py")
+    (copied / "records" / "record.py").rename(copied / "records" / "record_moved.py")
     assert source_sha256(copied) != before
 
 
