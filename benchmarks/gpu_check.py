@@ -206,7 +206,7 @@ def check(out: Path) -> dict[str, str]:
             if part.name == "e2e":
                 keep_record(out / "e2e", out / "e2e_result.json")
             outcomes[part.name] = f"{outcome} ({seconds:.0f} s)"
-            log.write(f"## {part.name}: {outcomes[part.name]}\n{tail[-part.kept:]}\n\n")
+            log.write(f"## {part.name}: {outcomes[part.name]}\n{tail[-part.kept :]}\n\n")
             log.flush()
     return outcomes
 

@@ -124,8 +124,11 @@ def run(impl: str, spec: dict) -> dict:
     by = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
     ops = prof.key_averages().table(sort_by=by, row_limit=5, max_name_column_width=40)
     steps = spec["steps"]
-    return {"impl": impl, "ms_per_step": {**phase_ms(prof, steps), **kernel_ms(prof, steps)},
-            "top_ops": ops}
+    return {
+        "impl": impl,
+        "ms_per_step": {**phase_ms(prof, steps), **kernel_ms(prof, steps)},
+        "top_ops": ops,
+    }
 
 
 def main() -> None:
