@@ -179,6 +179,36 @@ def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
 
 
 @pytest.mark.parametrize(
+    ("name", "shapes", "pair"),
+    [
+        ("minilm_v2_recipe", ("bert_base_uncased", "6x768", "random"), (6, 12)),
+        ("mini_minilm_v2", ("minilm_l6", "3x384", "random"), (3, 6)),
+    ],
+)
+def test_minilm_v2_presets_distil_48_relation_heads_of_the_last_layers(
+    name,
+    shapes,
+    pair,
+    known_architectures,  # noqa: F811 (the fixture)
+    tmp_path,
+):
+    cfg = preset(name, hydra=False)
+    assert (cfg.setting.name, cfg.teacher.name, cfg.student.name, cfg.init.name) == (
+        "task_agnostic",
+        *shapes,
+    )
+    corpus = [f"corpus.path={tmp_path}"] if cfg.corpus.name == "local" else []
+    plan = make_plan(preset(name, *corpus, hydra=False))
+    # the paper's base-size teacher: its last layer to the student's last, Q-Q, K-K, V-V summed
+    assert [(t.name, t.loss, t.feature, t.weight, t.pairs) for t in plan.terms] == [
+        (relation, "relation_kl", feature, 1.0, [pair])
+        for relation, feature in (("qq_kl", "query"), ("kk_kl", "key"), ("vv_kl", "value"))
+    ]
+    assert all(term.params["num_heads"] == 48 for term in plan.terms)
+    assert preset("mini_minilm_v2_finetune").paper_analogue is None  # no cell of the paper's
+
+
+@pytest.mark.parametrize(
     ("name", "next_preset", "key"),
     [
         ("minilm_ta", "minilm_ta_student", "teacher.name_or_path"),
@@ -186,6 +216,8 @@ def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
         ("tinybert_recipe", "tinybert_recipe_task", "init.path"),
         ("mini_tinybert", "mini_tinybert_task", "init.path"),
         ("distilbert_recipe", "table2_agnostic_finetune", "setting.student_path"),
+        ("minilm_v2_recipe", "table2_agnostic_finetune", "setting.student_path"),
+        ("mini_minilm_v2", "mini_minilm_v2_finetune", "setting.student_path"),
     ],
 )
 def test_the_study_hands_each_student_to_the_next_preset(name, next_preset, key, tmp_path):

@@ -83,6 +83,19 @@ def test_a_task_takes_its_own_warmup_where_the_stage_names_it(tiny_glue, tmp_pat
     assert plan.stages["prediction"].optimizer.warmup_ratio == 0.06
 
 
+def test_a_stage_table_gives_its_task_its_own_epochs_and_evaluations(tiny_glue, tmp_path):
+    from kdbench.teacher.cache import cache_path
+
+    tables = ["+stages.teacher.epochs_per_task.sst2=3", "+stages.teacher.eval_every_per_task.rte=5"]
+    plain, own = plan_of(tiny_glue, tmp_path), plan_of(tiny_glue, tmp_path, *tables)
+    teacher = own.stages["teacher"]
+    assert (teacher.epochs, teacher.eval_every) == (3, 0)  # sst2's epochs; rte's entry not sst2's
+    assert plain.stages["teacher"].epochs == 1
+    # the planned stage holds the task's values only: a table naming other tasks keeps the teacher
+    rte_only = plan_of(tiny_glue, tmp_path, "+stages.teacher.epochs_per_task.rte=3")
+    assert cache_path(rte_only) == cache_path(plain) != cache_path(own)
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

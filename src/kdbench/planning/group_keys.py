@@ -222,12 +222,23 @@ class StageObjectiveKeys:
 @dataclass(frozen=True, kw_only=True)
 class StageKeys(StageSpec):
     """A stage block's keys: `StageSpec`'s, its own objective's terms declared as the objective
-    group's."""
+    group's, and the per-task tables the plan reads into the task's own values (the planned
+    `StageSpec` holds those values only)."""
 
     objective: StageObjectiveKeys | None = key(
         StageObjectiveKeys,
         None,
         help="null: the objective group's terms, or the task's own loss; else {terms: [...]}",
+    )
+    # read into epochs and eval_every when the stage is planned (`stage_specs.TASK_TABLES`)
+    epochs_per_task: dict | None = key(
+        NON_NEGATIVE_COUNT, None, each=True, help="{task: epochs}: a task's own epochs over epochs"
+    )
+    eval_every_per_task: dict | None = key(
+        NON_NEGATIVE_COUNT,
+        None,
+        each=True,
+        help="{task: steps}: a task's own eval_every over eval_every",
     )
 
 

@@ -149,10 +149,27 @@ def refuse_renamed(values: dict, at: str = "") -> None:
             raise ConfigError(message)
 
 
+# A stage block's per-task tables (declared with the block's keys, `group_keys.StageKeys`) and the
+# key each entry stands for: `epochs_per_task: {rte: 20}` gives RTE 20 epochs over `epochs`.
+TASK_TABLES = {"epochs_per_task": "epochs", "eval_every_per_task": "eval_every"}
+
+
+def task_values(values: dict, task: str) -> dict:
+    """A stage block's values with its per-task tables read for `task`: the task's entry over the
+    block's own value, the tables themselves left out."""
+    own = {
+        TASK_TABLES[table]: entries[task]
+        for table, entries in values.items()
+        if table in TASK_TABLES and task in (entries or {})
+    }
+    return {name: value for name, value in values.items() if name not in TASK_TABLES} | own
+
+
 def stage_spec(name: str, values: dict, task: str) -> StageSpec:
-    """The stage `name`'s block (values checked against `StageSpec`), its optimizer's warm-up the
-    task's own."""
+    """The stage `name`'s block (values checked against `StageSpec`) for `task`: its per-task
+    tables' entries (`TASK_TABLES`) and its optimizer's warm-up the task's own."""
     at = f"stages.{name}"
+    values = task_values(values, task)
     for lacking in ("batch_size", "optimizer"):
         if lacking not in values:
             raise ConfigError(f"{at} lacks the key {lacking}: set {at}.{lacking}=...")
