@@ -228,6 +228,7 @@ def decide(frame: pd.DataFrame, margin: float, min_effect: float, alpha: float =
     level = alpha / len(tests)
     needed = [seeds_to_decide(p, min_effect, margin, level) for p in pairs if p.verdict == OPEN]
     seeds = int(max(needed)) if not any(map(math.isnan, needed)) else MAX_SEEDS
+    seeds = max(seeds, head["seeds_run"] + 1)  # the seeds run did not decide it
     more = max(0, seeds - head["seeds_run"]) * sum(cell.job_s for cell in cells)
     return Decision(UNDECIDED, cheapest, **head, seeds_needed=seeds, more_s=more)
 
