@@ -17,9 +17,11 @@ from kdbench.advise.decide import (
     UNDECIDED,
     WINNER,
     decide,
+    dev_examples,
     in_points,
     spread,
 )
+from kdbench.records.predictions import write_predictions
 from kdbench.report.frames import to_frame
 from kdbench.report.load import load_records
 from kdbench.report.paired import paired_power
@@ -136,4 +138,13 @@ def test_the_spread_is_the_pairs_rms_std_of_differences(tmp_path):
 
 def test_margins_in_dev_examples_become_points_of_the_dev_set(tmp_path):
     frame = pilot(tmp_path, {"x@r": [1.0, 2.0], "y@r": [1.0, 3.0]})
-    assert in_points(frame, 4) == pytest.approx(1.0)
+    assert dev_examples(frame, tmp_path) == DEV
+    assert in_points(4, DEV) == pytest.approx(1.0)
+
+
+def test_a_regression_s_dev_set_is_counted_from_its_predictions(tmp_path):
+    frame = pilot(tmp_path, {"x@r": [1.0, 2.0], "y@r": [1.0, 3.0]})
+    frame = frame.drop(columns=["dev_class_0", "dev_class_1"]).assign(predictions="p.npz")
+    gold = np.linspace(0, 5, 37)
+    write_predictions(tmp_path / "p.npz", {"": {"example": gold, "predicted": gold, "gold": gold}})
+    assert dev_examples(frame, tmp_path) == 37

@@ -20,7 +20,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from kdbench.advise.decide import ALPHA, decide, in_points, spread
+from kdbench.advise.decide import ALPHA, decide, dev_examples, in_points, spread
 from kdbench.advise.design import Sizing, size_pilot, total_seeds
 from kdbench.advise.inputs import Inputs, read_inputs
 from kdbench.advise.jobs import (
@@ -141,7 +141,8 @@ def run_pilot(inputs: Inputs, design: dict, teacher: str):
         run_step(inputs.out, f"pilot seeds 1-{first[-1]}", command)
     frame = pilot_frame(inputs)
     early = frame[frame["seed"] <= first[-1]]
-    sd, effect = spread(early), in_points(early, inputs.keys["min_effect"])
+    effect = in_points(inputs.keys["min_effect"], dev_examples(frame, inputs.out / PILOT))
+    sd = spread(early)
     seeds = total_seeds(sd, effect, design["alpha"], design["family"], sizing)
     print(
         f"kdbench.advise: the first {len(first)} seeds' spread (std of paired differences) is "
@@ -175,9 +176,9 @@ def advise(inputs: Inputs, argv: list[str]) -> None:
     design = design_of(inputs, argv)
     print("\n".join(plan_lines(inputs, design)), flush=True)
     frame = run_pilot(inputs, design, teacher_of(inputs))
-    decision = decide(
-        frame, in_points(frame, inputs.keys["margin"]), in_points(frame, inputs.keys["min_effect"])
-    )
+    dev = dev_examples(frame, inputs.out / PILOT)
+    keys = inputs.keys
+    decision = decide(frame, in_points(keys["margin"], dev), in_points(keys["min_effect"], dev))
     report(inputs.out)
     folder, final = ship(inputs, decision.chosen)
     student = folder / "student"

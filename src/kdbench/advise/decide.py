@@ -25,10 +25,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from kdbench.records.predictions import read_predictions
 from kdbench.report.margins import dev_sizes
 from kdbench.report.paired import (
     MAX_SEEDS,
@@ -240,10 +242,19 @@ def spread(frame: pd.DataFrame) -> float:
     return float(np.sqrt((sds**2).mean())) if len(sds) else math.nan
 
 
-def in_points(frame: pd.DataFrame, examples: float) -> float:
-    """`examples` dev examples in score points on the pilot's dev set (its size from the
-    records' gold label counts)."""
-    sizes = dev_sizes(frame)
-    if len(sizes) != 1:
-        raise ValueError(f"the pilot's runs are of {len(sizes)} dev sets, not one")
-    return 100.0 * examples / next(iter(sizes.values()))
+def dev_examples(frame: pd.DataFrame, root: Path) -> int:
+    """The size of the pilot's dev set: from the records' gold label counts, else (a regression)
+    from a run's per-example predictions (`root`: where the records' paths start)."""
+    sizes = set(dev_sizes(frame).values())
+    if len(sizes) == 1:
+        return sizes.pop()
+    for path in frame["predictions"].dropna():
+        splits = read_predictions(root / path)
+        if splits:
+            return len(next(iter(splits.values()))["gold"])
+    raise ValueError("the pilot's records name no dev set size")
+
+
+def in_points(examples: float, dev: int) -> float:
+    """`examples` dev examples in score points on a dev set of `dev` examples."""
+    return 100.0 * examples / dev
