@@ -18,7 +18,10 @@ from kdbench.advise.design import (
     total_seeds,
 )
 from kdbench.errors import ConfigError
+from kdbench.planning.declared import declared_keys
+from kdbench.planning.group_keys import AdviseKeys
 from kdbench.planning.rules import duration_seconds
+from kdbench.report.margins import TIE_EXAMPLES
 from kdbench.report.paired import seeds_needed
 
 CELLS = ["vanilla_kd", "att_kl+val_kl"]  # one cell each
@@ -119,3 +122,8 @@ def test_durations_read_and_written_as_advise_budget_takes_them():
     assert all(duration_seconds(t) is None for t in ("2 hours", "", "0m", 5, "h"))
     assert [duration_text(s) for s in (3900, 2700, 30)] == ["1h05m", "45m", "30s"]
     assert duration_text(61, up=True) == "2m"
+
+
+def test_the_default_margin_is_the_report_s_tie_and_the_smallest_effect_twice_it():
+    keys = {name: f.default for name, f in declared_keys(AdviseKeys).items()}
+    assert keys["margin"] == TIE_EXAMPLES and keys["min_effect"] == 2 * TIE_EXAMPLES
