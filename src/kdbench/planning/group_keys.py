@@ -16,16 +16,19 @@ from kdbench.data.files import TAB
 from kdbench.planning.declared import check_key, declared_keys, is_declaration
 from kdbench.planning.rules import (
     COUNT,
+    DURATION,
     FLAG,
     LEARNING_RATE,
     NAME_OR_NUMBER,
     NON_NEGATIVE,
     NON_NEGATIVE_COUNT,
+    POSITIVE,
     SEED,
     TEXT,
     Rule,
     choice,
     entries,
+    integer,
     key,
     number,
 )
@@ -195,6 +198,34 @@ class LoggerKeys:
     group: str | None = key(None, None, help="the wandb group")
     tags: list = key(None, (), help="the wandb tags")
     mode: str = key(None, help="offline unless online (and logged in)")
+
+
+CELL = Rule(
+    lambda value: isinstance(value, str) and all(value.partition("@")[::2]),
+    "objective@init, e.g. vanilla_kd@bottom",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdviseKeys:
+    """`python -m kdbench.advise`'s own keys (`advise.*` on its command line; no run reads them)."""
+
+    budget: str = key(
+        DURATION, "2h", help="the pilot's wall time: calibration, teacher, tables and every job"
+    )
+    candidates: list | None = key(
+        entries(CELL, text="a list of objective@init cells").or_null("from the student's shape"),
+        None,
+        help="the pilot's cells; null: vanilla_kd, att_kl+val_kl (and hid_seq) from each init",
+    )
+    min_effect: float = key(
+        POSITIVE, 8, help="the smallest difference worth acting on, in dev examples"
+    )
+    margin: float = key(
+        POSITIVE, 4, help="the equivalence margin (TOST), in dev examples: the report's tie"
+    )
+    max_seeds: int = key(integer(2), 10, help="the most seeds a cell gets, whatever the budget")
+    out: str | None = key(None, None, help="the advice's folder; null: advice/<task.name>")
 
 
 @dataclass(frozen=True, kw_only=True)
