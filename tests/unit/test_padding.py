@@ -1,12 +1,12 @@
 """A stage's `padding`: masked (kdbench's mean over real tokens) or tinybert, TinyBERT's released
 average over every position of a batch padded to the maximum length, [PAD] included.
 
-The released code (huawei-noah/Pretrained-Language-Model, TinyBERT/task_distill.py:485-492,
-947-961; general_distill.py:424-436; transformer/modeling.py:406,830) pads every example to
-max_seq_length, adds -10000 to the scores of padded keys, zeroes every score <= -1e2 on each side
-with torch.where and takes torch's MSELoss (a mean over every entry) of the [B, H, L, L] maps and
-of the [B, L, D] hidden states. `released_att_loss` and `released_rep_loss` below write that out
-again, independently of kdbench's losses.
+The released code (huawei-noah/Pretrained-Language-Model at 0598f02, TinyBERT/: task_distill.py
+485-492, 950-961; general_distill.py 83-92, 426-436; transformer/modeling.py 406, 420, 830) pads
+every example to max_seq_length, adds -10000 to the scores of padded keys, zeroes every score <=
+-1e2 on each side with torch.where and takes torch's MSELoss (a mean over every entry) of the
+[B, H, L, L] maps and of the [B, L, D] hidden states. `released_att_loss` and `released_rep_loss`
+below write that out again, independently of kdbench's losses.
 """
 
 from __future__ import annotations
