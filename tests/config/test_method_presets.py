@@ -123,6 +123,31 @@ def test_tinybert_task_stage_is_as_released(name):
 
 
 @pytest.mark.parametrize(
+    "name", ["tinybert_recipe", "tinybert_recipe_task", "mini_tinybert", "mini_tinybert_task"]
+)
+def test_tinybert_presets_pad_and_sample_as_released(name):
+    """task_distill.py pads every example to max_seq_length (128: the per-task lengths it sets go to
+    args.max_seq_len, which nothing reads), samples at random and averages its MSE losses over
+    every position; general_distill.py averages the same way. The study's presets keep the masked
+    mean over real tokens."""
+    stages = preset(name).stages
+    setting = "task_specific" if name.endswith("_task") else "task_agnostic"
+    for stage in SETTING_STAGES[setting]:
+        if stage != "teacher":
+            assert (stages[stage].padding, stages[stage].group_by_length) == ("tinybert", False)
+    if name == "tinybert_recipe_task":
+        assert preset(name).trainer.max_length == 128
+    study = preset("table1_objectives").stages
+    assert study.intermediate.padding == study.prediction.padding == "masked"
+
+
+def test_the_tinybert_preset_plans_its_padding(known_architectures):  # noqa: F811
+    plan = make_plan(preset("tinybert_recipe", hydra=False))
+    assert plan.stages["distillation"].padding == "tinybert"
+    assert {term.loss for term in plan.stages["distillation"].terms} == {"att_mse", "hid_mse"}
+
+
+@pytest.mark.parametrize(
     ("task", "epochs", "batch"),
     [
         ("cola", 50, 32),

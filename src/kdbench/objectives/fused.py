@@ -22,7 +22,16 @@ import math
 import torch
 from torch import Tensor
 
-from kdbench.objectives.tensors import MASKED_SCORE, outside_autocast, padding_mask, split_heads
+from kdbench.objectives.tensors import (
+    MASKED_SCORE,
+    RELEASED_FLOOR,
+    check_padding,
+    outside_autocast,
+    padding_mask,
+    released_masked,
+    released_scores,
+    split_heads,
+)
 
 # Heads per chunk are chosen so that one [B, h, L, L] float32 map is about this size: every head at
 # once on GLUE-length batches, a few heads at a time at length 512 (a chunk holds about four maps at
@@ -30,11 +39,13 @@ from kdbench.objectives.tensors import MASKED_SCORE, outside_autocast, padding_m
 CHUNK_BYTES = 64 * 2**20
 
 
-def _heads_view(x: Tensor, start: int, stop: int, heads: int, valid: Tensor) -> Tensor:
-    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], padded tokens
-    zeroed."""
+def _heads_view(x: Tensor, start: int, stop: int, heads: int, zeroed: Tensor | None) -> Tensor:
+    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], the tokens
+    `zeroed` [B, L] marks (padding, or None) zeroed."""
     d = x.shape[-1] // heads
-    chunk = x[..., start * d : stop * d].float().masked_fill(~valid[:, :, None], 0.0)
+    chunk = x[..., start * d : stop * d].float()
+    if zeroed is not None:
+        chunk = chunk.masked_fill(zeroed[:, :, None], 0.0)
     return split_heads(chunk, stop - start)
 
 
@@ -68,15 +79,40 @@ def _squared_error(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tens
     return diff.square().sum(), diff.mul_(2.0)
 
 
-# kind -> (the sum over a chunk's valid entries and its gradient, the normaliser's per-example
-# count)
+def _released_squared_error(
+    student: Tensor, teacher: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """sum over every (query, key) of (s' - t')^2, with s', t' the maps `released_scores` keeps
+    (`mask`: float32 [B, L]), and its gradient 2 (s' - t') where the student's entry is kept."""
+    student = released_masked(student, mask)
+    kept = student > RELEASED_FLOOR
+    diff = torch.where(kept, student, student.new_zeros(())).sub_(released_scores(teacher, mask))
+    return diff.square().sum(), diff.masked_fill_(~kept, 0.0).mul_(2.0)
+
+
+# kind -> (the sum over a chunk's entries and its gradient, the normaliser's count from a [B, L]
+# padding mask (times the heads), whether padded tokens are zeroed and left out; tinybert_mse counts
+# every position, as TinyBERT's released code averages)
 KINDS = {
-    "kl": (_kl_rows, lambda counts: counts.sum()),  # valid query rows: sum_b n_b
-    "mse": (
-        _squared_error,
-        lambda counts: counts.square().sum(),
-    ),  # valid (query, key) pairs: sum_b n_b^2
+    "kl": (_kl_rows, lambda m: m.sum(), True),  # valid query rows: sum_b n_b
+    "mse": (_squared_error, lambda m: m.sum(dim=1).square().sum(), True),  # pairs: sum_b n_b^2
+    "tinybert_mse": (
+        _released_squared_error,
+        lambda m: m.new_tensor(m.numel() * m.shape[1]),
+        False,
+    ),
 }
+
+
+def _entries(kind: str, m: Tensor, heads: int) -> tuple[Tensor, Tensor | None, Tensor]:
+    """What the kind's sum reads beside the maps (the valid (query, key) pairs [B, 1, L, L], or the
+    padding mask itself), the tokens zeroed before the products (None: none), the normaliser."""
+    _, count, masked = KINDS[kind]
+    denom = (heads * count(m)).clamp_min(1.0)
+    if not masked:
+        return m, None, denom
+    valid = m > 0
+    return valid[:, None, :, None] & valid[:, None, None, :], ~valid, denom
 
 
 def _gradient_buffers(
@@ -117,12 +153,10 @@ class _ScoreMapLoss(torch.autograd.Function):
         kind: str,
         with_grad: bool,
     ):
-        rows, count = KINDS[kind]
+        rows = KINDS[kind][0]
         batch, length, _ = student_a.shape
         m = padding_mask(mask, batch, length, student_a.device)
-        valid = m > 0
-        pair = valid[:, None, :, None] & valid[:, None, None, :]
-        denom = (heads * count(m.sum(dim=1))).clamp_min(1.0)
+        entries, zeroed, denom = _entries(kind, m, heads)
         self_relation = student_b is None
         student_b = student_a if self_relation else student_b
         teacher_b = teacher_a if teacher_b is None else teacher_b
@@ -132,14 +166,14 @@ class _ScoreMapLoss(torch.autograd.Function):
         for start in range(0, heads, step):
             stop = min(heads, start + step)
             sa, sb, ta, tb = (
-                _heads_view(x, start, stop, heads, valid)
+                _heads_view(x, start, stop, heads, zeroed)
                 for x in (student_a, student_b, teacher_a, teacher_b)
             )
             student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
             value, grad = rows(
                 (sa @ sb.transpose(-1, -2)).mul_(student_scale),
                 (ta @ tb.transpose(-1, -2)).mul_(teacher_scale),
-                pair,
+                entries,
             )
             total += value
             if not with_grad:
@@ -175,8 +209,9 @@ def score_map_loss(
     `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be
     the same tensor, a self-relation, passed to autograd once, its gradient summing both roles);
     `mask`: [B, L] or None. kind "kl": `losses.att_kl` on the maps (sum / (heads * sum_b n_b));
-    "mse": `losses.att_mse`. Padded tokens are zeroed before the product, as `losses`' relations do.
-    Gradients reach the student only.
+    "mse": `losses.att_mse`; "tinybert_mse": `losses.att_mse` with padding="tinybert". Padded tokens
+    are zeroed before the product, as `losses`' relations do (tinybert_mse: none, padded queries
+    count). Gradients reach the student only.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown score-map loss {kind!r}; valid: {', '.join(KINDS)}")
@@ -219,7 +254,11 @@ def att_mse(
     teacher: tuple[Tensor, Tensor],
     num_heads: int,
     mask: Tensor | None = None,
+    *,
+    padding: str = "masked",
 ) -> Tensor:
-    """`losses.att_mse` on the per-head maps Q K^T / sqrt(d) of (Q, K) projections [B, L,
-    num_heads*d], float32."""
-    return score_map_loss("mse", student, teacher, num_heads, mask)
+    """`losses.att_mse` (with its `padding`) on the per-head maps Q K^T / sqrt(d) of (Q, K)
+    projections [B, L, num_heads*d], float32."""
+    check_padding(padding, "att_mse")
+    kind = "tinybert_mse" if padding == "tinybert" else "mse"
+    return score_map_loss(kind, student, teacher, num_heads, mask)

@@ -46,25 +46,32 @@ class LossEntry:
     takes_labels: bool = field(init=False)
     # takes `num_heads` (relation heads; a term's default is the teacher's head count)
     takes_num_heads: bool = field(init=False)
+    # takes `padding` (its fused form too), given by the stage (`stages.<stage>.padding`): masked,
+    # or averaged over every position as TinyBERT's released code does
+    takes_padding: bool = field(init=False)
 
     def __post_init__(self):
         parameters = inspect.signature(self.fn).parameters
         object.__setattr__(self, "takes_labels", "labels" in parameters)
         object.__setattr__(self, "takes_num_heads", "num_heads" in parameters)
+        object.__setattr__(self, "takes_padding", "padding" in parameters)
+        if self.takes_padding and self.fused is not None:
+            if "padding" not in inspect.signature(self.fused).parameters:
+                raise TypeError(f"{self.fn.__name__}'s fused form takes no padding")
         if undeclared := sorted(set(self.rules) - set(self.param_rules)):
             raise TypeError(f"{self.fn.__name__} has no parameter {', '.join(undeclared)}")
 
     @cached_property
     def parameters(self) -> list[inspect.Parameter]:
         """What a term's `params` may set: `fn`'s arguments after the two features, less the mask
-        and labels a step passes; for a `module` loss, the keyword arguments of the module it
-        builds."""
+        and labels a step passes and the padding its stage gives; for a `module` loss, the keyword
+        arguments of the module it builds."""
         if self.module:
             builds = typing.get_type_hints(self.fn)["return"]
             keywords = inspect.signature(builds).parameters.values()
             return [p for p in keywords if p.kind is p.KEYWORD_ONLY and p.name != "seed"]
         taken = list(inspect.signature(self.fn).parameters.values())[2:]
-        return [p for p in taken if p.name not in ("mask", "labels")]
+        return [p for p in taken if p.name not in ("mask", "labels", "padding")]
 
     @cached_property
     def param_rules(self) -> dict[str, Rule | None]:

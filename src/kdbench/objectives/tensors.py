@@ -1,5 +1,6 @@
 """What the features and the losses share: the records key of the logits, the score a masked entry
-takes, heads split from a projection, the padding mask, and a loss computed outside autocast."""
+takes, heads split from a projection, the padding mask, TinyBERT's released attention map, and a
+loss computed outside autocast."""
 
 from __future__ import annotations
 
@@ -36,6 +37,35 @@ def padding_mask(mask: Tensor | None, batch: int, length: int, device: torch.dev
             f"mask: expected shape {(batch, length)} ([B, L]), got {tuple(mask.shape)}"
         )
     return (mask.to(device) != 0).to(torch.float32)
+
+
+# `padding`: a loss's average over real tokens only (kdbench's), or over every position of a batch
+# padded to the maximum length, [PAD] included, as TinyBERT's released code averages its MSE losses
+PADDINGS = ("masked", "tinybert")
+# TinyBERT's released BERT adds this to the scores of padded keys; its task_distill.py and
+# general_distill.py then zero every score at or below RELEASED_FLOOR on each side before the MSE
+RELEASED_MASK_SCORE = -10000.0
+RELEASED_FLOOR = -1.0e2
+
+
+def check_padding(padding: str, what: str) -> None:
+    """`padding` is one of PADDINGS; `what` names the caller in the error."""
+    if padding not in PADDINGS:
+        raise ValueError(f"{what}: padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
+
+
+def released_masked(scores: Tensor, mask: Tensor) -> Tensor:
+    """Float32 scores [B, H, L, L] without an additive mask, RELEASED_MASK_SCORE added at the padded
+    keys of the float32 padding mask [B, L], as the released BERT adds it."""
+    return scores + (1.0 - mask)[:, None, None, :] * RELEASED_MASK_SCORE
+
+
+def released_scores(scores: Tensor, mask: Tensor) -> Tensor:
+    """The attention map TinyBERT's released code compares (`released_masked` of float32 scores
+    [B, H, L, L] and a padding mask [B, L], every entry <= RELEASED_FLOOR zeroed): padded keys and
+    any real score that low are zero, padded queries keep their scores against real keys."""
+    masked = released_masked(scores, mask)
+    return torch.where(masked <= RELEASED_FLOOR, masked.new_zeros(()), masked)
 
 
 def _first_tensor(args) -> Tensor | None:

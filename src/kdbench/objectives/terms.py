@@ -36,15 +36,18 @@ class Objective(nn.Module):
         *,
         recompute: bool = False,
         fused: bool = True,
+        padding: str = "masked",
     ):
         """`train_labels` [N]: the training labels by example number (for terms with per-example
         state). `fused`: losses with a fused form (`LossEntry.fused`) through it (gradient formed in
         the forward pass, no score maps kept); otherwise through autograd on the reference
-        functions. `recompute`: see `forward`."""
+        functions. `recompute`: see `forward`. `padding`: the stage's, given to every loss that
+        takes it (`LossEntry.takes_padding`)."""
         super().__init__()
         self.terms = terms
         self.recompute = recompute
         self.fused = fused
+        self.padding = padding
         self.student_heads = student_conf.num_attention_heads
         self.teacher_heads = teacher_conf.num_attention_heads
         self.projections = nn.ModuleDict()
@@ -143,8 +146,13 @@ class Objective(nn.Module):
         a, b = _score_map_factors(term.feature)
         student, teacher = student_records[s], teacher_records[t]
         heads = term.params["num_heads"] if entry.takes_num_heads else self.student_heads
+        padding = {"padding": self.padding} if entry.takes_padding else {}
         return entry.fused(
-            (student[a], student[b]), (teacher[a], teacher[b]), heads, batch["attention_mask"]
+            (student[a], student[b]),
+            (teacher[a], teacher[b]),
+            heads,
+            batch["attention_mask"],
+            **padding,
         )
 
     def _reference_pair_loss(
@@ -157,6 +165,8 @@ class Objective(nn.Module):
             kwargs["mask"] = batch["attention_mask"]
         if entry.takes_labels:
             kwargs["labels"] = batch["labels"]
+        if entry.takes_padding:
+            kwargs["padding"] = self.padding
         features = self._pair_features(term, student_records, teacher_records, s, t)
         if term.feature == LOGITS and term.positions != self.logit_positions:  # the masked ones
             keep = batch["masked_in_attended"]

@@ -83,6 +83,16 @@ class StageSpec:
         DEVICE_BATCH, None, help="micro-batches per device; accumulation makes up the rest"
     )
     group_by_length: bool = key(FLAG, True, help="batches of similar length, shuffled, seeded")
+    padding: str = key(
+        choice(
+            "masked",
+            "tinybert",
+            meaning="tinybert: TinyBERT's released code, every batch padded to trainer.max_length "
+            "and att_mse, hid_mse averaged over every position, [PAD] included",
+        ),
+        "masked",
+        help="masked: batches padded to their longest, losses averaged over real tokens",
+    )
     eval_every: int = key(NON_NEGATIVE_COUNT, 0, help="steps between evaluations; 0: at the end")
     optimizer: OptimizerSpec = key(OptimizerSpec, help="the stage's AdamW and schedule")
     objective: dict | None = key(
@@ -97,6 +107,11 @@ class StageSpec:
     def runs(self) -> bool:
         """Whether the stage trains at all (0 epochs skips it)."""
         return bool(self.steps) or bool(self.epochs)
+
+    def pad_to(self, max_length: int) -> int | None:
+        """The length every batch is padded to (`max_length` with padding=tinybert), or None: each
+        batch to its longest example."""
+        return max_length if self.padding == "tinybert" else None
 
 
 EACH_STAGE = "stages.<stage>"  # where a renamed key is every stage's own
@@ -181,6 +196,11 @@ def stage_spec(name: str, values: dict, task: str) -> StageSpec:
         raise ConfigError(f"{at} needs exactly one of epochs and steps: set the other to null")
     if name in SUPERVISED and spec.objective is not None:
         raise ConfigError(f"{at}.objective must be null: the stage trains on the task's own loss")
+    if name in SUPERVISED and spec.padding != "masked":
+        raise ConfigError(
+            f"{at}.padding={spec.padding} averages distillation losses over padding, which the "
+            "task's own loss does not read: remove the key"
+        )
     return spec
 
 

@@ -152,6 +152,7 @@ def distillation_models(plan: Plan):
         plan.seed,
         recompute=trainer.recompute_losses,
         fused=trainer.fused_losses,
+        padding=plan.stages[STAGE].padding,
     )
     return teacher, student, objective.to(plan.device)
 

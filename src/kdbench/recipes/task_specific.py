@@ -74,7 +74,8 @@ class Lesson:
     augmented: str | None
 
     def loader(self, stage: StageSpec, plan: Plan) -> torch.utils.data.DataLoader:
-        """The stage's shuffled batches (the same for every stage of one seed and batch size)."""
+        """The stage's shuffled batches (the same for every stage of one seed and batch size),
+        padded as the stage's `padding` says."""
         return make_loader(
             self.train_set,
             self.tokenizer,
@@ -83,6 +84,7 @@ class Lesson:
             seed=plan.seed,
             group_by_length=stage.group_by_length,
             loading=plan.loading,
+            pad_to=stage.pad_to(plan.trainer.max_length),
         )
 
 
@@ -157,7 +159,7 @@ def distil(
     """One distillation stage, from `resume` (a checkpoint of it) when given: the student and the
     stage's objective trained on `_loss_step`; its times into `timing`."""
     labels = torch.from_numpy(column_array(lesson.train_set, "labels"))
-    tables = teacher_tables(plan, lesson, timing)
+    tables = teacher_tables(plan, stage, lesson, timing)
     teacher = lesson.teacher.model
     with stage_step(plan, stage, student, teacher, labels, tables) as (step, modules):
         loader = lesson.loader(stage, plan)
@@ -217,20 +219,22 @@ def stage_objective(plan: Plan, stage: StageSpec, labels: torch.Tensor) -> Objec
         plan.seed,
         recompute=trainer.recompute_losses,
         fused=trainer.fused_losses,
+        padding=stage.padding,
     )
     if plan.init.carry_projections and stage.objective is None:
         carry_projections(objective, plan.init.path)
     return objective.to(plan.device)
 
 
-def teacher_tables(plan: Plan, lesson: Lesson, timing: dict):
+def teacher_tables(plan: Plan, stage: StageSpec, lesson: Lesson, timing: dict):
     """The teacher's cached records, as `stage_step` asks for them: its logits table for an
     objective that reads only its logits, else its features at the objective's layers (None where
-    they would not fit); none with its dropout on (it then runs at every step)."""
+    they would not fit); none with its dropout on, nor features for a stage that reads padded
+    positions (padding=tinybert: the table keeps real tokens only), where it runs at every step."""
     trainer, source = plan.trainer, (lesson.teacher, lesson.train_set, lesson.tokenizer, plan)
 
     def tables(needs, stop_after, logits):
-        if trainer.teacher_dropout:
+        if trainer.teacher_dropout or (needs and stage.padding != "masked"):
             return None
         if not needs and logits is not None and trainer.cache_teacher_logits:
             table = timed(teacher_logits_table, timing, "logits_table_s")(*source, lesson.augmented)
