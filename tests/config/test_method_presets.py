@@ -148,6 +148,29 @@ def test_the_tinybert_preset_plans_its_padding(known_architectures):  # noqa: F8
 
 
 @pytest.mark.parametrize(
+    ("name", "eval_every"),
+    [
+        ("tinybert_recipe_task", 100),
+        ("mini_tinybert_task", 50),
+        ("tinybert_recipe", None),
+        ("mini_tinybert", None),
+    ],
+)
+def test_tinybert_teacher_has_dropout_and_the_task_stage_scores_its_best_checkpoint(
+    name, eval_every
+):
+    """As released: the teacher never in eval mode (general_distill.py, task_distill.py), the
+    prediction stage's best dev evaluation every --eval_step steps (README: 100; default 50)."""
+    cfg = preset(name)
+    assert cfg.trainer.teacher_dropout is True
+    if eval_every is not None:
+        assert cfg.trainer.student_best_checkpoint is True
+        assert cfg.stages.prediction.eval_every == eval_every
+    study = preset("table1_objectives").trainer
+    assert (study.teacher_dropout, study.student_best_checkpoint) == (False, False)
+
+
+@pytest.mark.parametrize(
     ("task", "epochs", "batch"),
     [
         ("cola", 50, 32),

@@ -61,6 +61,8 @@ from kdbench.planning.specs import (
 from kdbench.planning.stage_specs import (
     SUPERVISED,
     StageSpec,
+    check_agnostic_stage,
+    check_student_scoring,
     own_stages,
     refuse_renamed,
     stage_specs,
@@ -125,15 +127,6 @@ class Plan:
             dropout=self.trainer.student_dropout,
             recompute_attention=self.trainer.recompute_attention,
             mlm=mlm,
-        )
-
-
-def check_agnostic_stage(stage: StageSpec) -> None:
-    """The task-agnostic recipe counts optimizer steps, not epochs."""
-    if stage.steps is None:
-        raise ConfigError(
-            "setting=task_agnostic counts steps: set stages.distillation.steps=... and "
-            "stages.distillation.epochs=null (trainer=agnostic is the paper's recipe)"
         )
 
 
@@ -305,6 +298,8 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
         check_agnostic_stage(stages["distillation"])
         memory = partial(agnostic_step_memory, terms, student_conf, teacher_conf, corpus, common)
         batches = agnostic_batches(stages["distillation"], common["device"], memory)
+    else:
+        check_student_scoring(stages, trainer.student_best_checkpoint)
     return dict(
         stages=stages,
         init=init,

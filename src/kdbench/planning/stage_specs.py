@@ -204,6 +204,34 @@ def stage_spec(name: str, values: dict, task: str) -> StageSpec:
     return spec
 
 
+def check_agnostic_stage(stage: StageSpec) -> None:
+    """The task-agnostic recipe counts optimizer steps, not epochs."""
+    if stage.steps is None:
+        raise ConfigError(
+            "setting=task_agnostic counts steps: set stages.distillation.steps=... and "
+            "stages.distillation.epochs=null (trainer=agnostic is the paper's recipe)"
+        )
+
+
+def check_student_scoring(stages: dict[str, StageSpec], best: bool) -> None:
+    """With `best` (trainer.student_best_checkpoint), the prediction stage distils (it is the
+    student's last) and evaluates the student every `eval_every` steps: the evaluations the best is
+    chosen among."""
+    prediction = stages["prediction"]
+    if best and not (prediction.runs and prediction.terms):
+        raise ConfigError(
+            "trainer.student_best_checkpoint=true chooses among the prediction stage's "
+            "evaluations, and stages.prediction does not distil: give it epochs and an objective, "
+            "or set trainer.student_best_checkpoint=false"
+        )
+    if best and not prediction.eval_every:
+        raise ConfigError(
+            "trainer.student_best_checkpoint=true chooses among the student's evaluations every "
+            "stages.prediction.eval_every steps, which is 0: set stages.prediction.eval_every=50 "
+            "(TinyBERT's eval_step)"
+        )
+
+
 def own_stages(resolved: dict) -> dict:
     """A resolved config with only the stage blocks its setting runs: what a record keeps (and a
     re-run compares)."""

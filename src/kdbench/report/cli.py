@@ -231,7 +231,7 @@ def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataF
     printed and written to ``excluded.csv``; exits 2 when no run is left."""
     frame, below_best = best_of_grid(to_frame(loaded.records))
     frame, duplicates = drop_duplicates(frame)
-    frame, mismatched = split_designs(frame)
+    frame, mismatched = _or_fail(lambda: split_designs(frame))
     excluded = loaded.excluded + below_best + duplicates + mismatched
     kinds = Counter(row["kind"] for row in excluded)
     kind_text = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
