@@ -46,9 +46,8 @@ records and malformed files are listed (with their path and the reason) on stdou
     task are compared; for ``ALL`` every level of the (group, factor, fixed) slice is. ``p_holm`` is
     Holm-Bonferroni within the family (setting, teacher, student, factor, fixed, task).
 ``unmatched.csv``
-    every (task, seed) run that one side of a compared pair has and the other lacks
-    (``missing_side`` names the side without it). Listed once per pair, with the real task (this
-    covers both the per-task and the pooled tests).
+    every (task, seed) run one side of a compared pair has and the other lacks (``missing_side``
+    names the side without it), once per pair, with the real task (for both per-task and pooled).
 ``significance.md``
     per family, the pairs that are not significant at ``alpha`` after Holm, the untestable pairs,
     and the Holm-adjusted p-value matrix for task ALL.
@@ -75,8 +74,8 @@ records and malformed files are listed (with their path and the reason) on stdou
     findings first (its first heading), then the claims' verdicts, then per (setting, teacher,
     student) its design and code, the measured table with links from every cell to its records
     (result.json or a line of runs.jsonl, relative paths), its cost, the published numbers beside it
-    (``--paper``), its captioned plots and significance tables, then the evidence per claim and the
-    excluded runs. Opens from the file system.
+    (``--paper``), its captioned plots and significance tables, then the evidence per claim,
+    evidence.md and the excluded runs. Opens from the file system.
 ``excluded.csv``
     path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
     config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose
