@@ -22,7 +22,13 @@ import math
 import torch
 from torch import Tensor
 
-from kdbench.objectives.tensors import MASKED_SCORE, outside_autocast, padding_mask, split_heads
+from kdbench.objectives.tensors import (
+    MASKED_SCORE,
+    outside_autocast,
+    padding_mask,
+    rows_and_keys,
+    split_heads,
+)
 
 # Heads per chunk are chosen so that one [B, h, L, L] float32 map is about this size: every head at
 # once on GLUE-length batches, a few heads at a time at length 512 (a chunk holds about four maps at
@@ -31,8 +37,8 @@ CHUNK_BYTES = 64 * 2**20
 
 
 def _heads_view(x: Tensor, start: int, stop: int, heads: int, valid: Tensor) -> Tensor:
-    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], padded tokens
-    zeroed."""
+    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], the tokens not
+    `valid` zeroed."""
     d = x.shape[-1] // heads
     chunk = x[..., start * d : stop * d].float().masked_fill(~valid[:, :, None], 0.0)
     return split_heads(chunk, stop - start)
@@ -45,10 +51,10 @@ def _merge_heads(x: Tensor) -> Tensor:
 
 
 def _kl_rows(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
-    """sum over valid (query, key) of p_t (log p_t - log p_s), and its gradient p_s - p_t, for [B,
-    h, L, L] maps.
+    """sum over counted (query, key) of p_t (log p_t - log p_s), and its gradient p_s - p_t, for
+    [B, h, L, L] maps.
 
-    Both maps are consumed (overwritten). Invalid keys leave the softmax; invalid rows contribute
+    Both maps are consumed (overwritten). Keys left out leave the softmax; rows left out contribute
     nothing. The value is one dot product of p_t with log p_t - log p_s: both log-maps are finite
     everywhere (invalid entries hold MASKED_SCORE, not -inf) and p_t is zero off the valid pairs, so
     neither the difference needs masking nor the product a map of its own.
@@ -68,14 +74,14 @@ def _squared_error(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tens
     return diff.square().sum(), diff.mul_(2.0)
 
 
-# kind -> (the sum over a chunk's valid entries and its gradient, the normaliser's per-example
-# count)
+# kind -> (the sum over a chunk's counted entries and its gradient, the normaliser from the counted
+# query rows and keys per example)
 KINDS = {
-    "kl": (_kl_rows, lambda counts: counts.sum()),  # valid query rows: sum_b n_b
+    "kl": (_kl_rows, lambda rows, keys: rows.sum()),  # counted query rows: sum_b n_b
     "mse": (
         _squared_error,
-        lambda counts: counts.square().sum(),
-    ),  # valid (query, key) pairs: sum_b n_b^2
+        lambda rows, keys: (rows * keys).sum(),
+    ),  # counted (query, key) pairs: sum_b n_b^2
 }
 
 
@@ -116,13 +122,13 @@ class _ScoreMapLoss(torch.autograd.Function):
         heads: int,
         kind: str,
         with_grad: bool,
+        padding: str,
     ):
-        rows, count = KINDS[kind]
+        loss_rows, count = KINDS[kind]
         batch, length, _ = student_a.shape
-        m = padding_mask(mask, batch, length, student_a.device)
-        valid = m > 0
-        pair = valid[:, None, :, None] & valid[:, None, None, :]
-        denom = (heads * count(m.sum(dim=1))).clamp_min(1.0)
+        rows, keys = rows_and_keys(padding_mask(mask, batch, length, student_a.device), padding)
+        pair = rows[:, None, :, None] & keys[:, None, None, :]
+        denom = (heads * count(rows.sum(dim=1), keys.sum(dim=1))).clamp_min(1)
         self_relation = student_b is None
         student_b = student_a if self_relation else student_b
         teacher_b = teacher_a if teacher_b is None else teacher_b
@@ -131,12 +137,10 @@ class _ScoreMapLoss(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=student_a.device)
         for start in range(0, heads, step):
             stop = min(heads, start + step)
-            sa, sb, ta, tb = (
-                _heads_view(x, start, stop, heads, valid)
-                for x in (student_a, student_b, teacher_a, teacher_b)
-            )
+            sides = zip((student_a, student_b, teacher_a, teacher_b), (rows, keys) * 2)
+            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, kept) for x, kept in sides)
             student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
-            value, grad = rows(
+            value, grad = loss_rows(
                 (sa @ sb.transpose(-1, -2)).mul_(student_scale),
                 (ta @ tb.transpose(-1, -2)).mul_(teacher_scale),
                 pair,
@@ -158,7 +162,8 @@ class _ScoreMapLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grads = [grad_output * grad for grad in ctx.saved_tensors]
-        return grads[0], grads[1] if len(grads) == 2 else None, None, None, None, None, None, None
+        second = grads[1] if len(grads) == 2 else None
+        return grads[0], second, None, None, None, None, None, None, None
 
 
 @outside_autocast
@@ -168,6 +173,7 @@ def score_map_loss(
     teacher: tuple[Tensor, Tensor],
     heads: int,
     mask: Tensor | None = None,
+    padding: str = "masked",
 ) -> Tensor:
     """The loss between per-head maps A B^T / sqrt(d) of the student and of the teacher, float32
     scalar.
@@ -175,8 +181,9 @@ def score_map_loss(
     `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be
     the same tensor, a self-relation, passed to autograd once, its gradient summing both roles);
     `mask`: [B, L] or None. kind "kl": `losses.att_kl` on the maps (sum / (heads * sum_b n_b));
-    "mse": `losses.att_mse`. Padded tokens are zeroed before the product, as `losses`' relations do.
-    Gradients reach the student only.
+    "mse": `losses.att_mse`. `padding` (`tensors.PADDING_MODES`): the rows and keys the mask leaves
+    out, as `losses.att_kl`'s. Tokens left out are zeroed before the product, as `losses`' relations
+    do. Gradients reach the student only.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown score-map loss {kind!r}; valid: {', '.join(KINDS)}")
@@ -195,7 +202,7 @@ def score_map_loss(
     student_b = None if student[1] is student[0] else student[1]
     teacher_b = None if teacher[1] is teacher[0] else teacher[1].detach()
     return _ScoreMapLoss.apply(
-        student[0], student_b, teacher[0].detach(), teacher_b, mask, heads, kind, with_grad
+        student[0], student_b, teacher[0].detach(), teacher_b, mask, heads, kind, with_grad, padding
     )
 
 
@@ -204,14 +211,16 @@ def att_kl(
     teacher: tuple[Tensor, Tensor],
     num_heads: int,
     mask: Tensor | None = None,
+    *,
+    padding: str = "masked",
 ) -> Tensor:
     """`losses.att_kl` on the per-head maps A B^T / sqrt(d) of (A, B) projections [B, L,
     num_heads*d], float32.
 
     (Q, K) gives att_kl on the attention scores; (V, V) `losses.val_kl`; (X, X) with `num_heads`
-    relation heads `losses.relation_kl`. `mask`: [B, L] or None.
+    relation heads `losses.relation_kl`. `mask`: [B, L] or None; `padding`: as `losses.att_kl`'s.
     """
-    return score_map_loss("kl", student, teacher, num_heads, mask)
+    return score_map_loss("kl", student, teacher, num_heads, mask, padding)
 
 
 def att_mse(

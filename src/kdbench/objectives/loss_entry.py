@@ -46,11 +46,16 @@ class LossEntry:
     takes_labels: bool = field(init=False)
     # takes `num_heads` (relation heads; a term's default is the teacher's head count)
     takes_num_heads: bool = field(init=False)
+    # the parameters a term passes on to `fused` (its keyword-only ones)
+    fused_keywords: tuple[str, ...] = field(init=False)
 
     def __post_init__(self):
         parameters = inspect.signature(self.fn).parameters
         object.__setattr__(self, "takes_labels", "labels" in parameters)
         object.__setattr__(self, "takes_num_heads", "num_heads" in parameters)
+        fused = inspect.signature(self.fused).parameters.values() if self.fused else ()
+        keywords = tuple(p.name for p in fused if p.kind is p.KEYWORD_ONLY)
+        object.__setattr__(self, "fused_keywords", keywords)
         if undeclared := sorted(set(self.rules) - set(self.param_rules)):
             raise TypeError(f"{self.fn.__name__} has no parameter {', '.join(undeclared)}")
 

@@ -1,5 +1,6 @@
 """What the features and the losses share: the records key of the logits, the score a masked entry
-takes, heads split from a projection, the padding mask, and a loss computed outside autocast."""
+takes, heads split from a projection, the padding mask and what it masks in a score map, and a loss
+computed outside autocast."""
 
 from __future__ import annotations
 
@@ -36,6 +37,23 @@ def padding_mask(mask: Tensor | None, batch: int, length: int, device: torch.dev
             f"mask: expected shape {(batch, length)} ([B, L]), got {tuple(mask.shape)}"
         )
     return (mask.to(device) != 0).to(torch.float32)
+
+
+# What the padding mask leaves out of a score-map KL (`losses.att_kl`, `losses.val_kl`): "masked",
+# padded tokens as query rows and as keys; "rows", padded tokens as keys only, every query row of
+# the padded batch counted (the study's released attention KL, its maps [B*H, L, L] with -inf at
+# padded keys, summed and divided by B*H*L); "none", nothing (the study's released value relation).
+PADDING_MODES = ("masked", "rows", "none")
+
+
+def rows_and_keys(mask: Tensor, padding: str) -> tuple[Tensor, Tensor]:
+    """The query rows and the keys a score-map KL counts, bool [B, L] each, from a float32 padding
+    mask [B, L] (`padding_mask`) and a padding mode (`PADDING_MODES`)."""
+    if padding not in PADDING_MODES:
+        raise ValueError(f"padding must be one of {', '.join(PADDING_MODES)}, got {padding!r}")
+    valid = mask > 0
+    every = torch.ones_like(valid)
+    return (valid if padding == "masked" else every), (every if padding == "none" else valid)
 
 
 def _first_tensor(args) -> Tensor | None:
