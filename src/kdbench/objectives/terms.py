@@ -67,6 +67,12 @@ class Objective(nn.Module):
         return any(term.feature == LOGITS for term in self.terms)
 
     @property
+    def reads_padding(self) -> bool:
+        """Whether a term reads features at padded positions (`padding: rows` or `none`), where the
+        teacher's features table holds zeros, not the teacher's values."""
+        return any(term.params.get("padding", "masked") != "masked" for term in self.terms)
+
+    @property
     def logit_positions(self) -> str:
         """Where the MLM logits are read: every attended token when a term wants it, else masked."""
         return "attended" if any(term.positions == "attended" for term in self.terms) else "masked"

@@ -186,13 +186,15 @@ def stage_step(plan: Plan, stage: StageSpec, student, teacher, labels, tables=No
     """Yields a distillation stage's `_loss_step` and the modules it trains (student, objective).
 
     The teacher's records come from `tables(needs, stop_after, logits)` when it gives a table (the
-    caches), else from a teacher forward at every step. Both models stop after their last mapped
+    caches), else from a teacher forward at every step: always so for an objective that reads padded
+    positions (the features table holds real tokens only). Both models stop after their last mapped
     layer while the context is open: nothing above it is computed.
     """
     objective = stage_objective(plan, stage, labels)
     logits = output_logits if objective.uses_logits else None
     needs, stop_after = objective.needs("teacher"), objective.last_layer("teacher")
-    table = tables(needs, stop_after, logits) if tables is not None else None
+    cached = tables is not None and not objective.reads_padding
+    table = tables(needs, stop_after, logits) if cached else None
     student_needs = objective.needs("student"), objective.last_layer("student")
     with ExitStack() as recording:
         recorder = recording.enter_context(FeatureRecorder(student, *student_needs))
