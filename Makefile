@@ -47,7 +47,7 @@ bench:  ## the side-by-side benchmarks (kdbench vs a plain HF loop vs TextBrewer
 
 GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 
-gpu-check:  ## one call of <= 8 min on a CUDA machine: gpu tests, benches, peers, the user's command (a dry run without CUDA)
+gpu-check:  ## one call of <= 9 min on a CUDA machine: gpu tests, benches, peers, a profile, the user's command (a dry run without CUDA)
 	$(GPU_PYTHON) benchmarks/gpu_check.py $(if $(GPU_OUT),--out $(GPU_OUT))
 
 gpu-bundle:  ## .gpu-bundle/: the wheels, MiniLM-L6 (fp16) and SST-2 an offline GPU machine needs (docs/speed.md)

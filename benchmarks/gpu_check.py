@@ -1,4 +1,4 @@
-"""`make gpu-check`: everything kdbench measures on a GPU, in one call of at most 8 minutes.
+"""`make gpu-check`: everything kdbench measures on a GPU, in one call of at most 9 minutes.
 
 `python benchmarks/gpu_check.py [--out DIR]` runs each part in its own process under its own time
 cap, so a slow or failing part loses only its own figures:
@@ -11,6 +11,9 @@ cap, so a slow or failing part loses only its own figures:
   kdbench and the tuned loop in fp32 and bf16, TextBrewer in fp32 where it is installed, at batch
   32 and 256, and the loss and gradient check; it needs SST-2 and MiniLM-L6 under
   `KDBENCH_GLUE_DIR` and `KDBENCH_MODELS_DIR`;
+- profile: where the time of that stage-1 step at batch 256 in fp32 goes, kdbench's against the
+  tuned loop's (`benchmarks/step_profile.py`: the host's time per phase, the GPU's busy time and
+  operations per step, the top operations), in `log.txt`;
 - e2e: the user's command end to end, on MiniLM-L6 and SST-2 where they are, else on the tiny
   random teacher and a few generated SST-2 rows.
 
@@ -44,13 +47,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "src")]  # a GPU machine runs the checkout
 from benchmarks.gpu_results import summary  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "RESULTS_GPU.md"
-BUDGET_S = 480  # the whole check: one call on a GPU machine lent for minutes
+BUDGET_S = 540  # the whole check: one call on a GPU machine lent for minutes
 OBJECTIVES = (
     "vanilla_kd,hid_cls,hid_seq,att_mse,att_mse+hid_seq,att_kl,att_kl+hid_seq,att_kl+val_kl"
 )
-COMPILED = "att_kl+val_kl,hid_seq,vanilla_kd"
+COMPILED = "att_kl+val_kl,vanilla_kd"
 STAGES = ("teacher", "intermediate", "prediction")  # one epoch each in the e2e run
-TAIL = 3000  # characters of a part's output kept in log.txt
+PEER_BASE = {"objective": "att_kl+val_kl", "task": "sst2", "seq_len": 128, "student_layers": 3}
+TAIL = 3000  # characters of a part's output kept in log.txt (the profile's: all of it)
 
 
 @dataclass(frozen=True)
@@ -59,14 +63,16 @@ class Part:
     cap_s: int
     output: str | None  # the file its standard output goes to, or None
     gpu_only: bool = True
+    kept: int = TAIL  # characters of its output log.txt keeps
 
 
 PARTS = (
-    Part("tests", 120, None),
+    Part("tests", 60, None),
     Part("agnostic", 60, "agnostic.jsonl"),
-    Part("agnostic_compiled", 100, "agnostic_compiled.jsonl"),
+    Part("agnostic_compiled", 60, "agnostic_compiled.jsonl"),
     Part("host", 25, "host.jsonl"),
-    Part("peers", 100, "peers.jsonl"),
+    Part("peers", 180, "peers.jsonl"),
+    Part("profile", 60, None, kept=20000),
     Part("e2e", 75, None, gpu_only=False),
 )
 
@@ -95,13 +101,16 @@ def commands(part: str, out: Path) -> list[list[str]]:
     if part == "peers":
         script = str(ROOT / "benchmarks" / "measure.py")
         return [[*python(), script, json.dumps(spec)] for spec in peer_specs()]
+    if part == "profile":
+        spec = {**PEER_BASE, "batch_size": 256, "steps": 10, "warmup": 5, "seed": 1}
+        return [[*python(), str(ROOT / "benchmarks" / "step_profile.py"), json.dumps(spec)]]
     return [e2e_command(out / "e2e")]
 
 
 def peer_specs() -> list[dict]:
     """Stage 1 (att_kl+val_kl, MiniLM-L6 -> 3x384, SST-2) at batch 32 and 256: the loss and
     gradient check, kdbench and the tuned loop in fp32 and bf16, TextBrewer in fp32."""
-    base = {"objective": "att_kl+val_kl", "task": "sst2", "seq_len": 128, "student_layers": 3}
+    base = PEER_BASE
     specs = [{**base, "impl": "check", "seed": 1, "batch_size": 32, "steps": 1, "warmup": 0}]
     peers = [("kdbench", "fp32"), ("kdbench", "bf16"), ("tuned", "fp32"), ("tuned", "bf16")]
     if textbrewer_installed():
@@ -149,7 +158,7 @@ def run_part(part: Part, out: Path, deadline: float, gpu: bool) -> tuple[str, fl
     """(outcome, seconds, the end of its output) of one part under min(its cap, what is left)."""
     if part.gpu_only and not gpu:
         return "skipped: no CUDA device (dry run)", 0.0, ""
-    if part.name == "peers" and not real_data():
+    if part.name in ("peers", "profile") and not real_data():
         return "skipped: needs SST-2 and MiniLM-L6 (KDBENCH_GLUE_DIR, KDBENCH_MODELS_DIR)", 0.0, ""
     start, output = time.monotonic(), []
     cap = part.cap_s if gpu else BUDGET_S  # a dry run's one part may take the whole budget
@@ -197,7 +206,7 @@ def check(out: Path) -> dict[str, str]:
             if part.name == "e2e":
                 keep_record(out / "e2e", out / "e2e_result.json")
             outcomes[part.name] = f"{outcome} ({seconds:.0f} s)"
-            log.write(f"## {part.name}: {outcomes[part.name]}\n{tail[-TAIL:]}\n\n")
+            log.write(f"## {part.name}: {outcomes[part.name]}\n{tail[-part.kept :]}\n\n")
             log.flush()
     return outcomes
 

@@ -167,6 +167,16 @@ def e2e_lines(path: Path) -> list[str]:
     ]
 
 
+def profile_lines(log: Path) -> list[str]:
+    """The profile part's table of phases (milliseconds per step), as `log.txt` keeps it."""
+    text = log.read_text() if log.exists() else ""
+    start = text.find("phase (ms per step)", text.find("## profile"))
+    if "## profile" not in text or start < 0:
+        return NO_FIGURES
+    table = text[start:].split("\n\n", 1)[0]
+    return ["```text", table, "```", "", "The top operations of each: `log.txt`."]
+
+
 def parts_lines(outcomes: dict[str, str] | None) -> list[str]:
     if not outcomes:
         return []
@@ -215,6 +225,10 @@ def summary(folder: Path, outcomes: dict[str, str] | None = None) -> str:
         "### Stage 1 side by side (MiniLM-L6 -> 3x384, att_kl+val_kl, SST-2)",
         "",
         *peers_table(rows(folder / "peers.jsonl")),
+        "",
+        "### Where stage 1's time goes at batch 256, fp32 (`benchmarks/step_profile.py`)",
+        "",
+        *profile_lines(folder / "log.txt"),
         "",
         "### The user's command end to end",
         "",

@@ -203,6 +203,7 @@ def stage1_setup(overrides: list[str]):
         shuffle=True,
         seed=plan.seed,
         group_by_length=stage.group_by_length,
+        pad_to=stage.pad_to(plan.trainer.max_length),
     )
     teacher = freeze(pretrained_teacher(plan.teacher, plan.num_labels, 0)).to(plan.device)
     student = plan.build_student(teacher)

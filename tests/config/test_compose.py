@@ -216,27 +216,72 @@ def test_the_teachers_batches_are_its_own_stages(tiny_glue):
     assert cache_path(students_plain) == cache_path(grouped)
 
 
-def test_warmup_ratio_per_task_gives_qqp_the_released_grids_warm_up():
+def planned_stages(*overrides: str) -> dict:
+    """The planned stage blocks (`StageSpec`s) of a composed config, for its task."""
     from kdbench.planning.group_keys import checked_stages
     from kdbench.planning.groups import container
     from kdbench.planning.stage_specs import stage_specs
 
-    def warmup(*overrides):
-        cfg = compose_config(["setting=finetune", *overrides])
-        stages = stage_specs(checked_stages(container(cfg.stages)), "finetune", cfg.task.name)
-        return stages["finetune"].optimizer.warmup_ratio
+    cfg = compose_config(list(overrides))
+    return stage_specs(checked_stages(container(cfg.stages)), cfg.setting.name, cfg.task.name)
 
-    per_task = "stages.finetune.optimizer.warmup_ratio_per_task"
-    released = ("trainer=finetune_released",)
-    assert (warmup(*released, "task=qqp"), warmup(*released, "task=rte")) == (0.25, 0.0)
-    assert warmup("trainer=finetune", "task=qqp") == warmup("trainer=finetune", "task=rte") == 0.06
-    assert warmup("trainer=finetune", "task=rte", f"+{per_task}.rte=0.1") == 0.1
-    # the table names QQP's own: a run-wide warm-up leaves it, the task's entry is the override
-    plain = "stages.finetune.optimizer.warmup_ratio=0.1"
-    assert (warmup(*released, "task=qqp", plain), warmup(*released, "task=rte", plain)) == (
-        0.25,
-        0.1,
+
+@pytest.mark.parametrize(
+    ("task", "epochs", "eval_every"),
+    [("cola", 20, 50), ("sst2", 20, 50), ("rte", 20, 50), ("mrpc", 20, 50)]
+    + [("mnli", 10, 500), ("qnli", 10, 500), ("qqp", 10, 500), ("stsb", 10, 500)],
+)
+def test_finetune_released_is_the_released_driver_per_task(task, epochs, eval_every):
+    # huggingface_finetune.py:36-42: 20 epochs and --eval_steps 50 for CoLA, SST-2, RTE and MRPC,
+    # 10 epochs otherwise (the Trainer's eval_steps then its logging_steps, 500); the Trainer's
+    # defaults: no warm-up, no weight decay, gradients clipped at 1.0
+    released = planned_stages("setting=finetune", "trainer=finetune_released", f"task={task}")
+    stage = released["finetune"]
+    assert (stage.epochs, stage.eval_every) == (epochs, eval_every)
+    optimizer = stage.optimizer
+    assert (optimizer.warmup_ratio, optimizer.weight_decay, optimizer.max_grad_norm) == (
+        0.0,
+        0.0,
+        1.0,
     )
-    assert warmup(*released, "task=qqp", f"{per_task}.qqp=0.1") == 0.1
+    text = planned_stages("setting=finetune", "trainer=finetune", f"task={task}")["finetune"]
+    assert (text.epochs, text.eval_every, text.optimizer.max_grad_norm) == (10, 0, None)
+
+
+def test_a_tasks_entry_in_a_stage_table_is_its_own_value():
+    released = ("setting=finetune", "trainer=finetune_released")
+    table = "stages.finetune.epochs_per_task"
+    assert planned_stages(*released, "task=rte", f"{table}.rte=3")["finetune"].epochs == 3
+    # a task the table does not name takes the block's value; the table is the override
+    four = "stages.finetune.epochs=4"
+    assert planned_stages(*released, "task=qqp", four)["finetune"].epochs == 4
+    assert planned_stages(*released, "task=rte", four)["finetune"].epochs == 20
+    every = "+stages.teacher.eval_every_per_task.sst2=7"
+    assert planned_stages("task=sst2", every)["teacher"].eval_every == 7
+    with pytest.raises(ConfigError, match=r"epochs_per_task\.rte=1\.5 must be a non-negative"):
+        planned_stages(*released, "task=rte", f"{table}.rte=1.5")
+    with pytest.raises(ConfigError, match="needs exactly one of epochs and steps"):
+        planned_stages(*released, "task=rte", "stages.finetune.steps=10")
+
+
+def test_warmup_ratio_per_task_gives_qqp_the_study_recipes_warm_up():
+    def warmup(*overrides):
+        stages = planned_stages(*overrides)
+        return {name: stage.optimizer.warmup_ratio for name, stage in stages.items()}
+
+    # ts/experiments.py:69,97-98: QQP's 28318 warm-up updates of 113272 in both distillation
+    # stages, every other task 6 %; the teacher's fine-tuning (not in the driver) keeps 6 %
+    assert warmup("task=qqp") == {"teacher": 0.06, "intermediate": 0.25, "prediction": 0.25}
+    assert warmup("task=rte") == {"teacher": 0.06, "intermediate": 0.06, "prediction": 0.06}
+    per_task = "stages.finetune.optimizer.warmup_ratio_per_task"
+    finetune = ("setting=finetune", "trainer=finetune_released")
+    assert warmup(*finetune, "task=qqp") == {"finetune": 0.0}  # the fine-tuning driver has none
+    assert warmup("setting=finetune", "task=rte", f"+{per_task}.rte=0.1") == {"finetune": 0.1}
+    # the table names QQP's own: a stage-wide warm-up leaves it, the task's entry is the override
+    at = "stages.intermediate.optimizer"
+    assert warmup("task=qqp", f"{at}.warmup_ratio=0.1")["intermediate"] == 0.25
+    assert warmup("task=qqp", f"{at}.warmup_ratio_per_task.qqp=0.1")["intermediate"] == 0.1
+    tinybert = warmup("+experiment=tinybert_recipe_task", "task=qqp")  # BertAdam: 10 % for all
+    assert tinybert == {"teacher": 0.1, "intermediate": 0.1, "prediction": 0.1}
     with pytest.raises(ConfigError, match=r"warmup_ratio_per_task\.sst2"):
-        warmup(*released, "task=qqp", f"+{per_task}.sst2=1.5")
+        warmup("task=qqp", f"+{at}.warmup_ratio_per_task.sst2=1.5")

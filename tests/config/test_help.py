@@ -13,6 +13,7 @@ COMMANDS = (
     "python -m kdbench.study mini_table1",
     "python -m kdbench.report multirun/mini_table1 --out results/mini_table1",
     "python -m kdbench.run +experiment=distill task=custom task.train_file=train.csv",
+    "python -m kdbench.advise task=custom task.train_file=train.csv advise.budget=2h",
 )
 
 

@@ -123,6 +123,54 @@ def test_tinybert_task_stage_is_as_released(name):
 
 
 @pytest.mark.parametrize(
+    "name", ["tinybert_recipe", "tinybert_recipe_task", "mini_tinybert", "mini_tinybert_task"]
+)
+def test_tinybert_presets_pad_and_sample_as_released(name):
+    """task_distill.py pads every example to max_seq_length (128: the per-task lengths it sets go to
+    args.max_seq_len, which nothing reads), samples at random and averages its MSE losses over
+    every position; general_distill.py averages the same way. The study's presets keep the masked
+    mean over real tokens."""
+    stages = preset(name).stages
+    setting = "task_specific" if name.endswith("_task") else "task_agnostic"
+    for stage in SETTING_STAGES[setting]:
+        if stage != "teacher":
+            assert (stages[stage].padding, stages[stage].group_by_length) == ("tinybert", False)
+    if name == "tinybert_recipe_task":
+        assert preset(name).trainer.max_length == 128
+    study = preset("table1_objectives").stages
+    assert study.intermediate.padding == study.prediction.padding == "masked"
+
+
+def test_the_tinybert_preset_plans_its_padding(known_architectures):  # noqa: F811
+    plan = make_plan(preset("tinybert_recipe", hydra=False))
+    assert plan.stages["distillation"].padding == "tinybert"
+    assert {term.loss for term in plan.stages["distillation"].terms} == {"att_mse", "hid_mse"}
+
+
+@pytest.mark.parametrize(
+    ("name", "eval_every"),
+    [
+        ("tinybert_recipe_task", 100),
+        ("mini_tinybert_task", 50),
+        ("tinybert_recipe", None),
+        ("mini_tinybert", None),
+    ],
+)
+def test_tinybert_teacher_has_dropout_and_the_task_stage_scores_its_best_checkpoint(
+    name, eval_every
+):
+    """As released: the teacher never in eval mode (general_distill.py, task_distill.py), the
+    prediction stage's best dev evaluation every --eval_step steps (README: 100; default 50)."""
+    cfg = preset(name)
+    assert cfg.trainer.teacher_dropout is True
+    if eval_every is not None:
+        assert cfg.trainer.student_best_checkpoint is True
+        assert cfg.stages.prediction.eval_every == eval_every
+    study = preset("table1_objectives").trainer
+    assert (study.teacher_dropout, study.student_best_checkpoint) == (False, False)
+
+
+@pytest.mark.parametrize(
     ("task", "epochs", "batch"),
     [
         ("cola", 50, 32),
@@ -179,6 +227,36 @@ def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
 
 
 @pytest.mark.parametrize(
+    ("name", "shapes", "pair"),
+    [
+        ("minilm_v2_recipe", ("bert_base_uncased", "6x768", "random"), (6, 12)),
+        ("mini_minilm_v2", ("minilm_l6", "3x384", "random"), (3, 6)),
+    ],
+)
+def test_minilm_v2_presets_distil_48_relation_heads_of_the_last_layers(
+    name,
+    shapes,
+    pair,
+    known_architectures,  # noqa: F811 (the fixture)
+    tmp_path,
+):
+    cfg = preset(name, hydra=False)
+    assert (cfg.setting.name, cfg.teacher.name, cfg.student.name, cfg.init.name) == (
+        "task_agnostic",
+        *shapes,
+    )
+    corpus = [f"corpus.path={tmp_path}"] if cfg.corpus.name == "local" else []
+    plan = make_plan(preset(name, *corpus, hydra=False))
+    # the paper's base-size teacher: its last layer to the student's last, Q-Q, K-K, V-V summed
+    assert [(t.name, t.loss, t.feature, t.weight, t.pairs) for t in plan.terms] == [
+        (relation, "relation_kl", feature, 1.0, [pair])
+        for relation, feature in (("qq_kl", "query"), ("kk_kl", "key"), ("vv_kl", "value"))
+    ]
+    assert all(term.params["num_heads"] == 48 for term in plan.terms)
+    assert preset("mini_minilm_v2_finetune").paper_analogue is None  # no cell of the paper's
+
+
+@pytest.mark.parametrize(
     ("name", "next_preset", "key"),
     [
         ("minilm_ta", "minilm_ta_student", "teacher.name_or_path"),
@@ -186,6 +264,8 @@ def test_mini_minilm_presets_scale_only_batch_steps_and_length(name):
         ("tinybert_recipe", "tinybert_recipe_task", "init.path"),
         ("mini_tinybert", "mini_tinybert_task", "init.path"),
         ("distilbert_recipe", "table2_agnostic_finetune", "setting.student_path"),
+        ("minilm_v2_recipe", "table2_agnostic_finetune", "setting.student_path"),
+        ("mini_minilm_v2", "mini_minilm_v2_finetune", "setting.student_path"),
     ],
 )
 def test_the_study_hands_each_student_to_the_next_preset(name, next_preset, key, tmp_path):

@@ -83,6 +83,19 @@ def test_a_task_takes_its_own_warmup_where_the_stage_names_it(tiny_glue, tmp_pat
     assert plan.stages["prediction"].optimizer.warmup_ratio == 0.06
 
 
+def test_a_stage_table_gives_its_task_its_own_epochs_and_evaluations(tiny_glue, tmp_path):
+    from kdbench.teacher.cache import cache_path
+
+    tables = ["+stages.teacher.epochs_per_task.sst2=3", "+stages.teacher.eval_every_per_task.rte=5"]
+    plain, own = plan_of(tiny_glue, tmp_path), plan_of(tiny_glue, tmp_path, *tables)
+    teacher = own.stages["teacher"]
+    assert (teacher.epochs, teacher.eval_every) == (3, 0)  # sst2's epochs; rte's entry not sst2's
+    assert plain.stages["teacher"].epochs == 1
+    # the planned stage holds the task's values only: a table naming other tasks keeps the teacher
+    rte_only = plan_of(tiny_glue, tmp_path, "+stages.teacher.epochs_per_task.rte=3")
+    assert cache_path(rte_only) == cache_path(plain) != cache_path(own)
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
@@ -120,12 +133,35 @@ def test_a_flat_key_set_in_a_config_is_refused_when_planned(tiny_glue, tmp_path,
         (["stages.teacher.optimizer.betas=[0.9]"], r"^stages.teacher.optimizer.betas=\[0.9\] mu"),
         (["+stages.teacher.optimizer.momentum=0.9"], r"^stages.teacher.optimizer has no key mom"),
         (["stages.teacher.objective={terms: []}"], r"^stages.teacher.objective must be null: "),
+        (["+stages.teacher.padding=tinybert"], r"^stages.teacher.padding=tinybert averages dis"),
+        (
+            ["stages.intermediate.padding=zeros"],
+            r"^stages.intermediate.padding='zeros' must be one ",
+        ),
+        (
+            ["objective=att_kl", "stages.intermediate.padding=tinybert"],
+            r"^stages.intermediate.padding=tinybert is TinyBERT's average over padding, which "
+            r"only att_mse, hid_mse have; the term att_kl is att_kl on attention_scores: set ",
+        ),
     ],
 )
 def test_a_bad_stage_setting_is_refused_in_one_line(tiny_glue, tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message) as refused:
         plan_of(tiny_glue, tmp_path, *overrides)
     assert "\n" not in str(refused.value)
+
+
+def test_padding_is_each_stage_s_own(tiny_glue, tmp_path):
+    plan = plan_of(
+        tiny_glue, tmp_path, "objective=tinybert", "stages.intermediate.padding=tinybert"
+    )
+    padding = {name: stage.padding for name, stage in plan.stages.items()}
+    assert padding == {"teacher": "masked", "intermediate": "tinybert", "prediction": "masked"}
+    assert plan.config["stages"]["intermediate"]["padding"] == "tinybert"  # as the record keeps it
+    assert plan.stages["intermediate"].pad_to(64) == 64
+    assert plan.stages["prediction"].pad_to(64) is None
+    logits_only = plan_of(tiny_glue, tmp_path, "stages.prediction.padding=tinybert")
+    assert logits_only.stages["prediction"].padding == "tinybert"  # kd reads no padded position
 
 
 def test_the_stage_ranges_come_from_the_declarations():

@@ -164,9 +164,9 @@ def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoin
                 "task=rte",
                 f"data.glue_dir={tiny_glue}",
                 f"setting.student_path={distilled['student_path']}",
-                "stages.finetune.epochs=2",
+                "stages.finetune.epochs_per_task.rte=2",
                 "stages.finetune.batch_size=16",
-                "stages.finetune.eval_every=1",
+                "stages.finetune.eval_every_per_task.rte=1",
                 "trainer.checkpoint_every=2",
                 "trainer.progress_bar=false",
                 f"paths.run_dir={run_dir}",
@@ -182,10 +182,7 @@ def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoin
     monkeypatch.undo()
     resumed = run(finetune(tmp_path / "run"))
     assert resumed["status"] == "completed"
-    assert (resumed["metrics"], resumed["best_step"]) == (
-        reference["metrics"],
-        reference["best_step"],
-    )
+    assert (resumed["metrics"], resumed["scored"]) == (reference["metrics"], reference["scored"])
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 

@@ -310,15 +310,20 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(
 ):
     from kdbench.recipes import finetune
 
-    scores = []
-    real = finetune.evaluate
+    scores, clipped = [], []
+    real, clip = finetune.evaluate, torch.nn.utils.clip_grad_norm_
 
     def watched(*args, **kwargs):
         metrics = real(*args, **kwargs)
         scores.append(metrics["accuracy"])
         return metrics
 
+    def clipping(parameters, max_norm, *args, **kwargs):
+        clipped.append(max_norm)
+        return clip(parameters, max_norm, *args, **kwargs)
+
     monkeypatch.setattr(finetune, "evaluate", watched)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clipping)
     distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
     record = run(
         compose_config(
@@ -328,9 +333,9 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(
                 "task=rte",
                 f"data.glue_dir={tiny_glue}",
                 f"setting.student_path={distilled['student_path']}",
-                "stages.finetune.epochs=2",
-                "stages.finetune.batch_size=16",
-                "stages.finetune.eval_every=1",
+                "stages.finetune.epochs_per_task.rte=2",  # RTE's own: 2 epochs, each step
+                "stages.finetune.batch_size=16",  # evaluated (3 steps an epoch)
+                "stages.finetune.eval_every_per_task.rte=1",
                 "trainer.progress_bar=false",
                 f"paths.run_dir={tmp_path / 'ft'}",
             ]
@@ -338,8 +343,15 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(
     )
     optimizer = record["config"]["stages"]["finetune"]["optimizer"]
     assert (optimizer["weight_decay"], optimizer["warmup_ratio"]) == (0.0, 0.0)
-    assert len(scores) >= 2 and record["metrics"]["accuracy"] == max(scores)
-    assert record["best_step"] == 1 + scores.index(max(scores))  # the first step with the best
+    assert clipped == [1.0] * 6  # every step's gradients clipped at 1.0, as the Trainer does
+    assert len(scores) >= 6 and record["metrics"]["accuracy"] == max(scores)
+    assert record["scored"] == {
+        "checkpoint": "best",
+        "stage": "finetune",
+        "step": 1 + scores.index(max(scores)),  # the first step with the best
+        "eval_every": 1,
+        "selected_by": "accuracy on the dev set(s) the metrics report",
+    }
     kept = read_predictions(tmp_path / "ft" / record["predictions"])[""]
     assert 100 * (kept["predicted"] == kept["gold"]).mean() == pytest.approx(max(scores))
     assert sorted(p.name for p in (tmp_path / "ft").glob("*.npz")) == ["predictions.npz"]

@@ -9,6 +9,7 @@ import torch
 
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.losses import LOSSES
+from kdbench.recipes import task_specific
 from kdbench.run import run
 from tests.helpers import compose_config, tiny_overrides
 
@@ -51,3 +52,29 @@ def test_a_new_prediction_layer_loss_is_a_registry_entry_and_a_term(
     prediction = [s for s in logged(run_dir) if s["stage"] == "prediction"]
     assert prediction and all(s["logit_mse"] == s["total"] for s in prediction)
     assert not [s for s in logged(run_dir) if s["stage"] == "intermediate"]  # vanilla KD: none
+
+
+def test_tinybert_padding_pads_the_stage_s_batches_and_runs_its_teacher_each_step(
+    tiny_glue, tmp_path, monkeypatch
+):
+    widths, tables = [], []
+    real_step = task_specific._loss_step
+
+    def watched_step(student, objective, teacher, plan):
+        step = real_step(student, objective, teacher, plan)
+
+        def watched(batch):
+            widths.append((objective.padding, batch["input_ids"].shape[1]))
+            return step(batch)
+
+        return watched
+
+    monkeypatch.setattr(task_specific, "_loss_step", watched_step)
+    monkeypatch.setattr(task_specific, "teacher_feature_table", lambda *a: tables.append(a))
+    padding = ("objective=tinybert", "stages.intermediate.padding=tinybert")
+    record = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *padding)))
+    assert record["status"] == "completed" and not tables  # its table has no padded positions
+    assert record["config"]["stages"]["intermediate"]["padding"] == "tinybert"
+    padded = {width for padding, width in widths if padding == "tinybert"}
+    dynamic = {width for padding, width in widths if padding == "masked"}
+    assert padded == {64} and dynamic and max(dynamic) < 64  # trainer=smoke: max_length 64

@@ -387,6 +387,26 @@ def test_bad_settings_are_one_line(tmp_path):
         VectorNeighbours(bad, 3)
 
 
+def test_the_released_augmentation_reads_the_glove_files_first_words_only(glove, tmp_path):
+    # data_augmentation.py's prepare_embedding_retrieval stops at vocab_size=100000 lines: a word
+    # below them is neither proposed nor given neighbours
+    first_three = VectorNeighbours(glove, 3, limit=3)
+    assert first_three("wonderful") == ("marvelous", "superb")
+    assert first_three("terrible") == ()
+    assert VectorNeighbours(glove, 3)("terrible") == ("horrible", "superb", "marvelous")
+    preset = augment_spec(compose_config(["augment=tinybert"]).augment, "task_specific")
+    assert preset.word_vectors_limit == 100000
+    assert spec().word_vectors_limit is None  # the whole file unless asked
+    train = sst2(SENTENCES)
+    # the limit is part of an augmented set's key only where a GloVe file is read
+    keys = [
+        augmentation.cache_key(train, SST2, spec(word_vectors=vectors, word_vectors_limit=n), "")
+        for vectors in (None, glove)
+        for n in (None, 3)
+    ]
+    assert keys[0] == keys[1] and keys[2] != keys[3]
+
+
 def test_stop_words_are_lowercase_function_words():
     assert {"the", "a", "is", "and", "not", "nor", "shouldn", "wouldn"} <= STOP_WORDS
     assert "film" not in STOP_WORDS

@@ -101,6 +101,36 @@ def test_the_loop_learns_the_toy_problem():
     assert abs(stage.modules[0].weight.item() - 3.0) < 0.05
 
 
+def gradient_norm(parameters) -> float:
+    return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in parameters])).item()
+
+
+@pytest.mark.parametrize("max_grad_norm", [None, 0.01])
+def test_a_stage_clips_its_gradients_to_max_grad_norm_before_the_update(monkeypatch, max_grad_norm):
+    """The global norm over every parameter, as torch's clip_grad_norm_ (and the HF Trainer)."""
+    stage = toy_stage(epochs=1)
+    stage.optimizer = OptimizerSpec(
+        lr=0.1, weight_decay=0.0, warmup_ratio=0.0, max_grad_norm=max_grad_norm
+    )
+    before, updated = [], []
+
+    class Before(Hook):
+        def before_update(self, progress):
+            before.append(gradient_norm(stage.modules[0].parameters()))
+
+    real = torch.optim.AdamW.step
+
+    def step(self, *args, **kwargs):
+        updated.append(gradient_norm(p for group in self.param_groups for p in group["params"]))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    loop.train(stage, [Before()])
+    assert len(updated) == len(before) == 3 and min(before) > 0.01  # y = 3x from w near 0
+    expected = before if max_grad_norm is None else [max_grad_norm] * 3
+    assert updated == pytest.approx(expected, rel=1e-4)
+
+
 def test_checkpoints_every_n_steps_at_epoch_ends_and_done_at_the_end(tmp_path):
     saved = []
     checkpoints = Checkpoints(tmp_path / "ckpt", keep=100)

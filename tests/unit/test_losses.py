@@ -426,6 +426,32 @@ def test_relation_kl_zero_when_relations_equal():
     assert float(relation_kl(xs, xs.clone(), 2)) == pytest.approx(0.0, abs=ATOL)
 
 
+def released_minilm_v2_relation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """The study's task-agnostic MiniLMv2 term (ta/methods/feature_distill.py:139-142) on per-head
+    [B, H, L, d] vectors: per head, KL(softmax(t t^T / sqrt(d_t)) || softmax(s s^T / sqrt(d_s)))
+    summed, divided by B * H * L."""
+    b, h, length, dt = teacher.shape
+    ds = student.shape[-1]
+    s = student.reshape(-1, length, ds)
+    t = teacher.reshape(-1, length, dt)
+    log_s = torch.log_softmax(torch.bmm(s, s.transpose(1, 2)) / math.sqrt(ds), dim=-1)
+    p_t = torch.softmax(torch.bmm(t, t.transpose(1, 2)) / math.sqrt(dt), dim=-1)
+    return torch.nn.functional.kl_div(log_s, p_t, reduction="sum") / (b * h * length)
+
+
+def test_relation_kl_is_the_studys_released_minilm_v2_relation():
+    g = torch.Generator().manual_seed(18)
+    b, heads, length, ds, dt = 3, 4, 7, 5, 8
+    student = torch.randn(b, heads, length, ds, generator=g)
+    teacher = torch.randn(b, heads, length, dt, generator=g)
+
+    def concatenated(x: torch.Tensor) -> torch.Tensor:  # [B, H, L, d] -> [B, L, H * d]
+        return x.transpose(1, 2).reshape(b, length, -1)
+
+    ours = relation_kl(concatenated(student), concatenated(teacher), heads)
+    assert float(ours) == pytest.approx(float(released_minilm_v2_relation(student, teacher)), 1e-6)
+
+
 def test_relation_kl_on_values_equals_val_kl():
     g = torch.Generator().manual_seed(17)
     b, length, heads, ds, dt = 2, 5, 4, 3, 6

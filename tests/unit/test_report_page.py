@@ -37,6 +37,15 @@ def test_the_page_opens_with_the_findings_then_the_claims_then_each_study(page: 
     assert all(claim.id in summary for claim in CLAIMS)
 
 
+def test_the_page_ends_with_evidence_md_its_example_level_tests_and_collapses(page: Path):
+    text = page.read_text()
+    evidence = text.index('<section id="evidence">')
+    assert text.index('<section id="claims-detail"') < evidence
+    shown = text[evidence:]
+    assert "<h2>Example-level evidence and collapsed runs</h2>" in shown
+    assert "<h3>Collapse rate per cell</h3>" in shown
+
+
 def test_the_page_is_self_contained(page: Path):
     text = page.read_text()
     assert "<script" not in text and "<link" not in text and not re.search(r'src="(?!data:)', text)

@@ -1,5 +1,5 @@
-"""The MLM logits' losses a chunk of rows at a time (`objectives.vocabulary`, what `losses.mlm_kd`
-and `losses.mlm` run) equal their autograd definitions, and keep no float32 [M, V] tensor for the
+"""The MLM logits' losses a chunk of rows at a time (`objectives.vocabulary`, what `mlm_kd` and
+`mlm` run) equal their autograd definitions, and keep no float32 [M, V] tensor for the
 backward."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ M, V = 37, 101
 
 
 def reference_mlm_kd(student, teacher, temperature):
-    """DistilBERT's soft cross-entropy through autograd, as `losses.mlm_kd` defines it."""
+    """DistilBERT's soft cross-entropy through autograd, as `mlm_kd` defines it."""
     target = TF.softmax(teacher.float().detach() / temperature, dim=-1)
     log_student = TF.log_softmax(student.float() / temperature, dim=-1)
     return -(target * log_student).sum(-1).mean() * temperature**2

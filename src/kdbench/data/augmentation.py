@@ -156,12 +156,15 @@ def cache_key(train: datasets.Dataset, task: TaskSpec, spec: AugmentSpec, source
         else [str(vectors.resolve()), vectors.stat().st_size, vectors.stat().st_mtime_ns]
     )
     originals = hashlib.sha256(json.dumps(sorted(train["idx"])).encode()).hexdigest()
+    settings = asdict(spec)
+    if vectors is None:  # no GloVe file: how much of one would be read changes nothing
+        del settings["word_vectors_limit"]
     return {
         "version": AUGMENT_CACHE_VERSION,
         "task": task.name,
         "source": source,
         "originals": originals,
-        "augment": json.loads(json.dumps(asdict(spec), default=str)),
+        "augment": json.loads(json.dumps(settings, default=str)),
         "word_vectors": stamp,
     }
 
@@ -192,7 +195,9 @@ def build(
 ) -> None:
     model, tokenizer = masked_lm(spec)
     vectors = (
-        VectorNeighbours(spec.word_vectors, spec.top_k) if spec.word_vectors is not None else None
+        VectorNeighbours(spec.word_vectors, spec.top_k, spec.word_vectors_limit)
+        if spec.word_vectors is not None
+        else None
     )
     if vectors is None:
         log.warning(

@@ -33,8 +33,8 @@ def has_padding(attention_mask: torch.Tensor) -> bool:
 
 
 class PaddingCollator(DataCollatorWithPadding):
-    """Pads to the batch's longest example (dynamic padding); says whether the batch has padding
-    (`PADDED`)."""
+    """Pads to the batch's longest example (dynamic padding), or to `max_length` with
+    padding="max_length"; says whether the batch has padding (`PADDED`)."""
 
     def __call__(self, features):
         batch = dict(super().__call__(features))
@@ -117,9 +117,11 @@ def make_loader(
     seed: int = 0,
     group_by_length: bool = False,
     loading: LoadingSpec = IN_PROCESS,
+    pad_to: int | None = None,
 ) -> DataLoader:
-    """Batches padded to their own longest example (dynamic padding), from a seeded, resumable
-    sampler, loaded as `loading` says (the same batches with any number of workers)."""
+    """Batches padded to their own longest example (dynamic padding), or every one to `pad_to`
+    tokens, from a seeded, resumable sampler, loaded as `loading` says (the same batches with any
+    number of workers)."""
     with phase(LOADERS):
         check_stop()
         lengths = column_array(encoded, "length")
@@ -130,12 +132,14 @@ def make_loader(
         seed=seed,
         group_by_length=group_by_length,
     )
+    padding = {} if pad_to is None else {"padding": "max_length", "max_length": pad_to}
+    collate = PaddingCollator(tokenizer, **padding)
     # A private generator: creating an iterator must not draw from the global RNG (dropout's), or a
     # resumed run would diverge from an uninterrupted one.
     return DataLoader(
         encoded,
         batch_sampler=sampler,
-        collate_fn=PaddingCollator(tokenizer),
+        collate_fn=collate,
         generator=torch.Generator().manual_seed(seed),
         **loading.options(),
     )

@@ -8,6 +8,7 @@ by cosine similarity in GloVe vectors (`VectorNeighbours`).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,12 +166,13 @@ class MaskedLMCandidates:
 
 
 class VectorNeighbours:
-    """The `top_k` nearest alphabetic words by cosine similarity in a GloVe-format text file."""
+    """The `top_k` nearest alphabetic words by cosine similarity in a GloVe-format text file, of
+    its first `limit` words (None: all of them)."""
 
-    def __init__(self, path: Path, top_k: int):
+    def __init__(self, path: Path, top_k: int, limit: int | None = None):
         words, vectors = [], []
         with path.open(encoding="utf-8", errors="replace") as handle:
-            for line_number, line in enumerate(handle, 1):
+            for line_number, line in enumerate(itertools.islice(handle, limit), 1):
                 parts = line.rstrip().split(" ")
                 try:
                     vectors.append([float(v) for v in parts[1:]])

@@ -24,8 +24,13 @@ from torch import Tensor
 
 from kdbench.objectives.tensors import (
     MASKED_SCORE,
+    MSE_PADDINGS,
+    RELEASED_FLOOR,
+    check_padding,
     outside_autocast,
     padding_mask,
+    released_masked,
+    released_scores,
     rows_and_keys,
     split_heads,
 )
@@ -36,11 +41,13 @@ from kdbench.objectives.tensors import (
 CHUNK_BYTES = 64 * 2**20
 
 
-def _heads_view(x: Tensor, start: int, stop: int, heads: int, valid: Tensor) -> Tensor:
-    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], the tokens not
-    `valid` zeroed."""
+def _heads_view(x: Tensor, start: int, stop: int, heads: int, zeroed: Tensor | None) -> Tensor:
+    """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], the tokens
+    `zeroed` [B, L] marks (those a loss leaves out, or None) zeroed."""
     d = x.shape[-1] // heads
-    chunk = x[..., start * d : stop * d].float().masked_fill(~valid[:, :, None], 0.0)
+    chunk = x[..., start * d : stop * d].float()
+    if zeroed is not None:
+        chunk = chunk.masked_fill(zeroed[:, :, None], 0.0)
     return split_heads(chunk, stop - start)
 
 
@@ -74,15 +81,40 @@ def _squared_error(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tens
     return diff.square().sum(), diff.mul_(2.0)
 
 
-# kind -> (the sum over a chunk's counted entries and its gradient, the normaliser from the counted
-# query rows and keys per example)
+def _released_squared_error(
+    student: Tensor, teacher: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor]:
+    """sum over every (query, key) of (s' - t')^2, with s', t' the maps `released_scores` keeps
+    (`mask`: float32 [B, L]), and its gradient 2 (s' - t') where the student's entry is kept."""
+    student = released_masked(student, mask)
+    kept = student > RELEASED_FLOOR
+    diff = torch.where(kept, student, student.new_zeros(())).sub_(released_scores(teacher, mask))
+    return diff.square().sum(), diff.masked_fill_(~kept, 0.0).mul_(2.0)
+
+
+# kind -> (the sum over a chunk's entries and its gradient, the normaliser's count from the counted
+# query rows and keys per example [B] (`tensors.rows_and_keys`), or None: tinybert_mse counts every
+# position and leaves no token out, as TinyBERT's released code averages)
 KINDS = {
     "kl": (_kl_rows, lambda rows, keys: rows.sum()),  # counted query rows: sum_b n_b
-    "mse": (
-        _squared_error,
-        lambda rows, keys: (rows * keys).sum(),
-    ),  # counted (query, key) pairs: sum_b n_b^2
+    "mse": (_squared_error, lambda rows, keys: (rows * keys).sum()),  # pairs: sum_b n_b^2
+    "tinybert_mse": (_released_squared_error, None),
 }
+
+
+def _entries(
+    kind: str, m: Tensor, heads: int, padding: str
+) -> tuple[Tensor, tuple[Tensor | None, Tensor | None], Tensor]:
+    """What the kind's sum reads beside the maps (the counted (query, key) pairs [B, 1, L, L], or
+    the padding mask [B, L] itself), the tokens zeroed before the products as query rows (A) and as
+    keys (B) (None: none), and the normaliser; `padding`: the rows and keys counted, as
+    `tensors.rows_and_keys` gives them."""
+    _, count = KINDS[kind]
+    if count is None:
+        return m, (None, None), m.new_tensor(heads * m.numel() * m.shape[1])
+    rows, keys = rows_and_keys(m, padding)
+    denom = (heads * count(rows.sum(dim=1), keys.sum(dim=1))).clamp_min(1)
+    return rows[:, None, :, None] & keys[:, None, None, :], (~rows, ~keys), denom
 
 
 def _gradient_buffers(
@@ -124,11 +156,10 @@ class _ScoreMapLoss(torch.autograd.Function):
         with_grad: bool,
         padding: str,
     ):
-        loss_rows, count = KINDS[kind]
+        loss_rows = KINDS[kind][0]
         batch, length, _ = student_a.shape
-        rows, keys = rows_and_keys(padding_mask(mask, batch, length, student_a.device), padding)
-        pair = rows[:, None, :, None] & keys[:, None, None, :]
-        denom = (heads * count(rows.sum(dim=1), keys.sum(dim=1))).clamp_min(1)
+        m = padding_mask(mask, batch, length, student_a.device)
+        entries, zeroed, denom = _entries(kind, m, heads, padding)
         self_relation = student_b is None
         student_b = student_a if self_relation else student_b
         teacher_b = teacher_a if teacher_b is None else teacher_b
@@ -137,13 +168,13 @@ class _ScoreMapLoss(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=student_a.device)
         for start in range(0, heads, step):
             stop = min(heads, start + step)
-            sides = zip((student_a, student_b, teacher_a, teacher_b), (rows, keys) * 2)
-            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, kept) for x, kept in sides)
+            sides = zip((student_a, student_b, teacher_a, teacher_b), zeroed * 2)
+            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, out) for x, out in sides)
             student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
             value, grad = loss_rows(
                 (sa @ sb.transpose(-1, -2)).mul_(student_scale),
                 (ta @ tb.transpose(-1, -2)).mul_(teacher_scale),
-                pair,
+                entries,
             )
             total += value
             if not with_grad:
@@ -181,9 +212,10 @@ def score_map_loss(
     `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be
     the same tensor, a self-relation, passed to autograd once, its gradient summing both roles);
     `mask`: [B, L] or None. kind "kl": `losses.att_kl` on the maps (sum / (heads * sum_b n_b));
-    "mse": `losses.att_mse`. `padding` (`tensors.PADDING_MODES`): the rows and keys the mask leaves
-    out, as `losses.att_kl`'s. Tokens left out are zeroed before the product, as `losses`' relations
-    do. Gradients reach the student only.
+    "mse": `losses.att_mse`; "tinybert_mse": `losses.att_mse` with padding="tinybert". `padding`
+    (`tensors.KL_PADDINGS`, kinds kl and mse): the rows and keys the mask leaves out, as
+    `losses.att_kl`'s. Tokens left out are zeroed before the product, as `losses`' relations do
+    (tinybert_mse: none, padded queries count). Gradients reach the student only.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown score-map loss {kind!r}; valid: {', '.join(KINDS)}")
@@ -228,7 +260,11 @@ def att_mse(
     teacher: tuple[Tensor, Tensor],
     num_heads: int,
     mask: Tensor | None = None,
+    *,
+    padding: str = "masked",
 ) -> Tensor:
-    """`losses.att_mse` on the per-head maps Q K^T / sqrt(d) of (Q, K) projections [B, L,
-    num_heads*d], float32."""
-    return score_map_loss("mse", student, teacher, num_heads, mask)
+    """`losses.att_mse` (with its `padding`) on the per-head maps Q K^T / sqrt(d) of (Q, K)
+    projections [B, L, num_heads*d], float32."""
+    check_padding(padding, "att_mse", MSE_PADDINGS)
+    kind = "tinybert_mse" if padding == "tinybert" else "mse"
+    return score_map_loss(kind, student, teacher, num_heads, mask)

@@ -3,9 +3,10 @@ configs name.
 
 Every function here takes student and teacher tensors (and optionally a padding
 mask) and returns a scalar float32 loss. There is no model or config inside.
-A config's `loss: X` is computed by the function `X` here (`LOSSES[X].fn`), or by
-its form in `fused` (`LOSSES[X].fused`) where it has one; `LOSSES[X].rules` declares the
-ranges of the parameters a term gives it.
+A config's `loss: X` is computed by the function `X` here (`LOSSES[X].fn`; the MLM
+losses `mlm_kd` and `mlm` are `vocabulary`'s), or by its form in `fused`
+(`LOSSES[X].fused`) where it has one; `LOSSES[X].rules` declares the ranges of the
+parameters a term gives it.
 
 Conventions shared by all functions:
 
@@ -20,7 +21,11 @@ Conventions shared by all functions:
   finite values and gradients.
 * Padded positions never reach the arithmetic: they are replaced (with
   ``masked_fill`` / ``torch.where``) before use, so arbitrary values there,
-  even ``inf`` or ``nan``, change neither the loss nor the student gradients.
+  even ``inf`` or ``nan``, change neither the loss nor the student gradients;
+  except under a ``padding`` that counts them (`tensors`): ``"rows"`` and
+  ``"none"`` (att_kl, val_kl: a term's ``params.padding``, the study's
+  released KLs) and ``"tinybert"`` (att_mse, hid_mse: a stage's `padding`,
+  every position averaged as TinyBERT's released code does).
 * The teacher side is detached: gradients only flow into the student inputs.
 * Without padding the normalisations coincide with the ones used by the
   original implementations (TinyBERT / MiniLM / MiniLMv2 / DistilBERT).
@@ -32,12 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from kdbench.objectives import fused, vocabulary
+from kdbench.objectives import fused
 from kdbench.objectives.contrastive import crd
 from kdbench.objectives.loss_checks import (
     check_hidden,
     check_logits,
-    check_ndim,
     check_relation_inputs,
     check_scores,
     check_values,
@@ -45,13 +49,17 @@ from kdbench.objectives.loss_checks import (
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.score_maps import masked_row_kl, relation_scores
 from kdbench.objectives.tensors import (
+    KL_PADDINGS,
     LOGITS,
-    PADDING_MODES,
+    MSE_PADDINGS,
+    check_padding,
     outside_autocast,
     padding_mask,
+    released_scores,
     rows_and_keys,
     split_heads,
 )
+from kdbench.objectives.vocabulary import mlm, mlm_kd
 from kdbench.planning.rules import COUNT, POSITIVE, PROBABILITY, choice
 
 __all__ = ["kd", "att_mse", "att_kl", "val_kl", "relation_kl", "hid_mse", "cosine", "mlm_kd", "mlm"]
@@ -120,62 +128,36 @@ def _kd_regression(s: Tensor, t: Tensor, labels: Tensor | None, alpha: float) ->
     return alpha * soft + (1.0 - alpha) * hard
 
 
-@outside_autocast
-def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float = 1.0) -> Tensor:
-    """Soft cross-entropy to the teacher's distribution (DistilBERT's MLM distillation).
-
-    Shapes: ``[M, V]`` (M = the masked positions gathered from the batch, V = vocabulary)::
-
-        loss = T^2 * mean_m sum_v -softmax(t_m / T)_v * log softmax(s_m / T)_v
-
-    It differs from ``T^2 * KL`` by the teacher's entropy, a constant: the gradients are the same.
-    Zero positions (M == 0) give 0. Computed a chunk of rows at a time, its gradient formed in the
-    forward pass (`vocabulary`): no float32 [M, V] tensor outlives a chunk.
-    """
-    check_logits(student_logits, teacher_logits, temperature, "mlm_kd", "[M, V]")
-    if student_logits.shape[0] == 0:
-        return _f32(student_logits).sum()
-    return vocabulary.soft_cross_entropy(student_logits, teacher_logits, temperature)
-
-
-@outside_autocast
-def mlm(
-    student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None
-) -> Tensor:
-    """Masked-language-model cross-entropy: ``[M, V]`` logits at the masked positions, ``[M]``
-    original ids.
-
-    ``teacher_logits`` is not used (the hard MLM term reads the labels); it keeps every term's call
-    alike. ``F.cross_entropy`` of the float32 logits (labels -100 left out), computed a chunk of
-    rows at a time as `mlm_kd` is.
-    """
-    if labels is None:
-        raise ValueError("mlm needs labels (the original token ids at the masked positions)")
-    check_ndim(student_logits, (2,), "mlm", "[M, V]")
-    if student_logits.shape[0] == 0:
-        return _f32(student_logits).sum()
-    return vocabulary.cross_entropy(student_logits, labels.to(student_logits.device))
-
-
 # --- attention / relations
 @outside_autocast
-def att_mse(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None = None) -> Tensor:
+def att_mse(
+    student_scores: Tensor,
+    teacher_scores: Tensor,
+    mask: Tensor | None = None,
+    *,
+    padding: str = "masked",
+) -> Tensor:
     """TinyBERT attention MSE.
 
     Shapes: ``student_scores``, ``teacher_scores``: ``[B, H, L, L]``
     pre-softmax scores (no additive mask); ``mask``: ``[B, L]`` or ``None``.
 
-    ``loss = sum_{b, h, i, j valid} (s - t)^2 / (H * sum_b n_b^2)``, i.e. the
-    mean squared difference over heads and valid (query, key) pairs, with
-    ``n_b`` the number of valid tokens of example ``b``.
+    ``padding="masked"``: ``loss = sum_{b, h, i, j valid} (s - t)^2 / (H * sum_b n_b^2)``, i.e.
+    the mean squared difference over heads and valid (query, key) pairs, with ``n_b`` the number of
+    valid tokens of example ``b``. ``padding="tinybert"``: the released code's mean over all
+    ``B * H * L * L`` entries of the maps `tensors.released_scores` gives (padded keys zeroed,
+    padded queries kept, scores <= -100 zeroed on each side).
     """
     check_scores(student_scores, teacher_scores, "att_mse")
+    check_padding(padding, "att_mse", MSE_PADDINGS)
     batch, num_heads, length, _ = student_scores.shape
     m = padding_mask(mask, batch, length, student_scores.device)
+    s, t = _f32(student_scores), _f32(teacher_scores).detach()
+    if padding == "tinybert":
+        return (released_scores(s, m) - released_scores(t, m)).pow(2).mean()
     valid = m > 0
     pair = valid[:, None, :, None] & valid[:, None, None, :]
-    s = _f32(student_scores).masked_fill(~pair, 0.0)
-    t = _f32(teacher_scores).detach().masked_fill(~pair, 0.0)
+    s, t = s.masked_fill(~pair, 0.0), t.masked_fill(~pair, 0.0)
     denom = (num_heads * (m.sum(dim=1) ** 2).sum()).clamp_min(1.0)
     return (s - t).pow(2).sum() / denom
 
@@ -269,20 +251,28 @@ def relation_kl(
 
 # --- hidden states
 @outside_autocast
-def hid_mse(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None = None) -> Tensor:
+def hid_mse(
+    student_hidden: Tensor,
+    teacher_hidden: Tensor,
+    mask: Tensor | None = None,
+    *,
+    padding: str = "masked",
+) -> Tensor:
     """Hidden-state MSE (TinyBERT).
 
     Shapes: ``student_hidden``, ``teacher_hidden``: ``[B, L, D]`` (student
     already projected to the teacher width) with ``mask`` ``[B, L]`` or
     ``None``; or ``[B, D]`` (e.g. [CLS] states) with ``mask=None``.
 
-    ``[B, L, D]``: ``sum_{valid tokens, dims} (s - t)^2 / ((sum_b n_b) * D)``.
+    ``[B, L, D]``: ``sum_{valid tokens, dims} (s - t)^2 / ((sum_b n_b) * D)``; with
+    ``padding="tinybert"`` the released code's plain mean over every position, [PAD] included.
     ``[B, D]``: plain mean of ``(s - t)^2``.
     """
     check_hidden(student_hidden, teacher_hidden, mask, "hid_mse")
+    check_padding(padding, "hid_mse", MSE_PADDINGS)
     s = _f32(student_hidden)
     t = _f32(teacher_hidden).detach()
-    if s.dim() == 2:
+    if s.dim() == 2 or padding == "tinybert":
         return (s - t).pow(2).mean()
     batch, length, width = s.shape
     m = padding_mask(mask, batch, length, s.device)
@@ -321,7 +311,7 @@ def cosine(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None =
 
 # --- the registry: config name -> how a term applies the loss
 SCALE_BY = choice("own", "teacher", meaning="teacher: both relations by the teacher's head size")
-PADDING = choice(*PADDING_MODES, meaning="rows: every query row counted; none: no padding mask")
+PADDING = choice(*KL_PADDINGS, meaning="rows: every query row counted; none: no padding mask")
 ATT_KL, VAL_KL = {"padding": PADDING}, {"padding": PADDING, "scale_by": SCALE_BY}
 CRD = {
     "feat_dim": COUNT,

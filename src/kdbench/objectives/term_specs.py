@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from kdbench.errors import ConfigError, lookup
 from kdbench.models.layers import resolve_pairs
-from kdbench.objectives.features import FEATURES
+from kdbench.objectives.features import FEATURES, token_level
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
@@ -143,6 +143,21 @@ def term_params(objective: str, at: str, index: int, spec: dict, entry: LossEntr
         if rules[name] is not None and not rules[name].admits(value):
             raise ConfigError(f"{at}.params.{name}={shown(value)} must be {rules[name].text}")
     return params
+
+
+def check_padding(at: str, padding: str, terms: list[Term]) -> None:
+    """With `padding` other than masked (the stage at config path `at`), every term that reads
+    padded positions has a loss that takes the padding: no other loss has a released form."""
+    if padding == "masked":
+        return
+    for term in terms:
+        if token_level(term.feature) and not LOSSES[term.loss].takes_padding:
+            takes = ", ".join(name for name, entry in LOSSES.items() if entry.takes_padding)
+            raise ConfigError(
+                f"{at}.padding={padding} is TinyBERT's average over padding, which only {takes} "
+                f"have; the term {term.name} is {term.loss} on {term.feature}: set "
+                f"{at}.padding=masked, or use those losses"
+            )
 
 
 def _check_unique_names(objective: str, terms: list[Term]) -> None:

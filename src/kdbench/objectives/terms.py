@@ -36,15 +36,18 @@ class Objective(nn.Module):
         *,
         recompute: bool = False,
         fused: bool = True,
+        padding: str = "masked",
     ):
         """`train_labels` [N]: the training labels by example number (for terms with per-example
         state). `fused`: losses with a fused form (`LossEntry.fused`) through it (gradient formed in
         the forward pass, no score maps kept); otherwise through autograd on the reference
-        functions. `recompute`: see `forward`."""
+        functions. `recompute`: see `forward`. `padding`: the stage's, given to every loss that
+        takes it (`LossEntry.takes_padding`)."""
         super().__init__()
         self.terms = terms
         self.recompute = recompute
         self.fused = fused
+        self.padding = padding
         self.student_heads = student_conf.num_attention_heads
         self.teacher_heads = teacher_conf.num_attention_heads
         self.projections = nn.ModuleDict()
@@ -68,9 +71,19 @@ class Objective(nn.Module):
 
     @property
     def reads_padding(self) -> bool:
-        """Whether a term reads features at padded positions (`padding: rows` or `none`), where the
-        teacher's features table holds zeros, not the teacher's values."""
-        return any(term.params.get("padding", "masked") != "masked" for term in self.terms)
+        """Whether a term reads features at padded positions, where the teacher's features table
+        holds zeros, not the teacher's values: a token-level term whose `padding` (its
+        `params.padding`, or the stage's for a loss that takes it) is not masked."""
+        return any(
+            token_level(term.feature) and self.term_padding(term) != "masked" for term in self.terms
+        )
+
+    def term_padding(self, term: Term) -> str:
+        """How the term's loss counts padded positions: the stage's `padding` for a loss that takes
+        it (`LossEntry.takes_padding`), else the term's `params.padding` (masked by default)."""
+        if LOSSES[term.loss].takes_padding:
+            return self.padding
+        return term.params.get("padding", "masked")
 
     @property
     def logit_positions(self) -> str:
@@ -152,6 +165,8 @@ class Objective(nn.Module):
         student, teacher = student_records[s], teacher_records[t]
         heads = term.params["num_heads"] if entry.takes_num_heads else self.student_heads
         keywords = {name: term.params[name] for name in entry.fused_keywords if name in term.params}
+        if entry.takes_padding:
+            keywords["padding"] = self.padding
         return entry.fused(
             (student[a], student[b]),
             (teacher[a], teacher[b]),
@@ -170,6 +185,8 @@ class Objective(nn.Module):
             kwargs["mask"] = batch["attention_mask"]
         if entry.takes_labels:
             kwargs["labels"] = batch["labels"]
+        if entry.takes_padding:
+            kwargs["padding"] = self.padding
         features = self._pair_features(term, student_records, teacher_records, s, t)
         if term.feature == LOGITS and term.positions != self.logit_positions:  # the masked ones
             keep = batch["masked_in_attended"]

@@ -1,5 +1,5 @@
-"""The vocabulary-wide losses of MLM logits (`losses.mlm_kd`, `losses.mlm`), a chunk of rows at a
-time, with their gradient formed in the forward pass.
+"""The vocabulary-wide losses of MLM logits (`mlm_kd`, `mlm`, which `losses.LOSSES` names), a chunk
+of rows at a time, with their gradient formed in the forward pass.
 
 Through autograd, a loss over [M, V] logits (M masked positions, V = 30522 for BERT) keeps float32
 [M, V] copies alive until backward (the float32 cast, the log-softmax, the teacher's distribution)
@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from kdbench.objectives.loss_checks import check_logits, check_ndim
+from kdbench.objectives.tensors import outside_autocast
 
 # Rows per chunk are chosen so that one float32 [rows, V] temporary is about this size
 CHUNK_BYTES = 64 * 2**20
@@ -93,3 +96,40 @@ def cross_entropy(student: Tensor, labels: Tensor) -> Tensor:
     """``F.cross_entropy(student.float(), labels)`` of logits [M, V] (M > 0) and labels [M] (rows
     labelled `IGNORE_INDEX` left out of the mean), float32 scalar."""
     return _VocabularyLoss.apply(student, labels.long(), None, _with_grad(student))
+
+
+@outside_autocast
+def mlm_kd(student_logits: Tensor, teacher_logits: Tensor, *, temperature: float = 1.0) -> Tensor:
+    """Soft cross-entropy to the teacher's distribution (DistilBERT's MLM distillation).
+
+    Shapes: ``[M, V]`` (M = the masked positions gathered from the batch, V = vocabulary)::
+
+        loss = T^2 * mean_m sum_v -softmax(t_m / T)_v * log softmax(s_m / T)_v
+
+    It differs from ``T^2 * KL`` by the teacher's entropy, a constant: the gradients are the same.
+    Zero positions (M == 0) give 0. Computed a chunk of rows at a time, its gradient formed in the
+    forward pass (`soft_cross_entropy`): no float32 [M, V] tensor outlives a chunk.
+    """
+    check_logits(student_logits, teacher_logits, temperature, "mlm_kd", "[M, V]")
+    if student_logits.shape[0] == 0:
+        return student_logits.float().sum()
+    return soft_cross_entropy(student_logits, teacher_logits, temperature)
+
+
+@outside_autocast
+def mlm(
+    student_logits: Tensor, teacher_logits: Tensor | None = None, labels: Tensor | None = None
+) -> Tensor:
+    """Masked-language-model cross-entropy: ``[M, V]`` logits at the masked positions, ``[M]``
+    original ids.
+
+    ``teacher_logits`` is not used (the hard MLM term reads the labels); it keeps every term's call
+    alike. ``F.cross_entropy`` of the float32 logits (labels -100 left out), computed a chunk of
+    rows at a time as `mlm_kd` is.
+    """
+    if labels is None:
+        raise ValueError("mlm needs labels (the original token ids at the masked positions)")
+    check_ndim(student_logits, (2,), "mlm", "[M, V]")
+    if student_logits.shape[0] == 0:
+        return student_logits.float().sum()
+    return cross_entropy(student_logits, labels.to(student_logits.device))

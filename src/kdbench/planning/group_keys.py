@@ -16,16 +16,19 @@ from kdbench.data.files import TAB
 from kdbench.planning.declared import check_key, declared_keys, is_declaration
 from kdbench.planning.rules import (
     COUNT,
+    DURATION,
     FLAG,
     LEARNING_RATE,
     NAME_OR_NUMBER,
     NON_NEGATIVE,
     NON_NEGATIVE_COUNT,
+    POSITIVE,
     SEED,
     TEXT,
     Rule,
     choice,
     entries,
+    integer,
     key,
     number,
 )
@@ -202,6 +205,34 @@ class LoggerKeys:
     mode: str = key(None, help="offline unless online (and logged in)")
 
 
+CELL = Rule(
+    lambda value: isinstance(value, str) and all(value.partition("@")[::2]),
+    "objective@init, e.g. vanilla_kd@bottom",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdviseKeys:
+    """`python -m kdbench.advise`'s own keys (`advise.*` on its command line; no run reads them)."""
+
+    budget: str = key(
+        DURATION, "2h", help="the pilot's wall time: calibration, teacher, tables and every job"
+    )
+    candidates: list | None = key(
+        entries(CELL, text="a list of objective@init cells").or_null("from the student's shape"),
+        None,
+        help="the pilot's cells; null: vanilla_kd, att_kl+val_kl (and hid_seq) from each init",
+    )
+    min_effect: float = key(
+        POSITIVE, 8, help="the smallest difference worth acting on, in dev examples"
+    )
+    margin: float = key(
+        POSITIVE, 4, help="the equivalence margin (TOST), in dev examples: the report's tie"
+    )
+    max_seeds: int = key(integer(2), 10, help="the most seeds a cell gets, whatever the budget")
+    out: str | None = key(None, None, help="the advice's folder; null: advice/<task.name>")
+
+
 @dataclass(frozen=True, kw_only=True)
 class PathKeys:
     """Where a run reads and writes."""
@@ -227,12 +258,23 @@ class StageObjectiveKeys:
 @dataclass(frozen=True, kw_only=True)
 class StageKeys(StageSpec):
     """A stage block's keys: `StageSpec`'s, its own objective's terms declared as the objective
-    group's."""
+    group's, and the per-task tables the plan reads into the task's own values (the planned
+    `StageSpec` holds those values only)."""
 
     objective: StageObjectiveKeys | None = key(
         StageObjectiveKeys,
         None,
         help="null: the objective group's terms, or the task's own loss; else {terms: [...]}",
+    )
+    # read into epochs and eval_every when the stage is planned (`stage_specs.TASK_TABLES`)
+    epochs_per_task: dict | None = key(
+        NON_NEGATIVE_COUNT, None, each=True, help="{task: epochs}: a task's own epochs over epochs"
+    )
+    eval_every_per_task: dict | None = key(
+        NON_NEGATIVE_COUNT,
+        None,
+        each=True,
+        help="{task: steps}: a task's own eval_every over eval_every",
     )
 
 

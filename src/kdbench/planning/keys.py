@@ -13,7 +13,7 @@ from dataclasses import MISSING, Field
 
 from kdbench.objectives.losses import LOSSES
 from kdbench.planning.declared import declared_keys, is_declaration, nullable
-from kdbench.planning.group_keys import ConfigKeys, RunKeys
+from kdbench.planning.group_keys import AdviseKeys, ConfigKeys, RunKeys
 from kdbench.planning.rules import shown
 
 HEADER = """# Config keys
@@ -110,6 +110,11 @@ def reference() -> str:
             lines += ["", f"## `{group}`", "", intro, "", *COLUMNS]
             each = declared.metadata.get("each")  # `stages.*`: a block per stage
             lines += rows(declared.metadata["rule"], f"{group}.*" if each else group)
+    advise = (
+        "`python -m kdbench.advise ... advise.budget=2h`: the pilot study's own keys "
+        "([own-data.md](own-data.md))."
+    )
+    lines += ["", "## `advise`", "", advise, "", *COLUMNS, *rows(AdviseKeys, "advise")]
     return "\n".join([*lines, "", *loss_parameters()]) + "\n"
 
 

@@ -2,12 +2,10 @@
 
 The plan is the only reader of the raw config below the entry point: recipes, the loop, data and
 model code take the plan's specs (`kdbench.planning.specs`). Everything a user can get wrong in a
-config
-fails here with one line (a ConfigError/DataError): the groups' values as they are read
+config fails here with one line (a ConfigError/DataError): the groups' values as they are read
 (`kdbench.planning.groups`), and here the layer lists, the widths, the head counts, batch sizes
-that do
-not divide, an absent GPU (`kdbench.runtime.device`). The student's initialisation is read by
-`kdbench.planning.inits`, the fine-tune plan's own parts by `kdbench.planning.finetune`.
+that do not divide, an absent GPU (`kdbench.runtime.device`). The student's initialisation is read
+by `kdbench.planning.inits`, the fine-tune plan's own parts by `kdbench.planning.finetune`.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from kdbench.errors import ConfigError
 from kdbench.measure.memory import StepMemory, device_batch, step_memory
 from kdbench.models.pretrained import teacher_config
 from kdbench.models.student import student_config, student_for
-from kdbench.objectives.term_specs import Term, build_terms, check_terms
+from kdbench.objectives.term_specs import Term, build_terms, check_padding, check_terms
 from kdbench.objectives.terms import Objective
 from kdbench.planning.declared import check_declared, declared_keys
 from kdbench.planning.finetune import finetune_parts
@@ -63,6 +61,8 @@ from kdbench.planning.specs import (
 from kdbench.planning.stage_specs import (
     SUPERVISED,
     StageSpec,
+    check_agnostic_stage,
+    check_student_scoring,
     own_stages,
     refuse_renamed,
     stage_specs,
@@ -127,15 +127,6 @@ class Plan:
             dropout=self.trainer.student_dropout,
             recompute_attention=self.trainer.recompute_attention,
             mlm=mlm,
-        )
-
-
-def check_agnostic_stage(stage: StageSpec) -> None:
-    """The task-agnostic recipe counts optimizer steps, not epochs."""
-    if stage.steps is None:
-        raise ConfigError(
-            "setting=task_agnostic counts steps: set stages.distillation.steps=... and "
-            "stages.distillation.epochs=null (trainer=agnostic is the paper's recipe)"
         )
 
 
@@ -214,14 +205,15 @@ def with_terms(stages: dict, terms: list[Term], init, confs, teacher, task) -> d
         if name in SUPERVISED:
             out[name] = stage
             continue
-        own = None
+        own = terms
         if stage.objective is not None:
             at = f"stages.{name}.objective"
             specs = stage.objective["terms"]  # its keys checked with the stages block
             check_terms(at, f"{at}.terms", specs)
             where = (at, f"{at}.terms")
             own = terms_of(where, specs, "last", init, confs, teacher, task, False)
-        out[name] = replace(stage, terms=tuple(terms if own is None else own))
+        check_padding(f"stages.{name}", stage.padding, own)
+        out[name] = replace(stage, terms=tuple(own))
     return out
 
 
@@ -306,6 +298,8 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
         check_agnostic_stage(stages["distillation"])
         memory = partial(agnostic_step_memory, terms, student_conf, teacher_conf, corpus, common)
         batches = agnostic_batches(stages["distillation"], common["device"], memory)
+    else:
+        check_student_scoring(stages, trainer.student_best_checkpoint)
     return dict(
         stages=stages,
         init=init,

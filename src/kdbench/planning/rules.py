@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
 
@@ -154,4 +155,26 @@ DEVICE = Rule(lambda value: isinstance(value, str), "a device: auto, cpu, cuda o
 WORKERS = Rule(
     lambda value: value == "auto" or NON_NEGATIVE_COUNT.admits(value),
     "auto or a number of DataLoader worker processes (0: none)",
+)
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def duration_seconds(value) -> float | None:
+    """Seconds of a duration written as hours, minutes and seconds, each optional but one, in that
+    order (`2h`, `90m`, `1h30m`, `1.5h`, `45s`); None for anything else or a zero duration."""
+    if not isinstance(value, str):
+        return None
+    found = _DURATION.fullmatch(value.strip().lower())
+    if not found or not any(found.groups()):
+        return None
+    hours, minutes, seconds = (float(part or 0) for part in found.groups())
+    total = 3600 * hours + 60 * minutes + seconds
+    return total if total > 0 else None
+
+
+DURATION = Rule(
+    lambda value: duration_seconds(value) is not None,
+    "a duration in hours, minutes and seconds, e.g. 2h, 90m or 1h30m",
 )

@@ -255,6 +255,11 @@ class AugmentSpec:
     use_n_per_task: bool = key(
         FLAG, False, help="n_per_task's N over n_per_example (n_per_example for a task it lacks)"
     )
+    word_vectors_limit: int | None = key(
+        COUNT.or_null("the whole file"),
+        None,
+        help="the GloVe words read, from the file's top (the released 100000); null: every one",
+    )
 
     def copies_for(self, task: str) -> int:
         """N, the copies drawn per example of `task`: n_per_task's when use_n_per_task

@@ -83,6 +83,16 @@ class StageSpec:
         DEVICE_BATCH, None, help="micro-batches per device; accumulation makes up the rest"
     )
     group_by_length: bool = key(FLAG, True, help="batches of similar length, shuffled, seeded")
+    padding: str = key(
+        choice(
+            "masked",
+            "tinybert",
+            meaning="tinybert: TinyBERT's released code, every batch padded to trainer.max_length "
+            "and att_mse, hid_mse averaged over every position, [PAD] included",
+        ),
+        "masked",
+        help="masked: batches padded to their longest, losses averaged over real tokens",
+    )
     eval_every: int = key(NON_NEGATIVE_COUNT, 0, help="steps between evaluations; 0: at the end")
     optimizer: OptimizerSpec = key(OptimizerSpec, help="the stage's AdamW and schedule")
     objective: dict | None = key(
@@ -97,6 +107,11 @@ class StageSpec:
     def runs(self) -> bool:
         """Whether the stage trains at all (0 epochs skips it)."""
         return bool(self.steps) or bool(self.epochs)
+
+    def pad_to(self, max_length: int) -> int | None:
+        """The length every batch is padded to (`max_length` with padding=tinybert), or None: each
+        batch to its longest example."""
+        return max_length if self.padding == "tinybert" else None
 
 
 EACH_STAGE = "stages.<stage>"  # where a renamed key is every stage's own
@@ -149,10 +164,27 @@ def refuse_renamed(values: dict, at: str = "") -> None:
             raise ConfigError(message)
 
 
+# A stage block's per-task tables (declared with the block's keys, `group_keys.StageKeys`) and the
+# key each entry stands for: `epochs_per_task: {rte: 20}` gives RTE 20 epochs over `epochs`.
+TASK_TABLES = {"epochs_per_task": "epochs", "eval_every_per_task": "eval_every"}
+
+
+def task_values(values: dict, task: str) -> dict:
+    """A stage block's values with its per-task tables read for `task`: the task's entry over the
+    block's own value, the tables themselves left out."""
+    own = {
+        TASK_TABLES[table]: entries[task]
+        for table, entries in values.items()
+        if table in TASK_TABLES and task in (entries or {})
+    }
+    return {name: value for name, value in values.items() if name not in TASK_TABLES} | own
+
+
 def stage_spec(name: str, values: dict, task: str) -> StageSpec:
-    """The stage `name`'s block (values checked against `StageSpec`), its optimizer's warm-up the
-    task's own."""
+    """The stage `name`'s block (values checked against `StageSpec`) for `task`: its per-task
+    tables' entries (`TASK_TABLES`) and its optimizer's warm-up the task's own."""
     at = f"stages.{name}"
+    values = task_values(values, task)
     for lacking in ("batch_size", "optimizer"):
         if lacking not in values:
             raise ConfigError(f"{at} lacks the key {lacking}: set {at}.{lacking}=...")
@@ -164,7 +196,40 @@ def stage_spec(name: str, values: dict, task: str) -> StageSpec:
         raise ConfigError(f"{at} needs exactly one of epochs and steps: set the other to null")
     if name in SUPERVISED and spec.objective is not None:
         raise ConfigError(f"{at}.objective must be null: the stage trains on the task's own loss")
+    if name in SUPERVISED and spec.padding != "masked":
+        raise ConfigError(
+            f"{at}.padding={spec.padding} averages distillation losses over padding, which the "
+            "task's own loss does not read: remove the key"
+        )
     return spec
+
+
+def check_agnostic_stage(stage: StageSpec) -> None:
+    """The task-agnostic recipe counts optimizer steps, not epochs."""
+    if stage.steps is None:
+        raise ConfigError(
+            "setting=task_agnostic counts steps: set stages.distillation.steps=... and "
+            "stages.distillation.epochs=null (trainer=agnostic is the paper's recipe)"
+        )
+
+
+def check_student_scoring(stages: dict[str, StageSpec], best: bool) -> None:
+    """With `best` (trainer.student_best_checkpoint), the prediction stage distils (it is the
+    student's last) and evaluates the student every `eval_every` steps: the evaluations the best is
+    chosen among."""
+    prediction = stages["prediction"]
+    if best and not (prediction.runs and prediction.terms):
+        raise ConfigError(
+            "trainer.student_best_checkpoint=true chooses among the prediction stage's "
+            "evaluations, and stages.prediction does not distil: give it epochs and an objective, "
+            "or set trainer.student_best_checkpoint=false"
+        )
+    if best and not prediction.eval_every:
+        raise ConfigError(
+            "trainer.student_best_checkpoint=true chooses among the student's evaluations every "
+            "stages.prediction.eval_every steps, which is 0: set stages.prediction.eval_every=50 "
+            "(TinyBERT's eval_step)"
+        )
 
 
 def own_stages(resolved: dict) -> dict:

@@ -62,18 +62,28 @@ class TrainerSpec(ComputeSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class DistillationTrainer(TrainerSpec):
-    """The keys of both distillation settings: a teacher, and a student built for it."""
+    """The keys of both distillation settings: a teacher (its dropout on or off while it teaches),
+    and a student built for it."""
 
     teacher_seed: int = key(SEED, 42)
     student_dropout: float | None = key(FRACTION.or_null("the model family's"), None)
+    teacher_dropout: bool = key(
+        FLAG, False, help="the teacher's dropout on while it teaches; its outputs then every step"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class TaskSpecificTrainer(DistillationTrainer):
-    """setting=task_specific: how the teacher teaches and where its outputs are kept."""
+    """setting=task_specific: the teacher's checkpoint, where its outputs are kept, and which of
+    the student's checkpoints is scored."""
 
-    teacher_dropout: bool = key(FLAG, False)  # on while it teaches (no caches then)
     teacher_best_checkpoint: bool = key(FLAG, False)  # the teacher's best dev epoch, not its last
+    student_best_checkpoint: bool = key(
+        FLAG,
+        False,
+        help="the student scored at its best dev evaluation, every stages.prediction.eval_every "
+        "steps, not at its last step",
+    )
     cache_teacher_logits: bool = key(FLAG, True)
     cache_teacher_features: bool = key(FLAG, True)
     teacher_features_gib: float = key(NON_NEGATIVE, 4.0)

@@ -8,8 +8,6 @@ it joins the task-agnostic tables.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -20,10 +18,11 @@ from kdbench.data.glue import task_datasets
 from kdbench.models import hub
 from kdbench.planning.plan import Plan
 from kdbench.records.predictions import PREDICTIONS_FILE
-from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, read_json, write_json
+from kdbench.records.record import RESULT_FILE, RunRecord, StepLog
+from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
-from kdbench.training.hooks import Hook, standard_hooks
+from kdbench.training.hooks import standard_hooks
 from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import supervised_step
@@ -44,58 +43,6 @@ def distillation_record(student_path: Path) -> dict:
         "stage": "finetune",  # so the task-agnostic tables read it
         "distilled_from": str((student_path.parent / "result.json").resolve()),
     }
-
-
-class BestDevStep(Hook):
-    """The dev metrics at the end, and every `every` steps when `every` > 0, keeping those of the
-    best first metric (the study's released driver reports the best of evaluations every 50
-    steps). The best so far is kept in the file `store`, so a resumed fine-tuning keeps the
-    evaluations before it; it comes before the checkpoint hook, so a step's checkpoint follows its
-    evaluation. `predictions` (written, kept): the file each evaluation writes its per-example
-    predictions to, and where the best evaluation's go."""
-
-    def __init__(
-        self,
-        score: Callable[[], dict],
-        model,
-        every: int,
-        store: Path,
-        predictions: tuple[Path, Path] | None = None,
-    ):
-        self.score, self.model, self.every, self.store = score, model, every, store
-        self.predictions = predictions
-        self.metrics: dict | None = None
-        self.step: int | None = None
-        self.seconds = 0.0  # spent evaluating
-
-    def on_start(self, progress) -> None:
-        """A resumed loop reads the best so far; a fresh one drops any an earlier start left."""
-        if progress.step == 0:
-            self.store.unlink(missing_ok=True)
-        kept = read_json(self.store) or {}
-        self.metrics, self.step = kept.get("metrics"), kept.get("step")
-
-    def on_step(self, progress) -> None:
-        if self.every and progress.step % self.every == 0 and not progress.finished:
-            self.consider(progress.step)
-            self.model.train()  # evaluation left it in eval mode
-
-    def on_end(self, progress) -> None:
-        self.consider(progress.step)
-
-    def consider(self, step: int) -> None:
-        start = time.perf_counter()
-        metrics = self.score()
-        self.seconds += time.perf_counter() - start
-        primary = next(iter(metrics))
-        if self.metrics is None or metrics[primary] > self.metrics[primary]:
-            self.metrics, self.step = metrics, step
-            self.store.parent.mkdir(parents=True, exist_ok=True)
-            write_json(self.store, {"step": step, "metrics": metrics})
-            if self.predictions is not None:
-                self.predictions[0].replace(self.predictions[1])
-        elif self.predictions is not None:
-            self.predictions[0].unlink(missing_ok=True)
 
 
 def task_loaders(plan: Plan, tokenizer) -> tuple:
@@ -135,8 +82,9 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     dev = (dev_loaders, plan.task.metrics, plan.device, plan.precision)
     score = partial(evaluate, model, *dev, predictions_to=written)
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
-    store = checkpoints.folder / "best.json"
-    best = BestDevStep(score, model, spec.eval_every, store, (written, kept))
+    store, logged = checkpoints.folder / "best.pt", (log, f"{STAGE}_dev")
+    every = spec.eval_every
+    best = BestDev(score, model, store, every=every, predictions=(written, kept), log=logged)
     hooks = [best, *standard_hooks(trainer, log, checkpoints)]
     resume = Resume.of(checkpoints, (STAGE,), plan.fingerprint).at(STAGE)
     stats = train_stage(spec, [model], train_loader, step, plan.device, hooks, resume)
@@ -146,7 +94,7 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         "metrics": best.metrics,
         "predictions": PREDICTIONS_FILE,
         "teacher_metrics": {},
-        "best_step": best.step,
+        "scored": best.scored(STAGE),
         "timing": {
             "finetune_s": stats["seconds"] - best.seconds,
             "eval_s": best.seconds,

@@ -3,12 +3,14 @@ steps.
 
 1. corpus: local text or Hugging Face datasets, tokenised with the teacher's tokenizer once, packed
    into sequences of `corpus.seq_len` and cached on disk (memory-mapped);
-2. teacher: the pre-trained model (no fine-tuning), frozen; student: random or from teacher layers;
+2. teacher: the pre-trained model (no fine-tuning), frozen, its dropout on with
+   `trainer.teacher_dropout` (its outputs are computed at every step in any case); student: random
+   or from teacher layers;
 3. `stages.distillation.steps` optimizer steps on global batches of its `batch_size` sequences,
    split over the torchrun processes and gradient-accumulation micro-batches; objectives on the
    last layer;
 4. the held-out loss of every term every `stages.distillation.eval_every` steps and at the end (the
-   record's metrics);
+   record's metrics), without dropout in either model;
 5. the student saved with `save_pretrained` for GLUE fine-tuning (`setting=finetune`).
 """
 
@@ -79,8 +81,9 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
             student_side, teacher_records, train_loader, world, device, plan.precision
         )
         modules, heldout_batches = [student, objective], trainer.heldout_batches // world.size
+        measured = modules + ([teacher] if trainer.teacher_dropout else [])  # without dropout
         heldout = HeldoutLosses(
-            step, heldout_loader, max(1, heldout_batches), modules, world, device, log
+            step, heldout_loader, max(1, heldout_batches), measured, world, device, log
         )
         initial = heldout.logged(0)
         after_step = partial(heldout.periodic, spec.eval_every)
@@ -136,11 +139,14 @@ def unfinished(run_dir: Path, checkpoints: Checkpoints, fingerprint: str) -> Res
 
 
 def distillation_models(plan: Plan):
-    """The frozen pre-trained teacher (its weights in the run's precision), the student and the
-    objective, on the plan's device."""
+    """The frozen pre-trained teacher (its weights in the run's precision; in train mode with
+    `trainer.teacher_dropout`, still without gradients), the student and the objective, on the
+    plan's device."""
     trainer = plan.trainer
     teacher = pretrained_teacher(plan.teacher, MLM_NUM_LABELS, trainer.teacher_seed, mlm=True)
     teacher = freeze(teacher).to(plan.device)
+    if trainer.teacher_dropout:
+        teacher.train()  # dropout on while it teaches (TinyBERT's general_distill.py)
     student = plan.build_student(teacher, mlm=True)
     compile_if_asked(plan.trainer, student, teacher)
     in_run_precision(teacher, plan.precision)
@@ -152,6 +158,7 @@ def distillation_models(plan: Plan):
         plan.seed,
         recompute=trainer.recompute_losses,
         fused=trainer.fused_losses,
+        padding=plan.stages[STAGE].padding,
     )
     return teacher, student, objective.to(plan.device)
 

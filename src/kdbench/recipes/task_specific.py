@@ -8,7 +8,9 @@
 4. the distillation stages, each by `distil` and its `_loss_step`: `stages.intermediate` with the
    objective group's terms on the mapped layers (skipped for vanilla KD), then `stages.prediction`
    with its own objective (vanilla KD on the logits);
-5. evaluation on the dev set(s).
+5. evaluation on the dev set(s) at the end of the last stage (its last step), or with
+   `trainer.student_best_checkpoint` every `stages.prediction.eval_every` steps of it, the best
+   evaluation's weights kept (the record's `scored` says which).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -40,6 +43,7 @@ from kdbench.teacher.features import teacher_feature_table
 from kdbench.teacher.finetune import finetuned_teacher
 from kdbench.teacher.frozen import FineTuned, in_run_precision
 from kdbench.teacher.logits import LogitsRows, teacher_logits_table
+from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import standard_hooks
@@ -74,7 +78,8 @@ class Lesson:
     augmented: str | None
 
     def loader(self, stage: StageSpec, plan: Plan) -> torch.utils.data.DataLoader:
-        """The stage's shuffled batches (the same for every stage of one seed and batch size)."""
+        """The stage's shuffled batches (the same for every stage of one seed and batch size),
+        padded as the stage's `padding` says."""
         return make_loader(
             self.train_set,
             self.tokenizer,
@@ -83,13 +88,15 @@ class Lesson:
             seed=plan.seed,
             group_by_length=stage.group_by_length,
             loading=plan.loading,
+            pad_to=stage.pad_to(plan.trainer.max_length),
         )
 
 
 def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
-    """Runs the recipe; returns the record's metrics, teacher metrics, timing (seconds: the
-    teacher's fine-tuning, the teacher's features and logits tables, built or read from the cache,
-    outside the stages' own times, each stage, evaluation) and the student's parameter count."""
+    """Runs the recipe; returns the record's metrics, teacher metrics, which of the student's
+    evaluations they are (`scored`), timing (seconds: the teacher's fine-tuning, the teacher's
+    features and logits tables, built or read from the cache, outside the stages' own times, each
+    stage, evaluation) and the student's parameter count."""
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     originals = train_subset(plan.task, plan.data)
     train_set = encode_train(originals, plan.task, tokenizer, plan.trainer.max_length)
@@ -102,17 +109,19 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     resume = Resume.of(checkpoints, DISTILLATION, plan.fingerprint)
     hooks = standard_hooks(plan.trainer, log, checkpoints)
-    for stage in (plan.stages[name] for name in DISTILLATION):
-        if stage.runs and stage.terms and not resume.skips(stage.name, student, plan.device):
-            distil(plan, stage, student, lesson, hooks, resume.at(stage.name), timing)
-    start = time.perf_counter()
-    dev = (dev_loaders, plan.task.metrics, plan.device, plan.precision)
-    metrics = evaluate(student, *dev, predictions_to=run_dir / PREDICTIONS_FILE)
-    timing["eval_s"] = time.perf_counter() - start
+    scorer = student_scorer(plan, student, dev_loaders, run_dir, checkpoints.folder, log)
+    stages = [plan.stages[name] for name in DISTILLATION]
+    stages = [stage for stage in stages if stage.runs and stage.terms]
+    for stage in stages:
+        scores = scorer if stage is stages[-1] else None
+        if not resume.skips(stage.name, student, plan.device):
+            distil(plan, stage, student, lesson, hooks, resume.at(stage.name), timing, scores)
+    at = scored(scorer, stages[-1].name if stages else None, timing)
     outcome = {
-        "metrics": metrics,
+        "metrics": scorer.metrics,
         "predictions": PREDICTIONS_FILE,
         "teacher_metrics": teacher.metrics,
+        "scored": at,
         "timing": timing,
         "student_parameters": sum(p.numel() for p in student.parameters()),
         **({"augmented": augmented} if augmented else {}),
@@ -145,6 +154,38 @@ def teacher_and_dev(plan: Plan, train_set, tokenizer, log: StepLog) -> tuple[Fin
     return teacher, dev_loaders
 
 
+def student_scorer(plan: Plan, student, dev_loaders: dict, run_dir: Path, folder: Path, log):
+    """The hook of the student's last stage that scores it on the dev set(s) at the stage's end
+    (its last step), or with `trainer.student_best_checkpoint` also every
+    `stages.prediction.eval_every` steps, the best evaluation's weights kept and loaded back at the
+    end (TinyBERT's released prediction stage); each evaluation logged as stage `student_dev`, the
+    kept one's predictions in the run's predictions file."""
+    dev = (dev_loaders, plan.task.metrics, plan.device, plan.precision)
+    written, kept = run_dir / f"latest.{PREDICTIONS_FILE}", run_dir / PREDICTIONS_FILE
+    score = partial(evaluate, student, *dev, predictions_to=written)
+    best = plan.trainer.student_best_checkpoint
+    return BestDev(
+        score,
+        student,
+        folder / "best.pt",
+        every=plan.stages["prediction"].eval_every if best else 0,
+        keep_weights=best,
+        predictions=(written, kept),
+        log=(log, "student_dev"),
+    )
+
+
+def scored(scorer: BestDev, last: str | None, timing: dict) -> dict:
+    """The record's `scored`: the evaluation the metrics are, in the last stage (`last`; None: no
+    stage distils, the student is scored as built); the evaluations' seconds as `eval_s`."""
+    if last is None:
+        scorer.consider(0, 0)
+    elif scorer.metrics is None:  # the stage ended in an earlier start of the run: its evaluation
+        scorer.read()
+    timing["eval_s"] = scorer.seconds
+    return scorer.scored(last)
+
+
 def distil(
     plan: Plan,
     stage: StageSpec,
@@ -153,17 +194,23 @@ def distil(
     hooks: list,
     resume: dict | None,
     timing: dict,
+    scorer: BestDev | None = None,
 ) -> None:
     """One distillation stage, from `resume` (a checkpoint of it) when given: the student and the
-    stage's objective trained on `_loss_step`; its times into `timing`."""
+    stage's objective trained on `_loss_step`; its times into `timing`. A `scorer` (the student's
+    dev evaluations) comes first among its hooks; the student then runs whole while it trains."""
     labels = torch.from_numpy(column_array(lesson.train_set, "labels"))
     tables = teacher_tables(plan, lesson, timing)
     teacher = lesson.teacher.model
-    with stage_step(plan, stage, student, teacher, labels, tables) as (step, modules):
+    hooks = hooks if scorer is None else [scorer, *hooks]
+    whole = scorer is not None
+    with stage_step(plan, stage, student, teacher, labels, tables, whole) as (step, modules):
         loader = lesson.loader(stage, plan)
         stats = train_stage(stage, modules, loader, step, plan.device, hooks, resume)
-    timing[f"{stage.name}_s"] = stats["seconds"]
-    timing[f"{stage.name}_examples_per_s"] = stats["examples_per_s"]
+    examples = stats["examples_per_s"] * stats["seconds"]
+    seconds = stats["seconds"] - (scorer.seconds if scorer is not None else 0.0)
+    timing[f"{stage.name}_s"] = seconds  # training alone: the evaluations are `eval_s`
+    timing[f"{stage.name}_examples_per_s"] = examples / seconds if seconds else 0.0
 
 
 def _loss_step(student: FeatureRecorder, objective: Objective, teacher, plan: Plan) -> StepFn:
@@ -182,20 +229,23 @@ def _loss_step(student: FeatureRecorder, objective: Objective, teacher, plan: Pl
 
 
 @contextmanager
-def stage_step(plan: Plan, stage: StageSpec, student, teacher, labels, tables=None):
+def stage_step(
+    plan: Plan, stage: StageSpec, student, teacher, labels, tables=None, whole: bool = False
+):
     """Yields a distillation stage's `_loss_step` and the modules it trains (student, objective).
 
     The teacher's records come from `tables(needs, stop_after, logits)` when it gives a table (the
     caches), else from a teacher forward at every step: always so for an objective that reads padded
-    positions (the features table holds real tokens only). Both models stop after their last mapped
-    layer while the context is open: nothing above it is computed.
+    positions (`Objective.reads_padding`: the features table holds real tokens only). Both models
+    stop after their last mapped layer while the context is open: nothing above it is computed; the
+    student runs `whole` (to its logits) where it is evaluated during the stage.
     """
     objective = stage_objective(plan, stage, labels)
     logits = output_logits if objective.uses_logits else None
     needs, stop_after = objective.needs("teacher"), objective.last_layer("teacher")
     cached = tables is not None and not objective.reads_padding
     table = tables(needs, stop_after, logits) if cached else None
-    student_needs = objective.needs("student"), objective.last_layer("student")
+    student_needs = objective.needs("student"), None if whole else objective.last_layer("student")
     with ExitStack() as recording:
         recorder = recording.enter_context(FeatureRecorder(student, *student_needs))
         if table is None:  # hooks on the teacher's layers while the stage runs
@@ -219,6 +269,7 @@ def stage_objective(plan: Plan, stage: StageSpec, labels: torch.Tensor) -> Objec
         plan.seed,
         recompute=trainer.recompute_losses,
         fused=trainer.fused_losses,
+        padding=stage.padding,
     )
     if plan.init.carry_projections and stage.objective is None:
         carry_projections(objective, plan.init.path)
@@ -228,7 +279,8 @@ def stage_objective(plan: Plan, stage: StageSpec, labels: torch.Tensor) -> Objec
 def teacher_tables(plan: Plan, lesson: Lesson, timing: dict):
     """The teacher's cached records, as `stage_step` asks for them: its logits table for an
     objective that reads only its logits, else its features at the objective's layers (None where
-    they would not fit); none with its dropout on (it then runs at every step)."""
+    they would not fit); none with its dropout on, where it runs at every step (as it does for an
+    objective that reads padded positions: `stage_step`)."""
     trainer, source = plan.trainer, (lesson.teacher, lesson.train_set, lesson.tokenizer, plan)
 
     def tables(needs, stop_after, logits):

@@ -231,7 +231,7 @@ def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataF
     printed and written to ``excluded.csv``; exits 2 when no run is left."""
     frame, below_best = best_of_grid(to_frame(loaded.records))
     frame, duplicates = drop_duplicates(frame)
-    frame, mismatched = split_designs(frame)
+    frame, mismatched = _or_fail(lambda: split_designs(frame))
     excluded = loaded.excluded + below_best + duplicates + mismatched
     kinds = Counter(row["kind"] for row in excluded)
     kind_text = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
@@ -288,7 +288,7 @@ def _write_report(
         _write_csv(comparison(frame, paper), out / "paper.csv")
     _write_text(out / "tables.tex", render_latex(tables, args.digits))
     _write_text(out / "significance.md", render_significance(pvalues, args.alpha, args.digits))
-    write_evidence(frame, source_root(args.results_dir), out, args.alpha, args.digits)
+    evidence = write_evidence(frame, source_root(args.results_dir), out, args.alpha, args.digits)
     claims = claims_text(frame, args.alpha, args.digits, pvalues, study_name(args.results_dir))
     _write_text(out / "claims.md", claims.markdown())
     sections = [] if paper is None else versus_sections(frame, paper, args.digits)
@@ -306,6 +306,7 @@ def _write_report(
         args.digits,
         study_name(args.results_dir),
         walltimes,
+        evidence,
     )
     return page, len(unmatched)
 

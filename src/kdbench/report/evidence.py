@@ -238,10 +238,11 @@ def _rates_section(rates: pd.DataFrame, digits: int) -> list[str]:
     return out + [""]
 
 
-def write_evidence(frame: pd.DataFrame, root: Path, out: Path, alpha: float, digits: int) -> None:
-    """``evidence.csv`` (every test, on all runs and without collapsed ones) and ``evidence.md``;
-    prediction files are read relative to `root`."""
+def write_evidence(frame: pd.DataFrame, root: Path, out: Path, alpha: float, digits: int) -> str:
+    """``evidence.csv`` (every test, on all runs and without collapsed ones) and ``evidence.md``,
+    whose text it returns; prediction files are read relative to `root`."""
     tests = evidence(frame, root, alpha)
     tests.to_csv(out / "evidence.csv", index=False)
     markdown = evidence_markdown(tests, collapse_rates(frame), frame, alpha, digits)
     (out / "evidence.md").write_text(markdown, encoding="utf-8")
+    return markdown

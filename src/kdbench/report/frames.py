@@ -8,6 +8,7 @@ import re
 
 import pandas as pd
 
+from kdbench.errors import ReportError
 from kdbench.records.record import KEY_FIELDS
 from kdbench.tasks import TASKS
 
@@ -52,10 +53,11 @@ ORIGIN_COLS = [
     "throughput",
     "teacher_collapse",
     "predictions",
+    "checkpoint",
 ]
-# dicts, the teacher's collapse (the findings name it) and where the per-example predictions are,
-# not written to results.csv
-IN_MEMORY_COLS = ["design", "timing", "throughput", "teacher_collapse", "predictions"]
+# dicts, the teacher's collapse (the findings name it), where the per-example predictions are and
+# which checkpoint was scored (one per table: `one_checkpoint_kind`), not written to results.csv
+IN_MEMORY_COLS = ["design", "timing", "throughput", "teacher_collapse", "predictions", "checkpoint"]
 _TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
 
 
@@ -196,7 +198,8 @@ def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     """Keep, per table cell, the runs of its most common design (ties: the first path's); the others
     become ``config_mismatch`` exclusions naming the config keys they differ in. A cell averages
     seeds of one design, never runs of different recipes. Records without their config are not
-    compared."""
+    compared. A table whose runs kept scored their students at different checkpoints is refused
+    (:func:`one_checkpoint_kind`)."""
     kept, excluded = [], []
     for _, cell in frame.sort_values("path").groupby(GROUP_COLS + ROW_COLS + ["task"], sort=False):
         signature = cell["design"].map(design_signature)
@@ -216,7 +219,27 @@ def split_designs(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
             )
             for _, row in cell[odd].iterrows()
         ]
-    return (sort_frame(pd.concat(kept)) if kept else frame), excluded
+    frame = sort_frame(pd.concat(kept)) if kept else frame
+    one_checkpoint_kind(frame)
+    return frame, excluded
+
+
+def one_checkpoint_kind(frame: pd.DataFrame) -> None:
+    """Refuses a table whose students were scored at different checkpoints (the record's
+    `scored`): the best of their dev evaluations in some runs, their last step in others. A best
+    evaluation is chosen on the dev set it reports, so it does not compare with a last step."""
+    for key, table in frame.groupby(GROUP_COLS, sort=True):
+        kinds = table.sort_values("path").groupby("checkpoint")["path"].agg(["count", "first"])
+        if len(kinds) > 1:
+            best, last = kinds.loc["best"], kinds.loc["last"]
+            raise ReportError(
+                f"the table setting {key[0]}, teacher {key[1]}, student {key[2]} mixes students "
+                f"scored at their best dev evaluation ({best['count']} runs, e.g. "
+                f"{best['first']}) with students scored at their last step ({last['count']}, "
+                f"e.g. {last['first']}): report each kind from its own results folder, or re-run "
+                "one kind with the other's trainer.student_best_checkpoint (fine-tuning: "
+                "stages.finetune.eval_every)"
+            )
 
 
 def code_versions(frame: pd.DataFrame) -> str:

@@ -115,6 +115,7 @@ def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
     references = _references(run)
     references["collapse"] = collapse_status(metrics, references["score_metric"])
     references["predictions"] = _predictions(run, rel)
+    references["checkpoint"] = _checkpoint(run)
     return (
         record | references | _walltime(run) | _origin(run, record["init"], grid) | _cost(run)
     ), None
@@ -128,6 +129,19 @@ def _predictions(run: RunRecord, rel: str) -> str | None:
         return None
     folder = PurePosixPath(rel).parent if rel.endswith(RESULT_FILE) else PurePosixPath(rel)
     return (folder / named).as_posix()
+
+
+def _checkpoint(run: RunRecord) -> str:
+    """Which of the student's evaluations its score is (the record's `scored`): "best", the best of
+    those during training, or "last", its last step's. A record without `scored` scored its last
+    step, save a fine-tuning that kept its `best_step` of evaluations every `eval_every` steps."""
+    scored = run.outcome.get("scored")
+    if isinstance(scored, dict) and scored.get("checkpoint") in ("best", "last"):
+        return scored["checkpoint"]
+    config = run.config if isinstance(run.config, dict) else {}
+    stage = (config.get("stages") or {}).get("finetune") or config.get("trainer") or {}
+    chose = run.outcome.get("best_step") is not None and bool(stage.get("eval_every"))
+    return "best" if chose else "last"
 
 
 def _cost(run: RunRecord) -> dict:

@@ -4,8 +4,9 @@ network).
 The findings first (claims.md's opening), then the claims and their verdicts; then per (setting,
 teacher, student) study its design and provenance, the measured table (each cell linking to the
 records behind it), its cost, the published numbers beside it, its captioned plots and its
-significance tables; then the evidence of each claim and the excluded runs. The markdown parts are
-the same text as claims.md, tables.md and significance.md, rendered by markdown-it.
+significance tables; then the evidence of each claim, evidence.md (the example-level tests and the
+collapses) and the excluded runs. The markdown parts are the same text as claims.md, tables.md,
+significance.md and evidence.md, rendered by markdown-it.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class PageParts:
     digits: int
     name: str = ""  # the study's name
     walltimes: dict[tuple, list[str]] = field(default_factory=dict)  # wall-time lines per table key
+    evidence: str = ""  # evidence.md's text: the example-level tests and the collapses
 
 
 def markdown(lines: list[str]) -> str:
@@ -210,7 +212,8 @@ def render_page(parts: PageParts) -> str:
         "significance.md "
         "and the csv files beside this page.</p>",
         f'<nav><a href="#findings">Findings</a> <a href="#claims">Claims</a> {nav} '
-        '<a href="#claims-detail">Evidence per claim</a></nav>',
+        '<a href="#claims-detail">Evidence per claim</a> '
+        '<a href="#evidence">Per-example evidence</a></nav>',
         '<section id="findings"><h2>Findings</h2>',
         markdown(parts.claims.findings[1:]),
         "</section>",
@@ -221,6 +224,9 @@ def render_page(parts: PageParts) -> str:
         *studies,
         '<section id="claims-detail">',
         _verdict_colours(markdown(parts.claims.header + parts.claims.details)),
+        "</section>",
+        '<section id="evidence">',
+        markdown(parts.evidence.splitlines()),
         "</section>",
     ]
     if excluded:

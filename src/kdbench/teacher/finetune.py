@@ -8,17 +8,14 @@ folder, renamed into place when complete), the others wait and reuse it.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import time
 from functools import partial
 from pathlib import Path
 
-import torch
 from filelock import FileLock
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
-from kdbench.metrics import scores_only
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.hub import load
 from kdbench.models.pretrained import pretrained_teacher
@@ -26,14 +23,13 @@ from kdbench.records.record import StepLog, read_json, write_json
 from kdbench.runtime import storage
 from kdbench.teacher.cache import cache_path, teacher_key
 from kdbench.teacher.frozen import FineTuned, freeze
+from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
 from kdbench.training.hooks import Hook, standard_hooks
 from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import supervised_step
-
-logger = logging.getLogger("kdbench")
 
 
 def load_finetuned(path: Path, num_labels: int) -> PreTrainedModel:
@@ -43,48 +39,6 @@ def load_finetuned(path: Path, num_labels: int) -> PreTrainedModel:
         saved_as="the fine-tuned teacher",
         num_labels=num_labels,
     )
-
-
-class BestDevEpoch(Hook):
-    """After every epoch, the dev metrics (logged as stage `teacher_dev`); the weights of the best
-    first metric so far are kept in the file `store` (so a resumed fine-tuning keeps the epochs
-    before it), and loaded back into the model at the end (the study's released code picks the
-    teacher's best dev checkpoint)."""
-
-    def __init__(self, model: PreTrainedModel, score, store: Path, log: StepLog):
-        self.model, self.score, self.store, self.log = model, score, store, log
-
-    def best(self) -> dict | None:
-        if not self.store.exists():
-            return None
-        return torch.load(self.store, map_location="cpu", weights_only=True)
-
-    def on_epoch_end(self, progress) -> None:
-        metrics = self.score()
-        self.model.train()  # evaluation left it in eval mode
-        self.log.log("teacher_dev", progress.step, scores_only(metrics), epoch=progress.epoch)
-        best, primary = self.best(), next(iter(metrics))
-        if best is None or metrics[primary] > best["metrics"][primary]:
-            self.keep(
-                {"epoch": progress.epoch, "metrics": metrics, "weights": self.model.state_dict()}
-            )
-
-    def keep(self, state: dict) -> None:
-        tmp = self.store.with_name(f".{self.store.name}.tmp")
-        self.store.parent.mkdir(parents=True, exist_ok=True)
-        storage.atomic_write(
-            tmp,
-            lambda handle: torch.save(state, handle),
-            binary=True,
-            need=storage.tensor_bytes(state["weights"]),
-        )
-        storage.publish(tmp, self.store)
-
-    def on_end(self, progress) -> None:
-        best = self.best()
-        if best is not None:
-            logger.info("the teacher keeps epoch %d's weights, its best on dev", best["epoch"])
-            self.model.load_state_dict(best["weights"])
 
 
 def finetuned_teacher(plan, train_loader, eval_loaders, log: StepLog) -> FineTuned:
@@ -149,11 +103,14 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
 def teacher_hooks(
     trainer, teacher: PreTrainedModel, score, checkpoints: Checkpoints, log: StepLog
 ) -> list[Hook]:
-    """The standard hooks; with `trainer.teacher_best_checkpoint`, the best dev epoch's first (an
-    epoch's checkpoint follows its evaluation)."""
+    """The standard hooks; with `trainer.teacher_best_checkpoint`, first the dev set scored after
+    every epoch (logged as stage `teacher_dev`), the best epoch's weights kept and loaded back at
+    the end (the study's released code picks the teacher's best dev checkpoint)."""
     hooks = standard_hooks(trainer, log, checkpoints)
     if trainer.teacher_best_checkpoint:
-        hooks.insert(0, BestDevEpoch(teacher, score, checkpoints.folder / "best.pt", log))
+        store, logged = checkpoints.folder / "best.pt", (log, "teacher_dev")
+        best = BestDev(score, teacher, store, at_epochs=True, keep_weights=True, log=logged)
+        hooks.insert(0, best)
     return hooks
 
 

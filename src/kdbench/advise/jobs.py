@@ -1,0 +1,186 @@
+"""The advice's steps as kdbench sweeps (`python -m kdbench.run -m`, so launchers and resuming work
+as for any study), each a folder below advise.out, and what the calibration measured.
+
+- calibration/: one job per objective of the cells, on `CAL_EXAMPLES` examples, one epoch of each
+  stage (and of the teacher's fine-tuning, unless it is ready), from a random init;
+- teacher/: the full run's teacher fine-tuned on the whole training set, into kdbench's cache
+  (both stages skipped), when it is not given or cached;
+- pilot/: per init, the cells' sweep over seeds on the pilot's subset and epochs, every job reading
+  that teacher (teacher.finetuned_path);
+- final/: the answer on the whole training set, its student saved and its cost measured.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+import time
+from pathlib import Path
+
+from kdbench.advise.design import Calibration
+from kdbench.advise.inputs import Inputs
+from kdbench.planning.hydra_config import fail
+from kdbench.planning.study_config import override_key
+from kdbench.records.record import RESULT_FILE, RunRecord
+from kdbench.study import kdbench_run, quoted, run_child
+
+CAL_EXAMPLES = 200
+CALIBRATION, TEACHER, PILOT, FINAL, REPORT = "calibration", "teacher", "pilot", "final", "report"
+LEDGER = "ledger.jsonl"  # each step's wall time, one line a step
+QUIET = ("measure_cost=false", "save_student=false")
+TRAINED = ("teacher_finetune_s", "intermediate_s", "prediction_s")
+TABLES = ("features_table_s", "logits_table_s")
+
+
+def stage_epochs(first: int, second: int) -> list[str]:
+    return [
+        f"stages.intermediate.epochs={first}",
+        "stages.intermediate.steps=null",
+        f"stages.prediction.epochs={second}",
+        "stages.prediction.steps=null",
+    ]
+
+
+def sweep(inputs: Inputs, folder: str, *tokens: str) -> list[str]:
+    """A sweep of the shared overrides (less those `tokens` set) and `tokens` into `folder`."""
+    mine = {override_key(token) for token in tokens}
+    shared = [token for token in inputs.overrides if override_key(token) not in mine]
+    where = f"hydra.sweep.dir={quoted(inputs.out / folder)}"
+    return kdbench_run(*shared, *tokens, where)
+
+
+def teacher_tokens(inputs: Inputs, path: str | None) -> list[str]:
+    return [f"teacher.finetuned_path={quoted(Path(path).resolve())}"] if path else []
+
+
+def calibration_command(inputs: Inputs) -> list[str]:
+    objectives = ",".join(dict.fromkeys(cell.objective for cell in inputs.cells))
+    teacher = teacher_tokens(inputs, inputs.teacher_path) or [
+        "stages.teacher.epochs=1",
+        "stages.teacher.steps=null",
+    ]
+    examples = min(inputs.scale.examples, CAL_EXAMPLES)
+    return sweep(
+        inputs,
+        CALIBRATION,
+        f"objective={objectives}",
+        "init=random",
+        "seed=1",
+        f"data.train_limit={examples}",
+        *stage_epochs(1, 1),
+        *teacher,
+        *QUIET,
+    )
+
+
+def teacher_command(inputs: Inputs) -> list[str]:
+    return sweep(inputs, TEACHER, "seed=1", *stage_epochs(0, 0), *QUIET)
+
+
+def pilot_commands(inputs: Inputs, design: dict, teacher: str, seeds: range) -> list[list[str]]:
+    """One sweep per init of the cells, over `seeds`."""
+    sizing, scale = design["sizing"], inputs.scale
+    first = min(sizing["epochs"], scale.intermediate_epochs)
+    second = min(sizing["epochs"], scale.prediction_epochs)
+    by_init: dict[str, list[str]] = {}
+    for cell in inputs.cells:
+        by_init.setdefault(cell.init, []).append(cell.objective)
+    return [
+        sweep(
+            inputs,
+            PILOT,
+            f"objective={','.join(objectives)}",
+            f"init={init}",
+            f"seed={','.join(map(str, seeds))}",
+            f"data.train_limit={sizing['subset']}",
+            *stage_epochs(first, second),
+            *teacher_tokens(inputs, teacher),
+            *QUIET,
+        )
+        for init, objectives in by_init.items()
+    ]
+
+
+def final_command(inputs: Inputs, objective: str, init: str) -> list[str]:
+    tokens = ("seed=1", "save_student=true", "measure_cost=true")
+    return sweep(inputs, FINAL, f"objective={objective}", f"init={init}", *tokens)
+
+
+def run_step(out: Path, label: str, command: list[str]) -> float:
+    """Runs one step in the foreground and adds its wall time to the ledger; a failure or a stop
+    ends the advice with one line (re-running the command resumes: finished jobs are skipped)."""
+    print(f"kdbench.advise: {label}: {shlex.join(command)}", flush=True)
+    start = time.perf_counter()
+    code, stopped = run_child(command)
+    seconds = note(out, label, time.perf_counter() - start)
+    if stopped or code:
+        why = "stopped by a signal" if stopped else f"failed (exit code {code})"
+        fail(
+            f"advise step '{label}' {why}; re-run the same command to resume: finished jobs are "
+            f"skipped. The command: {shlex.join(command)}",
+            code if code > 0 else 1,
+        )
+    return seconds
+
+
+def note(out: Path, label: str, seconds: float) -> float:
+    """Adds a step's wall time to the ledger; returns it."""
+    with (out / LEDGER).open("a") as ledger:
+        ledger.write(json.dumps({"step": label, "seconds": seconds}) + "\n")
+    return seconds
+
+
+def report(out: Path) -> None:
+    """The report of the pilot (`kdbench.report`, in this process) into out/report."""
+    from kdbench.report.cli import main
+
+    arguments = [str(out / PILOT), "--out", str(out / REPORT)]
+    print(f"kdbench.advise: report: python -m kdbench.report {shlex.join(arguments)}", flush=True)
+    start = time.perf_counter()
+    main(arguments)
+    note(out, REPORT, time.perf_counter() - start)
+
+
+def ledger_seconds(out: Path, *labels: str) -> float:
+    """The ledger's wall time of the steps whose label starts with one of `labels`."""
+    path = out / LEDGER
+    lines = path.read_text().splitlines() if path.is_file() else []
+    steps = [json.loads(line) for line in lines if line.strip()]
+    return sum(step["seconds"] for step in steps if step["step"].startswith(labels))
+
+
+def completed(folder: Path) -> list[tuple[Path, RunRecord]]:
+    """The completed records below `folder`, with their run folders, in path order."""
+    found = []
+    for path in sorted(folder.rglob(RESULT_FILE)):
+        record = RunRecord.read(path)
+        if record is not None and record.status == "completed":
+            found.append((path.parent, record))
+    return found
+
+
+def calibration_of(folder: Path, examples: int, elapsed: float) -> Calibration:
+    """Seconds per example and epoch (one each) of every stage, per job and per sweep, from the
+    calibration's records and its command's wall time `elapsed`."""
+    runs = [record for _, record in completed(folder)]
+    timing = [record.durations for record in runs]
+
+    def per_example(name: str, record_timing: dict) -> float:
+        return float(record_timing.get(name) or 0.0) / examples
+
+    walls = [float(record.wall_s or 0.0) for record in runs]
+    fixed = [
+        wall - sum(float(t.get(name) or 0.0) for name in TRAINED + TABLES)
+        for wall, t in zip(walls, timing, strict=True)
+    ]
+    return Calibration(
+        teacher=max(per_example("teacher_finetune_s", t) for t in timing),
+        intermediate={r.objective: per_example("intermediate_s", t) for r, t in zip(runs, timing)},
+        prediction=statistics.mean(per_example("prediction_s", t) for t in timing),
+        tables={r.objective: per_example("features_table_s", t) for r, t in zip(runs, timing)},
+        logits=max(per_example("logits_table_s", t) for t in timing),
+        job=max(0.0, statistics.mean(fixed)),
+        sweep=max(0.0, elapsed - sum(walls)),
+        spent=max(elapsed, sum(walls)),
+    )

@@ -1,0 +1,150 @@
+"""The pilot's decision rule on synthetic records: a clear winner, equivalent cells -> the cheapest,
+undecided -> the seeds that would decide it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from kdbench.advise.decide import (
+    BELOW,
+    CHEAPEST,
+    EQUIVALENT,
+    OPEN,
+    UNDECIDED,
+    WINNER,
+    decide,
+    dev_examples,
+    in_points,
+    spread,
+)
+from kdbench.records.predictions import write_predictions
+from kdbench.report.frames import to_frame
+from kdbench.report.load import load_records
+from kdbench.report.paired import paired_power
+from tests.unit.report_helpers import write_run
+
+DEV = 400  # dev examples: one example is 0.25 points
+
+
+def pilot(root, cells: dict[str, list[float]], staged=(), train_s=None, wall_s=10.0):
+    """Records of a pilot: cells {objective@init: per-seed scores}; `staged` cells have an
+    intermediate stage; `train_s` {cell: seconds of training}."""
+    for cell, values in cells.items():
+        objective, init = cell.split("@")
+        trained = (train_s or {}).get(cell, 5.0)
+        timing = {
+            "intermediate_s": trained / 2 if cell in staged else 0.0,
+            "prediction_s": trained / 2 if cell in staged else trained,
+        }
+        for seed, score in enumerate(values, 1):
+            metrics = {"accuracy": score, "dev_class_0": DEV // 2, "dev_class_1": DEV // 2}
+            write_run(
+                root,
+                task="custom",
+                objective=objective,
+                init=init,
+                seed=seed,
+                score=score,
+                metrics=metrics,
+                timing=timing,
+                wall_s=wall_s,
+            )
+    return to_frame(load_records(root).records)
+
+
+def noisy(mean: float, sd: float, n: int, seed: int) -> list[float]:
+    return list(mean + sd * np.random.default_rng(seed).standard_normal(n))
+
+
+def test_a_cell_above_every_other_significantly_is_the_answer(tmp_path):
+    frame = pilot(
+        tmp_path,
+        {
+            "att_kl+val_kl@1,2": noisy(80, 0.5, 5, 1),
+            "vanilla_kd@1,2": noisy(74, 0.5, 5, 2),
+            "vanilla_kd@2,4": noisy(70, 0.5, 5, 3),
+        },
+        staged={"att_kl+val_kl@1,2"},
+    )
+    decision = decide(frame, margin=1.0, min_effect=2.0)
+    assert (decision.kind, decision.chosen) == (WINNER, "att_kl+val_kl@1,2")
+    assert [pair.verdict for pair in decision.pairs] == [BELOW, BELOW]
+    assert decision.family == 3 and decision.seeds_run == 5
+    assert all(pair.p_holm < 0.05 and pair.diff > 5 for pair in decision.pairs)
+
+
+def test_equivalent_cells_give_the_cheapest_no_intermediate_stage_first(tmp_path):
+    base = noisy(80, 1.0, 6, 4)
+    frame = pilot(
+        tmp_path,
+        {
+            # the best mean, but an intermediate stage (and the shortest training)
+            "att_kl+val_kl@1,2": [s + 0.05 + d for s, d in zip(base, noisy(0, 0.02, 6, 5))],
+            "vanilla_kd@1,2": base,  # equal within the margin, no intermediate stage
+            "vanilla_kd@random": noisy(60, 0.5, 6, 6),
+        },
+        staged={"att_kl+val_kl@1,2"},
+        train_s={"att_kl+val_kl@1,2": 3.0, "vanilla_kd@1,2": 9.0},
+    )
+    decision = decide(frame, margin=1.0, min_effect=2.0)
+    assert decision.best == "att_kl+val_kl@1,2"
+    assert (decision.kind, decision.chosen) == (CHEAPEST, "vanilla_kd@1,2")
+    verdicts = {pair.other: pair.verdict for pair in decision.pairs}
+    assert verdicts == {"vanilla_kd@1,2": EQUIVALENT, "vanilla_kd@random": BELOW}
+
+
+def test_among_equivalent_cells_of_one_kind_the_shorter_training_wins(tmp_path):
+    base = noisy(80, 1.0, 6, 7)
+    frame = pilot(
+        tmp_path,
+        {"vanilla_kd@1,2": [s + 0.02 for s in base], "vanilla_kd@2,4": base},
+        train_s={"vanilla_kd@1,2": 9.0, "vanilla_kd@2,4": 4.0},
+    )
+    decision = decide(frame, margin=1.0, min_effect=2.0)
+    assert (decision.kind, decision.chosen) == (CHEAPEST, "vanilla_kd@2,4")
+
+
+def test_an_open_pair_leaves_no_decision_with_the_seeds_that_would_decide_it(tmp_path):
+    frame = pilot(
+        tmp_path,
+        {"att_kl+val_kl@1,2": noisy(80, 3.0, 3, 8), "vanilla_kd@1,2": noisy(79, 3.0, 3, 9)},
+        staged={"att_kl+val_kl@1,2"},
+        wall_s=60.0,
+    )
+    decision = decide(frame, margin=1.0, min_effect=2.0)
+    assert decision.kind == UNDECIDED and decision.pairs[0].verdict == OPEN
+    # provisional: the cheapest cell no test put below the best
+    assert decision.chosen == "vanilla_kd@1,2"
+    (pair,) = decision.pairs
+    target = max(abs(pair.diff), 2.0) / pair.sd  # at the Holm level of a family of one pair
+    n = decision.seeds_needed
+    assert paired_power(target, n, 0.05) >= 0.8 > paired_power(target, n - 1, 0.05)
+    # the normal approximation of the same number, computed apart
+    z = stats.norm.ppf(1 - 0.025) + stats.norm.ppf(0.8)
+    assert abs(n - (z / target) ** 2) <= 3
+    assert decision.more_s == pytest.approx((n - 3) * 2 * 60.0)
+
+
+def test_the_spread_is_the_pairs_rms_std_of_differences(tmp_path):
+    a, b, c = [80.0, 81.0, 83.0], [79.0, 81.5, 80.0], [70.0, 70.0, 71.0]
+    frame = pilot(tmp_path, {"x@r": a, "y@r": b, "z@r": c})
+    sds = [np.std(np.subtract(u, v), ddof=1) for u, v in ((a, b), (a, c), (b, c))]
+    assert spread(frame) == pytest.approx(math.sqrt(np.mean(np.square(sds))))
+
+
+def test_margins_in_dev_examples_become_points_of_the_dev_set(tmp_path):
+    frame = pilot(tmp_path, {"x@r": [1.0, 2.0], "y@r": [1.0, 3.0]})
+    assert dev_examples(frame, tmp_path) == DEV
+    assert in_points(4, DEV) == pytest.approx(1.0)
+
+
+def test_a_regression_s_dev_set_is_counted_from_its_predictions(tmp_path):
+    frame = pilot(tmp_path, {"x@r": [1.0, 2.0], "y@r": [1.0, 3.0]})
+    frame = frame.drop(columns=["dev_class_0", "dev_class_1"]).assign(predictions="p.npz")
+    gold = np.linspace(0, 5, 37)
+    write_predictions(tmp_path / "p.npz", {"": {"example": gold, "predicted": gold, "gold": gold}})
+    assert dev_examples(frame, tmp_path) == 37

@@ -1,0 +1,116 @@
+"""What `python -m kdbench.advise` is asked, checked before any job: bad input refused in one line,
+the default cells of a shape, the pilot's sweeps (one per init), a budget too small refused after
+the calibration naming one that fits, and a folder that holds another command's pilot."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from kdbench.advise.cli import CALIBRATION_JSON, DESIGN_JSON, main
+from kdbench.advise.design import Calibration
+from kdbench.advise.inputs import read_inputs
+from kdbench.advise.jobs import pilot_commands
+from kdbench.errors import ConfigError
+
+
+@pytest.fixture
+def argv(user_data, tmp_path) -> list[str]:
+    return [
+        "task=custom",
+        f"task.train_file={user_data['csv']}",
+        f"task.validation_file={user_data['csv_dev']}",
+        "task.text_columns=[review]",
+        "task.label_column=sentiment",
+        "teacher=tiny",
+        "student=tiny",
+        "trainer=smoke",
+        f"advise.out={tmp_path / 'advice'}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("objective=att_kl", "objective=att_kl: kdbench.advise sets objective itself"),
+        ("seed=3", "seed=3: kdbench.advise sets seed itself"),
+        ("task.lr=1e-3,2e-3", "task.lr=1e-3,2e-3: kdbench.advise runs its own sweep"),
+        ("advise.budget=2hours", "advise.budget='2hours' must be a duration"),
+        ("advise.nope=1", "advise has no key nope; valid keys: budget, candidates"),
+        ("advise.candidates=[att_kl]", "advise.candidates=['att_kl'] must be a list of"),
+        ("advise.candidates=[att_kl@layers,vanilla_kd@random]", "advise.candidates: att_kl@"),
+        ("advise.candidates=[att_kl@random]", "the pilot needs two cells or more, has 1"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line_before_any_job(argv, extra, message):
+    with pytest.raises(ConfigError) as refused:
+        read_inputs([*argv, extra])
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+
+
+def test_the_default_cells_of_a_student_as_wide_as_its_teacher(argv):
+    inputs = read_inputs(argv)
+    names = {cell.name for cell in inputs.cells}
+    objectives = ("vanilla_kd", "att_kl+val_kl", "hid_seq")
+    assert names == {f"{o}@{layers}" for o in objectives for layers in ("1,2", "2,4")}
+    assert inputs.scale.examples == 40 and inputs.keys["budget"] == "2h"
+    assert (inputs.scale.intermediate_epochs, inputs.scale.prediction_epochs) == (1, 1)
+
+
+def test_the_pilot_is_one_sweep_per_init_over_the_seeds(argv):
+    cells = "advise.candidates=[vanilla_kd@every_kth,att_kl+val_kl@every_kth,vanilla_kd@bottom]"
+    inputs = read_inputs([*argv, cells])
+    design = {"sizing": {"subset": 30, "epochs": 1}}
+    commands = pilot_commands(inputs, design, "/models/teacher", range(4, 6))
+    assert len(commands) == 2
+    first = commands[0]
+    for token in (
+        "objective=vanilla_kd,att_kl+val_kl",
+        "init=every_kth",
+        "seed=4,5",
+        "data.train_limit=30",
+        "stages.intermediate.epochs=1",
+        "teacher.finetuned_path='/models/teacher'",
+        "save_student=false",
+        "trainer=smoke",
+        f"hydra.sweep.dir='{inputs.out / 'pilot'}'",
+    ):
+        assert token in first
+    assert "init=bottom" in commands[1] and "objective=vanilla_kd" in commands[1]
+
+
+def calibration_file(argv):
+    """A calibration as if measured for `argv`: 60 s, then every job 30 s, nothing else; the
+    inputs."""
+    inputs = read_inputs(argv)
+    inputs.out.mkdir(parents=True)
+    measured = Calibration(0.0, {}, 0.0, {}, 0.0, 30.0, 0.0, 60.0)
+    key = {"overrides": list(inputs.overrides), "objectives": [c.objective for c in inputs.cells]}
+    (inputs.out / CALIBRATION_JSON).write_text(
+        json.dumps({"asked": key, "calibration": asdict(measured)})
+    )
+    return inputs
+
+
+def test_a_budget_too_small_for_two_seeds_is_one_line_naming_one_that_fits(argv, capsys):
+    argv = [*argv, "advise.candidates=[vanilla_kd@random,att_kl@random]", "advise.budget=2m"]
+    inputs = calibration_file(argv)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(lines) == 1
+    assert lines[0].startswith("kdbench: error: advise.budget=2m is too small")
+    # the calibration, a teacher job unless it is cached, 2 seeds of 2 cells
+    need = 60 + (0 if inputs.scale.teacher_ready else 30) + 2 * 2 * 30
+    assert f"set advise.budget={-(-need // 60)}m or more" in lines[0]
+
+
+def test_a_folder_holding_another_command_s_pilot_is_refused(argv, capsys, tmp_path):
+    (tmp_path / "advice").mkdir()
+    (tmp_path / "advice" / DESIGN_JSON).write_text(json.dumps({"asked": {"overrides": []}}))
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "advise.candidates=[vanilla_kd@random,att_kl@random]"])
+    assert exited.value.code == 2
+    assert "holds the pilot of another command" in capsys.readouterr().err
