@@ -259,6 +259,14 @@ def test_cli_bad_data_files(tmp_path, mutate, fragments):
             ["objective=hid_cls_contrast", "+objective.terms.0.params.temprature=0.1"],
             ["objective.terms.0.params.temprature is not a parameter of crd", "temperature"],
         ),
+        (
+            ["objective=att_kl", "objective.terms.0.params.padding=keys"],
+            ["objective.terms.0.params.padding='keys' must be one of masked, rows, none"],
+        ),
+        (
+            ["objective=hid_cls", "+objective.terms.0.layers=every"],
+            ["layers=every concatenates each side's layers", "not hid_mse"],
+        ),
     ],
 )
 def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):

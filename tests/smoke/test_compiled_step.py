@@ -4,7 +4,8 @@ gradients.
 
 Every objective in `conf/objective/` is covered in each setting it runs in: vanilla_kd has no stage
 1 (its task-specific distillation is stage 2 only), and hid_cls_contrast (crd) needs task labels, so
-it has no task-agnostic step. crd also runs in CRD's released form (binary NCE).
+it has no task-agnostic step. crd also runs as the study's released driver runs it (binary NCE,
+every layer's [CLS], distinct negatives), and att_kl+val_kl with its released padding.
 """
 
 from __future__ import annotations
@@ -101,8 +102,20 @@ def tiny_glue(tmp_path_factory):
     [
         *([f"objective={name}"] for name in STAGE1),
         ["objective=hid_cls_contrast", "objective.terms.0.params.form=nce"],
+        [
+            "objective=hid_cls_contrast",
+            "objective.terms.0.params.form=nce",
+            "objective.terms.0.layers=every",
+            "objective.terms.0.params.replacement=false",
+            "objective.terms.0.params.num_negatives=5",
+        ],
+        [
+            "objective=att_kl+val_kl",
+            "objective.terms.0.params.padding=rows",
+            "objective.terms.1.params.padding=none",
+        ],
     ],
-    ids=[*STAGE1, "hid_cls_contrast-nce"],
+    ids=[*STAGE1, "hid_cls_contrast-nce", "hid_cls_contrast-released", "att_kl+val_kl-released"],
 )
 def test_the_compiled_stage1_step_is_one_graph_equal_to_eager(tiny_glue, tmp_path, overrides):
     cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, *overrides))

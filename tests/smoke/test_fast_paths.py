@@ -21,6 +21,7 @@ from tests.helpers import (
     assert_same_losses_and_grads,
     compose_config,
     stage1_losses_and_grads,
+    tiny_models,
     tiny_overrides,
     tiny_teacher_setup,
 )
@@ -202,3 +203,20 @@ def test_stopping_at_the_last_projection_gives_the_same_step_with_fewer_flops(
         assert all(torch.equal(losses[k], p_losses[k]) for k in losses)
         assert all(torch.equal(grads[n], p_grads[n]) for n in grads)
     assert flops["projection"] < flops["block"]
+
+
+def test_a_term_reading_padded_positions_runs_the_teacher_not_its_features_table(
+    tiny_glue, tmp_path
+):
+    """The features table holds the teacher's real tokens only: att_kl with padding=rows reads its
+    padded query rows, so the stage asks no table and hooks the teacher."""
+    asked = []
+    for padding in ("rows", "masked"):
+        overrides = ["objective=att_kl", f"objective.terms.0.params.padding={padding}"]
+        cfg = compose_config(tiny_overrides(tiny_glue, tmp_path, *overrides))
+        plan, (teacher, student) = make_plan(cfg), tiny_models(cfg)
+        stage = plan.stages["intermediate"]
+        tables = lambda *request, padding=padding: asked.append(padding)  # noqa: E731
+        with stage_step(plan, stage, student, teacher, torch.zeros(4), tables):
+            pass
+    assert asked == ["masked"]

@@ -125,7 +125,10 @@ def test_an_unknown_padding_is_refused():
 def test_the_stage_gives_the_padding_no_term_sets_it():
     takes = {name for name, entry in LOSSES.items() if entry.takes_padding}
     assert takes == {"att_mse", "hid_mse"}
-    assert all("padding" not in entry.param_rules for entry in LOSSES.values())
+    assert all("padding" not in LOSSES[name].param_rules for name in takes)
+    # the score-map KLs take theirs as a term parameter, never from the stage
+    set_by_terms = {name for name, entry in LOSSES.items() if "padding" in entry.param_rules}
+    assert set_by_terms == {"att_kl", "val_kl"}
 
 
 def _records(model, needs, batch):
@@ -221,3 +224,22 @@ def test_batches_are_padded_to_the_maximum_length_only_when_asked(tmp_path):
             full["attention_mask"][:, : short["input_ids"].shape[1]], short["attention_mask"]
         )
         assert not full["attention_mask"][:, short["input_ids"].shape[1] :].any()
+
+
+@pytest.mark.parametrize(
+    "objective, padding, extra, reads",
+    [
+        ("tinybert", "masked", (), False),
+        ("tinybert", "tinybert", (), True),  # att_mse, hid_mse take the stage's padding
+        ("hid_cls", "tinybert", (), False),  # [CLS] states: no padded position read
+        ("att_kl", "masked", ("objective.terms.0.params.padding=rows",), True),
+        ("att_kl", "masked", (), False),
+    ],
+)
+def test_an_objective_reads_padding_from_its_stage_or_its_terms(objective, padding, extra, reads):
+    """One rule runs the teacher at every step (its features table holds real tokens only): a
+    token-level term whose loss counts padded positions, by the stage's padding or its own."""
+    teacher, student = _pair()
+    terms = terms_of(objective, teacher, student, init_layers=None, extra=extra)
+    made = Objective(terms, student.config, teacher.config, padding=padding)
+    assert made.reads_padding is reads

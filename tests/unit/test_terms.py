@@ -237,7 +237,7 @@ def test_value_relations_scaled_by_the_teacher_run_unfused():
     )
     objective = Objective(own, student.config, teacher.config)
     assert objective._runs_fused(own[1]) and not objective._runs_fused(by_teacher[1])
-    assert by_teacher[1].params == {"scale_by": "teacher"}
+    assert by_teacher[1].params == {"scale_by": "teacher", "padding": "masked"}
 
 
 def test_soft_targets_at_every_attended_token_and_mlm_at_the_masked():

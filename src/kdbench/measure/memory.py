@@ -153,8 +153,9 @@ def loss_bytes(objective, student_conf, teacher_conf, length: int, precision: st
         elif term.feature in MAP_FEATURES:
             kept += len(term.pairs) * length * 2 * h * activation_bytes(precision)
         else:
-            widths = h + teacher_conf.hidden_size
-            kept += len(term.pairs) * length * 2 * widths * FP32
+            students, teachers = (len(layers) for layers in term.sides())
+            widths = students * h + teachers * teacher_conf.hidden_size
+            kept += length * 2 * widths * FP32
     return kept
 
 

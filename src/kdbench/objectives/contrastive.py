@@ -9,11 +9,11 @@ is taken in both directions.
 
 Shapes (B = batch, N = training examples, F = ``feat_dim``, K = ``num_negatives``):
 
-* ``student_repr`` ``[B, student_width]``: the student's [CLS] hidden states at the mapped layers,
-  concatenated by the caller.
+* ``student_repr`` ``[B, student_width]``: the student's [CLS] hidden states at the layers the term
+  reads, concatenated by the caller in layer order (the mapped layers'; with the term's
+  ``layers: every``, the embeddings' and every layer's, as the study's released driver does).
 * ``teacher_repr`` ``[B, teacher_width]``: the same for the (frozen) teacher; always detached here
-  and may
-  be an inference-mode tensor.
+  and may be an inference-mode tensor.
 * ``idx`` ``[B]`` (long): the examples' ids, rows of the memory banks; ``labels`` ``[B]`` their
   classes.
 * memory banks ``memory_student`` / ``memory_teacher`` ``[N, F]`` (buffers, saved in
@@ -21,7 +21,9 @@ Shapes (B = batch, N = training examples, F = ``feat_dim``, K = ``num_negatives`
 
 The loss, with ``z_s = normalize(W_s student_repr)``, ``z_t = normalize(W_t teacher_repr)``,
 negative ids ``n_ij`` (j = 1..K) drawn uniformly, with replacement, among the training examples
-whose label differs from example i's, and temperature tau::
+whose label differs from example i's (with ``replacement=False``, K distinct ones, a uniformly
+random K-subset, wherever every class has more than K other-class examples: the study's released
+sampler), and temperature tau::
 
     L = mean_i [ -log softmax( [z_s_i . z_t_i,  z_s_i . bank_t[n_i1], ..., z_s_i . bank_t[n_iK]] /
     tau )_0
@@ -46,14 +48,12 @@ from then on; with ``q = K / N`` and ``eps = 1e-7``::
 
 from __future__ import annotations
 
-import itertools
-import weakref
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kdbench.errors import ConfigError, KdbenchError
+from kdbench.objectives import negatives
 
 __all__ = ["ContrastiveDistillation", "ContrastiveSetupError", "crd"]
 
@@ -61,31 +61,6 @@ __all__ = ["ContrastiveDistillation", "ContrastiveSetupError", "crd"]
 class ContrastiveSetupError(ConfigError, ValueError):
     """The contrastive loss cannot be built for this training set (a ValueError and a one-line CLI
     error)."""
-
-
-# The live modules by key: `_uniform` reads a module's sampler without taking the generator as an
-# argument, which `torch.compile` cannot trace.
-_LIVE: weakref.WeakValueDictionary[int, ContrastiveDistillation] = weakref.WeakValueDictionary()
-_KEYS = itertools.count()
-
-
-@torch.library.custom_op("kdbench::crd_uniform", mutates_args=())
-def _uniform(key: int, rows: int, cols: int, device: torch.device) -> Tensor:
-    """[rows, cols] float64 uniforms in [0, 1) from the sampler of the module `key`, on `device`.
-
-    Drawn on the CPU whatever `device` (the sampler is a CPU generator), so a seed gives the same
-    negatives on every device; a GPU gets them from pinned memory, a copy the host does not wait
-    for. An opaque operator: a compiled step calls it at run time, so it draws from the sampler
-    (and advances it) exactly as the eager step does."""
-    sampler = _LIVE[key].sampler
-    pinned = device.type == "cuda"
-    drawn = torch.rand(rows, cols, generator=sampler, dtype=torch.float64, pin_memory=pinned)
-    return drawn.to(device, non_blocking=True)
-
-
-@_uniform.register_fake
-def _(key: int, rows: int, cols: int, device: torch.device) -> Tensor:
-    return torch.empty(rows, cols, device=device, dtype=torch.float64)
 
 
 def _unit(x: Tensor) -> Tensor:
@@ -100,6 +75,24 @@ def _info_nce(anchor: Tensor, positive: Tensor, negatives: Tensor, temperature: 
     neg = torch.einsum("bf,bkf->bk", anchor, negatives)  # [B, K]
     logits = torch.cat([pos, neg], dim=1) / temperature
     return -torch.log_softmax(logits, dim=1)[:, 0].mean()
+
+
+def _check_params(
+    feat_dim: int, num_negatives: int, temperature: float, momentum: float, form: str
+) -> None:
+    if feat_dim < 1 or num_negatives < 1:
+        raise ContrastiveSetupError(
+            f"crd: feat_dim ({feat_dim}) and num_negatives ({num_negatives}) must be >= 1"
+        )
+    if form not in ("infonce", "nce"):
+        raise ContrastiveSetupError(
+            f"crd: form must be infonce or nce (CRD as released), got {form!r}"
+        )
+    if temperature <= 0 or not 0.0 <= momentum <= 1.0:
+        raise ContrastiveSetupError(
+            f"crd: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got "
+            f"{momentum})"
+        )
 
 
 def _class_layout(labels: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -137,13 +130,15 @@ class ContrastiveDistillation(nn.Module):
     module doc.
 
     Args:
-        student_width: width of ``student_repr`` (hidden size x number of mapped layers).
+        student_width: width of ``student_repr`` (hidden size x number of layers read).
         teacher_width: width of ``teacher_repr``. labels: ``[N]`` integer labels of the whole
         training set, indexed by example id. feat_dim: F, the dimension of the contrastive
-        embedding. num_negatives: K, negatives per example (drawn with replacement from other
-        classes). temperature: tau of the InfoNCE logits. momentum: memory-bank momentum m. seed:
-        seeds the bank initialisation and the negative sampler (the sampler's state advances each
-        call).
+        embedding. num_negatives: K, negatives per example (drawn from other classes).
+        temperature: tau of the InfoNCE logits. momentum: memory-bank momentum m. replacement:
+        false draws each example's K negatives distinct, as the study's released sampler does
+        wherever K is below every class's pool of other-class examples (else it draws with
+        replacement). seed: seeds the bank initialisation and the negative sampler (the sampler's
+        state advances each call).
 
     Both heads (``student_head`` and ``teacher_head``) are learnable and belong to the student-side
     optimizer; only the teacher *model* is frozen. ``forward`` returns a float32 scalar.
@@ -160,24 +155,15 @@ class ContrastiveDistillation(nn.Module):
         temperature: float = 0.07,
         momentum: float = 0.5,
         form: str = "infonce",
+        replacement: bool = True,
         seed: int = 0,
     ):
         super().__init__()
-        if feat_dim < 1 or num_negatives < 1:
-            raise ContrastiveSetupError(
-                f"crd: feat_dim ({feat_dim}) and num_negatives ({num_negatives}) must be >= 1"
-            )
-        if form not in ("infonce", "nce"):
-            raise ContrastiveSetupError(
-                f"crd: form must be infonce or nce (CRD as released), got {form!r}"
-            )
-        if temperature <= 0 or not 0.0 <= momentum <= 1.0:
-            raise ContrastiveSetupError(
-                f"crd: temperature must be > 0 (got {temperature}) and momentum in [0, 1] (got "
-                f"{momentum})"
-            )
+        _check_params(feat_dim, num_negatives, temperature, momentum, form)
         classes, order, start, count = _class_layout(torch.as_tensor(labels).detach().cpu())
         self.num_negatives = num_negatives
+        # the released rule: distinct unless K reaches the smallest pool of other-class examples
+        self.distinct = not replacement and num_negatives < int((len(order) - count).min())
         self.temperature = temperature
         self.momentum = momentum
         self.form = form
@@ -199,8 +185,7 @@ class ContrastiveDistillation(nn.Module):
         self._register()
 
     def _register(self) -> None:
-        self._key = next(_KEYS)
-        _LIVE[self._key] = self
+        self._key = negatives.register(self)
 
     def __setstate__(self, state: dict) -> None:
         """A copy (deepcopy, pickle) draws from its own sampler, under its own key."""
@@ -228,23 +213,19 @@ class ContrastiveDistillation(nn.Module):
 
     @torch.no_grad()
     def sample_negatives(self, labels: Tensor) -> Tensor:
-        """``[B, K]`` example ids, each uniform (with replacement) among training examples whose
-        label != ``labels[b]``.
+        """``[B, K]`` example ids among the training examples whose label != ``labels[b]``, each
+        uniform (with replacement), or distinct within a row (`distinct`).
 
         Runs on the banks' device: the other-class examples of class c are ``class_order`` minus the
-        contiguous block of class c, so a uniform position in ``[0, N - count[c])`` is shifted past
-        that block.
+        contiguous block of class c, so a position in ``[0, N - count[c])`` is shifted past that
+        block.
         """
         device = self.class_order.device
         cls = torch.searchsorted(self.classes, labels.to(device=device, dtype=torch.long))
-        start, count = (
-            self.class_start[cls].unsqueeze(1),
-            self.class_count[cls].unsqueeze(1),
-        )  # [B, 1]
+        start, count = self.class_start[cls], self.class_count[cls]  # [B]
         available = len(self.class_order) - count
-        u = _uniform(self._key, len(cls), self.num_negatives, device)
-        pos = torch.minimum((u * available).long(), available - 1)
-        pos = pos + (pos >= start).long() * count
+        pos = negatives.positions(self._key, available, self.num_negatives, self.distinct)
+        pos = pos + (pos >= start[:, None]).long() * count[:, None]
         return self.class_order[pos]
 
     @torch.no_grad()
@@ -296,16 +277,16 @@ class ContrastiveDistillation(nn.Module):
         teacher_repr = (
             teacher_repr.detach().clone()
         )  # it may be an inference tensor, which backward cannot save
-        negatives = self.sample_negatives(labels)  # [B, K]
+        drawn = self.sample_negatives(labels)  # [B, K]
         with torch.autocast(device_type=student_repr.device.type, enabled=False):
             z_s = self._embed(self.student_head, student_repr)
             z_t = self._embed(self.teacher_head, teacher_repr)
             if self.form == "nce":
-                contrast = torch.cat([idx.to(negatives.device)[:, None], negatives], 1)
+                contrast = torch.cat([idx.to(drawn.device)[:, None], drawn], 1)
                 loss = self._binary_nce(z_s, z_t, contrast)
             else:
                 sides = (self.memory_teacher, self.memory_student)
-                banks = [bank[negatives].float() for bank in sides]
+                banks = [bank[drawn].float() for bank in sides]
                 loss = _info_nce(z_s, z_t, banks[0], self.temperature) + _info_nce(
                     z_t, z_s, banks[1], self.temperature
                 )

@@ -24,12 +24,14 @@ from torch import Tensor
 
 from kdbench.objectives.tensors import (
     MASKED_SCORE,
+    MSE_PADDINGS,
     RELEASED_FLOOR,
     check_padding,
     outside_autocast,
     padding_mask,
     released_masked,
     released_scores,
+    rows_and_keys,
     split_heads,
 )
 
@@ -41,7 +43,7 @@ CHUNK_BYTES = 64 * 2**20
 
 def _heads_view(x: Tensor, start: int, stop: int, heads: int, zeroed: Tensor | None) -> Tensor:
     """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], the tokens
-    `zeroed` [B, L] marks (padding, or None) zeroed."""
+    `zeroed` [B, L] marks (those a loss leaves out, or None) zeroed."""
     d = x.shape[-1] // heads
     chunk = x[..., start * d : stop * d].float()
     if zeroed is not None:
@@ -56,10 +58,10 @@ def _merge_heads(x: Tensor) -> Tensor:
 
 
 def _kl_rows(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Tensor]:
-    """sum over valid (query, key) of p_t (log p_t - log p_s), and its gradient p_s - p_t, for [B,
-    h, L, L] maps.
+    """sum over counted (query, key) of p_t (log p_t - log p_s), and its gradient p_s - p_t, for
+    [B, h, L, L] maps.
 
-    Both maps are consumed (overwritten). Invalid keys leave the softmax; invalid rows contribute
+    Both maps are consumed (overwritten). Keys left out leave the softmax; rows left out contribute
     nothing. The value is one dot product of p_t with log p_t - log p_s: both log-maps are finite
     everywhere (invalid entries hold MASKED_SCORE, not -inf) and p_t is zero off the valid pairs, so
     neither the difference needs masking nor the product a map of its own.
@@ -90,29 +92,29 @@ def _released_squared_error(
     return diff.square().sum(), diff.masked_fill_(~kept, 0.0).mul_(2.0)
 
 
-# kind -> (the sum over a chunk's entries and its gradient, the normaliser's count from a [B, L]
-# padding mask (times the heads), whether padded tokens are zeroed and left out; tinybert_mse counts
-# every position, as TinyBERT's released code averages)
+# kind -> (the sum over a chunk's entries and its gradient, the normaliser's count from the counted
+# query rows and keys per example [B] (`tensors.rows_and_keys`), or None: tinybert_mse counts every
+# position and leaves no token out, as TinyBERT's released code averages)
 KINDS = {
-    "kl": (_kl_rows, lambda m: m.sum(), True),  # valid query rows: sum_b n_b
-    "mse": (_squared_error, lambda m: m.sum(dim=1).square().sum(), True),  # pairs: sum_b n_b^2
-    "tinybert_mse": (
-        _released_squared_error,
-        lambda m: m.new_tensor(m.numel() * m.shape[1]),
-        False,
-    ),
+    "kl": (_kl_rows, lambda rows, keys: rows.sum()),  # counted query rows: sum_b n_b
+    "mse": (_squared_error, lambda rows, keys: (rows * keys).sum()),  # pairs: sum_b n_b^2
+    "tinybert_mse": (_released_squared_error, None),
 }
 
 
-def _entries(kind: str, m: Tensor, heads: int) -> tuple[Tensor, Tensor | None, Tensor]:
-    """What the kind's sum reads beside the maps (the valid (query, key) pairs [B, 1, L, L], or the
-    padding mask itself), the tokens zeroed before the products (None: none), the normaliser."""
-    _, count, masked = KINDS[kind]
-    denom = (heads * count(m)).clamp_min(1.0)
-    if not masked:
-        return m, None, denom
-    valid = m > 0
-    return valid[:, None, :, None] & valid[:, None, None, :], ~valid, denom
+def _entries(
+    kind: str, m: Tensor, heads: int, padding: str
+) -> tuple[Tensor, tuple[Tensor | None, Tensor | None], Tensor]:
+    """What the kind's sum reads beside the maps (the counted (query, key) pairs [B, 1, L, L], or
+    the padding mask [B, L] itself), the tokens zeroed before the products as query rows (A) and as
+    keys (B) (None: none), and the normaliser; `padding`: the rows and keys counted, as
+    `tensors.rows_and_keys` gives them."""
+    _, count = KINDS[kind]
+    if count is None:
+        return m, (None, None), m.new_tensor(heads * m.numel() * m.shape[1])
+    rows, keys = rows_and_keys(m, padding)
+    denom = (heads * count(rows.sum(dim=1), keys.sum(dim=1))).clamp_min(1)
+    return rows[:, None, :, None] & keys[:, None, None, :], (~rows, ~keys), denom
 
 
 def _gradient_buffers(
@@ -152,11 +154,12 @@ class _ScoreMapLoss(torch.autograd.Function):
         heads: int,
         kind: str,
         with_grad: bool,
+        padding: str,
     ):
-        rows = KINDS[kind][0]
+        loss_rows = KINDS[kind][0]
         batch, length, _ = student_a.shape
         m = padding_mask(mask, batch, length, student_a.device)
-        entries, zeroed, denom = _entries(kind, m, heads)
+        entries, zeroed, denom = _entries(kind, m, heads, padding)
         self_relation = student_b is None
         student_b = student_a if self_relation else student_b
         teacher_b = teacher_a if teacher_b is None else teacher_b
@@ -165,12 +168,10 @@ class _ScoreMapLoss(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=student_a.device)
         for start in range(0, heads, step):
             stop = min(heads, start + step)
-            sa, sb, ta, tb = (
-                _heads_view(x, start, stop, heads, zeroed)
-                for x in (student_a, student_b, teacher_a, teacher_b)
-            )
+            sides = zip((student_a, student_b, teacher_a, teacher_b), zeroed * 2)
+            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, out) for x, out in sides)
             student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
-            value, grad = rows(
+            value, grad = loss_rows(
                 (sa @ sb.transpose(-1, -2)).mul_(student_scale),
                 (ta @ tb.transpose(-1, -2)).mul_(teacher_scale),
                 entries,
@@ -192,7 +193,8 @@ class _ScoreMapLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grads = [grad_output * grad for grad in ctx.saved_tensors]
-        return grads[0], grads[1] if len(grads) == 2 else None, None, None, None, None, None, None
+        second = grads[1] if len(grads) == 2 else None
+        return grads[0], second, None, None, None, None, None, None, None
 
 
 @outside_autocast
@@ -202,6 +204,7 @@ def score_map_loss(
     teacher: tuple[Tensor, Tensor],
     heads: int,
     mask: Tensor | None = None,
+    padding: str = "masked",
 ) -> Tensor:
     """The loss between per-head maps A B^T / sqrt(d) of the student and of the teacher, float32
     scalar.
@@ -209,9 +212,10 @@ def score_map_loss(
     `student`, `teacher`: (A, B) projections [B, L, heads*d] (each side its own d; A and B may be
     the same tensor, a self-relation, passed to autograd once, its gradient summing both roles);
     `mask`: [B, L] or None. kind "kl": `losses.att_kl` on the maps (sum / (heads * sum_b n_b));
-    "mse": `losses.att_mse`; "tinybert_mse": `losses.att_mse` with padding="tinybert". Padded tokens
-    are zeroed before the product, as `losses`' relations do (tinybert_mse: none, padded queries
-    count). Gradients reach the student only.
+    "mse": `losses.att_mse`; "tinybert_mse": `losses.att_mse` with padding="tinybert". `padding`
+    (`tensors.KL_PADDINGS`, kinds kl and mse): the rows and keys the mask leaves out, as
+    `losses.att_kl`'s. Tokens left out are zeroed before the product, as `losses`' relations do
+    (tinybert_mse: none, padded queries count). Gradients reach the student only.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown score-map loss {kind!r}; valid: {', '.join(KINDS)}")
@@ -230,7 +234,7 @@ def score_map_loss(
     student_b = None if student[1] is student[0] else student[1]
     teacher_b = None if teacher[1] is teacher[0] else teacher[1].detach()
     return _ScoreMapLoss.apply(
-        student[0], student_b, teacher[0].detach(), teacher_b, mask, heads, kind, with_grad
+        student[0], student_b, teacher[0].detach(), teacher_b, mask, heads, kind, with_grad, padding
     )
 
 
@@ -239,14 +243,16 @@ def att_kl(
     teacher: tuple[Tensor, Tensor],
     num_heads: int,
     mask: Tensor | None = None,
+    *,
+    padding: str = "masked",
 ) -> Tensor:
     """`losses.att_kl` on the per-head maps A B^T / sqrt(d) of (A, B) projections [B, L,
     num_heads*d], float32.
 
     (Q, K) gives att_kl on the attention scores; (V, V) `losses.val_kl`; (X, X) with `num_heads`
-    relation heads `losses.relation_kl`. `mask`: [B, L] or None.
+    relation heads `losses.relation_kl`. `mask`: [B, L] or None; `padding`: as `losses.att_kl`'s.
     """
-    return score_map_loss("kl", student, teacher, num_heads, mask)
+    return score_map_loss("kl", student, teacher, num_heads, mask, padding)
 
 
 def att_mse(
@@ -259,6 +265,6 @@ def att_mse(
 ) -> Tensor:
     """`losses.att_mse` (with its `padding`) on the per-head maps Q K^T / sqrt(d) of (Q, K)
     projections [B, L, num_heads*d], float32."""
-    check_padding(padding, "att_mse")
+    check_padding(padding, "att_mse", MSE_PADDINGS)
     kind = "tinybert_mse" if padding == "tinybert" else "mse"
     return score_map_loss(kind, student, teacher, num_heads, mask)

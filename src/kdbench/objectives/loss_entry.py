@@ -46,32 +46,38 @@ class LossEntry:
     takes_labels: bool = field(init=False)
     # takes `num_heads` (relation heads; a term's default is the teacher's head count)
     takes_num_heads: bool = field(init=False)
-    # takes `padding` (its fused form too), given by the stage (`stages.<stage>.padding`): masked,
-    # or averaged over every position as TinyBERT's released code does
+    # the parameters a term passes on to `fused` (its keyword-only ones)
+    fused_keywords: tuple[str, ...] = field(init=False)
+    # takes `padding` (its fused form too) from the stage (`stages.<stage>.padding`), not from a
+    # term: a loss that declares `padding` in its `rules` takes it as a term parameter instead
     takes_padding: bool = field(init=False)
 
     def __post_init__(self):
         parameters = inspect.signature(self.fn).parameters
         object.__setattr__(self, "takes_labels", "labels" in parameters)
         object.__setattr__(self, "takes_num_heads", "num_heads" in parameters)
-        object.__setattr__(self, "takes_padding", "padding" in parameters)
-        if self.takes_padding and self.fused is not None:
-            if "padding" not in inspect.signature(self.fused).parameters:
-                raise TypeError(f"{self.fn.__name__}'s fused form takes no padding")
+        fused = inspect.signature(self.fused).parameters.values() if self.fused else ()
+        keywords = tuple(p.name for p in fused if p.kind is p.KEYWORD_ONLY)
+        object.__setattr__(self, "fused_keywords", keywords)
+        padded = "padding" in parameters
+        object.__setattr__(self, "takes_padding", padded and "padding" not in self.rules)
+        if padded and self.fused is not None and "padding" not in keywords:
+            raise TypeError(f"{self.fn.__name__}'s fused form takes no padding")
         if undeclared := sorted(set(self.rules) - set(self.param_rules)):
             raise TypeError(f"{self.fn.__name__} has no parameter {', '.join(undeclared)}")
 
     @cached_property
     def parameters(self) -> list[inspect.Parameter]:
         """What a term's `params` may set: `fn`'s arguments after the two features, less the mask
-        and labels a step passes and the padding its stage gives; for a `module` loss, the keyword
-        arguments of the module it builds."""
+        and labels a step passes and the padding its stage gives (`takes_padding`); for a `module`
+        loss, the keyword arguments of the module it builds."""
         if self.module:
             builds = typing.get_type_hints(self.fn)["return"]
             keywords = inspect.signature(builds).parameters.values()
             return [p for p in keywords if p.kind is p.KEYWORD_ONLY and p.name != "seed"]
         taken = list(inspect.signature(self.fn).parameters.values())[2:]
-        return [p for p in taken if p.name not in ("mask", "labels", "padding")]
+        given = ("mask", "labels", "padding") if self.takes_padding else ("mask", "labels")
+        return [p for p in taken if p.name not in given]
 
     @cached_property
     def param_rules(self) -> dict[str, Rule | None]:

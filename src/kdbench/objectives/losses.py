@@ -22,8 +22,10 @@ Conventions shared by all functions:
 * Padded positions never reach the arithmetic: they are replaced (with
   ``masked_fill`` / ``torch.where``) before use, so arbitrary values there,
   even ``inf`` or ``nan``, change neither the loss nor the student gradients;
-  except under ``padding="tinybert"`` (att_mse, hid_mse: a stage's `padding`),
-  which averages over every position as TinyBERT's released code does.
+  except under a ``padding`` that counts them (`tensors`): ``"rows"`` and
+  ``"none"`` (att_kl, val_kl: a term's ``params.padding``, the study's
+  released KLs) and ``"tinybert"`` (att_mse, hid_mse: a stage's `padding`,
+  every position averaged as TinyBERT's released code does).
 * The teacher side is detached: gradients only flow into the student inputs.
 * Without padding the normalisations coincide with the ones used by the
   original implementations (TinyBERT / MiniLM / MiniLMv2 / DistilBERT).
@@ -40,17 +42,21 @@ from kdbench.objectives.contrastive import crd
 from kdbench.objectives.loss_checks import (
     check_hidden,
     check_logits,
-    check_ndim,
+    check_relation_inputs,
     check_scores,
+    check_values,
 )
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.score_maps import masked_row_kl, relation_scores
 from kdbench.objectives.tensors import (
+    KL_PADDINGS,
     LOGITS,
+    MSE_PADDINGS,
     check_padding,
     outside_autocast,
     padding_mask,
     released_scores,
+    rows_and_keys,
     split_heads,
 )
 from kdbench.objectives.vocabulary import mlm, mlm_kd
@@ -143,7 +149,7 @@ def att_mse(
     padded queries kept, scores <= -100 zeroed on each side).
     """
     check_scores(student_scores, teacher_scores, "att_mse")
-    check_padding(padding, "att_mse")
+    check_padding(padding, "att_mse", MSE_PADDINGS)
     batch, num_heads, length, _ = student_scores.shape
     m = padding_mask(mask, batch, length, student_scores.device)
     s, t = _f32(student_scores), _f32(teacher_scores).detach()
@@ -157,7 +163,13 @@ def att_mse(
 
 
 @outside_autocast
-def att_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None = None) -> Tensor:
+def att_kl(
+    student_scores: Tensor,
+    teacher_scores: Tensor,
+    mask: Tensor | None = None,
+    *,
+    padding: str = "masked",
+) -> Tensor:
     """Attention-distribution KL (MiniLM).
 
     Shapes: ``student_scores``, ``teacher_scores``: ``[B, H, L, L]``
@@ -168,12 +180,16 @@ def att_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor | None =
         KL(softmax(t[b, h, i, valid keys]) || softmax(s[b, h, i, valid keys]))
 
     Reduction: sum over heads and valid rows divided by ``H * sum_b n_b``.
-    Finite for any padding pattern (including fully padded examples).
+    Finite for any padding pattern (including fully padded examples). That is
+    ``padding="masked"``; ``"rows"`` counts every query row of the padded batch
+    and divides by ``B * H * L``, as the study's released code (its maps are
+    ``[B*H, L, L]``, ``-inf`` at padded keys); ``"none"`` counts padded keys too.
     """
     check_scores(student_scores, teacher_scores, "att_kl")
     batch, _, length, _ = student_scores.shape
     m = padding_mask(mask, batch, length, student_scores.device)
-    return masked_row_kl(_f32(student_scores), _f32(teacher_scores).detach(), m)
+    rows, keys = rows_and_keys(m, padding)
+    return masked_row_kl(_f32(student_scores), _f32(teacher_scores).detach(), rows, keys)
 
 
 @outside_autocast
@@ -183,6 +199,7 @@ def val_kl(
     mask: Tensor | None = None,
     *,
     scale_by: str = "own",
+    padding: str = "masked",
 ) -> Tensor:
     """Value-relation KL (MiniLM).
 
@@ -195,29 +212,17 @@ def val_kl(
     rows, i.e. ``sum / (H * sum_b n_b)``. ``scale_by``: ``"own"`` divides
     each side by its own head size, ``"teacher"`` both by the teacher's
     ``d_t`` (MiniLM's Eq. 8 writes one ``d_k``; the two differ only when the
-    head sizes do, as across an assistant chain).
+    head sizes do, as across an assistant chain). ``padding``: as :func:`att_kl`'s;
+    ``"none"`` is the study's released value relation.
     """
-    if scale_by not in ("own", "teacher"):
-        raise ValueError(f"val_kl: scale_by must be 'own' or 'teacher', got {scale_by!r}")
-    check_ndim(student_values, (4,), "val_kl", "[B, H, L, d]")
-    check_ndim(teacher_values, (4,), "val_kl", "[B, H, L, d]")
-    if student_values.shape[1] != teacher_values.shape[1]:
-        raise ValueError(
-            f"val_kl: student and teacher must have the same number of heads, got "
-            f"{student_values.shape[1]} (student) vs {teacher_values.shape[1]} (teacher); "
-            "use relation_kl to compare different head counts"
-        )
-    if student_values.shape[:3] != teacher_values.shape[:3]:
-        raise ValueError(
-            f"val_kl: student and teacher [B, H, L] differ: "
-            f"{tuple(student_values.shape[:3])} vs {tuple(teacher_values.shape[:3])}"
-        )
+    check_values(student_values, teacher_values, scale_by)
     batch, _, length, _ = student_values.shape
-    valid = padding_mask(mask, batch, length, student_values.device) > 0
+    m = padding_mask(mask, batch, length, student_values.device)
+    rows, keys = rows_and_keys(m, padding)
     head_size = teacher_values.shape[-1] if scale_by == "teacher" else None
-    s_rel = relation_scores(_f32(student_values), valid, head_size)
-    t_rel = relation_scores(_f32(teacher_values).detach(), valid)
-    return att_kl(s_rel, t_rel, mask)
+    s_rel = relation_scores(_f32(student_values), rows, keys, head_size)
+    t_rel = relation_scores(_f32(teacher_values).detach(), rows, keys)
+    return masked_row_kl(s_rel, t_rel, rows, keys)
 
 
 @outside_autocast
@@ -236,15 +241,7 @@ def relation_kl(
     relation heads and valid query rows). Works for any student width and
     attention-head count since only ``num_heads`` relation heads are used.
     """
-    check_ndim(student_x, (3,), "relation_kl", "[B, L, D]")
-    check_ndim(teacher_x, (3,), "relation_kl", "[B, L, D]")
-    if student_x.shape[:2] != teacher_x.shape[:2]:
-        raise ValueError(
-            f"relation_kl: student and teacher [B, L] differ: "
-            f"{tuple(student_x.shape[:2])} vs {tuple(teacher_x.shape[:2])}"
-        )
-    if num_heads < 1:
-        raise ValueError(f"relation_kl: num_heads must be >= 1, got {num_heads}")
+    check_relation_inputs(student_x, teacher_x, num_heads)
     return val_kl(
         split_heads(student_x, num_heads, "relation_kl (student)"),
         split_heads(teacher_x, num_heads, "relation_kl (teacher)"),
@@ -272,7 +269,7 @@ def hid_mse(
     ``[B, D]``: plain mean of ``(s - t)^2``.
     """
     check_hidden(student_hidden, teacher_hidden, mask, "hid_mse")
-    check_padding(padding, "hid_mse")
+    check_padding(padding, "hid_mse", MSE_PADDINGS)
     s = _f32(student_hidden)
     t = _f32(teacher_hidden).detach()
     if s.dim() == 2 or padding == "tinybert":
@@ -314,6 +311,8 @@ def cosine(student_hidden: Tensor, teacher_hidden: Tensor, mask: Tensor | None =
 
 # --- the registry: config name -> how a term applies the loss
 SCALE_BY = choice("own", "teacher", meaning="teacher: both relations by the teacher's head size")
+PADDING = choice(*KL_PADDINGS, meaning="rows: every query row counted; none: no padding mask")
+ATT_KL, VAL_KL = {"padding": PADDING}, {"padding": PADDING, "scale_by": SCALE_BY}
 CRD = {
     "feat_dim": COUNT,
     "num_negatives": COUNT,
@@ -326,9 +325,9 @@ LOSSES: dict[str, LossEntry] = {
     "mlm_kd": LossEntry(mlm_kd, (LOGITS,), mlm=True, rules={"temperature": POSITIVE}),
     "mlm": LossEntry(mlm, (LOGITS,), mlm=True),
     "att_mse": LossEntry(att_mse, ("attention_scores",), fused=fused.att_mse),
-    "att_kl": LossEntry(att_kl, ("attention_scores",), fused=fused.att_kl),
+    "att_kl": LossEntry(att_kl, ("attention_scores",), fused=fused.att_kl, rules=ATT_KL),
     # att_kl on the maps V V^T
-    "val_kl": LossEntry(val_kl, ("values",), fused=fused.att_kl, rules={"scale_by": SCALE_BY}),
+    "val_kl": LossEntry(val_kl, ("values",), fused=fused.att_kl, rules=VAL_KL),
     # att_kl on X X^T
     "relation_kl": LossEntry(
         relation_kl, ("query", "key", "value"), fused=fused.att_kl, rules={"num_heads": COUNT}

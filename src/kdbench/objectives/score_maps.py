@@ -11,22 +11,24 @@ from torch import Tensor
 from kdbench.objectives.tensors import MASKED_SCORE
 
 
-def masked_row_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor) -> Tensor:
+def masked_row_kl(
+    student_scores: Tensor, teacher_scores: Tensor, rows: Tensor, keys: Tensor
+) -> Tensor:
     """Masked row-wise KL reduction shared by the attention/relation losses.
 
     ``student_scores``/``teacher_scores``: float32 ``[B, H, L, L]`` pre-softmax
-    scores; ``mask``: float32 ``[B, L]`` from :func:`features.padding_mask`.
+    scores; ``rows``, ``keys``: bool ``[B, L]``, the query rows and the keys
+    counted (`tensors.rows_and_keys`).
 
-    For every head and valid query row ``i`` of example ``b`` computes
+    For every head and counted query row ``i`` of example ``b`` computes
     ``KL(softmax(t[b, h, i, K_b]) || softmax(s[b, h, i, K_b]))`` with ``K_b``
-    the valid keys, and returns ``sum / (H * sum_b n_b)``.
+    the counted keys, and returns ``sum / (H * number of counted rows)``.
     """
     _, num_heads, _, _ = student_scores.shape
-    valid = mask > 0
-    pair = valid[:, None, :, None] & valid[:, None, None, :]  # [B, 1, L, L]
+    pair = rows[:, None, :, None] & keys[:, None, None, :]  # [B, 1, L, L]
 
-    # Replace every invalid (query, key) entry before the softmax: invalid keys
-    # drop out of the normalisation and invalid query rows become a harmless
+    # Replace every left-out (query, key) entry before the softmax: left-out keys
+    # drop out of the normalisation and left-out query rows become a harmless
     # uniform row; nothing non-finite survives into the graph.
     logp_s = torch.log_softmax(student_scores.masked_fill(~pair, MASKED_SCORE), dim=-1)
     logp_t = torch.log_softmax(teacher_scores.masked_fill(~pair, MASKED_SCORE), dim=-1)
@@ -36,16 +38,17 @@ def masked_row_kl(student_scores: Tensor, teacher_scores: Tensor, mask: Tensor) 
     p_t = torch.where(pair, logp_t.exp(), zero)
 
     row_kl = (p_t * (logp_t - logp_s)).sum(dim=-1)  # [B, H, L]
-    row_kl = torch.where(valid[:, None, :], row_kl, zero)
-    denom = (num_heads * mask.sum()).clamp_min(1.0)
+    row_kl = torch.where(rows[:, None, :], row_kl, zero)
+    denom = (num_heads * rows.sum()).clamp_min(1)
     return row_kl.sum() / denom
 
 
-def relation_scores(x: Tensor, valid: Tensor, head_size: int | None = None) -> Tensor:
+def relation_scores(x: Tensor, rows: Tensor, keys: Tensor, head_size: int | None = None) -> Tensor:
     """``X X^T / sqrt(d)`` for float32 ``x`` of shape ``[B, H, L, d]`` (or ``d = head_size``).
 
-    Padded tokens (``valid`` is bool ``[B, L]``) are zeroed first so that
-    arbitrary padded values cannot overflow the product.
+    Tokens left out (``rows`` as query rows, ``keys`` as keys, bool ``[B, L]``)
+    are zeroed first so that arbitrary padded values cannot overflow the product.
     """
-    x = x.masked_fill(~valid[:, None, :, None], 0.0)
-    return torch.matmul(x, x.transpose(-1, -2)) / math.sqrt(head_size or x.shape[-1])
+    query = x.masked_fill(~rows[:, None, :, None], 0.0)
+    key = x.masked_fill(~keys[:, None, :, None], 0.0)
+    return torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(head_size or x.shape[-1])

@@ -1,6 +1,6 @@
 """What the features and the losses share: the records key of the logits, the score a masked entry
-takes, heads split from a projection, the padding mask, TinyBERT's released attention map, and a
-loss computed outside autocast."""
+takes, heads split from a projection, the padding mask, the padding modes and what each counts in a
+score map, TinyBERT's released attention map, and a loss computed outside autocast."""
 
 from __future__ import annotations
 
@@ -39,19 +39,34 @@ def padding_mask(mask: Tensor | None, batch: int, length: int, device: torch.dev
     return (mask.to(device) != 0).to(torch.float32)
 
 
-# `padding`: a loss's average over real tokens only (kdbench's), or over every position of a batch
-# padded to the maximum length, [PAD] included, as TinyBERT's released code averages its MSE losses
-PADDINGS = ("masked", "tinybert")
+# `padding`: how a loss counts padded positions. "masked": real tokens only (kdbench's). The
+# score-map KLs (`losses.att_kl`, `losses.val_kl`, a term's `params.padding`) also take "rows",
+# padded tokens as keys only, every query row of the padded batch counted (the study's released
+# attention KL, its maps [B*H, L, L] with -inf at padded keys, summed and divided by B*H*L), and
+# "none", nothing left out (the study's released value relation). The MSE losses
+# (`losses.att_mse`, `losses.hid_mse`, a stage's `padding`) also take "tinybert", every position of
+# a batch padded to the maximum length averaged, [PAD] included, as TinyBERT's released code does.
+KL_PADDINGS = ("masked", "rows", "none")
+MSE_PADDINGS = ("masked", "tinybert")
 # TinyBERT's released BERT adds this to the scores of padded keys; its task_distill.py and
 # general_distill.py then zero every score at or below RELEASED_FLOOR on each side before the MSE
 RELEASED_MASK_SCORE = -10000.0
 RELEASED_FLOOR = -1.0e2
 
 
-def check_padding(padding: str, what: str) -> None:
-    """`padding` is one of PADDINGS; `what` names the caller in the error."""
-    if padding not in PADDINGS:
-        raise ValueError(f"{what}: padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
+def check_padding(padding: str, what: str, accepted: tuple[str, ...]) -> None:
+    """`padding` is one of `accepted` (the paddings the loss `what` names takes)."""
+    if padding not in accepted:
+        raise ValueError(f"{what}: padding must be one of {', '.join(accepted)}, got {padding!r}")
+
+
+def rows_and_keys(mask: Tensor, padding: str) -> tuple[Tensor, Tensor]:
+    """The query rows and the keys a score-map KL counts, bool [B, L] each, from a float32 padding
+    mask [B, L] (`padding_mask`) and one of KL_PADDINGS."""
+    check_padding(padding, "score-map KL", KL_PADDINGS)
+    valid = mask > 0
+    every = torch.ones_like(valid)
+    return (valid if padding == "masked" else every), (every if padding == "none" else valid)
 
 
 def released_masked(scores: Tensor, mask: Tensor) -> Tensor:

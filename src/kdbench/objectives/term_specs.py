@@ -39,6 +39,15 @@ class Term:
     params: dict = field(default_factory=dict)  # the loss function's keyword arguments
     projected: bool = False  # the student's features go through a learnable W_h first
     positions: str = "masked"  # MLM logits at the masked positions or every attended token
+    # each side's layers a concatenating (`module`) loss reads when they are not its pairs' (every
+    # layer of each side: `layers: every`); None: the pairs'
+    layers: tuple[list[int], list[int]] | None = None
+
+    def sides(self) -> tuple[list[int], list[int]]:
+        """The layers the term reads on each side, (student's, teacher's)."""
+        if self.layers is not None:
+            return self.layers
+        return [s for s, _ in self.pairs], [t for _, t in self.pairs]
 
 
 def build_terms(
@@ -74,11 +83,10 @@ def build_terms(
             objective_name, index, spec["projection"], entry, student_conf, teacher_conf
         )
         params = _params(objective_name, at, index, spec, entry, student_conf, teacher_conf)
-        weight = float(spec["weight"])
         positions = _positions(objective_name, index, spec["positions"], entry)
-        terms.append(
-            Term(spec["name"] or loss, loss, feature, weight, pairs, params, projected, positions)
-        )
+        layers = _every_layer(objective_name, index, spec, entry, depths)
+        weight, name = float(spec["weight"]), spec["name"] or loss
+        terms.append(Term(name, loss, feature, weight, pairs, params, projected, positions, layers))
     _check_unique_names(objective_name, terms)
     return terms
 
@@ -203,6 +211,26 @@ def _positions(objective: str, index: int, positions: str, entry: LossEntry) -> 
             "use: remove the key"
         )
     return positions
+
+
+def _every_layer(
+    objective: str, index: int, spec: dict, entry: LossEntry, depths: tuple[int, int]
+) -> tuple[list[int], list[int]] | None:
+    """For `layers: every`, each side's embeddings and every layer (a concatenating loss only, its
+    pairs then unused); None for `mapped`."""
+    if spec["layers"] == "mapped":
+        return None
+    if not entry.module:
+        raise ConfigError(
+            f"objective {objective}, term {index}: layers=every concatenates each side's layers, "
+            f"which only a concatenating loss (crd) reads, not {spec['loss']}: remove the key"
+        )
+    if spec["mapping"] is not None or spec["embedding_pair"]:
+        raise ConfigError(
+            f"objective {objective}, term {index}: layers=every reads every layer and the "
+            "embeddings of each side, so its mapping and embedding_pair say nothing: remove them"
+        )
+    return list(range(depths[0] + 1)), list(range(depths[1] + 1))
 
 
 def _projected(

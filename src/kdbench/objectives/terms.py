@@ -60,13 +60,30 @@ class Objective(nn.Module):
                 )
             if entry.module:
                 widths = [
-                    len(term.pairs) * conf.hidden_size for conf in (student_conf, teacher_conf)
+                    len(layers) * conf.hidden_size
+                    for layers, conf in zip(term.sides(), (student_conf, teacher_conf))
                 ]
                 self.loss_modules[term.name] = entry.fn(*widths, train_labels, seed, **term.params)
 
     @property
     def uses_logits(self) -> bool:
         return any(term.feature == LOGITS for term in self.terms)
+
+    @property
+    def reads_padding(self) -> bool:
+        """Whether a term reads features at padded positions, where the teacher's features table
+        holds zeros, not the teacher's values: a token-level term whose `padding` (its
+        `params.padding`, or the stage's for a loss that takes it) is not masked."""
+        return any(
+            token_level(term.feature) and self.term_padding(term) != "masked" for term in self.terms
+        )
+
+    def term_padding(self, term: Term) -> str:
+        """How the term's loss counts padded positions: the stage's `padding` for a loss that takes
+        it (`LossEntry.takes_padding`), else the term's `params.padding` (masked by default)."""
+        if LOSSES[term.loss].takes_padding:
+            return self.padding
+        return term.params.get("padding", "masked")
 
     @property
     def logit_positions(self) -> str:
@@ -80,8 +97,8 @@ class Objective(nn.Module):
         for term in self.terms:
             if term.feature == LOGITS:
                 continue
-            for pair in term.pairs:
-                wanted.setdefault(pair[position], set()).update(FEATURES[term.feature].raw)
+            for layer in term.sides()[position]:
+                wanted.setdefault(layer, set()).update(FEATURES[term.feature].raw)
         return wanted
 
     def last_layer(self, side: str) -> int | None:
@@ -108,15 +125,16 @@ class Objective(nn.Module):
         return losses
 
     def _term_loss(self, term: Term, student_records, teacher_records, batch: dict) -> torch.Tensor:
-        """The term's unweighted loss: summed over its layer pairs, or one module call on all of
-        them (CRD)."""
-        if term.name in self.loss_modules:  # the mapped layers' features, concatenated
-            features = [
-                self._pair_features(term, student_records, teacher_records, s, t)
-                for s, t in term.pairs
-            ]
-            student_all = torch.cat([s for s, _ in features], dim=-1)
-            teacher_all = torch.cat([t for _, t in features], dim=-1)
+        """The term's unweighted loss: summed over its layer pairs, or one module call on each
+        side's features concatenated in layer order (CRD)."""
+        if term.name in self.loss_modules:
+            student_layers, teacher_layers = term.sides()
+            student_all = torch.cat(
+                [self._feature(term, student_records, s, "student") for s in student_layers], -1
+            )
+            teacher_all = torch.cat(
+                [self._feature(term, teacher_records, t, "teacher") for t in teacher_layers], -1
+            )
             return self.loss_modules[term.name](
                 student_all, teacher_all, batch["example"], batch["labels"]
             )
@@ -146,13 +164,15 @@ class Objective(nn.Module):
         a, b = _score_map_factors(term.feature)
         student, teacher = student_records[s], teacher_records[t]
         heads = term.params["num_heads"] if entry.takes_num_heads else self.student_heads
-        padding = {"padding": self.padding} if entry.takes_padding else {}
+        keywords = {name: term.params[name] for name in entry.fused_keywords if name in term.params}
+        if entry.takes_padding:
+            keywords["padding"] = self.padding
         return entry.fused(
             (student[a], student[b]),
             (teacher[a], teacher[b]),
             heads,
             batch["attention_mask"],
-            **padding,
+            **keywords,
         )
 
     def _reference_pair_loss(
@@ -178,11 +198,19 @@ class Objective(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The term's (student, teacher) features at one layer pair, the student's projected when it
         has W_h."""
-        student = _read_feature(student_records, s, term.feature, self.student_heads)
-        teacher = _read_feature(teacher_records, t, term.feature, self.teacher_heads)
+        return (
+            self._feature(term, student_records, s, "student"),
+            self._feature(term, teacher_records, t, "teacher"),
+        )
+
+    def _feature(self, term: Term, records, layer, side: str) -> torch.Tensor:
+        """The term's feature at a layer of one side, the student's projected when it has W_h."""
+        if side == "teacher":
+            return _read_feature(records, layer, term.feature, self.teacher_heads)
+        student = _read_feature(records, layer, term.feature, self.student_heads)
         if term.name in self.projections:
             student = self.projections[term.name](student)
-        return student, teacher
+        return student
 
 
 def _read_feature(records, layer, feature: str, heads: int) -> torch.Tensor:

@@ -161,6 +161,11 @@ class TermKeys:
         "masked",
         help="an MLM soft-target term's tokens: the masked ones, or every attended one",
     )
+    layers: str = key(
+        choice("mapped", "every", meaning="every: each side's embeddings and all its layers"),
+        "mapped",
+        help="the layers a concatenating loss (crd) reads: its pairs', or every layer of each side",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

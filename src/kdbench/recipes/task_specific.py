@@ -200,7 +200,7 @@ def distil(
     stage's objective trained on `_loss_step`; its times into `timing`. A `scorer` (the student's
     dev evaluations) comes first among its hooks; the student then runs whole while it trains."""
     labels = torch.from_numpy(column_array(lesson.train_set, "labels"))
-    tables = teacher_tables(plan, stage, lesson, timing)
+    tables = teacher_tables(plan, lesson, timing)
     teacher = lesson.teacher.model
     hooks = hooks if scorer is None else [scorer, *hooks]
     whole = scorer is not None
@@ -235,14 +235,16 @@ def stage_step(
     """Yields a distillation stage's `_loss_step` and the modules it trains (student, objective).
 
     The teacher's records come from `tables(needs, stop_after, logits)` when it gives a table (the
-    caches), else from a teacher forward at every step. Both models stop after their last mapped
-    layer while the context is open: nothing above it is computed; the student runs `whole` (to its
-    logits) where it is evaluated during the stage.
+    caches), else from a teacher forward at every step: always so for an objective that reads padded
+    positions (`Objective.reads_padding`: the features table holds real tokens only). Both models
+    stop after their last mapped layer while the context is open: nothing above it is computed; the
+    student runs `whole` (to its logits) where it is evaluated during the stage.
     """
     objective = stage_objective(plan, stage, labels)
     logits = output_logits if objective.uses_logits else None
     needs, stop_after = objective.needs("teacher"), objective.last_layer("teacher")
-    table = tables(needs, stop_after, logits) if tables is not None else None
+    cached = tables is not None and not objective.reads_padding
+    table = tables(needs, stop_after, logits) if cached else None
     student_needs = objective.needs("student"), None if whole else objective.last_layer("student")
     with ExitStack() as recording:
         recorder = recording.enter_context(FeatureRecorder(student, *student_needs))
@@ -274,15 +276,15 @@ def stage_objective(plan: Plan, stage: StageSpec, labels: torch.Tensor) -> Objec
     return objective.to(plan.device)
 
 
-def teacher_tables(plan: Plan, stage: StageSpec, lesson: Lesson, timing: dict):
+def teacher_tables(plan: Plan, lesson: Lesson, timing: dict):
     """The teacher's cached records, as `stage_step` asks for them: its logits table for an
     objective that reads only its logits, else its features at the objective's layers (None where
-    they would not fit); none with its dropout on, nor features for a stage that reads padded
-    positions (padding=tinybert: the table keeps real tokens only), where it runs at every step."""
+    they would not fit); none with its dropout on, where it runs at every step (as it does for an
+    objective that reads padded positions: `stage_step`)."""
     trainer, source = plan.trainer, (lesson.teacher, lesson.train_set, lesson.tokenizer, plan)
 
     def tables(needs, stop_after, logits):
-        if trainer.teacher_dropout or (needs and stage.padding != "masked"):
+        if trainer.teacher_dropout:
             return None
         if not needs and logits is not None and trainer.cache_teacher_logits:
             table = timed(teacher_logits_table, timing, "logits_table_s")(*source, lesson.augmented)
