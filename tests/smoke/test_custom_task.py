@@ -60,7 +60,8 @@ def test_a_csv_task_ships_a_student_that_predicts_label_names(user_data, tmp_pat
     assert scores == [{"type": "accuracy", "value": round(record["metrics"]["accuracy"], 2)}]
     for fragment in (
         "**Teacher**: tiny",
-        "**Objective**: intermediate: att_kl; then prediction: kd (alpha=0.5, temperature=2.0)",
+        "**Objective**: intermediate: att_kl (padding=masked); then prediction: kd (alpha=0.5, "
+        "temperature=2.0)",
         "**Init**: every_kth (2,4)",
         f"**Data**: {user_data['csv'].name}, {user_data['csv_dev'].name} (local files)",
         "| parameters |",

@@ -11,6 +11,13 @@ from kdbench.teacher.cache import cache_path, teacher_key
 from tests.faults.test_resume import Crash, crash_at
 from tests.helpers import compose_config, tiny_overrides, tiny_teacher_setup
 
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """A teacher fine-tuned here, not one another test left in the session's cache."""
+    monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))
+
+
 # the tiny teacher's dev accuracy peaks at epoch 3 of these 8
 BEST_BEFORE_THE_LAST = (
     "trainer.teacher_best_checkpoint=true",

@@ -5,6 +5,7 @@ the calibration naming one that fits, and a folder that holds another command's 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict
 
 import pytest
@@ -14,6 +15,14 @@ from kdbench.advise.design import Calibration
 from kdbench.advise.inputs import read_inputs
 from kdbench.advise.jobs import pilot_commands
 from kdbench.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def no_stale_log_handlers(monkeypatch):
+    """No handler that a Hydra run earlier in this process bound to a capture stream since closed:
+    the command's own output is what the tests read."""
+    for name in (None, "kdbench"):
+        monkeypatch.setattr(logging.getLogger(name), "handlers", [])
 
 
 @pytest.fixture

@@ -137,8 +137,8 @@ def recipe_lines(plan) -> list[str]:
 
 
 def objective_text(plan) -> str:
-    """The stages that distilled, each with its terms: "intermediate: att_kl; then prediction: kd
-    (temperature=2.0, alpha=0.5)"."""
+    """The stages that distilled, each with its terms: "intermediate: att_kl (padding=masked); then
+    prediction: kd (alpha=0.5, temperature=2.0)"."""
     stages = [stage for stage in plan.stages.values() if stage.terms and stage.runs]
     return "; then ".join(
         f"{stage.name}: {', '.join(map(term_text, stage.terms))}" for stage in stages
