@@ -222,6 +222,17 @@ def test_split_designs_excludes_a_cells_other_design_naming_the_key(tmp_path: Pa
         assert not_design not in row["reason"]
 
 
+def test_a_subset_drawn_per_seed_is_one_design_and_a_fixed_subset_another(tmp_path: Path):
+    results = tmp_path / "results"
+    for seed in (1, 2, 3):  # data.subset_seed: ${seed}, resolved
+        write_run(results, seed=seed, config=_config(5e-5, seed) | {"data": {"subset_seed": seed}})
+    write_run(results, seed=4, config=_config(5e-5, 4) | {"data": {"subset_seed": 0}})  # fixed
+    frame, excluded = split_designs(to_frame(load_records(results).records))
+    assert sorted(frame.seed) == [1, 2, 3]
+    (row,) = excluded
+    assert row["seed"] == "4" and 'data.subset_seed=0 (used: "the run\'s seed")' in row["reason"]
+
+
 def test_split_designs_keeps_cells_of_one_design(three_objectives: Path):
     frame = to_frame(load_records(three_objectives).records)
     kept, excluded = split_designs(frame)

@@ -243,9 +243,14 @@ def chain_of(folder: str | Path | None, name: str) -> list[str]:
     return list(saved["chain"]) if saved else [name]
 
 
+# A design's training subset drawn per seed (`data.subset_seed: ${seed}`), as its design reads it
+PER_SEED = "the run's seed"
+
+
 def design(config: dict, grid: dict | None = None) -> dict:
     """The resolved config flattened to dotted keys, less `NOT_DESIGN` and the fine-tuning grid
-    point's keys: what two runs must share to be seeds of one design."""
+    point's keys: what two runs must share to be seeds of one design. A `data.subset_seed` equal to
+    the run's (non-zero) seed reads as `PER_SEED`: each seed's own subset is part of its seed."""
     grid_keys = {f"{at}{key}" for key in grid or {} for at in ("trainer.", GRID_AT[key])}
     skipped = set(NOT_DESIGN) | grid_keys
 
@@ -258,7 +263,10 @@ def design(config: dict, grid: dict | None = None) -> dict:
             out |= flat(value, f"{name}.") if isinstance(value, dict) else {name: value}
         return out
 
-    return flat(config, "")
+    out = flat(config, "")
+    if config.get("seed") and out.get("data.subset_seed") == config["seed"]:
+        out["data.subset_seed"] = PER_SEED
+    return out
 
 
 def provenance(device, world_size: int) -> dict:
