@@ -66,8 +66,9 @@ class Part:
     kept: int = TAIL  # characters of its output log.txt keeps
 
 
-# In order of what a lent GPU must show first; each cap is about 1.3x the part's time on an H200
-# (peers: seven processes of about 25 s; profile: two).
+# In order of what a lent GPU must show first. Caps from the H200 runs of benchmarks/gpu/: tests
+# 25 s, e2e 42-48 s, agnostic 55 s for eight objectives, host 16-17 s; peers took 221 s as nine
+# processes (seven now); the profile's two processes took more than 60 s (not yet measured whole).
 PARTS = (
     Part("tests", 45, None),
     Part("e2e", 60, None, gpu_only=False),
@@ -112,7 +113,7 @@ def commands(part: str, out: Path) -> list[list[str]]:
 def peer_specs() -> list[dict]:
     """Stage 1 (att_kl+val_kl, MiniLM-L6 -> 3x384, SST-2) at batch 32 and 256: the loss and
     gradient check, kdbench in fp32 and bf16, the tuned loop and TextBrewer in fp32 (the tuned
-    loop's own bf16 autocast is 7x slower than its fp32: not a reference)."""
+    loop's own bf16 autocast ran at 0.11-0.13x its fp32 at batch 32 on the H200: no reference)."""
     base = PEER_BASE
     specs = [{**base, "impl": "check", "seed": 1, "batch_size": 32, "steps": 1, "warmup": 0}]
     peers = [("kdbench", "fp32"), ("kdbench", "bf16"), ("tuned", "fp32")]
