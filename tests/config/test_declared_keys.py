@@ -74,7 +74,11 @@ class Toy:
     ("values", "message"),
     [
         ({"width": 0}, "toy.width=0 must be a positive integer"),
-        ({"widht": 2}, "toy has no key widht; valid keys: per_task, shape, width"),
+        (
+            {"widht": 2},
+            "toy has no key widht; did you mean toy.width? valid keys: per_task, shape,",
+        ),
+        ({"colour": 2}, "toy has no key colour; valid keys: per_task, shape, width"),
         ({"shape": {"num_layers": -1}}, "toy.shape.num_layers=-1 must be a positive integer"),
         ({"shape": 3}, "toy.shape=3 must be a mapping of name, num_layers, hidden_size, "),
         ({"per_task": {"rte": 2, "sst2": 1.5}}, "toy.per_task.sst2=1.5 must be a positive integer"),

@@ -33,3 +33,5 @@ def test_help_shows_the_commands_the_docs_and_the_config_groups():
     groups = text.split("== Config groups (group=option) ==")[1]
     assert "\nobjective: att_kl, " in groups and "\ntask: cola, custom, " in groups
     assert "seed: 1" not in text  # the composed config is --cfg job's, not --help's
+    prose = text.split("== Config groups")[0] + text[text.index("Every option") :]
+    assert max(len(line) for line in prose.splitlines()) <= 100  # a terminal's width

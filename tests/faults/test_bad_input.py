@@ -85,6 +85,15 @@ def test_an_unknown_key_is_answered_with_the_closest_one(capsys, override, line)
     assert exited.value.code == 2 and capsys.readouterr().err == f"kdbench: error: {line}\n"
 
 
+def test_a_value_the_grammar_rejects_is_answered_with_it_quoted(capsys):
+    with pytest.raises(SystemExit) as exited:
+        check_overrides(["+experiment=distill", "task=custom", "task.delimiter=;"])
+    assert exited.value.code == 2 and capsys.readouterr().err == (
+        "kdbench: error: cannot parse the override task.delimiter=;: quote a value with "
+        "characters Hydra's grammar reserves, e.g. \"task.delimiter=';'\"\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("overrides", "fragments"),
     [
@@ -169,6 +178,17 @@ def test_a_run_failing_after_work_keeps_its_failed_record(tmp_path):
     assert_one_line_error(result, "SST-2/train.tsv:50")
     (record,) = work.glob("outputs/*/*/result.json")
     assert json.loads(record.read_text())["status"] == "failed"
+
+
+def test_a_run_in_a_folder_the_user_named_makes_no_other(tmp_path):
+    glue, work = write_tiny_glue(tmp_path / "glue"), tmp_path / "work"
+    work.mkdir()
+    path = glue / "SST-2" / "train.tsv"
+    path.write_text(path.read_text() + "a row without a label\n")
+    result = cli(*tiny_overrides(glue, work / "run"), cwd=work)
+    assert_one_line_error(result, "SST-2/train.tsv:50")
+    assert [p.name for p in work.iterdir()] == ["run"]  # no outputs/ beside it
+    assert json.loads((work / "run" / "result.json").read_text())["status"] == "failed"
 
 
 def test_cli_binary_data_file_is_named(tmp_path):

@@ -70,5 +70,5 @@ def test_local_files_are_named_in_the_text_not_the_hub_metadata(user_data, tmp_p
         "task.label_column=sentiment",
     )
     text = card(make_plan(compose_config(overrides)))
-    assert "datasets" not in header(text)
+    assert "datasets" not in header(text) and "model-index" not in header(text)
     assert f"**Data**: {user_data['csv'].name} (local files)" in text

@@ -89,3 +89,11 @@ def test_a_run_warns_of_a_teacher_or_student_that_has_not_learned():
     assert learning_warnings({"metrics": student, "teacher_metrics": student}) is None
     assert "warnings" not in record.completed({"metrics": student}, 1.0, {}).as_json()
     assert RunRecord.from_json(done.as_json()).warnings == done.warnings
+
+
+def test_a_dev_set_of_one_class_predicted_right_is_no_sign():
+    all_similar = {"accuracy": 100.0, "predicted_class_1": 5, "dev_class_1": 5}
+    assert not_learned(all_similar) is None
+    assert collapse_status(all_similar, "accuracy") == HEALTHY
+    mostly_similar = {"predicted_class_1": 20, "dev_class_0": 5, "dev_class_1": 15}
+    assert not_learned(mostly_similar) == "predicts class 1 for 100% of the dev examples"

@@ -10,6 +10,7 @@ entries of a list or mapping key declared with `each` one by one.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import MISSING, Field, fields, is_dataclass
 
 from kdbench.errors import ConfigError
@@ -35,14 +36,20 @@ def with_defaults(values: dict, declaration) -> dict:
     return {name: f.default for name, f in keys if f.default is not MISSING} | values
 
 
+def unknown_keys(unknown: list[str], keys: list[str], at: str) -> str:
+    """The refusal of keys a declaration lacks: the closest declared key to each, then all."""
+    path = f"{at}." if at else ""
+    close = [f"{path}{m}" for name in unknown for m in difflib.get_close_matches(name, keys, n=1)]
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return f"{at} has no key {', '.join(unknown)}; {hint}valid keys: {', '.join(keys)}"
+
+
 def check_declared(values: dict, declaration, at: str) -> dict:
     """`values` (a group's resolved values at config path `at`; "" for the top level), each key
     declared and each value in its range; one value of a list key comes back as a list of one."""
     keys = declared_keys(declaration)
     if unknown := sorted(set(values) - set(keys)):
-        raise ConfigError(
-            f"{at} has no key {', '.join(unknown)}; valid keys: {', '.join(sorted(keys))}"
-        )
+        raise ConfigError(unknown_keys(unknown, sorted(keys), at))
     return {
         name: check_key(value, keys[name], f"{at}.{name}" if at else name)
         for name, value in values.items()

@@ -53,6 +53,12 @@ def register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("kdbench_job_dir", job_dir_name, replace=True)
+    OmegaConf.register_new_resolver("kdbench_run_dir", run_dir_or, replace=True)
+
+
+def run_dir_or(run_dir: str | None, dated: str) -> str:
+    """A single run's folder: the one the user named (paths.run_dir), else Hydra's dated one."""
+    return run_dir or dated
 
 
 def config_dir() -> Path:
@@ -117,10 +123,11 @@ def sweep_point(argv: list[str]) -> list[str]:
     tokens = overrides_of(argv)
     if not tokens:
         return []
+    parser = OverridesParser.create()
     try:
-        parsed = OverridesParser.create().parse_overrides(tokens)
+        parsed = parser.parse_overrides(tokens)
     except Exception as exc:
-        raise ConfigError(f"cannot parse the overrides: {one_line(exc)}") from None
+        raise ConfigError(unparsable(parser, tokens, exc)) from None
     searches = [o for o in parsed if o.get_key_element().lstrip("+~") == "hydra.searchpath"]
     searchpath = tuple(folder for override in searches for folder in searchpath_dirs(override))
     first_values = [override.input_line for override in searches]  # composed with their options
@@ -173,11 +180,16 @@ def compose(overrides: list[str], *, hydra_config: bool = False):
 
 def compose_check(overrides: list[str]) -> None:
     """Compose the config as Hydra will (first value of each sweep) and report a failure as one
-    line: a key the config lacks with the closest one it has."""
+    line: a key the config lacks with the closest one it has, or a run folder (paths.run_dir,
+    which Hydra makes first) that cannot be one."""
+    from kdbench.planning.groups import writable_folder
+
     try:
-        compose(overrides)
+        cfg = compose(overrides)
     except Exception as exc:
         raise ConfigError(unknown_key(overrides) or one_line(exc)) from None
+    if cfg.paths.run_dir:
+        writable_folder(cfg.paths.run_dir, "paths.run_dir")
 
 
 def unknown_key(overrides: list[str]) -> str | None:
@@ -202,6 +214,23 @@ def unknown_key(overrides: list[str]) -> str | None:
         fix = f"did you mean {close}?" if close else "python -m kdbench.run --cfg job lists them"
         return f"{key} is not a key; {fix}"
     return None
+
+
+def unparsable(parser, tokens: list[str], exc: Exception) -> str:
+    """What to do about overrides Hydra's grammar rejects: the first such token with its value
+    quoted (a value holding ; , ( ) [ ] { } = or a space must be)."""
+    for token in tokens:
+        try:
+            parser.parse_overrides([token])
+        except Exception:
+            key, equals, value = token.partition("=")
+            if equals and value and not value.startswith(("'", '"')):
+                return (
+                    f"cannot parse the override {token}: quote a value with characters Hydra's "
+                    f"grammar reserves, e.g. \"{key}='{value}'\""
+                )
+            return f"cannot parse the override {token}: {one_line(exc)}"
+    return f"cannot parse the overrides: {one_line(exc)}"
 
 
 def closest_key(key: str, keys: list[str]) -> str | None:

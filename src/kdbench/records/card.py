@@ -37,24 +37,20 @@ def data_text(plan) -> str:
     return f"{files} (local files)"
 
 
-def model_index(plan, metrics: dict) -> list[dict]:
-    """The Hub's `model-index`: the student's dev scores on the task."""
+def model_index(plan, metrics: dict) -> dict:
+    """The Hub's `model-index`: the student's dev scores on the task, where the task's data has a
+    Hub id (the Hub reads a result's dataset `type` as one); none for the user's own files, whose
+    scores the card's table gives."""
+    if not (hub := hub_datasets(plan)):
+        return {}
     scores = [{"type": name, "value": round(value, 2)} for name, value in metrics.items()]
-    return [
-        {
-            "name": f"{plan.task.name}-{plan.student.name}-{plan.objective}",
-            "results": [
-                {
-                    "task": {"type": "text-classification"},
-                    "dataset": {
-                        "name": plan.task.name,
-                        "type": next(iter(hub_datasets(plan)), plan.task.name),
-                    },
-                    "metrics": scores,
-                }
-            ],
-        }
-    ]
+    result = {
+        "task": {"type": "text-classification"},
+        "dataset": {"name": plan.task.name, "type": hub[0]},
+        "metrics": scores,
+    }
+    name = f"{plan.task.name}-{plan.student.name}-{plan.objective}"
+    return {"model-index": [{"name": name, "results": [result]}]}
 
 
 def metadata(plan, outcome: dict) -> dict:
@@ -70,7 +66,7 @@ def metadata(plan, outcome: dict) -> dict:
     teacher = plan.teacher.name_or_path
     if teacher and not Path(teacher).exists():  # a Hub id: a local folder is no base model there
         header["base_model"] = teacher
-    return header | {"model-index": model_index(plan, scores_only(outcome["metrics"]))}
+    return header | model_index(plan, scores_only(outcome["metrics"]))
 
 
 def score_rows(outcome: dict) -> list[str]:
@@ -123,12 +119,17 @@ def load_text(cost: dict) -> str:
     return f" (1-minute load average {cost['load_1min']:.2f} on {cost['cpu_count']} CPUs)"
 
 
+def teacher_text(teacher) -> str:
+    """The teacher's name, and the checkpoint it was read from where it names one."""
+    source = teacher.finetuned_path or teacher.name_or_path
+    return f"{teacher.name} ({source})" if source else teacher.name
+
+
 def recipe_lines(plan) -> list[str]:
     """Teacher, objective (each distillation stage's terms), init, data and chain."""
     labels = list(plan.task.labels) or "a score (regression)"
     return [
-        f"- **Teacher**: {plan.teacher.name} "
-        f"({plan.teacher.finetuned_path or plan.teacher.name_or_path})",
+        f"- **Teacher**: {teacher_text(plan.teacher)}",
         f"- **Objective**: {objective_text(plan)}",
         f"- **Init**: {plan.init.name} ({plan.init.label})",
         f"- **Data**: {data_text(plan)}; labels {labels}",

@@ -3,8 +3,10 @@ class, or a regression's at chance.
 
 A run is ``collapsed`` when its most predicted class holds at least :data:`COLLAPSE_SHARE` of its
 dev predictions (the record's ``predicted_class_<c>`` counts, written by
-``kdbench.metrics.label_counts``), or, scored by a correlation (a regression), when that correlation
-lies within :data:`CHANCE_CORRELATION` points of 0 (|r| < 0.1; NaN, constant predictions, too);
+``kdbench.metrics.label_counts``) while the dev set's own labels (``dev_class_<c>``, where the
+record has them) are that class for less of it (a dev set of one class is predicted right so), or,
+scored by a correlation (a regression), when that correlation lies within
+:data:`CHANCE_CORRELATION` points of 0 (|r| < 0.1; NaN, constant predictions, too);
 ``not_learned`` says which, for the teacher's metrics as for the student's. A classifier's record
 without predicted counts (older runs) is judged from its scores: ``collapsed`` when every accuracy,
 F1 and MCC it has equals, up to float rounding, what predicting one class c everywhere scores on its
@@ -54,6 +56,13 @@ def _split(score_metric: str | None) -> str:
     return score_metric[len(_metric_name(score_metric)) + 1 :] if score_metric else ""
 
 
+def _mostly_one_class(gold: dict[int, float], label: int) -> bool:
+    """Whether the dev set's own labels are `label` for at least COLLAPSE_SHARE of it: then
+    predicting it almost everywhere is right, no sign of a model that has not learned."""
+    total = sum(gold.values())
+    return total > 0 and gold.get(label, 0.0) >= COLLAPSE_SHARE * total
+
+
 def not_learned(metrics: dict, score_metric: str | None = None) -> str | None:
     """What shows that a model has not learned its task, from its dev metrics (`score_metric`: its
     score, else the first of them); None where nothing does, or nothing tells."""
@@ -62,7 +71,8 @@ def not_learned(metrics: dict, score_metric: str | None = None) -> str | None:
     total = sum(predicted.values())
     if total > 0 and max(predicted.values()) >= COLLAPSE_SHARE * total:
         top = max(predicted, key=predicted.get)
-        return f"predicts class {top} for {predicted[top] / total:.0%} of the dev examples"
+        if not _mostly_one_class(_counts(metrics, GOLD, _split(score_metric)), top):
+            return f"predicts class {top} for {predicted[top] / total:.0%} of the dev examples"
     value = metrics.get(score_metric) if score_metric else None
     if _metric_name(score_metric or "") in CORRELATIONS and isinstance(value, int | float):
         if math.isnan(value) or abs(value) < CHANCE_CORRELATION:
