@@ -40,7 +40,7 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
 
     data = write_user_data(tmp_path / "data", train=40, dev=40)
     out = tmp_path / "advice"
-    result = advise(
+    command = (
         "task=custom",
         f"task.train_file={data['csv']}",
         f"task.validation_file={data['csv_dev']}",
@@ -53,8 +53,8 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
         "advise.candidates=[vanilla_kd@every_kth,att_kl+val_kl@every_kth]",
         "advise.max_seeds=3",
         f"advise.out={out}",
-        cwd=tmp_path,
     )
+    result = advise(*command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     plan = result.stdout.split("kdbench.advise: the pilot for custom, tiny -> tiny")[1]
     assert "cells (2): vanilla_kd@2,4, att_kl+val_kl@2,4" in plan
@@ -85,6 +85,10 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
     advice = (out / "advice.md").read_text().splitlines()
     assert advice[0] == "# Advice: custom, tiny -> tiny"
     assert advice[2].startswith(("**Answer: ", "**No decision within the budget.**"))
+    page = (out / "report" / "report.html").read_text()
+    opening = page.split("</h1>\n")[1]
+    assert opening.startswith('<section id="lead"><h2>Advice: custom, tiny -&gt; tiny</h2>')
+    assert opening.index("<strong>") < opening.index('<section id="findings">')
     assert f"{shipped['score']:.2f} on the full training set" in "\n".join(advice)
 
     student = final.parent / "student"
@@ -92,3 +96,13 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
     assert card.count(CARD_HEADING) == 1 and "| cell | mean | std | seeds |" in card
     classifier = pipeline("text-classification", model=str(student))
     assert {p["label"] for p in classifier(["a good movie", "awful plot"])} <= {"neg", "pos"}
+
+    # the same command again resumes: the design kept, every job skipped, the same answer
+    runs = {p: p.read_text() for p in out.glob("*/*/result.json")}
+    decided = (out / "decision.json").read_text()
+    again = advise(*command, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming the pilot designed in {out / 'DESIGN.md'}" in again.stdout
+    assert {p: p.read_text() for p in out.glob("*/*/result.json")} == runs
+    assert (out / "decision.json").read_text() == decided
+    assert (out / "report" / "report.html").read_text().count('<section id="lead">') == 1

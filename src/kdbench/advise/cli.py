@@ -9,7 +9,8 @@ with its evidence.
 4. the pilot, a kdbench sweep per init: its first seeds, then the seeds their spread asks for;
 5. the decision (`kdbench.advise.decide`) and the report of the pilot (`kdbench.report`);
 6. the answer trained on the whole training set, saved as a student with a model card carrying the
-   decision and its evidence; advice.md, whose first lines state the answer and how sure it is.
+   decision and its evidence; advice.md, whose first lines state the answer and how sure it is,
+   also the opening of the report's page.
 
 Re-running the same command resumes: the design is reused, finished jobs are skipped.
 """
@@ -172,6 +173,14 @@ def add_card_section(card: Path, section: str) -> None:
     card.write_text(f"{text}\n\n{section}")
 
 
+def lead_report(page: Path, advice: str) -> None:
+    """The pilot's report page, opening with the advice (its answer and how sure it is first)."""
+    from kdbench.report.page import add_lead
+
+    title, *lines = advice.splitlines()
+    add_lead(page, title.removeprefix("# "), lines)
+
+
 def advise(inputs: Inputs, argv: list[str]) -> None:
     design = design_of(inputs, argv)
     print("\n".join(plan_lines(inputs, design)), flush=True)
@@ -188,6 +197,7 @@ def advise(inputs: Inputs, argv: list[str]) -> None:
     times = (projected, actual, final.get("wall_s") or 0.0, student.relative_to(inputs.out))
     advice = advice_markdown(inputs, design, decision, final, times)
     (inputs.out / "advice.md").write_text(advice)
+    lead_report(inputs.out / REPORT / "report.html", advice)
     write_json(inputs.out / "decision.json", asdict(decision))
     print("\n".join(advice.splitlines()[:6]), flush=True)
     print(f"kdbench.advise: {inputs.out / 'advice.md'}; the student: {student}", flush=True)

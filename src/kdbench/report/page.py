@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import html
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -236,3 +237,16 @@ def render_page(parts: PageParts) -> str:
         f"<title>kdbench report: {html.escape(parts.name)}</title><style>{STYLE}</style></head>"
         "<body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
+
+
+LEAD = re.compile(r'<section id="lead">.*?</section>\n', re.S)
+
+
+def add_lead(page: Path, title: str, lines: list[str]) -> None:
+    """`page` (a written report.html) opening with a section of markdown `lines` under `title`,
+    right after the page's own title (in place of one added before): the answer a caller drew from
+    the report, such as `kdbench.advise`'s."""
+    text = LEAD.sub("", page.read_text())
+    head, title_end, rest = text.partition("</h1>\n")
+    section = f'<section id="lead"><h2>{html.escape(title)}</h2>\n{markdown(lines)}</section>\n'
+    page.write_text(head + title_end + section + rest)
