@@ -56,6 +56,7 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
     )
     result = advise(*command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "calibration: one short job per objective on 40 examples, timed" in result.stdout
     plan = result.stdout.split("kdbench.advise: the pilot for custom, tiny -> tiny")[1]
     assert "cells (2): vanilla_kd@2,4, att_kl+val_kl@2,4" in plan
     assert "pilot: 40 of 40 training examples" in plan and "projected: " in plan

@@ -68,8 +68,13 @@ def calibration(inputs: Inputs):
     saved = read_json(path)
     if saved and saved["asked"] == key:
         return saved["calibration"]
-    elapsed = run_step(inputs.out, CALIBRATION, calibration_command(inputs))
     examples = min(inputs.scale.examples, CAL_EXAMPLES)
+    print(
+        f"kdbench.advise: calibration: one short job per objective on {examples} examples, "
+        "timed to size the pilot; its scores and warnings say nothing of the methods",
+        flush=True,
+    )
+    elapsed = run_step(inputs.out, CALIBRATION, calibration_command(inputs))
     measured = asdict(calibration_of(inputs.out / CALIBRATION, examples, elapsed))
     write_json(path, {"asked": key, "calibration": measured})
     return measured
