@@ -32,7 +32,7 @@ from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, provenance, 
 from kdbench.report.collapse import learning_warnings
 from kdbench.runtime import distributed
 from kdbench.runtime.joblock import CLAIM, claim, describe
-from kdbench.runtime.loggers import make_logger
+from kdbench.runtime.loggers import library_progress_bars, make_logger
 from kdbench.runtime.precision import apply_matmul_precision
 from kdbench.runtime.storage import DiskFullError
 from kdbench.training.signals import SIGINT_EXIT, Interrupted, StoppedAtOnce, graceful_stop
@@ -140,7 +140,7 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
     )
     start = time.perf_counter()
     try:
-        with graceful_stop():
+        with graceful_stop(), library_progress_bars(plan.trainer.progress_bar):
             outcome = RECIPES[plan.setting](plan, run_dir, log)
         record = replace(
             record.completed(outcome, time.perf_counter() - start, plan.config),

@@ -4,6 +4,8 @@ errors."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -249,3 +251,18 @@ def test_a_run_that_has_not_learned_ends_with_a_warning_line(
         "The teacher of 1 of 1 runs has not learned"
         in (tmp_path / "report" / "report.html").read_text()
     )
+
+
+def test_no_progress_bar_of_any_library_with_progress_bar_false(tiny_glue, tmp_path):
+    """datasets' tokenising bars follow trainer.progress_bar too (a subprocess: tqdm writes to the
+    terminal's stream, which an in-process capture does not see)."""
+    overrides = tiny_overrides(tiny_glue, tmp_path / "run", "objective=vanilla_kd")
+    result = subprocess.run(
+        [sys.executable, "-m", "kdbench.run", *overrides, "measure_cost=false"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "/s]" not in result.stderr and "%|" not in result.stderr, result.stderr[-2000:]

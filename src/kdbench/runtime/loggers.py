@@ -1,8 +1,10 @@
 """Experiment loggers: none, or wandb (offline unless configured otherwise). Secrets never enter
-configs."""
+configs. And the libraries' own progress bars, which follow `trainer.progress_bar`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kdbench.errors import lookup
@@ -48,3 +50,23 @@ def make_logger(spec: LoggerSpec, config: dict, run_dir: Path):
     records."""
     factory = lookup(LOGGERS, spec.name, "logger")
     return factory(spec, config, run_dir) if factory else None
+
+
+@contextmanager
+def library_progress_bars(shown: bool) -> Iterator[None]:
+    """datasets' and transformers' progress bars (tokenising, selecting, loading weights) shown or
+    not with kdbench's own, for the region; as they were after it."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    was = datasets.are_progress_bars_disabled(), transformers_logging.is_progress_bar_enabled()
+    if not shown:
+        datasets.disable_progress_bars()
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if not was[0]:
+            datasets.enable_progress_bars()
+        if was[1]:
+            transformers_logging.enable_progress_bar()
