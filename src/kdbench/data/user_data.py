@@ -21,6 +21,7 @@ from kdbench.data.columns import column_list
 from kdbench.data.files import DELIMITERS, TAB, csv_delimiter, no_rows
 from kdbench.errors import ConfigError, DataError
 from kdbench.planning.specs import UserData
+from kdbench.runtime.loggers import library_progress_bars
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
@@ -114,18 +115,13 @@ def read_raw(user: UserData, split: str) -> datasets.Dataset:
 def quiet() -> Iterator[None]:
     """`datasets` without its progress bars and its own error log lines (an error on entry stays
     one line, kdbench's)."""
-    was_disabled, verbosity = (
-        datasets.are_progress_bars_disabled(),
-        datasets.logging.get_verbosity(),
-    )
-    datasets.disable_progress_bars()
+    verbosity = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity(logging.CRITICAL)
     try:
-        yield
+        with library_progress_bars(False):
+            yield
     finally:
         datasets.logging.set_verbosity(verbosity)
-        if not was_disabled:
-            datasets.enable_progress_bars()
 
 
 def read_source(user: UserData, split: str) -> datasets.Dataset:
