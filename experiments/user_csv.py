@@ -9,7 +9,7 @@ OUT_DIR/train.csv and OUT_DIR/dev.csv get the columns `first`, `second`, `label`
 
     python -m kdbench.advise task=custom task.train_file=OUT_DIR/train.csv \
         task.validation_file=OUT_DIR/dev.csv 'task.text_columns=[first,second]' \
-        task.label_column=label teacher=minilm_l6 student=3x384 advise.budget=2h
+        task.label_column=label task.lr=1e-4 teacher=minilm_l6 student=3x384 advise.budget=2h
 """
 
 from __future__ import annotations

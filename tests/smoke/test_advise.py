@@ -14,6 +14,7 @@ import pytest
 
 from kdbench.advise.decide import CHEAPEST, UNDECIDED, WINNER
 from kdbench.advise.pages import CARD_HEADING
+from kdbench.report.collapse import HEALTHY, collapse_status
 from tests.helpers import write_user_data
 
 pytestmark = pytest.mark.slow
@@ -49,6 +50,11 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
         "teacher=tiny",
         "student=tiny",
         "trainer=smoke",
+        # a teacher and students that learn the reviews in a few steps (at smoke's one epoch
+        # and the task's lr every pilot run predicts one class, and the pilot stops)
+        "task.lr=1e-2",
+        "stages.teacher.epochs=6",
+        "stages.prediction.epochs=4",
         "advise.budget=20m",
         "advise.candidates=[vanilla_kd@every_kth,att_kl+val_kl@every_kth]",
         "advise.max_seeds=3",
@@ -68,6 +74,8 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
     assert all(
         r["status"] == "completed" and r["config"]["data"]["train_limit"] == 40 for r in records
     )
+    learned = [collapse_status(r["metrics"], r["score_metric"]) == HEALTHY for r in records]
+    assert any(learned)  # the pilot compares runs that learned the task
     # the design and its rule, written before the pilot's first job
     design = out / "DESIGN.md"
     assert "## Decision rule" in design.read_text()

@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from kdbench.report.cli import main
+from kdbench.report.frames import to_frame
+from kdbench.report.load import load_records
 
 
 def write_run(
@@ -101,3 +103,37 @@ def write_three_objectives(results: Path) -> Path:
         },
     )
     return results
+
+
+DEV = 400  # dev examples: one example is 0.25 points
+
+
+def write_pilot(
+    root, cells: dict[str, list[float]], staged=(), train_s=None, wall_s=10.0, one_class=()
+):
+    """Records of a pilot: cells {objective@init: per-seed scores}; `staged` cells have an
+    intermediate stage; `train_s` {cell: seconds of training}; the runs of `one_class` cells
+    predict class 1 for every dev example, the others half and half."""
+    for cell, values in cells.items():
+        objective, init = cell.split("@")
+        trained = (train_s or {}).get(cell, 5.0)
+        timing = {
+            "intermediate_s": trained / 2 if cell in staged else 0.0,
+            "prediction_s": trained / 2 if cell in staged else trained,
+        }
+        predicted = (0, DEV) if cell in one_class else (DEV // 2, DEV // 2)
+        for seed, score in enumerate(values, 1):
+            metrics = {"accuracy": score, "dev_class_0": DEV // 2, "dev_class_1": DEV // 2}
+            metrics |= {f"predicted_class_{c}": n for c, n in enumerate(predicted)}
+            write_run(
+                root,
+                task="custom",
+                objective=objective,
+                init=init,
+                seed=seed,
+                score=score,
+                metrics=metrics,
+                timing=timing,
+                wall_s=wall_s,
+            )
+    return to_frame(load_records(root).records)

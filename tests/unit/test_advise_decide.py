@@ -19,41 +19,12 @@ from kdbench.advise.decide import (
     decide,
     dev_examples,
     in_points,
+    none_learned,
     spread,
 )
 from kdbench.records.predictions import write_predictions
-from kdbench.report.frames import to_frame
-from kdbench.report.load import load_records
 from kdbench.report.paired import paired_power
-from tests.unit.report_helpers import write_run
-
-DEV = 400  # dev examples: one example is 0.25 points
-
-
-def pilot(root, cells: dict[str, list[float]], staged=(), train_s=None, wall_s=10.0):
-    """Records of a pilot: cells {objective@init: per-seed scores}; `staged` cells have an
-    intermediate stage; `train_s` {cell: seconds of training}."""
-    for cell, values in cells.items():
-        objective, init = cell.split("@")
-        trained = (train_s or {}).get(cell, 5.0)
-        timing = {
-            "intermediate_s": trained / 2 if cell in staged else 0.0,
-            "prediction_s": trained / 2 if cell in staged else trained,
-        }
-        for seed, score in enumerate(values, 1):
-            metrics = {"accuracy": score, "dev_class_0": DEV // 2, "dev_class_1": DEV // 2}
-            write_run(
-                root,
-                task="custom",
-                objective=objective,
-                init=init,
-                seed=seed,
-                score=score,
-                metrics=metrics,
-                timing=timing,
-                wall_s=wall_s,
-            )
-    return to_frame(load_records(root).records)
+from tests.unit.report_helpers import DEV, write_pilot
 
 
 def noisy(mean: float, sd: float, n: int, seed: int) -> list[float]:
@@ -61,7 +32,7 @@ def noisy(mean: float, sd: float, n: int, seed: int) -> list[float]:
 
 
 def test_a_cell_above_every_other_significantly_is_the_answer(tmp_path):
-    frame = pilot(
+    frame = write_pilot(
         tmp_path,
         {
             "att_kl+val_kl@1,2": noisy(80, 0.5, 5, 1),
@@ -79,7 +50,7 @@ def test_a_cell_above_every_other_significantly_is_the_answer(tmp_path):
 
 def test_equivalent_cells_give_the_cheapest_no_intermediate_stage_first(tmp_path):
     base = noisy(80, 1.0, 6, 4)
-    frame = pilot(
+    frame = write_pilot(
         tmp_path,
         {
             # the best mean, but an intermediate stage (and the shortest training)
@@ -99,7 +70,7 @@ def test_equivalent_cells_give_the_cheapest_no_intermediate_stage_first(tmp_path
 
 def test_among_equivalent_cells_of_one_kind_the_shorter_training_wins(tmp_path):
     base = noisy(80, 1.0, 6, 7)
-    frame = pilot(
+    frame = write_pilot(
         tmp_path,
         {"vanilla_kd@1,2": [s + 0.02 for s in base], "vanilla_kd@2,4": base},
         train_s={"vanilla_kd@1,2": 9.0, "vanilla_kd@2,4": 4.0},
@@ -109,7 +80,7 @@ def test_among_equivalent_cells_of_one_kind_the_shorter_training_wins(tmp_path):
 
 
 def test_an_open_pair_leaves_no_decision_with_the_seeds_that_would_decide_it(tmp_path):
-    frame = pilot(
+    frame = write_pilot(
         tmp_path,
         {"att_kl+val_kl@1,2": noisy(80, 3.0, 3, 8), "vanilla_kd@1,2": noisy(79, 3.0, 3, 9)},
         staged={"att_kl+val_kl@1,2"},
@@ -131,20 +102,29 @@ def test_an_open_pair_leaves_no_decision_with_the_seeds_that_would_decide_it(tmp
 
 def test_the_spread_is_the_pairs_rms_std_of_differences(tmp_path):
     a, b, c = [80.0, 81.0, 83.0], [79.0, 81.5, 80.0], [70.0, 70.0, 71.0]
-    frame = pilot(tmp_path, {"x@r": a, "y@r": b, "z@r": c})
+    frame = write_pilot(tmp_path, {"x@r": a, "y@r": b, "z@r": c})
     sds = [np.std(np.subtract(u, v), ddof=1) for u, v in ((a, b), (a, c), (b, c))]
     assert spread(frame) == pytest.approx(math.sqrt(np.mean(np.square(sds))))
 
 
 def test_margins_in_dev_examples_become_points_of_the_dev_set(tmp_path):
-    frame = pilot(tmp_path, {"x@r": [1.0, 2.0], "y@r": [1.0, 3.0]})
+    frame = write_pilot(tmp_path, {"x@r": [1.0, 2.0], "y@r": [1.0, 3.0]})
     assert dev_examples(frame, tmp_path) == DEV
     assert in_points(4, DEV) == pytest.approx(1.0)
 
 
 def test_a_regression_s_dev_set_is_counted_from_its_predictions(tmp_path):
-    frame = pilot(tmp_path, {"x@r": [1.0, 2.0], "y@r": [1.0, 3.0]})
+    frame = write_pilot(tmp_path, {"x@r": [1.0, 2.0], "y@r": [1.0, 3.0]})
     frame = frame.drop(columns=["dev_class_0", "dev_class_1"]).assign(predictions="p.npz")
     gold = np.linspace(0, 5, 37)
     write_predictions(tmp_path / "p.npz", {"": {"example": gold, "predicted": gold, "gold": gold}})
     assert dev_examples(frame, tmp_path) == 37
+
+
+def test_a_pilot_is_none_learned_only_when_every_run_predicts_one_class(tmp_path):
+    cells = {"vanilla_kd@1,2": [68.0, 68.0], "att_kl+val_kl@1,2": [68.0, 68.0]}
+    every = write_pilot(tmp_path / "every", cells, one_class=set(cells))
+    assert none_learned(every)
+    some = write_pilot(tmp_path / "some", cells, one_class={"vanilla_kd@1,2"})
+    assert not none_learned(some)
+    assert not none_learned(some.iloc[:0])

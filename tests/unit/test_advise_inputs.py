@@ -10,11 +10,13 @@ from dataclasses import asdict
 
 import pytest
 
+from kdbench.advise import cli
 from kdbench.advise.cli import CALIBRATION_JSON, DESIGN_JSON, main
 from kdbench.advise.design import Calibration
 from kdbench.advise.inputs import read_inputs
 from kdbench.advise.jobs import pilot_commands
 from kdbench.errors import ConfigError
+from tests.unit.report_helpers import write_pilot
 
 
 @pytest.fixture(autouse=True)
@@ -123,3 +125,23 @@ def test_a_folder_holding_another_command_s_pilot_is_refused(argv, capsys, tmp_p
         main([*argv, "advise.candidates=[vanilla_kd@random,att_kl@random]"])
     assert exited.value.code == 2
     assert "holds the pilot of another command" in capsys.readouterr().err
+
+
+def test_a_pilot_whose_first_seeds_all_predict_one_class_stops_in_one_line(
+    argv, capsys, monkeypatch, tmp_path
+):
+    cells = ["vanilla_kd@random", "att_kl@random"]
+    argv = [*argv, f"advise.candidates=[{','.join(cells)}]", "advise.budget=1h"]
+    calibration_file(argv)
+    collapsed = write_pilot(tmp_path / "runs", {c: [50.0] * 3 for c in cells}, one_class=cells)
+    steps = []
+    monkeypatch.setattr(cli, "teacher_of", lambda inputs: "/models/teacher")
+    monkeypatch.setattr(cli, "run_step", lambda out, step, command: steps.append(step))
+    monkeypatch.setattr(cli, "pilot_frame", lambda inputs: collapsed)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(lines) == 1
+    assert "every pilot run of seeds 1-3 predicts one class" in lines[0]
+    assert "raise the students' learning rate (task.lr)" in lines[0]
+    assert steps == ["pilot seeds 1-3"]

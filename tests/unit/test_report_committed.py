@@ -33,10 +33,12 @@ def test_a_committed_report_regenerates_from_its_runs_jsonl(name: str, tmp_path:
         assert (out / file).read_bytes() == (folder / file).read_bytes(), file
 
 
-@pytest.mark.parametrize("name", ["mini_table1", "mini_table2", "mini_table3", "table3_power"])
+@pytest.mark.parametrize(
+    "name", ["mini_table1", "mini_table2", "mini_table3", "table3_power", "advise_paraphrase"]
+)
 def test_no_committed_output_names_an_absolute_path(name: str):
-    for path in (RESULTS / name).iterdir():
-        if path.suffix in {".md", ".csv", ".html", ".tex", ".jsonl"}:
+    for path in (RESULTS / name).rglob("*"):
+        if path.suffix in {".md", ".csv", ".html", ".tex", ".json", ".jsonl"}:
             text = path.read_text(encoding="utf-8")
             assert not re.search(r"(?<![\w.])/(work|tmp|home|root|Users)/", text), path
 

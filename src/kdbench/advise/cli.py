@@ -21,7 +21,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from kdbench.advise.decide import ALPHA, decide, dev_examples, in_points, spread
+from kdbench.advise.decide import (
+    ALPHA,
+    decide,
+    dev_examples,
+    in_points,
+    none_learned,
+    spread,
+)
 from kdbench.advise.design import Sizing, size_pilot, total_seeds
 from kdbench.advise.inputs import Inputs, read_inputs
 from kdbench.advise.jobs import (
@@ -147,6 +154,13 @@ def run_pilot(inputs: Inputs, design: dict, teacher: str):
         run_step(inputs.out, f"pilot seeds 1-{first[-1]}", command)
     frame = pilot_frame(inputs)
     early = frame[frame["seed"] <= first[-1]]
+    if none_learned(early):
+        raise KdbenchError(
+            f"every pilot run of seeds 1-{first[-1]} predicts one class: no student learned the "
+            f"task on {sizing.subset} examples in {sizing.epochs} epoch(s), so the pilot compares "
+            "no methods; raise the students' learning rate (task.lr) or advise.budget, with a new "
+            "advise.out"
+        )
     effect = in_points(inputs.keys["min_effect"], dev_examples(frame, inputs.out / PILOT))
     sd = spread(early)
     seeds = total_seeds(sd, effect, design["alpha"], design["family"], sizing)

@@ -18,6 +18,10 @@ written into the pilot's design before its first job:
   and the smallest difference worth acting on at the Holm level, or that show it equivalent where
   its difference lies inside the margin; the largest of these is the seeds that would decide it.
   The student shipped then is the cheapest cell no test put below the best, marked provisional.
+
+A pilot whose first seeds have all collapsed to one class (`kdbench.report.collapse`: no student
+learned the task at the pilot's size) stops there, before any decision: its scores compare no
+methods.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from kdbench.records.predictions import read_predictions
+from kdbench.report.collapse import COLLAPSED
 from kdbench.report.margins import dev_sizes
 from kdbench.report.paired import (
     MAX_SEEDS,
@@ -240,6 +245,12 @@ def spread(frame: pd.DataFrame) -> float:
     differences (NaN with fewer than two common seeds)."""
     sds = pair_tests(frame, 1.0)["sd"].dropna() if len(scores(frame)) > 1 else pd.Series([])
     return float(np.sqrt((sds**2).mean())) if len(sds) else math.nan
+
+
+def none_learned(frame: pd.DataFrame) -> bool:
+    """Whether every run of `frame` has collapsed to one class (`kdbench.report.collapse`): such a
+    pilot compares no methods, whatever its tests say."""
+    return len(frame) > 0 and bool((frame["collapse"] == COLLAPSED).all())
 
 
 def dev_examples(frame: pd.DataFrame, root: Path) -> int:
