@@ -4,6 +4,7 @@ answer shipped as a student that loads with `pipeline`, its model card carrying 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -80,6 +81,9 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
     design = out / "DESIGN.md"
     assert "## Decision rule" in design.read_text()
     assert design.stat().st_mtime <= min(map(started, records)) + 1
+    ledger = [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
+    (registered,) = [entry for entry in ledger if entry["step"] == "design"]
+    assert registered["sha256"] == hashlib.sha256(design.read_bytes()).hexdigest()
 
     decision = json.loads((out / "decision.json").read_text())
     assert decision["kind"] in (WINNER, CHEAPEST, UNDECIDED)

@@ -1,12 +1,15 @@
 """What `python -m kdbench.advise` is asked, checked before any job: bad input refused in one line,
 the default cells of a shape, the pilot's sweeps (one per init), a budget too small refused after
-the calibration naming one that fits, and a folder that holds another command's pilot."""
+the calibration naming one that fits, a folder that holds another command's pilot, and the design's
+registration in the ledger."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import asdict
+from datetime import datetime, timezone
 
 import pytest
 
@@ -14,7 +17,7 @@ from kdbench.advise import cli
 from kdbench.advise.cli import CALIBRATION_JSON, DESIGN_JSON, main
 from kdbench.advise.design import Calibration
 from kdbench.advise.inputs import read_inputs
-from kdbench.advise.jobs import pilot_commands
+from kdbench.advise.jobs import ledger_seconds, note, pilot_commands, register
 from kdbench.errors import ConfigError
 from tests.unit.report_helpers import write_pilot
 
@@ -145,3 +148,15 @@ def test_a_pilot_whose_first_seeds_all_predict_one_class_stops_in_one_line(
     assert "every pilot run of seeds 1-3 predicts one class" in lines[0]
     assert "raise the students' learning rate (task.lr)" in lines[0]
     assert steps == ["pilot seeds 1-3"]
+
+
+def test_the_design_is_registered_in_the_ledger_apart_from_the_steps_wall_times(tmp_path):
+    design = tmp_path / "DESIGN.md"
+    design.write_text("# Pilot design\n")
+    before = datetime.now(timezone.utc)
+    register(tmp_path, design)
+    note(tmp_path, "pilot seeds 1-3", 12.5)
+    entry = json.loads((tmp_path / "ledger.jsonl").read_text().splitlines()[0])
+    assert entry["sha256"] == hashlib.sha256(b"# Pilot design\n").hexdigest()
+    assert before <= datetime.fromisoformat(entry["written_at"]) <= datetime.now(timezone.utc)
+    assert ledger_seconds(tmp_path, "pilot", "design") == 12.5

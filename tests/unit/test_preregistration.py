@@ -1,13 +1,15 @@
-"""A study's pre-registered design (results/NAME/DESIGN.md) is the text committed before its first
+"""A study's pre-registered design (results/NAME/DESIGN.md) is the text fixed before its first
 job, never edited since: byte for byte the text of the commit that registered it, a commit older
-than every record's start."""
+than every record's start; or, for a design `kdbench.advise` wrote, the text whose time and SHA-256
+its ledger registered before the first job."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DESIGNS = sorted((ROOT / "results").glob("*/DESIGN.md"))
 # A design first written under another path names its registration in the study's README.
 REGISTERED = re.compile(r"^Pre-registered: `([0-9a-f]{7,40}):([^`]+)`$", re.M)
+# A design written by kdbench.advise before its ledger registered designs names its written time.
+WRITTEN = re.compile(r"^Registered: `DESIGN\.md` written at `([^`]+)`", re.M)
 
 
 def git(*args: str) -> bytes | None:
@@ -38,6 +42,27 @@ def registration(design: Path) -> tuple[str, str]:
     return added[-1].decode(), path
 
 
+def advise_registration(design: Path) -> dict | None:
+    """The ledger's registration of a design kdbench.advise wrote, if any."""
+    ledger = design.parent / "ledger.jsonl"
+    lines = ledger.read_text(encoding="utf-8").splitlines() if ledger.is_file() else []
+    entries = [json.loads(line) for line in lines if line.strip()]
+    return next((entry for entry in entries if entry["step"] == "design"), None)
+
+
+def written_at(design: Path) -> datetime | None:
+    """When kdbench.advise wrote the design, from its ledger or, for a run older than the ledger's
+    registration, from the README's Registered line; None for a design registered by a commit."""
+    entry = advise_registration(design)
+    if entry is not None:
+        digest = hashlib.sha256(design.read_bytes()).hexdigest()
+        assert digest == entry["sha256"], f"{design.name} is not the text its ledger registered"
+        return datetime.fromisoformat(entry["written_at"])
+    readme = design.parent / "README.md"
+    match = WRITTEN.search(readme.read_text(encoding="utf-8")) if readme.is_file() else None
+    return datetime.fromisoformat(match[1]) if match else None
+
+
 def first_start(runs: Path) -> datetime | None:
     starts = [
         (json.loads(line).get("provenance") or {}).get("started_at")
@@ -54,6 +79,15 @@ def test_the_committed_studies_have_a_design():
 
 @pytest.mark.parametrize("design", DESIGNS, ids=lambda path: path.parent.name)
 def test_a_design_is_its_registered_text_committed_before_the_first_job(design: Path):
+    runs = design.parent / "runs.jsonl"
+    start = first_start(runs) if runs.is_file() else None
+    written = written_at(design)
+    if written is not None:
+        # a record's start is truncated to the second
+        assert start is None or written < start + timedelta(seconds=1), (
+            f"{design.name} was written at {written}, after the first job ({start})"
+        )
+        return
     if git("rev-parse", "--is-shallow-repository") != b"false\n":
         pytest.skip("needs the repository's full history")
     commit, path = registration(design)
@@ -61,8 +95,6 @@ def test_a_design_is_its_registered_text_committed_before_the_first_job(design: 
     assert registered is not None, f"{commit}:{path} is not in the history"
     assert design.read_bytes() == registered, f"{design.name} differs from {commit}:{path}"
     committed = datetime.fromisoformat(git("show", "-s", "--format=%cI", commit).decode().strip())
-    runs = design.parent / "runs.jsonl"
-    start = first_start(runs) if runs.is_file() else None
     if start is not None:
         assert committed < start, f"{commit} ({committed}) is not before the first job ({start})"
 

@@ -4,7 +4,8 @@ with its evidence.
 
 1. calibration: a short measured run of each objective (`kdbench.advise.jobs`);
 2. the design within the budget (`kdbench.advise.design`): printed, and written with its decision
-   rule to advise.out/DESIGN.md (and design.json) before any pilot job;
+   rule to advise.out/DESIGN.md (and design.json) before any pilot job, its time and SHA-256
+   registered in the ledger;
 3. the teacher fine-tuned once on the whole training set (unless given or cached);
 4. the pilot, a kdbench sweep per init: its first seeds, then the seeds their spread asks for;
 5. the decision (`kdbench.advise.decide`) and the report of the pilot (`kdbench.report`);
@@ -43,6 +44,7 @@ from kdbench.advise.jobs import (
     final_command,
     ledger_seconds,
     pilot_commands,
+    register,
     report,
     run_step,
     teacher_command,
@@ -120,6 +122,7 @@ def design_of(inputs: Inputs, argv: list[str]) -> dict:
         "family": len(inputs.cells) * (len(inputs.cells) - 1) // 2,
     }
     (inputs.out / DESIGN_MD).write_text(design_markdown(inputs, design))
+    register(inputs.out, inputs.out / DESIGN_MD)
     write_json(path, design)
     return design
 

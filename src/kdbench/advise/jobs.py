@@ -12,10 +12,12 @@ as for any study), each a folder below advise.out, and what the calibration meas
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import statistics
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kdbench.advise.design import Calibration
@@ -27,7 +29,8 @@ from kdbench.study import kdbench_run, quoted, run_child
 
 CAL_EXAMPLES = 200
 CALIBRATION, TEACHER, PILOT, FINAL, REPORT = "calibration", "teacher", "pilot", "final", "report"
-LEDGER = "ledger.jsonl"  # each step's wall time, one line a step
+LEDGER = "ledger.jsonl"  # each step's wall time, one line a step; first, the design's registration
+REGISTERED = "design"
 QUIET = ("measure_cost=false", "save_student=false")
 TRAINED = ("teacher_finetune_s", "intermediate_s", "prediction_s")
 TABLES = ("features_table_s", "logits_table_s")
@@ -142,12 +145,25 @@ def report(out: Path) -> None:
     note(out, REPORT, time.perf_counter() - start)
 
 
+def register(out: Path, design: Path) -> None:
+    """Registers the written design in the ledger before any pilot job: the time it was written
+    and its SHA-256, so that a reader checks the text they read is the one fixed before the runs."""
+    entry = {
+        "step": REGISTERED,
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        "sha256": hashlib.sha256(design.read_bytes()).hexdigest(),
+    }
+    with (out / LEDGER).open("a") as ledger:
+        ledger.write(json.dumps(entry) + "\n")
+
+
 def ledger_seconds(out: Path, *labels: str) -> float:
     """The ledger's wall time of the steps whose label starts with one of `labels`."""
     path = out / LEDGER
     lines = path.read_text().splitlines() if path.is_file() else []
     steps = [json.loads(line) for line in lines if line.strip()]
-    return sum(step["seconds"] for step in steps if step["step"].startswith(labels))
+    timed = [step for step in steps if "seconds" in step]  # not the design's registration
+    return sum(step["seconds"] for step in timed if step["step"].startswith(labels))
 
 
 def completed(folder: Path) -> list[tuple[Path, RunRecord]]:
