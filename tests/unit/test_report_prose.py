@@ -1,15 +1,20 @@
 """The figures written in the READMEs and docs are their reports' (kdbench.report.prose): every span
 regenerates to what it holds, no p value or interval is written outside a span, and a span that
-drifts from its report is found and rewritten."""
+drifts from its report is found and rewritten; a figure of one task and of its dev examples."""
 
 from __future__ import annotations
 
 import re
+from itertools import product
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from kdbench.report.prose import FIGURES, SPAN, loose_figures, main, rewrite
+from kdbench.records.predictions import split_arrays, write_predictions
+from kdbench.report.prose import FIGURES, SPAN, figure, loose_figures, main, rewrite
+from kdbench.report.prose_figures import Study
+from tests.unit.report_helpers import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 PROSE = [ROOT / "README.md", ROOT / "docs" / "studies.md"]
@@ -57,3 +62,49 @@ def test_a_drifted_figure_is_found_and_rewritten(tmp_path: Path, capsys):
 
 def test_figures_are_documented_by_name():
     assert set(FIGURES) >= BLOCKS | {"pair", "tost", "interaction", "claim"}
+
+
+def write_two_task_study(root: Path) -> None:
+    """results/two/runs.jsonl: att_kl and vanilla_kd from 1,2,3 and 2,4,6 on rte and mrpc, seeds
+    1-4; vanilla_kd at 1,2,3 scores seed + 2 more than the other cells on rte, 1 more on mrpc; on
+    20 dev examples att_kl at 1,2,3 predicts all right, vanilla_kd at 1,2,3 the first 10."""
+    study = root / "results" / "two"
+    gold = np.zeros(20)
+    lines = []
+    for task, gain in (("rte", 2.0), ("mrpc", 1.0)):
+        for objective, init, seed in product(
+            ("att_kl", "vanilla_kd"), ("1,2,3", "2,4,6"), range(1, 5)
+        ):
+            lifted = objective == "vanilla_kd" and init == "1,2,3"
+            folder = f"runs/{task}-{objective}-{init}-{seed}"
+            path = write_run(
+                study,
+                task=task,
+                objective=objective,
+                init=init,
+                seed=seed,
+                name=folder,
+                score=60.0 + seed + (gain + seed if lifted else 0.0),
+                predictions="p.npz",
+                score_metric="accuracy",
+                run_dir=folder,
+                student="3x384",
+                teacher="minilm_l6",
+            )
+            right = np.arange(20) < (10 if lifted else 20)
+            outputs = np.stack([right, ~right], axis=1).astype(float)
+            write_predictions(path.parent / "p.npz", {"": split_arrays(outputs, gold)})
+            lines.append(path.read_text())
+    (study / "runs.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_a_figure_of_one_task_and_of_its_dev_examples(tmp_path: Path):
+    write_two_task_study(tmp_path)
+    study = Study(tmp_path / "results" / "two" / "runs.jsonl")
+    one = figure(study, "pair init vanilla_kd 1,2,3 2,4,6 rte")
+    assert one.startswith("+4.50 points (95% CI ") and "n = 4;" in one
+    assert figure(study, "pair init vanilla_kd 1,2,3 2,4,6").startswith("+4.00 points")
+    assert "n = 8;" in figure(study, "pair init vanilla_kd 1,2,3 2,4,6")
+    assert figure(study, "interaction att_kl vanilla_kd 1,2,3 2,4,6 mrpc").startswith("-3.50")
+    examples = figure(study, "examples init vanilla_kd 1,2,3 2,4,6 rte")
+    assert examples.startswith("-50.00 points (95% CI ") and "n = 20;" in examples
