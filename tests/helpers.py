@@ -3,6 +3,7 @@ marker."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 from pathlib import Path
@@ -359,3 +360,12 @@ def small_shapes(accumulation: int = 1):
         micro_batch=4,
         accumulation=accumulation,
     )
+
+
+def experiment_script(name: str):
+    """The module of experiments/NAME.py, a script outside the package."""
+    path = Path(__file__).parents[1] / "experiments" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

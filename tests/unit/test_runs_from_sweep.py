@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,16 +10,8 @@ import numpy as np
 
 from kdbench.records.predictions import split_arrays, write_predictions
 from kdbench.report.load import load_records
+from tests.helpers import experiment_script
 from tests.unit.report_helpers import write_run
-
-SCRIPT = Path(__file__).parents[2] / "experiments" / "runs_from_sweep.py"
-
-
-def script():
-    spec = importlib.util.spec_from_file_location("runs_from_sweep", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_records_travel_without_machine_paths_and_their_predictions_with_them(tmp_path: Path):
@@ -36,7 +27,8 @@ def test_records_travel_without_machine_paths_and_their_predictions_with_them(tm
             (run / "result.json").write_text(json.dumps(record))
             write_predictions(run / "p.npz", {"": split_arrays(outputs, labels)})
 
-    script().main([str(sweep), str(results / "runs.jsonl"), "--predictions"])
+    arguments = [str(sweep), str(results / "runs.jsonl"), "--predictions"]
+    experiment_script("runs_from_sweep").main(arguments)
 
     text = (results / "runs.jsonl").read_text()
     assert str(tmp_path) not in text and "<local>/rte_teacher" in text

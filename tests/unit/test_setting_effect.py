@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "experiments" / "setting_effect.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("setting_effect", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from tests.helpers import experiment_script
 
 NEW_TIMES = {"intermediate_s": 10.0, "prediction_s": 20.0}
 EARLIER_TIMES = {"stage1_s": 10.0, "stage2_s": 20.0}  # the committed results' records
@@ -60,7 +51,7 @@ def test_runs_are_paired_by_objective_and_seed_and_their_differences_tested(tmp_
         },
         timing=EARLIER_TIMES,
     )  # unpaired: left out; records with the stages' earlier timing keys
-    text = _module().summary(a, b, ("grouped", "plain"))
+    text = experiment_script("setting_effect").summary(a, b, ("grouped", "plain"))
     assert text.startswith("4 paired runs")
     overall = next(line for line in text.splitlines() if line.startswith("| every pair"))
     assert "| 4 | 79.62 | 78.88 | +0.75 " in overall  # mean differences 1.0, 0.5, 1.0, 0.5
@@ -72,4 +63,4 @@ def test_too_few_pairs_is_one_line(tmp_path):
     a = _sweep(tmp_path / "a", {("att_kl", 1): 80.0})
     b = _sweep(tmp_path / "b", {("att_kl", 1): 79.0})
     with pytest.raises(SystemExit, match="1 paired runs .* need at least 2"):
-        _module().summary(a, b, ("a", "b"))
+        experiment_script("setting_effect").summary(a, b, ("a", "b"))
