@@ -16,16 +16,20 @@ KEPT = {
     "README.md",
     "DESIGN.md",
     "runs.jsonl",
-}  # written by hand (DESIGN.md before the first job), or by experiments/runs_from_*.py
+    "runs",
+}  # written by hand (DESIGN.md before the first job), or by experiments/runs_from_*.py (runs/:
+# the per-example predictions its records name)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mini_table1", "table3_power"])
+@pytest.mark.parametrize("name", ["mini_table1", "table3_power", "table3_general"])
 def test_a_committed_report_regenerates_from_its_runs_jsonl(name: str, tmp_path: Path):
     folder = RESULTS / name
     out = tmp_path / name  # the same name (the page's title is the study's), the records beside it
     out.mkdir()
     shutil.copy(folder / "runs.jsonl", out)
+    if (folder / "runs").is_dir():
+        shutil.copytree(folder / "runs", out / "runs")
     assert main([str(out / "runs.jsonl"), "--out", str(out), "--paper"]) == 0
     committed = sorted(p.name for p in folder.iterdir() if p.name not in KEPT)
     assert sorted(p.name for p in out.iterdir() if p.name not in KEPT) == committed
@@ -34,7 +38,15 @@ def test_a_committed_report_regenerates_from_its_runs_jsonl(name: str, tmp_path:
 
 
 @pytest.mark.parametrize(
-    "name", ["mini_table1", "mini_table2", "mini_table3", "table3_power", "advise_paraphrase"]
+    "name",
+    [
+        "mini_table1",
+        "mini_table2",
+        "mini_table3",
+        "table3_power",
+        "table3_general",
+        "advise_paraphrase",
+    ],
 )
 def test_no_committed_output_names_an_absolute_path(name: str):
     for path in (RESULTS / name).rglob("*"):
