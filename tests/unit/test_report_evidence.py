@@ -1,5 +1,6 @@
 """The example-level test (a paired bootstrap over dev examples) against scipy and by hand, and the
-report's evidence page on synthetic records with prediction files."""
+report's evidence page on synthetic records with prediction files, and an interaction's
+example-level test by hand."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ from scipy import stats
 
 from kdbench.metrics import METRICS
 from kdbench.records.predictions import read_predictions, write_predictions
+from kdbench.report.claims import DIFFERENCE, MAGNITUDE, Interaction
 from kdbench.report.cli import main
+from kdbench.report.evidence import interaction_example_test
 from kdbench.report.examples import paired_bootstrap, weighted_metric
+from kdbench.report.frames import to_frame
+from kdbench.report.load import load_records
+from tests.unit.report_helpers import write_run
 
 
 def _discordant(n: int, a_only: int, b_only: int) -> tuple:
@@ -165,3 +171,45 @@ def test_records_without_predictions_say_seed_level_only(tmp_path: Path):
     assert tests["example_p"].isna().all() and (tests["agreement"] == "seed-level only").all()
     assert math.isnan(tests["n_examples"][0])
     assert "seed-level evidence only" in (tmp_path / "out" / "evidence.md").read_text()
+
+
+def _write_interaction(root: Path, right: dict, seeds=(1, 2)) -> pd.DataFrame:
+    """Runs of objectives a and b at inits 1,2,3 and 2,4,6 on 10 dev examples of class 0, each
+    cell's runs right on its first `right[(objective, init)]` examples."""
+    gold = np.zeros(10, dtype=int)
+    for (objective, init), k in right.items():
+        for seed in seeds:
+            predicted = np.where(np.arange(10) < k, 0, 1)
+            name = f"{objective}-{init}-{seed}"
+            write_run(
+                root,
+                objective=objective,
+                init=init,
+                seed=seed,
+                name=name,
+                score=10.0 * k,
+                score_metric="accuracy",
+                predictions="p.npz",
+            )
+            arrays = {"example": np.arange(10), "predicted": predicted, "gold": gold}
+            write_predictions(root / name / "p.npz", {"": arrays})
+    return to_frame(load_records(root).records)
+
+
+@pytest.mark.parametrize("kind, expected", [(DIFFERENCE, 70.0), (MAGNITUDE, 30.0)])
+def test_an_interaction_over_dev_examples_weighs_its_four_cells(tmp_path: Path, kind, expected):
+    # a: 100 at 1,2,3, 50 at 2,4,6 (d_a +50); b: 40 and 60 (d_b -20)
+    right = {("a", "1,2,3"): 10, ("a", "2,4,6"): 5, ("b", "1,2,3"): 4, ("b", "2,4,6"): 6}
+    frame = _write_interaction(tmp_path, right)
+    interaction = Interaction(kind, "a", "b", "1,2,3", "2,4,6")
+    test = interaction_example_test(frame, interaction, "rte", tmp_path)
+    assert test["diff"] == pytest.approx(expected)  # 50 - (-20); |50| - |-20|
+    assert test["n_examples"] == 10 and test["ci_low"] <= expected <= test["ci_high"]
+
+
+def test_an_interaction_without_predictions_has_no_example_level_test(tmp_path: Path):
+    right = {("a", "1,2,3"): 10, ("a", "2,4,6"): 5, ("b", "1,2,3"): 4, ("b", "2,4,6"): 6}
+    frame = _write_interaction(tmp_path, right)
+    frame["predictions"] = None
+    interaction = Interaction(DIFFERENCE, "a", "b", "1,2,3", "2,4,6")
+    assert math.isnan(interaction_example_test(frame, interaction, "rte", tmp_path)["diff"])

@@ -108,3 +108,5 @@ def test_a_figure_of_one_task_and_of_its_dev_examples(tmp_path: Path):
     assert figure(study, "interaction att_kl vanilla_kd 1,2,3 2,4,6 mrpc").startswith("-3.50")
     examples = figure(study, "examples init vanilla_kd 1,2,3 2,4,6 rte")
     assert examples.startswith("-50.00 points (95% CI ") and "n = 20;" in examples
+    interaction = figure(study, "example_interaction att_kl vanilla_kd 1,2,3 2,4,6 rte")
+    assert interaction.startswith("+50.00 points (95% CI ") and "n = 20;" in interaction

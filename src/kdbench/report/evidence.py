@@ -5,18 +5,22 @@ whether the two agree, the collapse rate per cell, and the cells and tests witho
 Example-level p values are Holm-adjusted within the seed-level test's family (setting, teacher,
 student, factor, held value, task). A pair is tested at the example level when every matched seed
 of both sides has a predictions file on the split its score is of, all with the same gold labels.
-The verdicts agree when both tests are significant with the same sign, or neither is."""
+The verdicts agree when both tests are significant with the same sign, or neither is.
+`interaction_example_test` is the example-level test of an interaction on one task (a README's
+figure, `kdbench.report.prose`)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from kdbench.records.predictions import read_predictions
+from kdbench.report.claims import MAGNITUDE
 from kdbench.report.collapse import COLLAPSED, _split
-from kdbench.report.examples import NO_TEST, metric_of, paired_bootstrap
+from kdbench.report.examples import NO_TEST, contrast_bootstrap, metric_of, paired_bootstrap
 from kdbench.report.frames import ALL, GROUP_COLS
 from kdbench.report.paired import holm
 from kdbench.report.stats import FAMILY_COLS, families, paired_tests, summarise
@@ -59,22 +63,54 @@ def _loaded(run: pd.Series, root: Path) -> tuple | None:
     return None if arrays is None else (arrays["predicted"], arrays["gold"])
 
 
+def _predictions_of(sides: list[list[pd.Series]], root: Path) -> tuple | None:
+    """(metric, each side's runs as (predicted, gold)) when every run of every side has a
+    predictions file on its score's split, all with the same gold labels; else None."""
+    if not sides or not all(sides):
+        return None
+    metric = metric_of(sides[0][0]["score_metric"])
+    if metric is None:
+        return None
+    loaded = [[_loaded(run, root) for run in side] for side in sides]
+    every = [run for side in loaded for run in side]
+    if any(run is None for run in every):
+        return None
+    gold = every[0][1]
+    if any(len(g) != len(gold) or (g != gold).any() for _, g in every):
+        return None
+    return metric, loaded
+
+
 def example_test(frame: pd.DataFrame, row, root: Path) -> dict:
     """The example-level test of one per-task pair; `NO_TEST` where its runs lack predictions."""
     side_a, side_b = _side_runs(frame, row, row.a), _side_runs(frame, row, row.b)
     seeds = sorted(set(side_a) & set(side_b))
-    metric = metric_of(side_a[seeds[0]]["score_metric"]) if seeds else None
-    if len(seeds) == 0 or metric is None:
+    found = _predictions_of([[side_a[s] for s in seeds], [side_b[s] for s in seeds]], root)
+    if found is None:
         return NO_TEST | {"n_examples": math.nan}
-    runs_a = [_loaded(side_a[seed], root) for seed in seeds]
-    runs_b = [_loaded(side_b[seed], root) for seed in seeds]
-    every = runs_a + runs_b
-    if any(run is None for run in every):
-        return NO_TEST | {"n_examples": math.nan}
-    gold = every[0][1]
-    if any(len(g) != len(gold) or (g != gold).any() for _, g in every):
-        return NO_TEST | {"n_examples": math.nan}
+    metric, (runs_a, runs_b) = found
     return paired_bootstrap(metric, runs_a, runs_b)
+
+
+def interaction_example_test(frame: pd.DataFrame, interaction, task: str, root: Path) -> dict:
+    """The example-level test of an interaction on one task: the bootstrap of the contrast of its
+    four cells (objectives a and b at inits lower and upper) over the seeds all four share, a
+    difference of differences weighing them +1, -1, -1, +1; a contrast of magnitudes signs each
+    effect by its mean over those seeds, as the seed-level test. `NO_TEST` without predictions."""
+    runs = frame[frame["task"] == task]
+    sides = [runs[(runs["objective"] == o) & (runs["init"] == i)] for o, i in interaction.runs()]
+    by_seed = [{int(run.seed): run for _, run in side.iterrows()} for side in sides]
+    seeds = sorted(set.intersection(*(set(side) for side in by_seed)))
+    found = _predictions_of([[side[s] for s in seeds] for side in by_seed], root)
+    if found is None:
+        return NO_TEST | {"n_examples": math.nan}
+    metric, loaded = found
+    scores = [np.mean([side[s]["score"] for s in seeds]) for side in by_seed]
+    signs = [1.0, 1.0]
+    if interaction.kind == MAGNITUDE:
+        signs = [1.0 if scores[0] >= scores[1] else -1.0, 1.0 if scores[2] >= scores[3] else -1.0]
+    weights = [signs[0], -signs[0], -signs[1], signs[1]]
+    return contrast_bootstrap(metric, list(zip(weights, loaded, strict=True)))
 
 
 def agreement(row, alpha: float) -> str:

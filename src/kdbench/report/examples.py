@@ -1,4 +1,5 @@
-"""The example-level test: a paired bootstrap over dev examples of a task metric's mean difference.
+"""The example-level test: a paired bootstrap over dev examples of a task metric's mean difference
+(or of a contrast of several cells, such as an interaction's difference of differences).
 
 Two compared cells a and b each have seed-paired runs with per-example predictions on the same dev
 split. One resample draws N of the N dev examples with replacement (each example's count of
@@ -99,6 +100,40 @@ def _side(metric: str, weights: np.ndarray, runs: list[tuple]) -> np.ndarray:
     return np.mean([weighted_metric(metric, weights, p, g) for p, g in runs], axis=0)
 
 
+def contrast_bootstrap(
+    metric: str,
+    sides: list[tuple[float, list[tuple]]],
+    resamples: int = RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict:
+    """The paired bootstrap of a contrast of cells, the sum of weight x the cell's mean score over
+    `sides` ([(weight, runs)], runs holding (predicted, gold) arrays of one length per run; see the
+    module): ``diff`` (on the whole split), ``ci_low``/``ci_high`` (95% percentile interval), ``p``
+    and ``n_examples``. A difference of two cells weighs them +1 and -1; an interaction's difference
+    of differences its four cells +1, -1, -1, +1."""
+
+    def contrast(weights: np.ndarray) -> np.ndarray:
+        total = 0.0
+        for weight, runs in sides:
+            total = total + weight * _side(metric, weights, runs)
+        return total
+
+    n = len(sides[0][1][0][1])
+    diff = float(contrast(np.ones((1, n)))[0])
+    rng = np.random.default_rng(seed)
+    deltas = []
+    for start in range(0, resamples, CHUNK):
+        size = min(CHUNK, resamples - start)
+        draws = rng.integers(0, n, size=(size, n)) + n * np.arange(size)[:, None]
+        weights = np.bincount(draws.ravel(), minlength=size * n).reshape(size, n).astype(float)
+        deltas.append(contrast(weights))
+    resampled = np.concatenate(deltas)
+    at_most, at_least = int((resampled <= 0).sum()), int((resampled >= 0).sum())
+    p = min(1.0, 2 * (1 + min(at_most, at_least)) / (resamples + 1))
+    low, high = np.quantile(resampled, [0.025, 0.975])
+    return {"diff": diff, "ci_low": float(low), "ci_high": float(high), "p": p, "n_examples": n}
+
+
 def paired_bootstrap(
     metric: str,
     runs_a: list[tuple],
@@ -106,24 +141,8 @@ def paired_bootstrap(
     resamples: int = RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> dict:
-    """The paired bootstrap of mean a - mean b over dev examples (see the module): ``diff`` (on
-    the whole split), ``ci_low``/``ci_high`` (95% percentile interval), ``p`` and ``n_examples``.
-    `runs_a`/`runs_b` hold (predicted, gold) arrays of one length per run."""
-    n = len(runs_a[0][1])
-    whole = np.ones((1, n))
-    diff = float(_side(metric, whole, runs_a)[0] - _side(metric, whole, runs_b)[0])
-    rng = np.random.default_rng(seed)
-    deltas = []
-    for start in range(0, resamples, CHUNK):
-        size = min(CHUNK, resamples - start)
-        draws = rng.integers(0, n, size=(size, n)) + n * np.arange(size)[:, None]
-        weights = np.bincount(draws.ravel(), minlength=size * n).reshape(size, n).astype(float)
-        deltas.append(_side(metric, weights, runs_a) - _side(metric, weights, runs_b))
-    resampled = np.concatenate(deltas)
-    at_most, at_least = int((resampled <= 0).sum()), int((resampled >= 0).sum())
-    p = min(1.0, 2 * (1 + min(at_most, at_least)) / (resamples + 1))
-    low, high = np.quantile(resampled, [0.025, 0.975])
-    return {"diff": diff, "ci_low": float(low), "ci_high": float(high), "p": p, "n_examples": n}
+    """The paired bootstrap of mean a - mean b over dev examples (`contrast_bootstrap`)."""
+    return contrast_bootstrap(metric, [(1.0, runs_a), (-1.0, runs_b)], resamples, seed)
 
 
 def metric_of(score_metric: str | None) -> str | None:

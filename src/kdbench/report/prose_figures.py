@@ -13,7 +13,7 @@ import pandas as pd
 from kdbench.report.claims import DIFFERENCE, MAGNITUDE, Interaction
 from kdbench.report.claims_md import summary_lines, verdict_why
 from kdbench.report.collapse import COLLAPSED
-from kdbench.report.evidence import ALL_RUNS, evidence_tests
+from kdbench.report.evidence import ALL_RUNS, evidence_tests, interaction_example_test
 from kdbench.report.frames import (
     ALL,
     AVG,
@@ -103,6 +103,21 @@ def _examples(study: Study, factor: str, fixed: str, a: str, b: str, task: str) 
     low, high = sorted((sign * row["example_ci_low"], sign * row["example_ci_high"]))
     p = f"Holm p {_p(row['example_p_holm'])}"
     return _points(sign * row["example_diff"], (low, high), int(row["n_examples"]), p)
+
+
+def _example_interaction(
+    study: Study, a: str, b: str, lower: str, upper: str, task: str, kind=DIFFERENCE
+) -> str:
+    """The example-level test of the interaction (or, ``kind`` MAGNITUDE, of the contrast of
+    magnitudes) on ``task``: the bootstrap over its dev examples."""
+    interaction = Interaction(kind, a, b, lower, upper)
+    test = interaction_example_test(study.frame, interaction, task, study.runs.parent)
+    ci, p = (test["ci_low"], test["ci_high"]), f"p {_p(test['p'])}"
+    return _points(test["diff"], ci, int(test["n_examples"]), p)
+
+
+def _example_magnitude(study: Study, a: str, b: str, lower: str, upper: str, task: str) -> str:
+    return _example_interaction(study, a, b, lower, upper, task, MAGNITUDE)
 
 
 def _tost(
@@ -263,6 +278,8 @@ FIGURES = {
     # TASK, where it is optional, is one task's test; without it, the test pooled over tasks
     "pair": _pair,  # FACTOR FIXED A B [TASK]: a - b, its 95% CI, n, Holm p
     "examples": _examples,  # FACTOR FIXED A B TASK: a - b over dev examples, 95% CI, Holm p
+    "example_interaction": _example_interaction,  # A B LOWER UPPER TASK: over dev examples
+    "example_magnitude": _example_magnitude,  # A B LOWER UPPER TASK: over dev examples
     "tost": _tost,  # FACTOR FIXED A B MARGIN [TASK]: TOST p of a - b within +-MARGIN points
     "interaction": _interaction,  # A B LOWER UPPER [TASK]: (A's LOWER - UPPER) - (B's)
     "magnitude": _magnitude,  # A B LOWER UPPER [TASK]: |A's LOWER - UPPER| - |B's|
