@@ -29,7 +29,7 @@ from kdbench.study import kdbench_run, quoted, run_child
 
 CAL_EXAMPLES = 200
 CALIBRATION, TEACHER, PILOT, FINAL, REPORT = "calibration", "teacher", "pilot", "final", "report"
-LEDGER = "ledger.jsonl"  # each step's wall time, one line a step; first, the design's registration
+LEDGER = "ledger.jsonl"  # each step's wall time, a line a step, and the design's registration
 REGISTERED = "design"
 QUIET = ("measure_cost=false", "save_student=false")
 TRAINED = ("teacher_finetune_s", "intermediate_s", "prediction_s")
