@@ -7,8 +7,10 @@ cap, so a slow or failing part loses only its own figures:
 - e2e: the user's command end to end, on MiniLM-L6 and SST-2 where they are, else on the tiny
   random teacher and a few generated SST-2 rows;
 - agnostic, agnostic_compiled: the task-agnostic steps at the paper's shapes (`kdbench.bench --mode
-  agnostic`), eager for every objective and with `--compile` for two;
-- host: the host's time per micro-step (`kdbench.bench --mode host`);
+  agnostic`), eager for every objective and with `--compile` for two, loaded as a run loads
+  (`trainer.num_workers=auto`: worker processes mask);
+- host: the host's time per micro-step (`kdbench.bench --mode host`), and the time of masking a
+  micro-batch on the main thread (`--workers 0`);
 - peers: stage 1 side by side on SST-2 (MiniLM-L6 -> 3x384, att_kl+val_kl; `benchmarks/measure.py`):
   kdbench in fp32 and bf16, the tuned loop and TextBrewer (where installed) in fp32, at batch
   32 and 256, and the loss and gradient check; it needs SST-2 and MiniLM-L6 under
@@ -102,7 +104,7 @@ def commands(part: str, out: Path) -> list[list[str]]:
     if part == "agnostic_compiled":
         return [bench("agnostic", COMPILED, "--steps", "5", "--warmup", "3", "--compile")]
     if part == "host":
-        return [bench("host", "att_kl,vanilla_kd", "--steps", "5")]
+        return [bench("host", "att_kl,vanilla_kd", "--steps", "5", "--workers", "0")]
     if part == "peers":
         script = str(ROOT / "benchmarks" / "measure.py")
         return [[*python(), script, json.dumps(spec)] for spec in peer_specs()]

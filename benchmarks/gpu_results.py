@@ -74,16 +74,16 @@ def rows(path: Path) -> list[dict]:
 
 def agnostic_table(results: list[dict]) -> list[str]:
     lines = [
-        "| objective | precision | micro-batch | seq/s | tokens/s | GFLOP/seq counted | analytic "
-        "| TFLOP/s | MFU | peak | memory GiB | bound GiB | syncs/step | attention kernels "
-        "| paper run, h |",
-        "|" + "---|" * 15,
+        "| objective | precision | micro-batch | workers | seq/s | tokens/s | GFLOP/seq counted "
+        "| analytic | TFLOP/s | MFU | peak | memory GiB | bound GiB | syncs/step "
+        "| attention kernels | paper run, h |",
+        "|" + "---|" * 16,
     ]
     for r in results:
         hours = PAPER_STEPS * PAPER_BATCH / r["examples_per_s"] / 3600
         lines.append(
             f"| {r['objective']} | {r['precision']} | {r['micro_batch']} "
-            f"| {r['examples_per_s']:.0f} | "
+            f"| {r.get('workers', 0)} | {r['examples_per_s']:.0f} | "
             f"{r['tokens_per_s']:.0f} "
             f"| {r['flops_per_example'] / 1e9:.2f} | {r['analytic_flops_per_example'] / 1e9:.2f} "
             f"| {r['achieved_tflops']:.1f} | {r['mfu']:.1%} | {r['peak_source']} "
@@ -101,8 +101,8 @@ def host_table(results: list[dict]) -> list[str]:
     if not results:
         return NO_FIGURES
     lines = [
-        "| objective | host ms per micro-step | collation ms | target ms at 64 | micro-batch "
-        "| target ms at it |",
+        "| objective | host ms per micro-step | main-thread collation ms | target ms at 64 "
+        "| micro-batch | target ms at it |",
         "|---|---|---|---|---|---|",
     ]
     for r in results:

@@ -10,14 +10,15 @@ Modes (one JSON line per objective):
   random token sequences, by default at the paper's Table 2 shapes: a BERT-base-shaped teacher
   with random weights, a 6x768 student, sequences of 128, 1024 per optimizer step, in the
   micro-batches `stages.distillation.device_batch_size=auto` chooses (64 on a CPU; `--batch`,
-  `--micro-batch`, `--teacher`, `--student`, `--length` change them). Needs neither Hydra nor
-  datasets;
+  `--micro-batch`, `--teacher`, `--student`, `--length` change them), loaded and masked as a run
+  on the device loads them (`--workers auto`, as `trainer.num_workers=auto`). Needs neither Hydra
+  nor datasets;
 - `host` (`kdbench.measure.bench_host`): the same loop with tiny widths and vocabulary (the paper's
   depths): its main thread's CPU time per micro-step is the host's (Python, dispatch, hooks), what
   a GPU would wait for; with the time of collating one paper micro-batch on the main thread (none
-  with `--workers`), and the target it is held to: half the GPU time of a micro-batch at 40 % MFU
-  on an 80 GB H100 SXM, from the analytic FLOP count, for the paper's 64 sequences and for the
-  micro-batch auto chooses there.
+  where `--workers` start worker processes), and the target it is held to: half the GPU time of a
+  micro-batch at 40 % MFU on an 80 GB H100 SXM, from the analytic FLOP count, for the paper's 64
+  sequences and for the micro-batch auto chooses there.
 
 Each line gives examples (sequences) and tokens per second, FLOPs per example (FlopCounterMode over
 one real micro-step, forward and backward), MFU against the device's dense peak (`measure.flops`'s
@@ -30,14 +31,13 @@ their hooks (not the stage's closing read of its finite-loss verdict, which foll
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import json
-import time
 from dataclasses import replace
 
 import torch
 
+from kdbench.data.batches import IN_PROCESS
 from kdbench.data.columns import column_array
 from kdbench.measure import flops, synthetic
 from kdbench.measure.bench_host import auto_micro_batch, measure_host
@@ -52,29 +52,13 @@ from kdbench.measure.timing import (
 )
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
-from kdbench.planning.specs import ShapeSpec
+from kdbench.planning.specs import LoadingSpec, ShapeSpec
+from kdbench.runtime.device import loading_spec
 from kdbench.runtime.precision import resolve_precision
 from kdbench.training import loop
 from kdbench.training.steps import to_device
 
 MODES = ("stage1", "agnostic", "host")
-
-
-@functools.cache
-def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
-    """The dense peak FLOP/s for the precision used, and where it comes from (datasheet or measured
-    once)."""
-    if device.type == "cuda":
-        tf32 = torch.backends.cuda.matmul.allow_tf32
-        kind = precision if precision == "bf16" else ("tf32" if tf32 else "fp32")
-        name = torch.cuda.get_device_name(device)
-        if (peak := flops.datasheet_peak(name, kind)) is not None:
-            return peak, f"datasheet {name} {kind}"
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    if device.type == "cpu":  # per CPU-second: the cores may be shared
-        peak = flops.measured_matmul_peak(device, dtype, seconds=3.0, clock=time.process_time)
-        return peak, f"measured cpu {dtype} matmul per CPU-second"
-    return flops.measured_matmul_peak(device, dtype), f"measured {device.type} {dtype} matmul"
 
 
 def attention_kernels(run) -> list[str]:
@@ -110,11 +94,14 @@ def measure_agnostic(
     precision: str,
     steps: int,
     warmup: int,
+    loading: LoadingSpec = IN_PROCESS,
     compile_backend: str | None = None,
 ) -> dict:
-    """The task-agnostic distillation through `loop.train`: warmup, then `steps` timed steps."""
+    """The task-agnostic distillation through `loop.train`, its batches loaded as `loading` says:
+    warmup, then `steps` timed steps."""
+    options = {"loading": loading, "compile_backend": compile_backend}
     with synthetic.distillation(
-        objective, shapes, device, precision, warmup + steps, compile_backend=compile_backend
+        objective, shapes, device, precision, warmup + steps, **options
     ) as stage:
         batch = to_device(next(iter(stage.loader)), device)
         per_example, kernels = flops_per_example(stage.step, batch, stage.modules)
@@ -130,14 +117,11 @@ def measure_agnostic(
     result = {
         "mode": "agnostic",
         "objective": objective,
-        "teacher": shapes.teacher.name,
-        "student": shapes.student.name,
-        "length": shapes.length,
-        "micro_batch": shapes.micro_batch,
-        "accumulation": shapes.accumulation,
+        **shape_fields(shapes),
         "device": device_name(device),
         "precision": precision,
         "compile_backend": compile_backend,
+        "workers": loading.workers,
         "steps": steps,
         "seconds": timer.seconds,
         "cpu_seconds": timer.cpu_seconds,
@@ -151,7 +135,18 @@ def measure_agnostic(
     }
     if device.type == "cuda":  # the steps' own: the stage's closing read comes after the last
         result["syncs_per_step"] = sum(per_step.counts) / len(per_step.counts)
-    return result | utilisation(result, device, precision)
+    return result | flops.utilisation(result, device, precision)
+
+
+def shape_fields(shapes: synthetic.Shapes) -> dict:
+    """A result's fields for the models' and batches' shapes."""
+    return {
+        "teacher": shapes.teacher.name,
+        "student": shapes.student.name,
+        "length": shapes.length,
+        "micro_batch": shapes.micro_batch,
+        "accumulation": shapes.accumulation,
+    }
 
 
 def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> float:
@@ -163,22 +158,6 @@ def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> 
     return flops.step_flops(
         objective, student.config, teacher_conf, shapes.length, agnostic=True, masked=masked
     ).total
-
-
-def utilisation(result: dict, device: torch.device, precision: str) -> dict:
-    """Achieved FLOP/s and MFU; on the CPU per CPU-second (the examples over the steps' CPU time),
-    as its peak."""
-    peak, source = peak_flops(device, precision)
-    rate = result["examples_per_s"]
-    if device.type == "cpu":
-        rate *= result["seconds"] / result["cpu_seconds"]
-    achieved = result["flops_per_example"] * rate
-    return {
-        "achieved_tflops": achieved / 1e12,
-        "peak_tflops": peak / 1e12,
-        "peak_source": source,
-        "mfu": achieved / peak,
-    }
 
 
 def stage1_setup(overrides: list[str]):
@@ -245,7 +224,7 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
         "attention_kernels": kernels,
         **peak_memory_gib(plan.device),
     }
-    return result | utilisation(result, plan.device, plan.precision)
+    return result | flops.utilisation(result, plan.device, plan.precision)
 
 
 def shapes_of(args, objective: str, device: torch.device, precision: str) -> synthetic.Shapes:
@@ -293,9 +272,20 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     parser.add_argument("--compile", action="store_true", help="stage1/agnostic: trainer.compile")
     parser.add_argument(
-        "--workers", type=int, default=0, help="host: DataLoader workers (they collate)"
+        "--workers",
+        type=workers_option,
+        default="auto",
+        help="agnostic/host: DataLoader workers (they collate and mask), or auto (as "
+        "trainer.num_workers=auto: min(4, cores - 1) on a GPU, none on a CPU)",
     )
     return parser
+
+
+def workers_option(text: str) -> int | str:
+    """`--workers`: a count of processes, or auto."""
+    if text != "auto" and not text.isdigit():
+        raise argparse.ArgumentTypeError(f"give a count of worker processes or auto, not {text!r}")
+    return text if text == "auto" else int(text)
 
 
 def measure(args, objective: str) -> dict:
@@ -304,13 +294,15 @@ def measure(args, objective: str) -> dict:
     device = torch.device(args.device)
     precision = resolve_precision(args.precision, device, int(args.student.split("x")[1]))[0]
     shapes = shapes_of(args, objective, device, precision)
+    loading = loading_spec(args.workers, device)
     if args.mode == "host":
         host_precision = "bf16" if args.precision == "auto" else args.precision  # the target's
         return measure_host(
-            objective, shapes, device, args.steps, args.warmup, args.workers, host_precision
+            objective, shapes, device, args.steps, args.warmup, loading, host_precision
         )
     backend = "inductor" if args.compile else None  # trainer.compile's
-    return measure_agnostic(objective, shapes, device, precision, args.steps, args.warmup, backend)
+    timing = (args.steps, args.warmup, loading, backend)
+    return measure_agnostic(objective, shapes, device, precision, *timing)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -58,6 +58,7 @@ def test_the_task_agnostic_mode_runs_the_loop_and_reports_flops_and_mfu(capsys):
             and 0 < row["mfu"] < 1
             and row["peak_source"].startswith("measured cpu")
         )
+        assert row["workers"] == 0  # auto: a run on a CPU masks in its main process
         assert any("scaled_dot_product" in kernel for kernel in row["attention_kernels"])
     assert (
         rows[1]["flops_per_example"] > rows[0]["flops_per_example"]
@@ -145,3 +146,25 @@ def test_the_host_mode_refuses_compile_in_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--mode", "host", "--compile"])
     assert exit_info.value.code == 2 and "--compile" in capsys.readouterr().err
+
+
+def test_the_task_agnostic_mode_loads_as_a_run_on_the_device_does(monkeypatch):
+    from kdbench.planning.specs import LoadingSpec
+
+    seen = []
+    monkeypatch.setattr("kdbench.bench.measure_agnostic", lambda *args: seen.append(args[6]))
+    monkeypatch.setattr("kdbench.runtime.device.cpu_cores", lambda: 16)
+    monkeypatch.setattr("kdbench.bench.json.dumps", str)
+    options = ["--mode", "agnostic", "--micro-batch", "64", "--precision", "bf16"]
+    main([*options, "--device", "cuda"])
+    main([*options, "--device", "cuda", "--workers", "2"])
+    main([*options, "--device", "cpu"])
+    assert seen == [LoadingSpec(4, pin_memory=True), LoadingSpec(2, pin_memory=True), LoadingSpec()]
+
+
+def test_workers_that_are_not_a_count_are_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--mode", "agnostic", "--workers", "two"])
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert exit_info.value.code == 2
+    assert error.endswith("give a count of worker processes or auto, not 'two'")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import string
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -40,11 +42,14 @@ def random_batch(seed: int = 0):
     return ids, attention
 
 
+def seeded(seed: int, rows: int) -> list[torch.Generator]:
+    """One generator per row, each seeded apart."""
+    return [torch.Generator().manual_seed(seed * 100_003 + row) for row in range(rows)]
+
+
 def test_masking_statistics_follow_bert():
     ids, attention = random_batch()
-    masked, labels = mask_tokens(
-        ids, SPEC, generator=torch.Generator().manual_seed(1), attention_mask=attention
-    )
+    masked, labels = mask_tokens(ids, SPEC, seeded(1, 64), attention_mask=attention)
     maskable = ~torch.isin(ids, torch.tensor([PAD, CLS, SEP]))
     chosen = labels != -100
     assert not (chosen & ~maskable).any()
@@ -61,11 +66,10 @@ def test_masking_statistics_follow_bert():
 def test_masking_is_seeded_and_fresh_each_call():
     ids, _ = random_batch()
     before = ids.clone()
-    a = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(3))
-    b = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(3))
+    a, b = mask_tokens(ids, SPEC, seeded(3, 64)), mask_tokens(ids, SPEC, seeded(3, 64))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    g = torch.Generator().manual_seed(3)
-    first, second = mask_tokens(ids, SPEC, generator=g), mask_tokens(ids, SPEC, generator=g)
+    g = seeded(3, 64)
+    first, second = mask_tokens(ids, SPEC, g), mask_tokens(ids, SPEC, g)
     assert not torch.equal(first[1], second[1])
     assert torch.equal(ids, before)
 
@@ -73,13 +77,9 @@ def test_masking_is_seeded_and_fresh_each_call():
 def test_spec_from_tokenizer_masks_like_explicit_ids(tokenizer):
     ids = torch.randint(5, len(tokenizer), (4, 32), generator=torch.Generator().manual_seed(0))
     ids[:, 0] = CLS
-    via_tok = mask_tokens(
-        ids, MaskingSpec.from_tokenizer(tokenizer), generator=torch.Generator().manual_seed(0)
-    )
+    via_tok = mask_tokens(ids, MaskingSpec.from_tokenizer(tokenizer), seeded(0, 4))
     explicit = mask_tokens(
-        ids,
-        MaskingSpec(len(tokenizer), MASK, (PAD, UNK, CLS, SEP, MASK)),
-        generator=torch.Generator().manual_seed(0),
+        ids, MaskingSpec(len(tokenizer), MASK, (PAD, UNK, CLS, SEP, MASK)), seeded(0, 4)
     )
     assert torch.equal(via_tok[0], explicit[0]) and torch.equal(via_tok[1], explicit[1])
     assert (via_tok[1][:, 0] == -100).all()
@@ -99,12 +99,12 @@ def test_frequency_smoothed_masking_draws_rare_tokens_more_often():
     weights = torch.ones(VOCAB)
     weights[common], weights[rare] = 1.0, 3.0
     spec = MaskingSpec(VOCAB, MASK, (PAD, UNK, CLS, SEP, MASK), weights)
-    _, labels = mask_tokens(ids, spec, generator=torch.Generator().manual_seed(0))
+    _, labels = mask_tokens(ids, spec, seeded(0, 400))
     chosen = labels != -100
     assert (chosen.sum(-1) == 3).all()  # ceil(0.15 * 20) per row
     share = (labels[chosen] == rare).float().mean().item()  # about 5 * 3 / (15 + 5 * 3) = 0.5
     assert 0.45 < share < 0.55
-    uniform = mask_tokens(ids, SPEC, generator=torch.Generator().manual_seed(0))[1]
+    uniform = mask_tokens(ids, SPEC, seeded(0, 400))[1]
     assert abs((uniform[uniform != -100] == rare).float().mean().item() - 0.25) < 0.05
 
 
@@ -131,3 +131,39 @@ def test_the_corpus_collator_gives_flat_mlm_positions_and_says_whether_the_batch
     assert torch.equal(
         batch["attended_positions"][batch["masked_in_attended"]], batch["mlm_positions"]
     )
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_rows_mask_depends_on_its_ids_and_generator_not_on_its_batch(weighted):
+    ids, attention = random_batch()
+    weights = torch.rand(VOCAB, generator=torch.Generator().manual_seed(0)) + 0.1
+    spec = replace(SPEC, token_weights=weights if weighted else None)
+    batch = mask_tokens(ids, spec, seeded(5, 64), attention_mask=attention)
+    for row in (0, 1, 63):  # row 0 is padded
+        rows = slice(row, row + 1)
+        alone = mask_tokens(ids[rows], spec, seeded(5, 64)[rows], attention_mask=attention[rows])
+        assert torch.equal(alone[0][0], batch[0][row]) and torch.equal(alone[1][0], batch[1][row])
+
+
+def test_one_generator_per_row_is_required():
+    ids, _ = random_batch()
+    with pytest.raises(ValueError, match="63 generators for 64 rows: give one per row"):
+        mask_tokens(ids, SPEC, seeded(0, 63))
+
+
+def test_the_corpus_collator_draws_each_examples_mask_from_its_seed_epoch_and_index():
+    """The masks of a fixed batch, as digests: they stay those the collator has drawn since masks
+    were seeded per example (runs resumed or repeated mask alike)."""
+    from kdbench.data.batches import CorpusCollator, KeyedCorpus
+
+    ids, attention = random_batch()
+    corpus = KeyedCorpus([{"input_ids": i, "attention_mask": a} for i, a in zip(ids, attention)])
+    weights = torch.rand(VOCAB, generator=torch.Generator().manual_seed(0)) + 0.1
+    digests = []
+    for spec in (SPEC, replace(SPEC, token_weights=weights)):
+        batch = CorpusCollator(spec, seed=3)([corpus[(2, index)] for index in range(0, 64, 3)])
+        digest = hashlib.sha256()
+        for key in ("input_ids", "mlm_positions", "labels", "masked_in_attended"):
+            digest.update(batch[key].numpy().tobytes())
+        digests.append((digest.hexdigest()[:16], len(batch["labels"])))
+    assert digests == [("83ec718a39593f8c", 380), ("e3e23853c195a3cc", 394)]

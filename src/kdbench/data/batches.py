@@ -233,32 +233,32 @@ class CorpusCollator:
     def __init__(self, masking: MaskingSpec | None, seed: int, mlm_probability: float = 0.15):
         self.masking, self.seed, self.mlm_probability = masking, seed, mlm_probability
 
+    def example_key(self, epoch: int, example: int) -> int:
+        """The seed of one example's mask in one epoch."""
+        return ((self.seed * 1_000_003 + epoch) * 4_294_967_311 + example) % 2**63
+
     def __call__(self, examples):
         batch = {k: torch.stack([e[k] for e in examples]) for k in ("input_ids", "attention_mask")}
         batch[PADDED] = has_padding(batch["attention_mask"])
         if self.masking is None:
             return batch
-        masked, labels = [], []
-        for example in examples:
-            key = (
-                (self.seed * 1_000_003 + example["epoch"]) * 4_294_967_311 + example["example"]
-            ) % 2**63
-            generator = torch.Generator().manual_seed(key)
-            ids, lab = mask_tokens(
-                example["input_ids"][None],
-                self.masking,
-                mlm_probability=self.mlm_probability,
-                generator=generator,
-                attention_mask=example["attention_mask"][None],
-            )
-            masked.append(ids[0])
-            labels.append(lab[0])
-        labels = torch.stack(labels).flatten()
+        generators = [
+            torch.Generator().manual_seed(self.example_key(e["epoch"], e["example"]))
+            for e in examples
+        ]
+        masked, labels = mask_tokens(
+            batch["input_ids"],
+            self.masking,
+            generators,
+            mlm_probability=self.mlm_probability,
+            attention_mask=batch["attention_mask"],
+        )
+        labels = labels.flatten()
         positions = torch.nonzero(labels != IGNORE_INDEX).squeeze(1)
         attended = batch["attention_mask"].flatten()
         rank = torch.cumsum(attended, 0) - 1  # each attended token's place among them
         return batch | {
-            "input_ids": torch.stack(masked),
+            "input_ids": masked,
             "mlm_positions": positions,
             "labels": labels[positions],
             "attended_positions": torch.nonzero(attended).squeeze(1),

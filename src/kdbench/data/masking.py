@@ -1,13 +1,14 @@
 """BERT-style masked-language-model masking of token ids.
 
 `MaskingSpec` holds what masking needs from a tokenizer; `mask_tokens` draws one mask over a batch
-of ids and returns the masked ids with their MLM labels (`IGNORE_INDEX` where no prediction is asked
-for).
+of ids, each row from its own generator, and returns the masked ids with their MLM labels
+(`IGNORE_INDEX` where no prediction is asked for).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,63 +62,75 @@ def weighted_choice(
     maskable: torch.Tensor,
     weights: torch.Tensor,
     mlm_probability: float,
-    generator: torch.Generator | None,
+    generator: torch.Generator,
 ) -> torch.Tensor:
-    """[B, L] bool: per row, ceil(mlm_probability * maskable tokens) positions drawn without
+    """[L] bool: ceil(mlm_probability * maskable tokens) of the row's [L] `ids` drawn without
     replacement, each with probability proportional to its token's weight (DistilBERT's masking)."""
     chosen = torch.zeros_like(maskable)
-    row_weights = weights.to(ids.device)[ids] * maskable
-    for row in range(ids.shape[0]):
-        count = math.ceil(mlm_probability * int(maskable[row].sum()))
-        if count:
-            picked = torch.multinomial(
-                row_weights[row].cpu(), count, replacement=False, generator=generator
-            )
-            chosen[row, picked.to(ids.device)] = True
+    count = math.ceil(mlm_probability * int(maskable.sum()))
+    if count:
+        row_weights = weights[ids] * maskable
+        chosen[torch.multinomial(row_weights, count, replacement=False, generator=generator)] = True
     return chosen
 
 
 def mask_tokens(
     input_ids: torch.Tensor,
     spec: MaskingSpec,
+    generators: Sequence[torch.Generator],
     *,
     mlm_probability: float = 0.15,
-    generator: torch.Generator | None = None,
     attention_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT's dynamic MLM masking; returns `(masked_input_ids, labels)` and leaves `input_ids`
-    unchanged.
+    """BERT's dynamic MLM masking of [B, L] `input_ids` on the CPU, row i drawn from
+    `generators[i]`; returns `(masked_input_ids, labels)` and leaves `input_ids` unchanged.
 
     Each position that is not one of `spec.special_ids` (and, when `attention_mask` is given, is
     attended) is chosen independently with probability `mlm_probability` (with `spec.token_weights`:
     ceil(mlm_probability x maskable tokens) per row, drawn by `weighted_choice`); a chosen position
     becomes [MASK] with probability 0.8, a token drawn uniformly from the whole vocabulary with
     probability 0.1, and stays as is otherwise. `labels` holds the original id at chosen positions
-    and `IGNORE_INDEX` elsewhere. Randomness comes from `generator` (the default torch RNG when
-    None), drawn on the generator's device; every call draws a fresh mask.
+    and `IGNORE_INDEX` elsewhere. A row's mask depends on its ids and its generator only (not on
+    the batch it is in); every call draws a fresh mask.
     """
     if not 0.0 < mlm_probability < 1.0:
         raise ConfigError(f"mlm_probability={mlm_probability} must be in (0, 1)")
     ids = torch.as_tensor(input_ids).long()
-    device = generator.device if generator is not None else ids.device
-    shape = ids.shape
-    maskable = ~torch.isin(ids, torch.tensor(spec.special_ids, dtype=torch.long, device=ids.device))
+    maskable = ~torch.isin(ids, torch.tensor(spec.special_ids, dtype=torch.long))
     if attention_mask is not None:
-        maskable &= torch.as_tensor(attention_mask, device=ids.device).bool()
-    if spec.token_weights is None:
-        draws = torch.rand(shape, generator=generator, device=device)
-        chosen = (draws < mlm_probability).to(ids.device) & maskable
-    else:
-        rows = (ids.reshape(-1, shape[-1]), maskable.reshape(-1, shape[-1]))
-        chosen = weighted_choice(*rows, spec.token_weights, mlm_probability, generator)
-        chosen = chosen.reshape(shape)
-    action = torch.rand(shape, generator=generator, device=device).to(ids.device)
-    random_ids = torch.randint(spec.vocab_size, shape, generator=generator, device=device).to(
-        ids.device
-    )
+        maskable &= torch.as_tensor(attention_mask).bool()
+    chosen, action, random_ids = draw_rows(ids, maskable, spec, mlm_probability, generators)
     masked = ids.clone()
     masked[chosen & (action < 0.8)] = spec.mask_token_id
     replace = chosen & (action >= 0.8) & (action < 0.9)
     masked[replace] = random_ids[replace]
     labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
     return masked, labels
+
+
+def draw_rows(
+    ids: torch.Tensor,
+    maskable: torch.Tensor,
+    spec: MaskingSpec,
+    mlm_probability: float,
+    generators: Sequence[torch.Generator],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The random part of a mask over [B, L] `ids`, [B, L] each: the chosen positions, the action
+    draws ([MASK] below 0.8, a random token below 0.9, else kept) and the random tokens. Row i's
+    come from `generators[i]`, in that order; only the draws are made row by row."""
+    if len(generators) != len(ids):
+        raise ValueError(f"{len(generators)} generators for {len(ids)} rows: give one per row")
+    length = ids.shape[1]
+    uniform, action = torch.empty(ids.shape), torch.empty(ids.shape)
+    random_ids, chosen = torch.empty_like(ids), torch.zeros_like(maskable)
+    for row, generator in enumerate(generators):
+        if spec.token_weights is None:
+            torch.rand(length, generator=generator, out=uniform[row])
+        else:
+            draws = (spec.token_weights, mlm_probability, generator)
+            chosen[row] = weighted_choice(ids[row], maskable[row], *draws)
+        torch.rand(length, generator=generator, out=action[row])
+        torch.randint(spec.vocab_size, (length,), generator=generator, out=random_ids[row])
+    if spec.token_weights is None:
+        chosen = (uniform < mlm_probability) & maskable
+    return chosen, action, random_ids

@@ -10,7 +10,7 @@ from functools import partial
 
 import torch
 
-from kdbench.data.batches import CorpusCollator
+from kdbench.data.batches import IN_PROCESS, CorpusCollator
 from kdbench.measure import flops, memory, synthetic
 from kdbench.measure.timing import Timer, device_name
 from kdbench.planning.specs import LoadingSpec
@@ -90,13 +90,13 @@ def measure_host(
     device: torch.device,
     steps: int,
     warmup: int,
-    workers: int = 0,
+    loading: LoadingSpec = IN_PROCESS,
     precision: str = "bf16",
 ) -> dict:
     """Host time per micro-step with `tiny_shapes(shapes)` (the host's work does not grow with the
     widths and lengths), and the time of collating one micro-batch of `shapes` on the main thread
-    (none with `workers` DataLoader workers: they collate), at `precision` (bf16 autocast, as on
-    the target GPU: its casts are host work too).
+    (none where `loading` has DataLoader workers: they collate), at `precision` (bf16 autocast, as
+    on the target GPU: its casts are host work too).
 
     The time is the main thread's CPU time (`time.thread_time`) with one intra-op thread, the
     fastest optimizer step's over its micro-steps: a host that feeds a GPU runs no kernels of size,
@@ -107,14 +107,14 @@ def measure_host(
     torch.set_num_threads(1 if device.type == "cpu" else threads)
     try:
         with synthetic.distillation(
-            objective, tiny, device, precision, warmup + steps, loading=LoadingSpec(workers)
+            objective, tiny, device, precision, warmup + steps, loading=loading
         ) as stage:
             timer = Timer(device, warmup, time.thread_time)
             loop.train(stage, [timer])
         collating = collate_ms(stage.loader.collate_fn.masking, shapes)
     finally:
         torch.set_num_threads(threads)
-    collate = collating if workers == 0 else 0.0  # the workers collate
+    collate = collating if loading.workers == 0 else 0.0  # the workers collate
     step_ms = 1e3 * min(timer.laps) / tiny.accumulation
     return {
         "mode": "host",
@@ -122,7 +122,7 @@ def measure_host(
         "device": device_name(device),
         "clock": "thread_time, fastest step",
         "precision": precision,
-        "workers": workers,
+        "workers": loading.workers,
         "layers": [tiny.teacher.num_layers, tiny.student.num_layers],
         "width": TINY_WIDTH["hidden_size"],
         "vocab": TINY_VOCAB,

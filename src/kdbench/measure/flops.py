@@ -24,6 +24,7 @@ Model FLOPs utilisation (MFU) = FLOPs per second / the device's dense peak for t
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -243,3 +244,36 @@ def step_flops(
             )
     losses = loss_flops(objective.terms, Shape.of(student_conf), Shape.of(teacher_conf), length)
     return StepFlops(*sides["student"], sides["teacher"][0], *losses)
+
+
+@functools.cache
+def peak_flops(device: torch.device, precision: str) -> tuple[float, str]:
+    """The dense peak FLOP/s for the precision used, and where it comes from (datasheet or measured
+    once)."""
+    if device.type == "cuda":
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        kind = precision if precision == "bf16" else ("tf32" if tf32 else "fp32")
+        name = torch.cuda.get_device_name(device)
+        if (peak := datasheet_peak(name, kind)) is not None:
+            return peak, f"datasheet {name} {kind}"
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    if device.type == "cpu":  # per CPU-second: the cores may be shared
+        peak = measured_matmul_peak(device, dtype, seconds=3.0, clock=time.process_time)
+        return peak, f"measured cpu {dtype} matmul per CPU-second"
+    return measured_matmul_peak(device, dtype), f"measured {device.type} {dtype} matmul"
+
+
+def utilisation(result: dict, device: torch.device, precision: str) -> dict:
+    """Achieved FLOP/s and MFU; on the CPU per CPU-second (the examples over the steps' CPU time),
+    as its peak."""
+    peak, source = peak_flops(device, precision)
+    rate = result["examples_per_s"]
+    if device.type == "cpu":
+        rate *= result["seconds"] / result["cpu_seconds"]
+    achieved = result["flops_per_example"] * rate
+    return {
+        "achieved_tflops": achieved / 1e12,
+        "peak_tflops": peak / 1e12,
+        "peak_source": source,
+        "mfu": achieved / peak,
+    }
