@@ -193,7 +193,30 @@ def agnostic_section(title: str, results: list[dict]) -> list[str]:
         "`paper run, h`: the paper's 100k steps of 1024 sequences at this rate on this one device.",
         "",
         *agnostic_table(results),
+        *micro_step_profiles(results),
     ]
+
+
+def micro_step_profiles(results: list[dict]) -> list[str]:
+    """The profiled objectives' micro-steps (`--profile`): the timed step's ms per micro-step
+    against the device's busy ms in one (forward and backward, no optimizer), and the operators
+    that keep it busy longest."""
+    profiled = [r for r in results if "profile" in r]
+    if not profiled:
+        return []
+    lines = [
+        "",
+        "Where a micro-step's device time goes (`--profile`: forward and backward, ms):",
+        "",
+        "| objective | timed ms per micro-step | device busy ms | top operators by device time |",
+        "|---|---|---|---|",
+    ]
+    for r in profiled:
+        timed = 1e3 * r["seconds"] / (r["steps"] * r["accumulation"])
+        by_op = r["profile"]["by_op"]
+        ops = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in by_op)
+        lines.append(f"| {r['objective']} | {timed:.1f} | {r['profile']['busy_ms']:.1f} | {ops} |")
+    return lines
 
 
 def summary(folder: Path, outcomes: dict[str, str] | None = None) -> str:

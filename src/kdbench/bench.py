@@ -37,127 +37,24 @@ from dataclasses import replace
 
 import torch
 
-from kdbench.data.batches import IN_PROCESS
 from kdbench.data.columns import column_array
 from kdbench.measure import flops, synthetic
+from kdbench.measure.bench_agnostic import Timing, measure_agnostic
 from kdbench.measure.bench_host import auto_micro_batch, measure_host
 from kdbench.measure.timing import (
-    PerStep,
     TimedBatches,
-    Timer,
     device_name,
     peak_memory_gib,
-    synchronisations,
     train_steps,
 )
 from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
-from kdbench.planning.specs import LoadingSpec, ShapeSpec
+from kdbench.planning.specs import ShapeSpec
 from kdbench.runtime.device import loading_spec
 from kdbench.runtime.precision import resolve_precision
-from kdbench.training import loop
 from kdbench.training.steps import to_device
 
 MODES = ("stage1", "agnostic", "host")
-
-
-def attention_kernels(run) -> list[str]:
-    """The scaled-dot-product attention kernels `run()` dispatches to (aten op names)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
-        run()
-    names = {event.name for event in profiler.events()}
-    return sorted(
-        n.removeprefix("aten::")
-        for n in names
-        if "scaled_dot_product" in n or "flash_attention" in n or "efficient_attention" in n
-    )
-
-
-def flops_per_example(step, batch: dict, modules) -> tuple[float, list[str]]:
-    """FLOPs per example of one micro-step (forward and backward) and the attention kernels it
-    used."""
-
-    def run():
-        step(batch)["total"].backward()
-
-    counted = flops.counted_flops(run) / batch["input_ids"].shape[0]
-    kernels = attention_kernels(run)
-    for module in modules:
-        module.zero_grad(set_to_none=True)
-    return counted, kernels
-
-
-def measure_agnostic(
-    objective: str,
-    shapes: synthetic.Shapes,
-    device: torch.device,
-    precision: str,
-    steps: int,
-    warmup: int,
-    loading: LoadingSpec = IN_PROCESS,
-    compile_backend: str | None = None,
-) -> dict:
-    """The task-agnostic distillation through `loop.train`, its batches loaded as `loading` says:
-    warmup, then `steps` timed steps."""
-    options = {"loading": loading, "compile_backend": compile_backend}
-    with synthetic.distillation(
-        objective, shapes, device, precision, warmup + steps, **options
-    ) as stage:
-        batch = to_device(next(iter(stage.loader)), device)
-        per_example, kernels = flops_per_example(stage.step, batch, stage.modules)
-        analytic = analytic_flops(stage, batch, shapes)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        timer = Timer(device, warmup)
-        with synchronisations(device) as syncs:
-            per_step = PerStep(syncs)
-            loop.train(stage, [timer, per_step])
-    examples = steps * shapes.micro_batch * shapes.accumulation
-    bound = synthetic.step_memory(objective, shapes, precision).total(shapes.micro_batch)
-    result = {
-        "mode": "agnostic",
-        "objective": objective,
-        **shape_fields(shapes),
-        "device": device_name(device),
-        "precision": precision,
-        "compile_backend": compile_backend,
-        "workers": loading.workers,
-        "steps": steps,
-        "seconds": timer.seconds,
-        "cpu_seconds": timer.cpu_seconds,
-        "examples_per_s": examples / timer.seconds,
-        "tokens_per_s": examples * shapes.length / timer.seconds,
-        "flops_per_example": per_example,
-        "analytic_flops_per_example": analytic,
-        "attention_kernels": kernels,
-        **peak_memory_gib(device),
-        "memory_bound_gib": bound / 2**30,
-    }
-    if device.type == "cuda":  # the steps' own: the stage's closing read comes after the last
-        result["syncs_per_step"] = sum(per_step.counts) / len(per_step.counts)
-    return result | flops.utilisation(result, device, precision)
-
-
-def shape_fields(shapes: synthetic.Shapes) -> dict:
-    """A result's fields for the models' and batches' shapes."""
-    return {
-        "teacher": shapes.teacher.name,
-        "student": shapes.student.name,
-        "length": shapes.length,
-        "micro_batch": shapes.micro_batch,
-        "accumulation": shapes.accumulation,
-    }
-
-
-def analytic_flops(stage: loop.Stage, batch: dict, shapes: synthetic.Shapes) -> float:
-    """The analytic count per example of the stage's step (`flops.step_flops`) on this batch."""
-    student, objective = stage.modules
-    where = "attended_positions" if objective.logit_positions == "attended" else "mlm_positions"
-    masked = batch[where].numel() / shapes.micro_batch if where in batch else 0.0  # the head's rows
-    teacher_conf = synthetic.teacher_config(shapes)
-    return flops.step_flops(
-        objective, student.config, teacher_conf, shapes.length, agnostic=True, masked=masked
-    ).total
 
 
 def stage1_setup(overrides: list[str]):
@@ -198,7 +95,7 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
     labels = torch.from_numpy(column_array(train_set, "labels"))
     with stage_step(plan, stage, student, teacher, labels) as (step, modules):
         batch = to_device(next(batches), plan.device)
-        per_example, kernels = flops_per_example(step, batch, modules)
+        per_example, kernels = flops.flops_per_example(step, batch, modules)
         loaded = [to_device(next(batches), plan.device) for _ in range(warmup + steps)]
         timed = TimedBatches(loaded[:warmup], loaded[warmup:], [], plan.device)
         train_steps(step, modules, timed, stage.optimizer.lr)
@@ -272,6 +169,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     parser.add_argument("--compile", action="store_true", help="stage1/agnostic: trainer.compile")
     parser.add_argument(
+        "--profile",
+        default="",
+        help="agnostic: comma-separated objectives whose micro-step is then profiled: the device's "
+        "time per micro-step, and by operation",
+    )
+    parser.add_argument(
         "--workers",
         type=workers_option,
         default="auto",
@@ -301,8 +204,9 @@ def measure(args, objective: str) -> dict:
             objective, shapes, device, args.steps, args.warmup, loading, host_precision
         )
     backend = "inductor" if args.compile else None  # trainer.compile's
-    timing = (args.steps, args.warmup, loading, backend)
-    return measure_agnostic(objective, shapes, device, precision, *timing)
+    profile = objective in args.profile.split(",")
+    timing = Timing(args.steps, args.warmup, loading, backend, profile)
+    return measure_agnostic(objective, shapes, device, precision, timing)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,9 +16,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from transformers import BertForSequenceClassification
 
-from kdbench.bench import attention_kernels
 from kdbench.data.batches import PADDED
 from kdbench.measure import synthetic
+from kdbench.measure.flops import attention_kernels
 from kdbench.measure.timing import PerStep, synchronisations
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder

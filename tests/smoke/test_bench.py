@@ -47,10 +47,17 @@ def test_the_task_agnostic_mode_runs_the_loop_and_reports_flops_and_mfu(capsys):
             "1",
             "--objectives",
             "att_kl,vanilla_kd",
+            "--profile",
+            "att_kl",
         ]
     )
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["objective"] for r in rows] == ["att_kl", "vanilla_kd"]
+    profile = rows[0]["profile"]  # on the CPU the operators' own time
+    assert "profile" not in rows[1] and len(profile["by_op"]) == 12
+    assert profile["busy_ms"] >= sum(ms for _, ms in profile["by_op"]) > 0
+    assert all(name.startswith("aten::") for name, _ in profile["by_op"])
+    assert {"aten::mm", "aten::addmm"} & {name for name, _ in profile["by_op"]}
     for row in rows:
         assert row["examples_per_s"] > 0 and row["tokens_per_s"] == row["examples_per_s"] * 16
         assert (
@@ -152,7 +159,8 @@ def test_the_task_agnostic_mode_loads_as_a_run_on_the_device_does(monkeypatch):
     from kdbench.planning.specs import LoadingSpec
 
     seen = []
-    monkeypatch.setattr("kdbench.bench.measure_agnostic", lambda *args: seen.append(args[6]))
+    measure = lambda *args: seen.append(args[4].loading)  # noqa: E731
+    monkeypatch.setattr("kdbench.bench.measure_agnostic", measure)
     monkeypatch.setattr("kdbench.runtime.device.cpu_cores", lambda: 16)
     monkeypatch.setattr("kdbench.bench.json.dumps", str)
     options = ["--mode", "agnostic", "--micro-batch", "64", "--precision", "bf16"]

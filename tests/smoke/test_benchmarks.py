@@ -164,6 +164,8 @@ def test_the_gpu_results_page_reports_the_tests_and_the_bench(tmp_path, capsys):
                 "1",
                 "--warmup",
                 "0",
+                "--profile",
+                "att_kl",
             ]
         )
         (tmp_path / name).write_text(capsys.readouterr().out)
@@ -176,4 +178,6 @@ def test_the_gpu_results_page_reports_the_tests_and_the_bench(tmp_path, capsys):
     assert proc.returncode == 1, proc.stderr  # a GPU test failed
     assert "1 passed, 1 failed, 1 skipped." in proc.stdout and "- failed: `test_b`" in proc.stdout
     assert "| att_kl | fp32 |" in proc.stdout and "measured cpu" in proc.stdout
-    assert proc.stdout.count("| att_kl |") == 2  # the bench's row and the host row
+    # the bench's row, its profile's (on the CPU the operators' own time) and the host row
+    assert proc.stdout.count("| att_kl |") == 3
+    assert "Where a micro-step's device time goes" in proc.stdout and "mm " in proc.stdout

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kdbench.bench import analytic_flops
 from kdbench.measure import flops, synthetic
+from kdbench.measure.bench_agnostic import analytic_flops
 from kdbench.objectives.terms import Objective
 from kdbench.planning.plan import make_plan
 from kdbench.recipes.task_specific import stage_step

@@ -277,3 +277,29 @@ def utilisation(result: dict, device: torch.device, precision: str) -> dict:
         "peak_source": source,
         "mfu": achieved / peak,
     }
+
+
+def attention_kernels(run) -> list[str]:
+    """The scaled-dot-product attention kernels `run()` dispatches to (aten op names)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        run()
+    names = {event.name for event in profiler.events()}
+    return sorted(
+        n.removeprefix("aten::")
+        for n in names
+        if "scaled_dot_product" in n or "flash_attention" in n or "efficient_attention" in n
+    )
+
+
+def flops_per_example(step, batch: dict, modules) -> tuple[float, list[str]]:
+    """FLOPs per example of one micro-step (forward and backward) and the attention kernels it
+    used."""
+
+    def run():
+        step(batch)["total"].backward()
+
+    counted = counted_flops(run) / batch["input_ids"].shape[0]
+    kernels = attention_kernels(run)
+    for module in modules:
+        module.zero_grad(set_to_none=True)
+    return counted, kernels
