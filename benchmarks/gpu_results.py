@@ -72,6 +72,11 @@ def rows(path: Path) -> list[dict]:
     )
 
 
+def precision(row: dict) -> str:
+    """A row's precision, and whether its float32 matrix products ran in TF32."""
+    return row.get("precision", "fp32") + (" (TF32)" if row.get("tf32") else "")
+
+
 def agnostic_table(results: list[dict]) -> list[str]:
     lines = [
         "| objective | precision | micro-batch | workers | seq/s | tokens/s | GFLOP/seq counted "
@@ -82,7 +87,7 @@ def agnostic_table(results: list[dict]) -> list[str]:
     for r in results:
         hours = PAPER_STEPS * PAPER_BATCH / r["examples_per_s"] / 3600
         lines.append(
-            f"| {r['objective']} | {r['precision']} | {r['micro_batch']} "
+            f"| {r['objective']} | {precision(r)} | {r['micro_batch']} "
             f"| {r.get('workers', 0)} | {r['examples_per_s']:.0f} | "
             f"{r['tokens_per_s']:.0f} "
             f"| {r['flops_per_example'] / 1e9:.2f} | {r['analytic_flops_per_example'] / 1e9:.2f} "
@@ -135,7 +140,7 @@ def peers_table(results: list[dict]) -> list[str]:
             r["examples_per_s"] / baseline[r["batch_size"]] if r["batch_size"] in baseline else 0
         )
         lines.append(
-            f"| {r['batch_size']} | {r['impl']} | {r.get('precision', 'fp32')} "
+            f"| {r['batch_size']} | {r['impl']} | {precision(r)} "
             f"| {r['examples_per_s']:,.0f} | {ratio:.2f}x | {r['peak_mib']:,.0f} "
             f"| {r['warmup_s']:.1f} |"
         )

@@ -12,7 +12,9 @@ overrides: kdbench's optional trainer settings, e.g. trainer.recompute_losses=tr
 trainer.recompute_attention=true, trainer.compile=true); optional: teacher and student (config
 options, default minilm_l6 and 3x384), init (every_kth or random), threads.
 
-Every implementation gets the same teacher and student weights and the same examples: `warmup`
+Every implementation's float32 matrix products run as a kdbench run's do (`trainer.tf32`: in TF32
+on a GPU that has it, in an fp32 run; `tf32` in the line says which). Every implementation gets the
+same teacher and student weights and the same examples: `warmup`
 untimed batches, then `steps` timed batches that cover the same `steps * batch_size` examples
 (kdbench, the tuned loop and textbrewer_dynamic: kdbench's length-grouped batches with dynamic
 padding; plain and textbrewer: every batch padded to seq_len, in a seeded random order), then one
@@ -53,6 +55,7 @@ from kdbench.models.student import build_student, init_from_teacher  # noqa: E40
 from kdbench.planning.hydra_config import compose  # noqa: E402
 from kdbench.planning.plan import make_plan  # noqa: E402
 from kdbench.recipes.task_specific import stage_step  # noqa: E402
+from kdbench.runtime.precision import apply_matmul_precision  # noqa: E402
 from kdbench.teacher.features import compute_table  # noqa: E402
 from kdbench.teacher.frozen import freeze, in_run_precision  # noqa: E402
 from kdbench.teacher.logits import LogitsRows  # noqa: E402
@@ -118,6 +121,7 @@ class Setup:
         ]
         self.cfg = cfg = compose(overrides)
         self.plan = plan = make_plan(cfg)
+        apply_matmul_precision(plan.device, plan.tf32)  # every implementation's, as a run's
         self.device = plan.device
         # (student, teacher) layers, 1-based: the init layers, or TinyBERT's uniform map for a
         # random student
@@ -323,6 +327,7 @@ def main() -> None:
             {
                 **spec,
                 "device": str(setup.device),
+                "tf32": setup.plan.tf32,
                 "seconds": batches.seconds,
                 "examples": examples,
                 "examples_per_s": examples / batches.seconds,

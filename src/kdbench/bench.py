@@ -51,7 +51,7 @@ from kdbench.models.compilation import compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.planning.specs import ShapeSpec
 from kdbench.runtime.device import loading_spec
-from kdbench.runtime.precision import resolve_precision
+from kdbench.runtime.precision import apply_matmul_precision, resolve_precision, resolve_tf32
 from kdbench.training.steps import to_device
 
 MODES = ("stage1", "agnostic", "host")
@@ -69,6 +69,7 @@ def stage1_setup(overrides: list[str]):
 
     overrides = [*overrides, "stages.teacher.epochs=0", "trainer.progress_bar=false"]
     plan = make_plan(compose(overrides))
+    apply_matmul_precision(plan.device, plan.tf32)
     tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
     train_set, _ = task_datasets(plan.task, plan.data, tokenizer, plan.trainer.max_length)
     stage = plan.stages["intermediate"]
@@ -110,6 +111,7 @@ def measure_stage1(overrides: list[str], steps: int, warmup: int = 3) -> dict:
         "task": plan.task.name,
         "device": device_name(plan.device),
         "precision": plan.precision,
+        "tf32": plan.tf32,
         "batch_size": stage.batch_size,
         "steps": steps,
         "seconds": seconds,
@@ -167,6 +169,13 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    parser.add_argument(
+        "--tf32",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="agnostic: as trainer.tf32 (stage1 reads the key itself): an fp32 run's matmuls in "
+        "TF32 on a GPU that has it",
+    )
     parser.add_argument("--compile", action="store_true", help="stage1/agnostic: trainer.compile")
     parser.add_argument(
         "--profile",
@@ -203,10 +212,12 @@ def measure(args, objective: str) -> dict:
         return measure_host(
             objective, shapes, device, args.steps, args.warmup, loading, host_precision
         )
+    tf32 = resolve_tf32(args.tf32, device, precision)
+    apply_matmul_precision(device, tf32)
     backend = "inductor" if args.compile else None  # trainer.compile's
     profile = objective in args.profile.split(",")
     timing = Timing(args.steps, args.warmup, loading, backend, profile)
-    return measure_agnostic(objective, shapes, device, precision, timing)
+    return measure_agnostic(objective, shapes, device, precision, timing) | {"tf32": tf32}
 
 
 def main(argv: list[str] | None = None) -> None:

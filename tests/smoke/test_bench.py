@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from kdbench.bench import main
 from tests.helpers import TINY_BENCH
 
 
-def test_bench_prints_one_measurement_per_objective(tiny_glue, tmp_path, capsys):
+def test_bench_prints_one_measurement_per_objective(tiny_glue, tmp_path, capsys, monkeypatch):
+    applied = []
+    monkeypatch.setattr("kdbench.bench.apply_matmul_precision", lambda *a: applied.append(a))
     main(
         [
             "teacher=tiny",
@@ -27,6 +30,8 @@ def test_bench_prints_one_measurement_per_objective(tiny_glue, tmp_path, capsys)
     )
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["objective"] for r in rows] == ["att_kl+val_kl", "hid_seq"]
+    assert applied == [(torch.device("cpu"), False)] * 2  # the plan's, as a run applies it
+    assert all(r["tf32"] is False for r in rows)
     assert all(
         r["examples_per_s"] > 0 and r["steps"] == 2 and r["tokens_per_s"] >= r["examples_per_s"]
         for r in rows
@@ -159,8 +164,9 @@ def test_the_task_agnostic_mode_loads_as_a_run_on_the_device_does(monkeypatch):
     from kdbench.planning.specs import LoadingSpec
 
     seen = []
-    measure = lambda *args: seen.append(args[4].loading)  # noqa: E731
+    measure = lambda *args: seen.append(args[4].loading) or {}  # noqa: E731
     monkeypatch.setattr("kdbench.bench.measure_agnostic", measure)
+    monkeypatch.setattr("kdbench.bench.apply_matmul_precision", lambda *a: None)
     monkeypatch.setattr("kdbench.runtime.device.cpu_cores", lambda: 16)
     monkeypatch.setattr("kdbench.bench.json.dumps", str)
     options = ["--mode", "agnostic", "--micro-batch", "64", "--precision", "bf16"]
@@ -176,3 +182,17 @@ def test_workers_that_are_not_a_count_are_refused_in_one_line(capsys):
     error = capsys.readouterr().err.splitlines()[-1]
     assert exit_info.value.code == 2
     assert error.endswith("give a count of worker processes or auto, not 'two'")
+
+
+@pytest.mark.parametrize(("options", "tf32"), [([], True), (["--no-tf32"], False)])
+def test_the_task_agnostic_mode_computes_fp32_matmuls_as_a_run_does(monkeypatch, options, tf32):
+    applied = []
+    monkeypatch.setattr("kdbench.bench.apply_matmul_precision", lambda *a: applied.append(a))
+    monkeypatch.setattr("kdbench.runtime.precision.native_bf16", lambda device: True)
+    monkeypatch.setattr("kdbench.bench.measure_agnostic", lambda *args: {})
+    monkeypatch.setattr("kdbench.bench.json.dumps", lambda row: applied.append(row) or "")
+    cuda = ["--device", "cuda", "--micro-batch", "64", "--precision", "fp32"]
+    main(["--mode", "agnostic", *cuda, *options])
+    main(["--mode", "agnostic", *cuda[:-1], "bf16"])  # a bf16 run's float32 losses: full fp32
+    cuda_device = torch.device("cuda")
+    assert applied == [(cuda_device, tf32), {"tf32": tf32}, (cuda_device, False), {"tf32": False}]
