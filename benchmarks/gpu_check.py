@@ -71,9 +71,9 @@ class Part:
 # In order of what a lent GPU must show first: what no run has yet measured whole (stage 1 at batch
 # 256 beside the tuned loop, and its profile) before what two runs measured alike (host time, the
 # compiled steps). Caps from the H200 runs of benchmarks/gpu/: tests 25 s, e2e 42-48 s, agnostic
-# 55 s for eight objectives (in the main process then; now each with worker processes, and two of
-# them profiled), host 16-17 s, compiled 55 s; peers took 221 s as nine processes (seven now); the
-# profile's two processes took more than 60 s (not yet measured whole).
+# 55 s for eight objectives loaded in the main process (here worker processes load them and two
+# are profiled: 85 s), host 16-17 s, compiled 55 s; peers took 221 s as nine processes (here seven);
+# the profile's two processes took more than 60 s (not yet measured whole).
 PARTS = (
     Part("tests", 35, None),
     Part("e2e", 60, None, gpu_only=False),
