@@ -19,14 +19,14 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import measure  # noqa: E402
 import peers  # noqa: E402
 
-from kdbench.measure.timing import optimizer_for  # noqa: E402
+from kdbench.measure.timing import gpu_events, optimizer_for, profiler_activities  # noqa: E402
 from kdbench.models.attention import prepare_for_training  # noqa: E402
 from kdbench.recipes.task_specific import stage_step  # noqa: E402
 
@@ -57,19 +57,14 @@ def train_step(step, optimizer, batch: dict) -> None:
         optimizer.step()
 
 
-def activities() -> list[ProfilerActivity]:
-    """The host's activity, and the GPU's kernels where there is one."""
-    cuda = [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
-    return [ProfilerActivity.CPU, *cuda]
-
-
 def profiled_steps(step, modules, batches: list[dict], warmup: int) -> profile:
     """The warm-up steps, then the others under the profiler (the GPU's queue drained inside it,
     so every kernel of the timed steps is counted)."""
     optimizer = optimizer_for(modules)
     for batch in batches[:warmup]:
         train_step(step, optimizer, batch)
-    with profile(activities=activities()) as prof:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with profile(activities=profiler_activities(device)) as prof:
         for batch in batches[warmup:]:
             with record_function("timed step"):
                 train_step(step, optimizer, batch)
@@ -83,7 +78,7 @@ def kernel_ms(prof: profile, steps: int) -> dict[str, float]:
     against the host's time per step, whether the step waits on the GPU or the GPU on the host."""
     if not torch.cuda.is_available():
         return {}
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    events = gpu_events(prof)
     busy = sum(e.time_range.elapsed_us() for e in events) / 1000
     return {"gpu busy": busy / steps, "gpu ops per step": len(events) / steps}
 

@@ -137,14 +137,23 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
+def profiler_activities(device: torch.device) -> list:
+    """What torch.profiler records of work on `device`: the host's operators, and on CUDA the
+    GPU's kernels and copies."""
+    cuda = [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else []
+    return [torch.profiler.ProfilerActivity.CPU, *cuda]
+
+
+def gpu_events(profiler) -> list:
+    """A finished profile's GPU events (kernels and copies)."""
+    return [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def device_time_by_op(run, device: torch.device, repeats: int, top: int = 12) -> dict:
     """What `repeats` calls of `run()` keep the device busy, in ms per call: in all (`busy_ms`: on
     CUDA every kernel and copy, on the CPU the operators' own time) and by aten operator, the `top`
     longest (`by_op`: [name, ms])."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as profiler:
+    with torch.profiler.profile(activities=profiler_activities(device)) as profiler:
         for _ in range(repeats):
             run()
         if device.type == "cuda":
@@ -153,8 +162,7 @@ def device_time_by_op(run, device: torch.device, repeats: int, top: int = 12) ->
     ops = [(e.key, getattr(e, own) / 1e3 / repeats) for e in profiler.key_averages()]
     ops = sorted((op for op in ops if op[0].startswith("aten::")), key=lambda op: -op[1])
     if device.type == "cuda":
-        kernels = [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        busy = sum(e.time_range.elapsed_us() for e in kernels) / 1e3 / repeats
+        busy = sum(e.time_range.elapsed_us() for e in gpu_events(profiler)) / 1e3 / repeats
     else:
         busy = sum(ms for _, ms in ops)
     return {"busy_ms": busy, "by_op": [[name, ms] for name, ms in ops[:top]]}

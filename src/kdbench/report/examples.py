@@ -113,10 +113,7 @@ def contrast_bootstrap(
     of differences its four cells +1, -1, -1, +1."""
 
     def contrast(weights: np.ndarray) -> np.ndarray:
-        total = 0.0
-        for weight, runs in sides:
-            total = total + weight * _side(metric, weights, runs)
-        return total
+        return sum(weight * _side(metric, weights, runs) for weight, runs in sides)
 
     n = len(sides[0][1][0][1])
     diff = float(contrast(np.ones((1, n)))[0])
