@@ -29,7 +29,9 @@ from kdbench.report.collapse import _metric_name
 
 RESAMPLES = 2_000  # p values from 2 / 2001 up: Holm over a family of tens still resolves
 CHUNK = 250  # resamples drawn at once
-BOOTSTRAP_SEED = 0  # the same resamples on every report: its numbers regenerate byte for byte
+# the same resamples on every report: its numbers regenerate (BLAS may round their last bits
+# differently on another CPU)
+BOOTSTRAP_SEED = 0
 
 
 def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
