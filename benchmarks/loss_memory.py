@@ -1,8 +1,10 @@
 """Peak memory and time of vanilla_kd's two vocabulary losses (mlm_kd + mlm, forward and backward)
 on bf16 logits [M, 30522], by their autograd definition or as kdbench computes them (a chunk of rows
-at a time). One process per form: the peak is the process's resident-set peak over its inputs.
+at a time; `compiled`: each chunk's chain compiled by inductor, as `trainer.compile` runs it, after
+one call on 64 rows that compiles it). One process per form: the peak is the process's resident-set
+peak over its inputs.
 
-    python benchmarks/loss_memory.py {autograd,chunked} [M]
+    python benchmarks/loss_memory.py {autograd,chunked,compiled} [M]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 import torch.nn.functional as TF
 
 from kdbench.objectives import losses
+from kdbench.objectives.chains import compiled_chains
 
 VOCAB = 30522
 
@@ -29,14 +32,29 @@ def chunked_losses(student, teacher, labels):
     return losses.mlm_kd(student, teacher, temperature=1.0) + losses.mlm(student, None, labels)
 
 
-def main(form: str, rows: int) -> None:
-    torch.set_num_threads(1)
+def compiled_losses(student, teacher, labels):
+    with compiled_chains("inductor"):
+        return chunked_losses(student, teacher, labels)
+
+
+FORMS = {"autograd": autograd_losses, "chunked": chunked_losses, "compiled": compiled_losses}
+
+
+def logits(rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """bf16 student logits [rows, VOCAB] (requiring a gradient), the teacher's, and labels."""
     generator = torch.Generator().manual_seed(0)
     student = torch.randn(rows, VOCAB, generator=generator, dtype=torch.bfloat16).mul_(3)
     teacher = torch.randn(rows, VOCAB, generator=generator, dtype=torch.bfloat16).mul_(3)
     labels = torch.randint(0, VOCAB, (rows,), generator=generator)
-    student.requires_grad_()
-    loss_fn = {"autograd": autograd_losses, "chunked": chunked_losses}[form]
+    return student.requires_grad_(), teacher, labels
+
+
+def main(form: str, rows: int) -> None:
+    torch.set_num_threads(1)
+    loss_fn = FORMS[form]
+    if form == "compiled":
+        loss_fn(*logits(64)).backward()
+    student, teacher, labels = logits(rows)
     inputs_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     seconds = []
     for _ in range(3):

@@ -5,6 +5,7 @@ replace are refused in one line naming the new key."""
 from __future__ import annotations
 
 import pytest
+import torch
 from transformers import BertConfig
 
 from kdbench.errors import ConfigError
@@ -12,6 +13,8 @@ from kdbench.planning.group_keys import rule_for
 from kdbench.planning.hydra_config import compose_check
 from kdbench.planning.plan import make_plan
 from kdbench.planning.stage_specs import RENAMED, OptimizerSpec, StageSpec
+from kdbench.recipes.task_agnostic import distillation_models
+from kdbench.recipes.task_specific import stage_objective
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
 
@@ -171,3 +174,17 @@ def test_the_stage_ranges_come_from_the_declarations():
         rule_for("stages.teacher.epochs")
         is StageSpec.__dataclass_fields__["epochs"].metadata["rule"]
     )
+
+
+@pytest.mark.parametrize("setting", ["task_specific", "task_agnostic"])
+@pytest.mark.parametrize(("compile_flag", "backend"), [("true", "inductor"), ("false", None)])
+def test_trainer_compile_compiles_the_losses_chains_in_each_setting(
+    tiny_glue, tmp_path, setting, compile_flag, backend
+):
+    overrides = setting_overrides(setting, tiny_glue, tmp_path)
+    plan = make_plan(compose_config([*overrides, f"trainer.compile={compile_flag}"]))
+    if setting == "task_agnostic":
+        _, _, objective = distillation_models(plan)
+    else:
+        objective = stage_objective(plan, plan.stages["intermediate"], torch.zeros(48).long())
+    assert objective.compile_backend == backend

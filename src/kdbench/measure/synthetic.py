@@ -140,6 +140,18 @@ def random_models(shapes: Shapes, device, precision: str, seed: int, dropout: fl
     return in_run_precision(teacher, precision), prepare_for_training(student, False).to(device)
 
 
+def compiled_objective(
+    name: str, teacher: BertForMaskedLM, student: torch.nn.Module, seed: int, backend: str | None
+) -> Objective:
+    """The objective `name` between the two models, on their device, its loss chains and both
+    models' blocks compiled by `backend` (None: eager)."""
+    if backend is not None:
+        compile_blocks(student, teacher, backend=backend)
+    terms = objective_terms(name, student.config, teacher.config)
+    objective = Objective(terms, student.config, teacher.config, seed=seed, compile_backend=backend)
+    return objective.to(teacher.device)
+
+
 @contextmanager
 def distillation(
     objective_name: str,
@@ -156,13 +168,10 @@ def distillation(
 ):
     """Yields the `loop.Stage` of `steps` optimizer steps of the objective's task-agnostic
     distillation (this process's part of it in a data-parallel `world`, whose process group is
-    already initialised); `compile_backend`: both models' blocks compiled by it, as
-    `trainer.compile` does (None: eager)."""
+    already initialised); `compile_backend`: both models' blocks and the objective's loss chains
+    compiled by it, as `trainer.compile` does (None: eager)."""
     teacher, student = random_models(shapes, device, precision, seed, dropout)
-    if compile_backend is not None:
-        compile_blocks(student, teacher, backend=compile_backend)
-    terms = objective_terms(objective_name, student.config, teacher.config)
-    objective = Objective(terms, student.config, teacher.config, None, seed).to(device)
+    objective = compiled_objective(objective_name, teacher, student, seed, compile_backend)
     masking = MaskingSpec(shapes.vocab, MASK_ID, SPECIAL_IDS) if objective.uses_logits else None
     layers = (shapes.student.num_layers, shapes.teacher.num_layers)
     with (

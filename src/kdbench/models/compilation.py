@@ -27,8 +27,14 @@ def compile_blocks(*models: PreTrainedModel, backend: str = "inductor") -> None:
                 part.forward = torch.compile(part.forward, dynamic=True, backend=backend)
 
 
+def compile_backend(trainer) -> str | None:
+    """The backend `trainer.compile` compiles by (the blocks here, the losses' chains with
+    `objectives.chains`), None when it is off."""
+    return "inductor" if trainer.compile else None
+
+
 def compile_if_asked(trainer, *models: PreTrainedModel) -> None:
     """`compile_blocks` on the models a stage trains and reads when `trainer.compile` asks for it
     (measured in benchmarks/RESULTS.md; off by default)."""
-    if trainer.compile:
-        compile_blocks(*models)
+    if backend := compile_backend(trainer):
+        compile_blocks(*models, backend=backend)

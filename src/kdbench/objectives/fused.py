@@ -12,7 +12,9 @@ those of `losses` (the reference the tests compare with): the same losses and gr
 rounding, in one pass instead of a forward and a backward through the maps.
 
 `att_kl` and `att_mse` here are the fused forms the registry `losses.LOSSES` gives those losses (and
-val_kl and relation_kl, att_kl on self-relation maps).
+val_kl and relation_kl, att_kl on self-relation maps). A chunk's products and the loss between them
+(`_chunk`) are a `chains.chain`: compiled, with `trainer.compile`, into one kernel between the
+products.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import math
 import torch
 from torch import Tensor
 
+from kdbench.objectives.chains import chain
 from kdbench.objectives.tensors import (
     MASKED_SCORE,
     MSE_PADDINGS,
@@ -139,6 +142,26 @@ def _cast_gradients(
     return grad_a.to(student_a.dtype), grad_b.to(student_b.dtype)
 
 
+@chain
+def _chunk(
+    kind: str, sa: Tensor, sb: Tensor, ta: Tensor, tb: Tensor, entries: Tensor, denom, with_grad
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The kind's sum over one chunk of heads' maps A B^T / sqrt(d) (float32 [B, h, L, d] factors
+    of each side), and the gradients of the student's A and B ([B, L, h*d], float32) of the sum
+    divided by `denom` (None, None without a gradient)."""
+    student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
+    value, grad = KINDS[kind][0](
+        (sa @ sb.transpose(-1, -2)).mul_(student_scale),
+        (ta @ tb.transpose(-1, -2)).mul_(teacher_scale),
+        entries,
+    )
+    if not with_grad:
+        return value, None, None
+    grad.mul_(student_scale / denom)
+    # dA = G B and dB = G^T A, back in the projections' [B, L, h*d] layout
+    return value, _merge_heads(grad @ sb), _merge_heads(grad.transpose(-1, -2) @ sa)
+
+
 class _ScoreMapLoss(torch.autograd.Function):
     """The loss of the maps A B^T; B is None for a self-relation (B = A: the tensor is taken once,
     and its gradient sums both roles in float32 before one cast to its dtype)."""
@@ -156,8 +179,7 @@ class _ScoreMapLoss(torch.autograd.Function):
         with_grad: bool,
         padding: str,
     ):
-        loss_rows = KINDS[kind][0]
-        batch, length, _ = student_a.shape
+        batch, length, width = student_a.shape
         m = padding_mask(mask, batch, length, student_a.device)
         entries, zeroed, denom = _entries(kind, m, heads, padding)
         self_relation = student_b is None
@@ -166,24 +188,16 @@ class _ScoreMapLoss(torch.autograd.Function):
         grad_a, grad_b = _gradient_buffers(student_a, student_b, with_grad)
         step = max(1, CHUNK_BYTES // (4 * batch * length * length))
         total = torch.zeros((), dtype=torch.float32, device=student_a.device)
+        d = width // heads
         for start in range(0, heads, step):
             stop = min(heads, start + step)
             sides = zip((student_a, student_b, teacher_a, teacher_b), zeroed * 2)
-            sa, sb, ta, tb = (_heads_view(x, start, stop, heads, out) for x, out in sides)
-            student_scale, teacher_scale = 1 / math.sqrt(sa.shape[-1]), 1 / math.sqrt(ta.shape[-1])
-            value, grad = loss_rows(
-                (sa @ sb.transpose(-1, -2)).mul_(student_scale),
-                (ta @ tb.transpose(-1, -2)).mul_(teacher_scale),
-                entries,
-            )
+            factors = (_heads_view(x, start, stop, heads, out) for x, out in sides)
+            value, chunk_a, chunk_b = _chunk(kind, *factors, entries, denom, with_grad)
             total += value
-            if not with_grad:
-                continue
-            grad.mul_(student_scale / denom)
-            d = sa.shape[-1]
-            # dA = G B and dB = G^T A, back in the projections' [B, L, h*d] layout
-            grad_a[..., start * d : stop * d] = _merge_heads(grad @ sb)
-            grad_b[..., start * d : stop * d] = _merge_heads(grad.transpose(-1, -2) @ sa)
+            if with_grad:
+                grad_a[..., start * d : stop * d] = chunk_a
+                grad_b[..., start * d : stop * d] = chunk_b
         if with_grad:
             ctx.save_for_backward(
                 *_cast_gradients(grad_a, grad_b, student_a, student_b, self_relation)

@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from kdbench.errors import ConfigError
 from kdbench.models.student import PROJECTIONS_FILE
+from kdbench.objectives.chains import compiled_chains
 from kdbench.objectives.features import FEATURES, token_level
 from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
@@ -37,17 +38,20 @@ class Objective(nn.Module):
         recompute: bool = False,
         fused: bool = True,
         padding: str = "masked",
+        compile_backend: str | None = None,
     ):
         """`train_labels` [N]: the training labels by example number (for terms with per-example
         state). `fused`: losses with a fused form (`LossEntry.fused`) through it (gradient formed in
         the forward pass, no score maps kept); otherwise through autograd on the reference
         functions. `recompute`: see `forward`. `padding`: the stage's, given to every loss that
-        takes it (`LossEntry.takes_padding`)."""
+        takes it (`LossEntry.takes_padding`). `compile_backend`: the chunked losses' chains run
+        compiled by it (`chains.compiled_chains`, as `trainer.compile` asks), None: eagerly."""
         super().__init__()
         self.terms = terms
         self.recompute = recompute
         self.fused = fused
         self.padding = padding
+        self.compile_backend = compile_backend
         self.student_heads = student_conf.num_attention_heads
         self.teacher_heads = teacher_conf.num_attention_heads
         self.projections = nn.ModuleDict()
@@ -117,10 +121,11 @@ class Objective(nn.Module):
         checkpointing), at the cost of evaluating it twice.
         """
         losses: dict[str, torch.Tensor] = {}
-        for term in self.terms:
-            losses[term.name] = term.weight * self._term_loss(
-                term, student_records, teacher_records, batch
-            )
+        with compiled_chains(self.compile_backend):
+            for term in self.terms:
+                losses[term.name] = term.weight * self._term_loss(
+                    term, student_records, teacher_records, batch
+                )
         losses["total"] = sum(losses.values())
         return losses
 

@@ -8,7 +8,8 @@ and the backward writes more of them: at the paper's micro-batch of 512 x 128 to
 closed form (soft targets: T (p_s - p_t) / M; hard labels: (p_s - onehot) / M), so the forward pass
 computes it chunk by chunk and keeps only it, in the logits' own dtype (what autograd would cast it
 to): the float32 temporaries are one chunk of rows. The losses are those of `losses` to float32
-rounding (sums over chunks instead of one reduction).
+rounding (sums over chunks instead of one reduction). A chunk's loss and gradient (`_soft_rows`,
+`_hard_rows`) are `chains.chain`s: compiled, with `trainer.compile`, into a kernel or two.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kdbench.objectives.chains import chain
 from kdbench.objectives.loss_checks import check_logits, check_ndim
 from kdbench.objectives.tensors import outside_autocast
 
@@ -24,29 +26,36 @@ CHUNK_BYTES = 64 * 2**20
 IGNORE_INDEX = -100  # F.cross_entropy's: a label that leaves the mean
 
 
-def _soft_rows(student: Tensor, teacher: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
-    """sum over rows of -sum_v p_t log p_s (p = softmax(logits / T)) for float32 [rows, V], and
-    p_s - p_t (its gradient times T). The chunks may be the caller's float32 logits: read only."""
+@chain
+def _soft_rows(
+    student: Tensor, teacher: Tensor, temperature: float, grad_scale: Tensor
+) -> tuple[Tensor, Tensor]:
+    """sum over rows of -sum_v p_t log p_s (p = softmax(logits / T)) for logits [rows, V] taken in
+    float32, and grad_scale (p_s - p_t) in the student's dtype (the gradient is T (p_s - p_t))."""
+    dtype = student.dtype
+    student, teacher = student.float(), teacher.float()
     if temperature != 1.0:  # x / 1 is x: the division is skipped, not approximated
         student, teacher = student / temperature, teacher / temperature
     log_student = torch.log_softmax(student, dim=-1)
     del student
     p_teacher = torch.softmax(teacher, dim=-1)
     value = -torch.dot(p_teacher.flatten(), log_student.flatten())
-    return value, log_student.exp_().sub_(p_teacher)
+    return value, log_student.exp_().sub_(p_teacher).mul_(grad_scale).to(dtype)
 
 
-def _hard_rows(student: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """sum over rows of -log p_s[label] for float32 [rows, V] and labels [rows], and its gradient
-    p_s - onehot(label); ignored rows (`IGNORE_INDEX`) give neither."""
+@chain
+def _hard_rows(student: Tensor, labels: Tensor, grad_scale: Tensor) -> tuple[Tensor, Tensor]:
+    """sum over rows of -log p_s[label] for logits [rows, V] taken in float32 and labels [rows],
+    and grad_scale (p_s - onehot(label)) in the student's dtype; ignored rows (`IGNORE_INDEX`) give
+    neither."""
+    dtype = student.dtype
     kept = labels != IGNORE_INDEX
     index = labels.clamp_min(0)[:, None]
-    log_student = torch.log_softmax(student, dim=-1)
-    del student
+    log_student = torch.log_softmax(student.float(), dim=-1)
     picked = log_student.gather(1, index).squeeze(1)
     value = -torch.where(kept, picked, picked.new_zeros(())).sum()
     grad = log_student.exp_().scatter_add_(1, index, -kept[:, None].to(log_student.dtype))
-    return value, grad.masked_fill_(~kept[:, None], 0.0)
+    return value, grad.masked_fill_(~kept[:, None], 0.0).mul_(grad_scale).to(dtype)
 
 
 class _VocabularyLoss(torch.autograd.Function):
@@ -60,18 +69,24 @@ class _VocabularyLoss(torch.autograd.Function):
         count = (target != IGNORE_INDEX).sum() if hard else rows
         scale = 1.0 if hard else temperature**2
         grad = torch.empty_like(student) if with_grad else None
+        # d(T^2 mean)/ds = T (p_s - p_t) / M; hard: (p_s - onehot) / M. A tensor made on the
+        # device: dynamo specialises a compiled chain on a float input where
+        # torch._dynamo.config.specialize_float is set, recompiling it at every new M
+        if hard:
+            grad_scale = 1.0 / count
+        else:
+            grad_scale = torch.full((), temperature / rows, device=student.device)
         step = max(1, CHUNK_BYTES // (4 * vocab))
         total = torch.zeros((), dtype=torch.float32, device=student.device)
         for start in range(0, rows, step):
-            chunk = student[start : start + step].float()
+            chunk, targets = student[start : start + step], target[start : start + step]
             if hard:
-                value, chunk_grad = _hard_rows(chunk, target[start : start + step])
+                value, chunk_grad = _hard_rows(chunk, targets, grad_scale)
             else:
-                teacher = target[start : start + step].float()
-                value, chunk_grad = _soft_rows(chunk, teacher, temperature)
+                value, chunk_grad = _soft_rows(chunk, targets, temperature, grad_scale)
             total += value
-            if with_grad:  # d(T^2 mean)/ds = T (p_s - p_t) / M; hard: (p_s - onehot) / M
-                grad[start : start + step] = chunk_grad.mul_((1.0 if hard else temperature) / count)
+            if with_grad:
+                grad[start : start + step] = chunk_grad
         if with_grad:
             ctx.save_for_backward(grad)
         return total * scale / count

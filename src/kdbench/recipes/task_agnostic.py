@@ -31,7 +31,7 @@ from kdbench.data.masking import MaskingSpec, smoothed_token_weights
 from kdbench.data.sources import corpus_files
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.anatomy import mlm_head
-from kdbench.models.compilation import compile_if_asked
+from kdbench.models.compilation import compile_backend, compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import save_student
 from kdbench.objectives.features import FeatureRecorder
@@ -158,6 +158,7 @@ def distillation_models(plan: Plan):
         plan.seed,
         recompute=trainer.recompute_losses,
         fused=trainer.fused_losses,
+        compile_backend=compile_backend(trainer),
         padding=plan.stages[STAGE].padding,
     )
     return teacher, student, objective.to(plan.device)

@@ -28,7 +28,7 @@ from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.columns import column_array
 from kdbench.data.glue import dev_sets, encode_train, train_subset
 from kdbench.measure.cost import compare_costs
-from kdbench.models.compilation import compile_if_asked
+from kdbench.models.compilation import compile_backend, compile_if_asked
 from kdbench.models.pretrained import teacher_tokenizer
 from kdbench.models.student import save_student
 from kdbench.objectives.features import FeatureRecorder
@@ -269,6 +269,7 @@ def stage_objective(plan: Plan, stage: StageSpec, labels: torch.Tensor) -> Objec
         plan.seed,
         recompute=trainer.recompute_losses,
         fused=trainer.fused_losses,
+        compile_backend=compile_backend(trainer),
         padding=stage.padding,
     )
     if plan.init.carry_projections and stage.objective is None:
