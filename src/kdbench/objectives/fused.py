@@ -144,7 +144,14 @@ def _cast_gradients(
 
 @chain
 def _chunk(
-    kind: str, sa: Tensor, sb: Tensor, ta: Tensor, tb: Tensor, entries: Tensor, denom, with_grad
+    kind: str,
+    sa: Tensor,
+    sb: Tensor,
+    ta: Tensor,
+    tb: Tensor,
+    entries: Tensor,
+    denom: Tensor,
+    with_grad: bool,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """The kind's sum over one chunk of heads' maps A B^T / sqrt(d) (float32 [B, h, L, d] factors
     of each side), and the gradients of the student's A and B ([B, L, h*d], float32) of the sum
