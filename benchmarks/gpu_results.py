@@ -202,6 +202,18 @@ def agnostic_section(title: str, results: list[dict]) -> list[str]:
     ]
 
 
+def compiled_gain(eager: list[dict], compiled: list[dict]) -> list[str]:
+    """Each compiled objective's rate against its eager row of the same run."""
+    rates = {r["objective"]: r["examples_per_s"] for r in eager}
+    gains = [
+        f"{r['objective']} {r['examples_per_s'] / rates[r['objective']]:.2f}x "
+        f"({r['examples_per_s']:,.0f} against {rates[r['objective']]:,.0f} seq/s)"
+        for r in compiled
+        if r["objective"] in rates
+    ]
+    return ["", f"Compiled against eager in this run: {'; '.join(gains)}."] if gains else []
+
+
 def micro_step_profiles(results: list[dict]) -> list[str]:
     """The profiled objectives' micro-steps (`--profile`): the timed step's ms per micro-step
     against the device's busy ms in one (forward and backward, no optimizer), and the operators
@@ -245,6 +257,7 @@ def summary(folder: Path, outcomes: dict[str, str] | None = None) -> str:
         *agnostic_section(
             "The same, compiled (`--compile`)", rows(folder / "agnostic_compiled.jsonl")
         ),
+        *compiled_gain(rows(folder / "agnostic.jsonl"), rows(folder / "agnostic_compiled.jsonl")),
         "",
         "### Host time per micro-step (tiny widths, the paper's depths)",
         "",

@@ -169,6 +169,10 @@ def test_the_gpu_results_page_reports_the_tests_and_the_bench(tmp_path, capsys):
             ]
         )
         (tmp_path / name).write_text(capsys.readouterr().out)
+    eager = json.loads((tmp_path / "agnostic.jsonl").read_text().splitlines()[-1])
+    compiled = {k: v for k, v in eager.items() if k != "profile"}
+    compiled["examples_per_s"] *= 1.25
+    (tmp_path / "agnostic_compiled.jsonl").write_text(json.dumps(compiled) + "\n")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_results.py"), str(tmp_path)],
         capture_output=True,
@@ -178,6 +182,8 @@ def test_the_gpu_results_page_reports_the_tests_and_the_bench(tmp_path, capsys):
     assert proc.returncode == 1, proc.stderr  # a GPU test failed
     assert "1 passed, 1 failed, 1 skipped." in proc.stdout and "- failed: `test_b`" in proc.stdout
     assert "| att_kl | fp32 |" in proc.stdout and "measured cpu" in proc.stdout
-    # the bench's row, its profile's (on the CPU the operators' own time) and the host row
-    assert proc.stdout.count("| att_kl |") == 3
+    # the bench's row, its profile's (on the CPU the operators' own time), the compiled row and the
+    # host row
+    assert proc.stdout.count("| att_kl |") == 4
+    assert "Compiled against eager in this run: att_kl 1.25x (" in proc.stdout
     assert "Where a micro-step's device time goes" in proc.stdout and "mm " in proc.stdout
