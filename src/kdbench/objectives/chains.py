@@ -2,9 +2,9 @@
 eagerly or, inside `compiled_chains(backend)`, compiled by `torch.compile`.
 
 Eagerly, every step of a chunk's chain (the scale, the mask, two log-softmaxes, the exponentials,
-the dot product, the gradient) is its own pass over the chunk's float32 maps (805 MB per head and
-layer pair at a micro-batch of 1024 x 128 tokens): the chain costs far more in memory traffic than
-in FLOPs. Compiled (`trainer.compile`, with the blocks), inductor fuses the chain between the matrix
+the dot product, the gradient) is its own pass over the chunk's float32 maps (a map of 12 heads is
+805 MB at a micro-batch of 1024 x 128 tokens): the chain costs far more in memory traffic than in
+FLOPs. Compiled (`trainer.compile`, with the blocks), inductor fuses the chain between the matrix
 products into a kernel that reads each map once and writes the gradient once. The functions and
 their numbers are the same either way (to float rounding: compiled sums are taken in another order).
 """
