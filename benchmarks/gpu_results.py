@@ -239,6 +239,7 @@ def micro_step_profiles(results: list[dict]) -> list[str]:
 def summary(folder: Path, outcomes: dict[str, str] | None = None) -> str:
     """The folder's figures as one dated section of RESULTS_GPU.md."""
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    eager, compiled = rows(folder / "agnostic.jsonl"), rows(folder / "agnostic_compiled.jsonl")
     page = [
         f"## {datetime.date.today()}, {device} (`make gpu-check`, folder `{folder.name}`)",
         "",
@@ -250,14 +251,10 @@ def summary(folder: Path, outcomes: dict[str, str] | None = None) -> str:
         "",
         *test_summary(folder / "tests.xml")[0],
         "",
-        *agnostic_section(
-            "Task-agnostic steps at the paper's shapes", rows(folder / "agnostic.jsonl")
-        ),
+        *agnostic_section("Task-agnostic steps at the paper's shapes", eager),
         "",
-        *agnostic_section(
-            "The same, compiled (`--compile`)", rows(folder / "agnostic_compiled.jsonl")
-        ),
-        *compiled_gain(rows(folder / "agnostic.jsonl"), rows(folder / "agnostic_compiled.jsonl")),
+        *agnostic_section("The same, compiled (`--compile`)", compiled),
+        *compiled_gain(eager, compiled),
         "",
         "### Host time per micro-step (tiny widths, the paper's depths)",
         "",

@@ -31,8 +31,7 @@ def _soft_rows(
     student: Tensor, teacher: Tensor, temperature: float, grad_scale: Tensor
 ) -> tuple[Tensor, Tensor]:
     """sum over rows of -sum_v p_t log p_s (p = softmax(logits / T)) for logits [rows, V] taken in
-    float32, and grad_scale (p_s - p_t) in the student's dtype (the gradient is T (p_s - p_t))."""
-    dtype = student.dtype
+    float32, and grad_scale (p_s - p_t), float32 (the gradient is T (p_s - p_t))."""
     student, teacher = student.float(), teacher.float()
     if temperature != 1.0:  # x / 1 is x: the division is skipped, not approximated
         student, teacher = student / temperature, teacher / temperature
@@ -40,22 +39,20 @@ def _soft_rows(
     del student
     p_teacher = torch.softmax(teacher, dim=-1)
     value = -torch.dot(p_teacher.flatten(), log_student.flatten())
-    return value, log_student.exp_().sub_(p_teacher).mul_(grad_scale).to(dtype)
+    return value, log_student.exp_().sub_(p_teacher).mul_(grad_scale)
 
 
 @chain
 def _hard_rows(student: Tensor, labels: Tensor, grad_scale: Tensor) -> tuple[Tensor, Tensor]:
     """sum over rows of -log p_s[label] for logits [rows, V] taken in float32 and labels [rows],
-    and grad_scale (p_s - onehot(label)) in the student's dtype; ignored rows (`IGNORE_INDEX`) give
-    neither."""
-    dtype = student.dtype
+    and grad_scale (p_s - onehot(label)), float32; ignored rows (`IGNORE_INDEX`) give neither."""
     kept = labels != IGNORE_INDEX
     index = labels.clamp_min(0)[:, None]
     log_student = torch.log_softmax(student.float(), dim=-1)
     picked = log_student.gather(1, index).squeeze(1)
     value = -torch.where(kept, picked, picked.new_zeros(())).sum()
     grad = log_student.exp_().scatter_add_(1, index, -kept[:, None].to(log_student.dtype))
-    return value, grad.masked_fill_(~kept[:, None], 0.0).mul_(grad_scale).to(dtype)
+    return value, grad.masked_fill_(~kept[:, None], 0.0).mul_(grad_scale)
 
 
 class _VocabularyLoss(torch.autograd.Function):
@@ -85,7 +82,7 @@ class _VocabularyLoss(torch.autograd.Function):
             else:
                 value, chunk_grad = _soft_rows(chunk, targets, temperature, grad_scale)
             total += value
-            if with_grad:
+            if with_grad:  # cast to the logits' dtype as it is written
                 grad[start : start + step] = chunk_grad
         if with_grad:
             ctx.save_for_backward(grad)
