@@ -216,8 +216,9 @@ def compiled_gain(eager: list[dict], compiled: list[dict]) -> list[str]:
 
 def micro_step_profiles(results: list[dict]) -> list[str]:
     """The profiled objectives' micro-steps (`--profile`): the timed step's ms per micro-step
-    against the device's busy ms in one (forward and backward, no optimizer), and the operators
-    that keep it busy longest."""
+    against the device's busy ms in one (forward and backward, no optimizer), the part of it in
+    kernels no aten operator launched (a compiled graph's), and the operators that keep it busy
+    longest."""
     profiled = [r for r in results if "profile" in r]
     if not profiled:
         return []
@@ -225,14 +226,17 @@ def micro_step_profiles(results: list[dict]) -> list[str]:
         "",
         "Where a micro-step's device time goes (`--profile`: forward and backward, ms):",
         "",
-        "| objective | timed ms per micro-step | device busy ms | top operators by device time |",
-        "|---|---|---|---|",
+        "| objective | timed ms per micro-step | device busy ms | outside aten ms "
+        "| top operators by device time |",
+        "|---|---|---|---|---|",
     ]
     for r in profiled:
         timed = 1e3 * r["seconds"] / (r["steps"] * r["accumulation"])
         by_op = r["profile"]["by_op"]
         ops = ", ".join(f"{name.removeprefix('aten::')} {ms:.1f}" for name, ms in by_op)
-        lines.append(f"| {r['objective']} | {timed:.1f} | {r['profile']['busy_ms']:.1f} | {ops} |")
+        busy, outside = r["profile"]["busy_ms"], r["profile"].get("outside_aten_ms")
+        outside = "" if outside is None else f"{outside:.1f}"
+        lines.append(f"| {r['objective']} | {timed:.1f} | {busy:.1f} | {outside} | {ops} |")
     return lines
 
 

@@ -39,7 +39,7 @@ import torch
 
 from kdbench.data.columns import column_array
 from kdbench.measure import flops, synthetic
-from kdbench.measure.bench_agnostic import Timing, measure_agnostic
+from kdbench.measure.bench_agnostic import measure_agnostic
 from kdbench.measure.bench_host import auto_micro_batch, measure_host
 from kdbench.measure.timing import (
     TimedBatches,
@@ -176,7 +176,7 @@ def parser() -> argparse.ArgumentParser:
         help="agnostic: as trainer.tf32 (stage1 reads the key itself): an fp32 run's matmuls in "
         "TF32 on a GPU that has it",
     )
-    parser.add_argument("--compile", action="store_true", help="stage1/agnostic: trainer.compile")
+    parser.add_argument("--compile", action="store_true", help="trainer.compile, in every mode")
     parser.add_argument(
         "--profile",
         default="",
@@ -206,17 +206,16 @@ def measure(args, objective: str) -> dict:
     device = torch.device(args.device)
     precision = resolve_precision(args.precision, device, int(args.student.split("x")[1]))[0]
     shapes = shapes_of(args, objective, device, precision)
-    loading = loading_spec(args.workers, device)
-    if args.mode == "host":
-        host_precision = "bf16" if args.precision == "auto" else args.precision  # the target's
-        return measure_host(
-            objective, shapes, device, args.steps, args.warmup, loading, host_precision
-        )
-    tf32 = resolve_tf32(args.tf32, device, precision)
-    apply_matmul_precision(device, tf32)
     backend = "inductor" if args.compile else None  # trainer.compile's
     profile = objective in args.profile.split(",")
-    timing = Timing(args.steps, args.warmup, loading, backend, profile)
+    timing = synthetic.Timing(
+        args.steps, args.warmup, loading_spec(args.workers, device), backend, profile
+    )
+    if args.mode == "host":
+        host_precision = "bf16" if args.precision == "auto" else args.precision  # the target's
+        return measure_host(objective, shapes, device, timing, host_precision)
+    tf32 = resolve_tf32(args.tf32, device, precision)
+    apply_matmul_precision(device, tf32)
     return measure_agnostic(objective, shapes, device, precision, timing) | {"tf32": tf32}
 
 
@@ -227,8 +226,6 @@ def main(argv: list[str] | None = None) -> None:
             f"--mode {args.mode} takes no Hydra overrides (got {args.overrides[0]}): use its "
             "options"
         )
-    if args.mode == "host" and args.compile:
-        parser().error("--compile: the host mode times eager steps; use --mode agnostic or stage1")
     if args.compile and args.mode == "stage1":
         args.overrides.append("trainer.compile=true")
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """The GPU path where there is a GPU: CUDA against the CPU for every objective, no host
-synchronisation between log steps, a fused attention kernel (not cuDNN's) for bf16 batches, resume
-on the GPU, two-GPU NCCL DDP against one process. Models and steps are built by
-`kdbench.measure.synthetic` (no Hydra)."""
+synchronisation between log steps, a fused attention kernel (not cuDNN's) for bf16 batches, a
+profile's accounting of kernels, resume on the GPU, two-GPU NCCL DDP against one process. Models
+and steps are built by `kdbench.measure.synthetic` (no Hydra)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from transformers import BertForSequenceClassification
 from kdbench.data.batches import PADDED
 from kdbench.measure import synthetic
 from kdbench.measure.flops import attention_kernels
-from kdbench.measure.timing import PerStep, synchronisations
+from kdbench.measure.timing import PerStep, device_time_by_op, synchronisations
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
@@ -182,6 +182,15 @@ def test_bf16_batches_run_a_fused_attention_kernel_not_cudnns(padding):
         kernels = attention_kernels(lambda: stage.step(batch)["total"].backward())
     assert {f"_scaled_dot_product_{fused}_attention" for fused in FUSED} & set(kernels), kernels
     assert not any("cudnn" in k or "math" in k for k in kernels), kernels
+
+
+def test_an_eager_profile_finds_every_kernel_under_an_aten_operator():
+    """`outside_aten_ms` holds a compiled graph's kernels: eagerly (a product, an activation, a
+    reduction) it is next to nothing of the busy time."""
+    x = torch.randn(1024, 1024, device=CUDA)
+    profile = device_time_by_op(lambda: torch.relu(x @ x).sum(), CUDA, 3)
+    assert profile["busy_ms"] > 0, profile
+    assert abs(profile["outside_aten_ms"]) < 0.05 * profile["busy_ms"], profile
 
 
 class Interrupt(Exception):

@@ -154,10 +154,15 @@ def test_compile_in_stage1_mode_is_trainer_compile(monkeypatch):
     assert seen == [["teacher=tiny", "trainer.compile=true", "objective=hid_seq"]]
 
 
-def test_the_host_mode_refuses_compile_in_one_line(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--mode", "host", "--compile"])
-    assert exit_info.value.code == 2 and "--compile" in capsys.readouterr().err
+def test_compile_in_the_host_mode_times_the_compiled_step(capsys, monkeypatch):
+    compiled = []
+    monkeypatch.setattr(
+        "kdbench.measure.synthetic.compile_blocks",
+        lambda *models, backend: compiled.append((len(models), backend)),
+    )
+    row = host_row(capsys, "--micro-batch", "4", "--batch", "8", "--compile")
+    assert compiled == [(2, "inductor")] and row["compile_backend"] == "inductor"
+    assert row["micro_step_ms"] > 0
 
 
 def test_the_task_agnostic_mode_loads_as_a_run_on_the_device_does(monkeypatch):

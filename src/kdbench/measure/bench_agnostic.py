@@ -4,11 +4,8 @@ profiled."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from kdbench.data.batches import IN_PROCESS
 from kdbench.measure import flops, synthetic
 from kdbench.measure.timing import (
     PerStep,
@@ -18,29 +15,18 @@ from kdbench.measure.timing import (
     peak_memory_gib,
     synchronisations,
 )
-from kdbench.planning.specs import LoadingSpec
 from kdbench.training import loop
 from kdbench.training.steps import to_device
 
-
-@dataclass(frozen=True)
-class Timing:
-    """How the agnostic mode runs an objective: `warmup` steps, then `steps` timed ones, loaded as
-    `loading` says, with both models' blocks compiled by `compile_backend` (None: eager); with
-    `profile`, then a profile of `PROFILED` micro-steps, forward and backward."""
-
-    steps: int
-    warmup: int
-    loading: LoadingSpec = IN_PROCESS
-    compile_backend: str | None = None
-    profile: bool = False
-
-
-PROFILED = 2
+PROFILED = 2  # micro-steps in a `Timing.profile`
 
 
 def measure_agnostic(
-    objective: str, shapes: synthetic.Shapes, device: torch.device, precision: str, timing: Timing
+    objective: str,
+    shapes: synthetic.Shapes,
+    device: torch.device,
+    precision: str,
+    timing: synthetic.Timing,
 ) -> dict:
     """The task-agnostic distillation through `loop.train`, run as `timing` says."""
     options = {"loading": timing.loading, "compile_backend": timing.compile_backend}

@@ -10,10 +10,9 @@ from functools import partial
 
 import torch
 
-from kdbench.data.batches import IN_PROCESS, CorpusCollator
+from kdbench.data.batches import CorpusCollator
 from kdbench.measure import flops, memory, synthetic
 from kdbench.measure.timing import Timer, device_name
-from kdbench.planning.specs import LoadingSpec
 from kdbench.training import loop
 
 TINY_WIDTH = dict(hidden_size=16, num_heads=2, ffn_size=32)  # the compute is negligible
@@ -88,15 +87,14 @@ def measure_host(
     objective: str,
     shapes: synthetic.Shapes,
     device: torch.device,
-    steps: int,
-    warmup: int,
-    loading: LoadingSpec = IN_PROCESS,
+    timing: synthetic.Timing,
     precision: str = "bf16",
 ) -> dict:
     """Host time per micro-step with `tiny_shapes(shapes)` (the host's work does not grow with the
     widths and lengths), and the time of collating one micro-batch of `shapes` on the main thread
-    (none where `loading` has DataLoader workers: they collate), at `precision` (bf16 autocast, as
-    on the target GPU: its casts are host work too).
+    (none where `timing.loading` has DataLoader workers: they collate), at `precision` (bf16
+    autocast, as on the target GPU: its casts are host work too), eager or compiled by
+    `timing.compile_backend` (a compiled call's guards and launches are host work too).
 
     The time is the main thread's CPU time (`time.thread_time`) with one intra-op thread, the
     fastest optimizer step's over its micro-steps: a host that feeds a GPU runs no kernels of size,
@@ -106,15 +104,15 @@ def measure_host(
     threads = torch.get_num_threads()
     torch.set_num_threads(1 if device.type == "cpu" else threads)
     try:
-        with synthetic.distillation(
-            objective, tiny, device, precision, warmup + steps, loading=loading
-        ) as stage:
-            timer = Timer(device, warmup, time.thread_time)
+        options = {"loading": timing.loading, "compile_backend": timing.compile_backend}
+        total = timing.warmup + timing.steps
+        with synthetic.distillation(objective, tiny, device, precision, total, **options) as stage:
+            timer = Timer(device, timing.warmup, time.thread_time)
             loop.train(stage, [timer])
         collating = collate_ms(stage.loader.collate_fn.masking, shapes)
     finally:
         torch.set_num_threads(threads)
-    collate = collating if loading.workers == 0 else 0.0  # the workers collate
+    collate = collating if timing.loading.workers == 0 else 0.0  # the workers collate
     step_ms = 1e3 * min(timer.laps) / tiny.accumulation
     return {
         "mode": "host",
@@ -122,11 +120,12 @@ def measure_host(
         "device": device_name(device),
         "clock": "thread_time, fastest step",
         "precision": precision,
-        "workers": loading.workers,
+        "compile_backend": timing.compile_backend,
+        "workers": timing.loading.workers,
         "layers": [tiny.teacher.num_layers, tiny.student.num_layers],
         "width": TINY_WIDTH["hidden_size"],
         "vocab": TINY_VOCAB,
-        "micro_steps": steps * tiny.accumulation,
+        "micro_steps": timing.steps * tiny.accumulation,
         "micro_step_ms": step_ms,
         f"collate_ms_{shapes.micro_batch}x{shapes.length}": collate,
         "host_ms": step_ms + collate,

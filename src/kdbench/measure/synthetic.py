@@ -56,6 +56,20 @@ class Shapes:
     accumulation: int = 16  # 1024 sequences per optimizer step on one device
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How a bench runs a synthetic distillation: `warmup` steps, then `steps` timed ones, loaded
+    as `loading` says, with both models' blocks and the losses' chains compiled by
+    `compile_backend` (None: eager); with `profile`, then a profile of a few micro-steps, forward
+    and backward (the agnostic mode's)."""
+
+    steps: int
+    warmup: int
+    loading: LoadingSpec = IN_PROCESS
+    compile_backend: str | None = None
+    profile: bool = False
+
+
 def teacher_config(shapes: Shapes) -> BertConfig:
     shape = shapes.teacher
     return BertConfig(

@@ -152,7 +152,8 @@ def gpu_events(profiler) -> list:
 def device_time_by_op(run, device: torch.device, repeats: int, top: int = 12) -> dict:
     """What `repeats` calls of `run()` keep the device busy, in ms per call: in all (`busy_ms`: on
     CUDA every kernel and copy, on the CPU the operators' own time) and by aten operator, the `top`
-    longest (`by_op`: [name, ms])."""
+    longest (`by_op`: [name, ms]); on CUDA also the kernels no aten operator launched
+    (`outside_aten_ms`: a compiled graph's fused kernels)."""
     with torch.profiler.profile(activities=profiler_activities(device)) as profiler:
         for _ in range(repeats):
             run()
@@ -161,11 +162,11 @@ def device_time_by_op(run, device: torch.device, repeats: int, top: int = 12) ->
     own = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     ops = [(e.key, getattr(e, own) / 1e3 / repeats) for e in profiler.key_averages()]
     ops = sorted((op for op in ops if op[0].startswith("aten::")), key=lambda op: -op[1])
-    if device.type == "cuda":
-        busy = sum(e.time_range.elapsed_us() for e in gpu_events(profiler)) / 1e3 / repeats
-    else:
-        busy = sum(ms for _, ms in ops)
-    return {"busy_ms": busy, "by_op": [[name, ms] for name, ms in ops[:top]]}
+    by_op = {"by_op": [[name, ms] for name, ms in ops[:top]]}
+    if device.type != "cuda":
+        return {"busy_ms": sum(ms for _, ms in ops)} | by_op
+    busy = sum(e.time_range.elapsed_us() for e in gpu_events(profiler)) / 1e3 / repeats
+    return {"busy_ms": busy, "outside_aten_ms": busy - sum(ms for _, ms in ops)} | by_op
 
 
 def peak_memory_gib(device: torch.device) -> dict:
