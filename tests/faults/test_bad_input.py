@@ -55,6 +55,33 @@ def test_cli_unknown_option_inside_a_sweep(tmp_path):
     )
 
 
+HEAVY = ("torch", "transformers", "datasets", "scipy", "sklearn", "pandas")
+REFUSED_LIGHT = f"""
+import sys
+from kdbench.run import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    print(exc.code, *(name for name in {HEAVY} if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    "override", ["objective=att_kll", "trainer.epochs=3", "trainer.max_steps=-3", "seed=[1"]
+)
+def test_a_bad_override_is_refused_before_torch_and_transformers_load(tmp_path, override):
+    """A mistyped group option, key or value is refused in about a second: the entry point loads
+    Hydra and the override checks, nothing that trains."""
+    checked = subprocess.run(
+        [sys.executable, "-c", REFUSED_LIGHT, override, f"paths.run_dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.stdout.split() == ["2"], checked.stdout + checked.stderr
+    assert checked.stderr.startswith("kdbench: error: ") and not (tmp_path / "run").exists()
+
+
 def test_cli_unknown_key(tmp_path):
     assert_one_line_error(cli("trainer.epochs=3", f"paths.run_dir={tmp_path}"), "trainer.epochs")
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from kdbench.data.corpus import build_packed_corpus
+from kdbench.job import run
 from kdbench.models.tiny import tiny_tokenizer
 from kdbench.records.record import write_json
-from kdbench.run import run
 from kdbench.runtime import storage
 from kdbench.runtime.storage import DiskFullError
 from kdbench.training.checkpoint import Checkpoints

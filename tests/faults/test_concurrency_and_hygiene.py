@@ -46,7 +46,7 @@ def test_two_concurrent_jobs_build_the_teacher_once(tiny_glue, tmp_path):
 
 
 def test_secrets_never_reach_records_or_logs(tiny_glue, tmp_path, monkeypatch):
-    from kdbench.run import run
+    from kdbench.job import run
 
     secret = "0123456789abcdef0123456789abcdef01234567"
     monkeypatch.setenv("WANDB_API_KEY", secret)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from kdbench.run import run
+from kdbench.job import run
 from tests.helpers import compose_config, tiny_overrides
 
 

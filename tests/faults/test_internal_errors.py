@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import kdbench.run as entry
+from kdbench import command, job
 from kdbench.errors import missing_package
 from tests.helpers import tiny_overrides
 
@@ -19,7 +20,7 @@ def broken_recipe(plan, run_dir, log):
 
 def run_cli(monkeypatch, *args):
     monkeypatch.setattr(sys, "argv", ["kdbench.run", *args])
-    monkeypatch.setitem(entry.RECIPES, "task_specific", broken_recipe)
+    monkeypatch.setitem(job.RECIPES, "task_specific", broken_recipe)
     with pytest.raises(SystemExit) as exited:
         entry.main()
     return exited.value.code
@@ -31,7 +32,7 @@ def test_a_bug_is_one_line_naming_the_exception_and_the_record(
     code = run_cli(monkeypatch, *tiny_overrides(tiny_glue, tmp_path))
     stderr = capsys.readouterr().err
     lines = [line for line in stderr.splitlines() if line.startswith("kdbench")]
-    assert code == entry.INTERNAL_ERROR_EXIT and len(lines) == 1 and "Traceback" not in stderr
+    assert code == command.INTERNAL_ERROR_EXIT and len(lines) == 1 and "Traceback" not in stderr
     assert lines[0].startswith("kdbench: internal error: ZeroDivisionError: division by zero")
     assert f"{tmp_path / 'result.json'}" in lines[0] and "kdbench.debug=true" in lines[0]
     record = json.loads((tmp_path / "result.json").read_text())
@@ -90,7 +91,7 @@ def test_a_package_missing_during_the_run_is_one_error_line_and_the_records_erro
 ):
     monkeypatch.setitem(sys.modules, "wandb", None)
     monkeypatch.setattr(sys, "argv", ["kdbench.run", *tiny_overrides(tiny_glue, tmp_path)])
-    monkeypatch.setitem(entry.RECIPES, "task_specific", logged_to_wandb)
+    monkeypatch.setitem(job.RECIPES, "task_specific", logged_to_wandb)
     with pytest.raises(SystemExit) as exited:
         entry.main()
     lines, _ = error_lines(capsys)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kdbench.errors import KdbenchError
-from kdbench.run import run
+from kdbench.job import run
 from kdbench.training import loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.signals import graceful_stop

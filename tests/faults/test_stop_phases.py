@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from kdbench.run import run
+from kdbench.job import run
 from kdbench.training.signals import TEST_DELAY_ENV
 from tests.helpers import (
     TINY_MLM_SHAPE,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kdbench.run import run
+from kdbench.job import run
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
 pytestmark = pytest.mark.slow

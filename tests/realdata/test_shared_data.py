@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from kdbench.data.glue import load_split
+from kdbench.job import run
 from kdbench.metrics import compute_metrics
 from kdbench.planning.groups import data_spec, task_spec
-from kdbench.run import run
 from kdbench.tasks import MAJORITY
 from tests.helpers import REAL_GLUE, compose_config, realdata
 

@@ -13,12 +13,12 @@ import torch
 from safetensors.torch import load_file
 
 from kdbench.errors import ConfigError, DataError
+from kdbench.job import run
 from kdbench.models.pretrained import teacher_tokenizer
 from kdbench.objectives.terms import Objective
 from kdbench.planning.plan import make_plan
 from kdbench.recipes.task_agnostic import input_masking
 from kdbench.records.predictions import read_predictions
-from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
 OBJECTIVES = [

@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from kdbench.job import run
 from kdbench.recipes import task_agnostic, task_specific
-from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from kdbench.run import run
+from kdbench.job import run
 from kdbench.runtime.precision import computing
 from kdbench.training.signals import current_phase
 from tests.helpers import compose_config, tiny_overrides

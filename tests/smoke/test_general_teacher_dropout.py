@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kdbench.job import run
 from kdbench.planning.plan import make_plan
-from kdbench.run import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
 

@@ -18,11 +18,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kdbench.job import run
 from kdbench.measure import synthetic
 from kdbench.measure.timing import PerStep
 from kdbench.models.attention import attention_mask
 from kdbench.records.record import StepLog
-from kdbench.run import run
 from kdbench.training import loop
 from kdbench.training.hooks import Hook, LogLosses
 from tests.helpers import (

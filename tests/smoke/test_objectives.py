@@ -8,8 +8,8 @@ import math
 
 import pytest
 
+from kdbench.job import run
 from kdbench.planning.hydra_config import group_options
-from kdbench.run import run
 from tests.helpers import compose_config, tiny_overrides
 
 

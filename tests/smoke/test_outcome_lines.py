@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from kdbench.run import print_outcome, run
+from kdbench.command import print_outcome
+from kdbench.job import run
 from tests.helpers import compose_config, tiny_overrides
 
 SCORES = r"pearson -?\d+\.\d\d, spearman -?\d+\.\d\d"  # the record's x100 scale, two decimals

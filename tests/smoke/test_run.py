@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
+from kdbench.job import run
 from kdbench.recipes import task_specific
 from kdbench.records.predictions import read_predictions
-from kdbench.run import run
 from kdbench.teacher import finetune as teacher_finetune
 from tests.helpers import compose_config, tiny_overrides
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kdbench.run import run
+from kdbench.job import run
 from tests.helpers import compose_config, tiny_overrides
 
 

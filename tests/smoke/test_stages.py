@@ -7,10 +7,10 @@ import json
 
 import torch
 
+from kdbench.job import run
 from kdbench.objectives.loss_entry import LossEntry
 from kdbench.objectives.losses import LOSSES
 from kdbench.recipes import task_specific
-from kdbench.run import run
 from tests.helpers import compose_config, tiny_overrides
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from kdbench.errors import ConfigError
+from kdbench.job import run
 from kdbench.planning.plan import make_plan
 from kdbench.records.predictions import read_predictions
-from kdbench.run import run
 from tests.faults.test_resume import Crash, crash_at
 from tests.helpers import compose_config, tiny_overrides
 

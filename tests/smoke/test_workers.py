@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from safetensors.torch import load_file
 
-from kdbench.run import run
+from kdbench.job import run
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
 

@@ -10,7 +10,8 @@ from omegaconf import DictConfig
 
 from kdbench.errors import ConfigError
 from kdbench.models.hub import saved_config
-from kdbench.planning.groups import check_positions, local_path
+from kdbench.planning.groups import check_positions
+from kdbench.planning.paths import local_path
 from kdbench.planning.specs import InitSpec, TaskSpec
 from kdbench.planning.trainer_specs import TrainerSpec
 from kdbench.records.record import chain_of

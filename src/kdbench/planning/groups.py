@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
@@ -19,6 +18,7 @@ from kdbench.errors import ConfigError, DataError
 from kdbench.models.hub import check_saved_model, saved_config
 from kdbench.planning.declared import check_declared, with_defaults
 from kdbench.planning.group_keys import TeacherKeys, declaration_at
+from kdbench.planning.paths import local_path
 from kdbench.planning.rules import shown
 from kdbench.planning.specs import (
     AugmentSpec,
@@ -32,7 +32,6 @@ from kdbench.planning.specs import (
     from_mapping,
 )
 from kdbench.planning.trainer_specs import TRAINERS, TrainerSpec
-from kdbench.runtime import storage
 
 GLUE_DIR_ENV = "KDBENCH_GLUE_DIR"
 
@@ -133,21 +132,6 @@ def matching_labels(task: TaskSpec, teacher: TeacherSpec) -> TaskSpec:
         f"{list(task.labels)}: give a teacher fine-tuned on these labels, or set "
         "task.label_names in the teacher's order"
     )
-
-
-def local_path(value) -> Path:
-    """A configured path (an override's digits, `data.glue_dir=2024`, arrive as a number)."""
-    return Path(str(value)).expanduser()
-
-
-def writable_folder(value, key: str, where: str = "") -> Path:
-    """A folder the run writes into (`key` names its setting, `where` where else it is set),
-    refused in one line when it cannot be one."""
-    path = local_path(value)
-    problem = storage.folder_problem(path.absolute())
-    if problem is not None:
-        raise ConfigError(f"{key}={value} {problem}: give a folder this user can write{where}")
-    return path
 
 
 def data_spec(data: DictConfig) -> DataSpec:

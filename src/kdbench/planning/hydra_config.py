@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kdbench.errors import ConfigError
+from kdbench.planning.paths import writable_folder
 from kdbench.planning.stage_specs import renamed
 
 # Hydra flags that take a value (the value is not an override).
@@ -182,8 +183,6 @@ def compose_check(overrides: list[str]) -> None:
     """Compose the config as Hydra will (first value of each sweep) and report a failure as one
     line: a key the config lacks with the closest one it has, or a run folder (paths.run_dir,
     which Hydra makes first) that cannot be one."""
-    from kdbench.planning.groups import writable_folder
-
     try:
         cfg = compose(overrides)
     except Exception as exc:

@@ -13,7 +13,8 @@ from kdbench.errors import ConfigError
 from kdbench.models.hub import saved_config
 from kdbench.models.layers import check_width, resolve_init_layers
 from kdbench.planning.declared import with_defaults
-from kdbench.planning.groups import checked, local_path
+from kdbench.planning.groups import checked
+from kdbench.planning.paths import local_path
 from kdbench.planning.specs import InitSpec, ShapeSpec
 
 log = logging.getLogger("kdbench")

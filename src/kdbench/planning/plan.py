@@ -43,9 +43,9 @@ from kdbench.planning.groups import (
     task_spec,
     teacher_spec,
     trainer_spec,
-    writable_folder,
 )
 from kdbench.planning.inits import init_spec
+from kdbench.planning.paths import writable_folder
 from kdbench.planning.specs import (
     AugmentSpec,
     BatchLayout,

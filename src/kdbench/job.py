@@ -1,0 +1,172 @@
+"""A run from its composed config to its record: `run(cfg)` claims the job's folder, makes the plan
+(bad input fails there, before anything is loaded), runs the setting's recipe under the stop
+signals and keeps result.json current (running, then completed, failed or stopped).
+
+The command line (`kdbench.run`, `kdbench.command`) calls it once Hydra has composed the config;
+tests call it with a config they compose.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import suppress
+from dataclasses import replace
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from kdbench import __version__
+from kdbench.errors import KdbenchError, missing_package
+from kdbench.planning.paths import writable_folder
+from kdbench.planning.plan import Plan, make_plan
+from kdbench.planning.stage_specs import own_stages
+from kdbench.recipes.finetune import run_finetune
+from kdbench.recipes.task_agnostic import run_task_agnostic
+from kdbench.recipes.task_specific import run_task_specific
+from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, provenance, write_json
+from kdbench.report.collapse import learning_warnings
+from kdbench.runtime import distributed
+from kdbench.runtime.joblock import claim
+from kdbench.runtime.loggers import library_progress_bars, make_logger
+from kdbench.runtime.precision import apply_matmul_precision
+from kdbench.runtime.storage import DiskFullError
+from kdbench.training.signals import Interrupted, StoppedAtOnce, graceful_stop
+
+RECIPES = {
+    "task_specific": run_task_specific,
+    "task_agnostic": run_task_agnostic,
+    "finetune": run_finetune,
+}
+
+
+def identity(cfg: DictConfig, plan: Plan | None) -> RunRecord:
+    """The record of a run about to start: what was run (before the plan exists, as the config
+    names it)."""
+    return RunRecord(
+        setting=cfg.setting.name,
+        task=None if cfg.setting.name == "task_agnostic" else cfg.task.name,  # raw text: no task
+        teacher=cfg.teacher.name,
+        student=cfg.student.name,
+        init=plan.init.label if plan is not None else cfg.init.name,
+        init_name=cfg.init.name,
+        objective=cfg.objective.name,
+        seed=cfg.seed,
+        kdbench_version=__version__,
+        chain=" -> ".join(plan.chain) if plan is not None else None,
+    )
+
+
+def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:
+    """Validate, run the configured setting, and write result.json; returns the record.
+
+    The job is claimed first (`kdbench.runtime.joblock`): while another process runs it, this
+    returns at once with `status: "claimed"` and writes nothing. Bad input raises KdbenchError
+    before any heavy work. A failure is recorded as `status: "failed"` (with the error) before it
+    propagates.
+    """
+    run_dir = writable_folder(run_dir or cfg.paths.run_dir or ".", "paths.run_dir")
+    # a task of a multi-task SLURM/submitit job joins its job's group
+    distributed.adopt_job_environment()
+    with claim(run_dir, distributed.current().rank) as holder:
+        if (
+            holder is not None
+        ):  # another process runs this job now: a sweep started twice splits its jobs
+            return {"status": "claimed", "claimed_by": holder, "skipped": True}
+        return run_claimed(cfg, run_dir)
+
+
+def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
+    """`run` once this process holds the job's claim."""
+    main_process = distributed.current().is_main  # in a data-parallel launch only rank 0 writes
+    resolved = own_stages(OmegaConf.to_container(cfg, resolve=True))  # as its record keeps it
+    result_path = run_dir / RESULT_FILE
+    previous = RunRecord.read(result_path)
+    if previous and previous.status == "completed" and previous.config == resolved:
+        return previous.as_json() | {"skipped": True}  # a re-run sweep skips finished jobs
+    write = writer(main_process)
+    try:
+        plan = make_plan(cfg)  # bad input fails here, before anything is loaded
+    except Exception as exc:
+        write(
+            result_path,
+            replace(identity(cfg, None), status="failed", error=error_text(exc), config=resolved),
+        )
+        raise
+    plan.cache_dir.mkdir(
+        parents=True, exist_ok=True, mode=0o700
+    )  # caches hold weights: the user's eyes only
+    if main_process:
+        write_json(run_dir / "config.json", resolved)
+    return execute(plan, identity(cfg, plan), run_dir, main_process)
+
+
+def error_text(exc: BaseException) -> str:
+    """How a record states a failure: the message of bad input (a package not installed among it),
+    the exception's type and message of a bug."""
+    exc = missing_package(exc) or exc
+    return str(exc) if isinstance(exc, KdbenchError) else f"{type(exc).__name__}: {exc}"
+
+
+def writer(main_process: bool):
+    """Writes a record in the main process; other data-parallel ranks write nothing."""
+    return (
+        (lambda path, record: record.write(path)) if main_process else (lambda path, record: None)
+    )
+
+
+def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) -> dict:
+    """Run the plan's recipe under the stop signals, keeping result.json current: running, then
+    completed, failed or stopped. Returns the record as result.json holds it."""
+    result_path, write = run_dir / RESULT_FILE, writer(main_process)
+    record = replace(
+        record,
+        provenance=provenance(plan.device, distributed.current().size),
+        precision=plan.precision,
+        precision_reason=plan.precision_reason,
+        tf32=plan.tf32,
+    )  # as resolved for the device
+    apply_matmul_precision(plan.device, plan.tf32)
+    write(result_path, replace(record, config=plan.config))
+    logger = make_logger(plan.logger, plan.config, run_dir) if main_process else None
+    log = StepLog(
+        run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else []
+    )
+    start = time.perf_counter()
+    try:
+        with graceful_stop(), library_progress_bars(plan.trainer.progress_bar):
+            outcome = RECIPES[plan.setting](plan, run_dir, log)
+        record = replace(
+            record.completed(outcome, time.perf_counter() - start, plan.config),
+            warnings=learning_warnings(outcome),
+        )
+        write(result_path, record)
+        if logger:
+            logger.summary(record)
+    except BaseException as exc:
+        record = replace(
+            record, **ending(exc), wall_s=time.perf_counter() - start, config=plan.config
+        )
+        with suppress(
+            DiskFullError
+        ):  # a full disk keeps the last record written: the error is raised below
+            write(result_path, record)
+        raise
+    finally:
+        log.close()
+        if logger:
+            logger.finish()
+        distributed.shutdown()
+    return record.as_json()
+
+
+def ending(exc: BaseException) -> dict:
+    """The record's status and error for a run that did not complete: stopped (by a signal, and in
+    which phase) or failed."""
+    if isinstance(exc, Interrupted):
+        return {"status": "stopped", "stopped_in": exc.phase, "error": error_text(exc)}
+    if isinstance(exc, StoppedAtOnce):
+        return {"status": "stopped", "stopped_in": exc.phase, "error": SECOND_CTRL_C}
+    return {"status": "failed", "error": error_text(exc)}
+
+
+SECOND_CTRL_C = "stopped at once by a second Ctrl-C (no checkpoint of this moment)"
