@@ -29,9 +29,7 @@ def measure_agnostic(
     timing: synthetic.Timing,
 ) -> dict:
     """The task-agnostic distillation through `loop.train`, run as `timing` says."""
-    options = {"loading": timing.loading, "compile_backend": timing.compile_backend}
-    total = timing.warmup + timing.steps
-    with synthetic.distillation(objective, shapes, device, precision, total, **options) as stage:
+    with synthetic.timed_distillation(objective, shapes, device, precision, timing) as stage:
         batch = to_device(next(iter(stage.loader)), device)
         per_example, kernels = flops.flops_per_example(stage.step, batch, stage.modules)
         analytic = analytic_flops(stage, batch, shapes)

@@ -104,9 +104,7 @@ def measure_host(
     threads = torch.get_num_threads()
     torch.set_num_threads(1 if device.type == "cpu" else threads)
     try:
-        options = {"loading": timing.loading, "compile_backend": timing.compile_backend}
-        total = timing.warmup + timing.steps
-        with synthetic.distillation(objective, tiny, device, precision, total, **options) as stage:
+        with synthetic.timed_distillation(objective, tiny, device, precision, timing) as stage:
             timer = Timer(device, timing.warmup, time.thread_time)
             loop.train(stage, [timer])
         collating = collate_ms(stage.loader.collate_fn.masking, shapes)

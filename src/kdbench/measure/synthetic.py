@@ -213,3 +213,18 @@ def distillation(
             accumulation=shapes.accumulation,
             sync_modules=[student_side] if world.distributed else [],
         )
+
+
+def timed_distillation(
+    objective_name: str, shapes: Shapes, device: torch.device, precision: str, timing: Timing
+):
+    """`distillation` of `timing`'s warm-up and timed steps, loaded and compiled as it says."""
+    return distillation(
+        objective_name,
+        shapes,
+        device,
+        precision,
+        timing.warmup + timing.steps,
+        loading=timing.loading,
+        compile_backend=timing.compile_backend,
+    )
