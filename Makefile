@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# `make test`'s pytest-xdist workers: one per core (at most 8), each with its share of the threads
+TEST_WORKERS ?= auto
 
 .PHONY: help install test test-fast demo lint keys bench-env bench gpu-check gpu-bundle
 
@@ -13,7 +15,7 @@ install:  ## create .venv and install kdbench (editable) with the pinned version
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 
 test:  ## the whole test suite (real-data tests run when KDBENCH_GLUE_DIR and KDBENCH_MODELS_DIR are set)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --numprocesses $(TEST_WORKERS) --maxprocesses 8 --dist loadfile
 
 test-fast:  ## unit and config tests only
 	$(BIN)/python -m pytest tests/unit tests/config

@@ -6,8 +6,20 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers import write_tiny_glue, write_user_data
+
+
+def pytest_configure():
+    """Under pytest-xdist (`make test` runs one worker per core), each worker and the processes it
+    starts get their share of the cores: torch's default of one thread per core in every worker
+    would oversubscribe them, and oversubscribed threads run several times slower."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
+        torch.set_num_threads(int(threads))
 
 
 @pytest.fixture(scope="session")
