@@ -8,6 +8,7 @@ tests call it with a config they compose.
 
 from __future__ import annotations
 
+import importlib
 import time
 from contextlib import suppress
 from dataclasses import replace
@@ -20,9 +21,6 @@ from kdbench.errors import KdbenchError, missing_package
 from kdbench.planning.paths import writable_folder
 from kdbench.planning.plan import Plan, make_plan
 from kdbench.planning.stage_specs import own_stages
-from kdbench.recipes.finetune import run_finetune
-from kdbench.recipes.task_agnostic import run_task_agnostic
-from kdbench.recipes.task_specific import run_task_specific
 from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, provenance, write_json
 from kdbench.report.collapse import learning_warnings
 from kdbench.runtime import distributed
@@ -32,11 +30,19 @@ from kdbench.runtime.precision import apply_matmul_precision
 from kdbench.runtime.storage import DiskFullError
 from kdbench.training.signals import Interrupted, StoppedAtOnce, graceful_stop
 
-RECIPES = {
-    "task_specific": run_task_specific,
-    "task_agnostic": run_task_agnostic,
-    "finetune": run_finetune,
-}
+
+def recipe(setting: str):
+    """The recipe of a setting (`kdbench.recipes.<setting>.run_<setting>`), imported when a run of
+    it starts: a run refused by its plan never loads the training code."""
+
+    def run_recipe(plan: Plan, run_dir: Path, log: StepLog) -> dict:
+        module = importlib.import_module(f"kdbench.recipes.{setting}")
+        return getattr(module, f"run_{setting}")(plan, run_dir, log)
+
+    return run_recipe
+
+
+RECIPES = {setting: recipe(setting) for setting in ("task_specific", "task_agnostic", "finetune")}
 
 
 def identity(cfg: DictConfig, plan: Plan | None) -> RunRecord:

@@ -55,15 +55,32 @@ def test_cli_unknown_option_inside_a_sweep(tmp_path):
     )
 
 
-HEAVY = ("torch", "transformers", "datasets", "scipy", "sklearn", "pandas")
-REFUSED_LIGHT = f"""
+def refused_loading(modules: tuple[str, ...]) -> str:
+    """A script running the command line with its arguments: prints the exit code, then which of
+    `modules` were loaded."""
+    return f"""
 import sys
 from kdbench.run import main
 try:
     main(sys.argv[1:])
 except SystemExit as exc:
-    print(exc.code, *(name for name in {HEAVY} if name in sys.modules))
+    print(exc.code, *(name for name in {modules} if name in sys.modules))
 """
+
+
+def exit_and_modules(modules: tuple[str, ...], *overrides: str) -> list[str]:
+    """The exit code of the command line given `overrides`, then which of `modules` it loaded."""
+    script = refused_loading(modules)
+    checked = subprocess.run(
+        [sys.executable, "-c", script, *overrides], capture_output=True, text=True, timeout=300
+    )
+    assert checked.stderr.startswith("kdbench: error: "), checked.stdout + checked.stderr
+    return checked.stdout.split()
+
+
+HEAVY = ("torch", "transformers", "datasets", "scipy", "sklearn", "pandas")
+TRAINING_CODE = ("datasets", "transformers.modeling_utils", "kdbench.models.student")
+TRAINING_CODE += ("kdbench.recipes.task_specific", "kdbench.training.loop")
 
 
 @pytest.mark.parametrize(
@@ -72,14 +89,18 @@ except SystemExit as exc:
 def test_a_bad_override_is_refused_before_torch_and_transformers_load(tmp_path, override):
     """A mistyped group option, key or value is refused in about a second: the entry point loads
     Hydra and the override checks, nothing that trains."""
-    checked = subprocess.run(
-        [sys.executable, "-c", REFUSED_LIGHT, override, f"paths.run_dir={tmp_path / 'run'}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert checked.stdout.split() == ["2"], checked.stdout + checked.stderr
-    assert checked.stderr.startswith("kdbench: error: ") and not (tmp_path / "run").exists()
+    assert exit_and_modules(HEAVY, override, f"paths.run_dir={tmp_path / 'run'}") == ["2"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("overrides", [["seed=abc"], ["init=layers", "init.layers=[2,9]"]])
+def test_bad_input_the_plan_finds_is_refused_before_the_training_code_loads(
+    tiny_glue, tmp_path, overrides
+):
+    """A value or a layer the teacher lacks, found by the plan, is refused before the models'
+    code, the datasets and the recipes load (torch and the model configs are loaded)."""
+    run = tiny_overrides(tiny_glue, tmp_path / "run", *overrides)
+    assert exit_and_modules(TRAINING_CODE, *run) == ["2"]
 
 
 def test_cli_unknown_key(tmp_path):

@@ -14,10 +14,9 @@ from transformers import AutoModelForSequenceClassification
 from kdbench.errors import ConfigError
 from kdbench.job import run
 from kdbench.models.hub import load
-from kdbench.models.student import PROJECTIONS_FILE
 from kdbench.objectives.terms import Objective, carry_projections
 from kdbench.planning.plan import make_plan
-from kdbench.records.record import CHAIN_FILE
+from kdbench.records.record import CHAIN_FILE, PROJECTIONS_FILE
 from kdbench.runtime.storage import MANIFEST
 from tests.helpers import (
     TINY_MLM_SHAPE,

@@ -20,7 +20,8 @@ from kdbench.data.masking import MaskingSpec
 from kdbench.measure import memory
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.compilation import compile_blocks
-from kdbench.models.student import build_student, student_config
+from kdbench.models.configs import student_config
+from kdbench.models.student import build_student
 from kdbench.objectives.term_specs import build_terms
 from kdbench.objectives.terms import Objective
 from kdbench.planning.hydra_config import config_dir

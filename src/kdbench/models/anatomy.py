@@ -3,10 +3,14 @@ heads."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import PreTrainedModel
 
 from kdbench.errors import ConfigError
+
+if TYPE_CHECKING:  # a type only: importing it loads transformers' modeling code
+    from transformers import PreTrainedModel
 
 MLM_HEADS = ("cls", "lm_head")  # BERT's MLM head, RoBERTa's
 TASK_HEADS = ("classifier", "pooler")  # a sequence classifier and the pooler under it

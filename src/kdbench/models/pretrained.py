@@ -1,4 +1,4 @@
-"""The teacher before task fine-tuning, its config and its tokenizer: from a checkpoint
+"""The teacher before task fine-tuning and its tokenizer: from a checkpoint
 (`hub.load`), or the tiny test teacher built from `teacher.shape`."""
 
 from __future__ import annotations
@@ -7,12 +7,10 @@ from pathlib import Path
 
 import torch
 from transformers import (
-    AutoConfig,
     AutoModel,
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    PretrainedConfig,
     PreTrainedModel,
 )
 
@@ -48,11 +46,3 @@ def pretrained_teacher(
         owner="the teacher",
         **({} if mlm else {"num_labels": num_labels}),
     )
-
-
-def teacher_config(teacher: TeacherSpec) -> PretrainedConfig:
-    """The teacher's architecture config, cheaply (no weights): used to validate before heavy
-    work."""
-    if teacher.shape is not None:
-        return tiny_config(teacher.shape, 2)
-    return load(AutoConfig, teacher.name_or_path)

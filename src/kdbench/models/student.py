@@ -22,12 +22,11 @@ from kdbench.models.anatomy import (
     prediction_head,
 )
 from kdbench.models.attention import prepare_for_training
+from kdbench.models.configs import student_config
 from kdbench.models.hub import load_model
 from kdbench.planning.specs import InitSpec, ShapeSpec
-from kdbench.records.record import CHAIN_FILE, write_json
+from kdbench.records.record import CHAIN_FILE, PROJECTIONS_FILE, write_json
 from kdbench.runtime import storage
-
-PROJECTIONS_FILE = "projections.pt"
 
 
 def save_student(
@@ -73,24 +72,6 @@ def describe_task_head(config: PretrainedConfig, labels: tuple[str, ...]) -> Non
     config.problem_type = "single_label_classification"
     config.id2label = dict(enumerate(labels))
     config.label2id = {name: i for i, name in enumerate(labels)}
-
-
-def student_config(
-    teacher_conf: PretrainedConfig, shape: ShapeSpec, num_labels: int, dropout: float | None = None
-) -> PretrainedConfig:
-    """The teacher's config with the student's depth and width: the student is the teacher's model
-    family.
-
-    `dropout` (if given) replaces the family's hidden and attention dropout probabilities."""
-    config = teacher_conf.__class__.from_dict(teacher_conf.to_dict())
-    config.num_hidden_layers = shape.num_layers
-    config.hidden_size = shape.hidden_size
-    config.num_attention_heads = shape.num_heads
-    config.intermediate_size = shape.ffn_size
-    config.num_labels = num_labels
-    if dropout is not None:
-        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
-    return config
 
 
 def build_student(

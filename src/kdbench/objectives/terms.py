@@ -15,12 +15,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from kdbench.errors import ConfigError
-from kdbench.models.student import PROJECTIONS_FILE
 from kdbench.objectives.chains import compiled_chains
 from kdbench.objectives.features import FEATURES, token_level
 from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
 from kdbench.objectives.term_specs import Term
+from kdbench.records.record import PROJECTIONS_FILE
 
 
 class Objective(nn.Module):

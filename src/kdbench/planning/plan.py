@@ -22,8 +22,7 @@ from transformers import PretrainedConfig
 
 from kdbench.errors import ConfigError
 from kdbench.measure.memory import StepMemory, device_batch, step_memory
-from kdbench.models.pretrained import teacher_config
-from kdbench.models.student import student_config, student_for
+from kdbench.models.configs import student_config, teacher_config
 from kdbench.objectives.term_specs import Term, build_terms, check_padding, check_terms
 from kdbench.objectives.terms import Objective
 from kdbench.planning.declared import check_declared, declared_keys
@@ -116,6 +115,8 @@ class Plan:
 
     def build_student(self, teacher, *, mlm: bool = False):
         """The plan's student, initialised for `teacher` (`student_for` given the plan's specs)."""
+        from kdbench.models.student import student_for  # the modeling code: once input is checked
+
         return student_for(
             teacher,
             self.teacher_conf,

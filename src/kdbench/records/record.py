@@ -22,6 +22,8 @@ SOURCE_SUFFIXES = (".py", ".yaml", ".csv")
 RESULT_FILE = "result.json"
 # in a saved student's folder: the models it was distilled from, and itself
 CHAIN_FILE = "kdbench_chain.json"
+# in a saved student's folder: its learned feature projections (init.carry_projections reads them)
+PROJECTIONS_FILE = "projections.pt"
 # What identifies a run in the tables: the design, one seed.
 KEY_FIELDS = ("setting", "teacher", "student", "task", "objective", "init", "seed")
 # What every completed record holds (a task-agnostic distillation has task None: its fine-tuning
