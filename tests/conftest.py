@@ -17,9 +17,9 @@ def pytest_configure():
     would oversubscribe them, and oversubscribed threads run several times slower."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
-        threads = str(max(1, (os.cpu_count() or 1) // workers))
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
-        torch.set_num_threads(int(threads))
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -55,10 +55,9 @@ def test_cli_unknown_option_inside_a_sweep(tmp_path):
     )
 
 
-def refused_loading(modules: tuple[str, ...]) -> str:
-    """A script running the command line with its arguments: prints the exit code, then which of
-    `modules` were loaded."""
-    return f"""
+def exit_and_modules(modules: tuple[str, ...], *overrides: str) -> list[str]:
+    """The exit code of the command line given `overrides`, then which of `modules` it loaded."""
+    script = f"""
 import sys
 from kdbench.run import main
 try:
@@ -66,11 +65,6 @@ try:
 except SystemExit as exc:
     print(exc.code, *(name for name in {modules} if name in sys.modules))
 """
-
-
-def exit_and_modules(modules: tuple[str, ...], *overrides: str) -> list[str]:
-    """The exit code of the command line given `overrides`, then which of `modules` it loaded."""
-    script = refused_loading(modules)
     checked = subprocess.run(
         [sys.executable, "-c", script, *overrides], capture_output=True, text=True, timeout=300
     )
