@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from kdbench.errors import lookup
 
@@ -14,13 +14,30 @@ def _classes(predictions: np.ndarray) -> np.ndarray:
     return predictions.argmax(-1)
 
 
+def _library(module: str, name: str):
+    """`module.name`, imported when a metric is computed: scikit-learn and scipy take about a
+    second to import, which a command refused before it evaluates, and a report reading metric
+    names, need not wait for."""
+    return getattr(import_module(module), name)
+
+
+def _classification(name: str, **options):
+    """scikit-learn's metric `name` of the predicted classes against the gold labels."""
+    return lambda pred, gold: _library("sklearn.metrics", name)(gold, _classes(pred), **options)
+
+
+def _correlation(name: str):
+    """scipy's correlation `name` of a regression's outputs with the gold scores."""
+    return lambda pred, gold: _library("scipy.stats", name)(pred.reshape(-1), gold)[0]
+
+
 METRICS = {
-    "accuracy": lambda pred, gold: accuracy_score(gold, _classes(pred)),
-    "f1": lambda pred, gold: f1_score(gold, _classes(pred)),
-    "f1_macro": lambda pred, gold: f1_score(gold, _classes(pred), average="macro"),
-    "mcc": lambda pred, gold: matthews_corrcoef(gold, _classes(pred)),
-    "pearson": lambda pred, gold: pearsonr(pred.reshape(-1), gold)[0],
-    "spearman": lambda pred, gold: spearmanr(pred.reshape(-1), gold)[0],
+    "accuracy": _classification("accuracy_score"),
+    "f1": _classification("f1_score"),
+    "f1_macro": _classification("f1_score", average="macro"),
+    "mcc": _classification("matthews_corrcoef"),
+    "pearson": _correlation("pearsonr"),
+    "spearman": _correlation("spearmanr"),
 }
 
 

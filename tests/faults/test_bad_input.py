@@ -75,6 +75,7 @@ except SystemExit as exc:
 HEAVY = ("torch", "transformers", "datasets", "scipy", "sklearn", "pandas")
 TRAINING_CODE = ("datasets", "transformers.modeling_utils", "kdbench.models.student")
 TRAINING_CODE += ("kdbench.recipes.task_specific", "kdbench.training.loop")
+TRAINING_CODE += ("scipy", "sklearn")  # what scores the dev set
 
 
 @pytest.mark.parametrize(
@@ -92,7 +93,8 @@ def test_bad_input_the_plan_finds_is_refused_before_the_training_code_loads(
     tiny_glue, tmp_path, overrides
 ):
     """A value or a layer the teacher lacks, found by the plan, is refused before the models'
-    code, the datasets and the recipes load (torch and the model configs are loaded)."""
+    code, the datasets, the recipes and the metrics' libraries load (torch and the model configs
+    are loaded)."""
     run = tiny_overrides(tiny_glue, tmp_path / "run", *overrides)
     assert exit_and_modules(TRAINING_CODE, *run) == ["2"]
 
