@@ -19,6 +19,7 @@ from kdbench.planning.trainer_specs import (
     TaskAgnosticTrainer,
     TaskSpecificTrainer,
     TrainerSpec,
+    kept_on_disk,
 )
 from tests.helpers import compose_config
 
@@ -96,3 +97,16 @@ def test_the_finetune_plan_is_a_student_alone(tmp_path, tiny_glue):
         tmp_path,
     )
     assert plan.student_conf.num_hidden_layers == 2 and plan.chain[-1] == "fine-tuned on rte"
+
+
+@pytest.mark.parametrize(
+    ("store", "device", "on_disk"),
+    [
+        ("auto", "cpu", True),
+        ("auto", "cuda", False),
+        ("disk", "cuda", True),
+        ("memory", "cpu", False),
+    ],
+)
+def test_kept_on_disk_follows_the_store_and_the_device(store, device, on_disk):
+    assert kept_on_disk(store, device) is on_disk

@@ -61,9 +61,18 @@ def test_stage1_from_cached_features_gives_the_losses_and_gradients_of_a_teacher
         assert all(torch.allclose(grads[n], c_grads[n], rtol=1e-4, atol=1e-6) for n in grads)
 
 
-def test_the_teacher_runs_once_for_every_epoch_and_run(tiny_glue, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("store", "passes", "entries"), [("disk", 1, 1), ("memory", 2, 0)])
+def test_the_teacher_runs_once_for_every_epoch_and_for_the_runs_its_store_serves(
+    tiny_glue, tmp_path, monkeypatch, store, passes, entries
+):
+    """Two runs of two epochs: one pass of the teacher over the data when the first run's table is
+    a disk cache entry the second reads; one pass per run when each keeps its table in memory."""
     plan, tokenizer, train_set, loader, teacher = tiny_teacher_setup(
-        tiny_glue, tmp_path, "objective=att_kl+val_kl", f"paths.cache_dir={tmp_path / 'cache'}"
+        tiny_glue,
+        tmp_path,
+        "objective=att_kl+val_kl",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"trainer.teacher_features_store={store}",
     )
     features = partial(teacher_feature_table, teacher, train_set, tokenizer, plan, None)
     calls = []
@@ -71,15 +80,14 @@ def test_the_teacher_runs_once_for_every_epoch_and_run(tiny_glue, tmp_path, monk
     monkeypatch.setattr(
         teacher.model, "forward", lambda *a, **k: calls.append(1) or forward(*a, **k)
     )
-    for seed in (1, 2):  # two runs sharing the cache, two passes over the data each
+    for seed in (1, 2):  # two runs, two passes over the data each
         student = build_student(plan.teacher_conf, plan.student, plan.num_labels, seed=seed)
         stage1_losses_and_grads(
             plan, student, teacher.model, train_set["labels"], list(loader) * 2, features
         )
-    assert len(calls) == len(
-        make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
-    )
-    assert len(list((plan.cache_dir / "teacher_features").glob("*.pt"))) == 1
+    batches = make_loader(train_set, tokenizer, plan.trainer.eval_batch_size, shuffle=False)
+    assert len(calls) == passes * len(batches)
+    assert len(list((plan.cache_dir / "teacher_features").glob("*.pt"))) == entries
 
 
 def test_features_over_the_budget_are_not_cached(tiny_glue, tmp_path, caplog):

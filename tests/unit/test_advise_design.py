@@ -66,6 +66,18 @@ def test_the_teacher_tables_and_process_starts_are_paid_once():
     assert total_seconds(cal, CELLS, scale, 2, 100, 1, 4) == pytest.approx(once + 4 * 300)
 
 
+def test_features_tables_kept_in_memory_are_paid_by_every_seed():
+    cal = calibration(teacher=0.5, tables={"att_kl+val_kl": 2.0}, logits=1.0, sweep=7.0, spent=11)
+    in_memory = calibration(**(vars(cal) | {"tables_each_run": True}))
+    scale = Scale(1000, 3, 2, 2, teacher_ready=False)
+    once = 11 + (1000 * 3 * 0.5 + 7) + 100 * 1 + (2 * 2 + 1) * 7  # the logits table alone
+    assert total_seconds(in_memory, CELLS, scale, 2, 100, 1, 0) == pytest.approx(once)
+    each_seed = 300 + 100 * 2  # the stages, then the features table
+    assert total_seconds(in_memory, CELLS, scale, 2, 100, 1, 4) == pytest.approx(
+        once + 4 * each_seed
+    )
+
+
 def test_a_small_budget_takes_fewer_seeds_of_the_smallest_pilot():
     # 100 examples, 1 epoch: 300 s a seed; 3 seeds fit 1000 s, 5 do not
     sizing = size_pilot(calibration(), CELLS, SCALE, groups=1, budget=1000, most=10)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 
 import pytest
@@ -17,8 +17,15 @@ from kdbench.advise import cli
 from kdbench.advise.cli import CALIBRATION_JSON, DESIGN_JSON, main
 from kdbench.advise.design import Calibration
 from kdbench.advise.inputs import read_inputs
-from kdbench.advise.jobs import ledger_seconds, note, pilot_commands, register
+from kdbench.advise.jobs import (
+    calibration_of,
+    ledger_seconds,
+    note,
+    pilot_commands,
+    register,
+)
 from kdbench.errors import ConfigError
+from kdbench.records.record import RunRecord
 from tests.unit.report_helpers import write_pilot
 
 
@@ -160,3 +167,24 @@ def test_the_design_is_registered_in_the_ledger_apart_from_the_steps_wall_times(
     assert entry["sha256"] == hashlib.sha256(b"# Pilot design\n").hexdigest()
     assert before <= datetime.fromisoformat(entry["written_at"]) <= datetime.now(timezone.utc)
     assert ledger_seconds(tmp_path, "pilot", "design") == 12.5
+
+
+@pytest.mark.parametrize(
+    ("store", "device", "each_run"),
+    [
+        ("auto", "cpu: Intel(R) Xeon(R) Processor", False),
+        ("auto", "NVIDIA H200", True),
+        ("disk", "NVIDIA H200", False),
+        ("memory", "cpu: Intel(R) Xeon(R) Processor", True),
+    ],
+)
+def test_the_calibration_says_whether_every_run_builds_its_features_table(
+    tmp_path, store, device, each_run
+):
+    record = RunRecord("task_specific", "sst2", "t", "s", "2,4", "every_kth", "att_kl", 1)
+    outcome = {"metrics": {"accuracy": 80.0}, "timing": {"features_table_s": 4.0}}
+    config = {"trainer": {"teacher_features_store": store}}
+    record = replace(record, provenance={"device": device}).completed(outcome, 10.0, config)
+    record.write(tmp_path / "att_kl" / "result.json")
+    measured = calibration_of(tmp_path, examples=200, elapsed=12.0)
+    assert measured.tables == {"att_kl": 0.02} and measured.tables_each_run is each_run

@@ -5,12 +5,13 @@ calibration, by arithmetic alone.
 A job's seconds are its fixed part (loading, evaluation) plus, per training example and epoch, each
 stage's measured seconds; the teacher's fine-tuning on the whole training set (unless given or
 cached) and the teacher's tables on the subset (its features per cell, its logits once) are paid
-once; each sweep command pays a process start. The pilot's subset and epochs are the largest equal
-share of the full run's that lets `TARGET_SEEDS` seeds of every cell fit the budget; with less
-budget the smallest pilot (`MIN_SUBSET` examples, one epoch) takes fewer seeds, two at least, and a
-budget too small for two seeds is refused naming the smallest that fits. The first `FIRST_SEEDS`
-seeds' spread then sets the seeds a paired test needs to detect the smallest difference worth
-acting on at the Holm level, up to what the budget allows.
+once (its features by every job instead where each run keeps its table in memory:
+`trainer.teacher_features_store`); each sweep command pays a process start. The pilot's subset and
+epochs are the largest equal share of the full run's that lets `TARGET_SEEDS` seeds of every cell
+fit the budget; with less budget the smallest pilot (`MIN_SUBSET` examples, one epoch) takes fewer
+seeds, two at least, and a budget too small for two seeds is refused naming the smallest that fits.
+The first `FIRST_SEEDS` seeds' spread then sets the seeds a paired test needs to detect the
+smallest difference worth acting on at the Holm level, up to what the budget allows.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Calibration:
     job: float  # every job, whatever its size
     sweep: float  # every sweep command
     spent: float  # the calibration itself
+    tables_each_run: bool = False  # every run builds its features table (kept in memory)
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,15 @@ def seed_seconds(cal: Calibration, objectives: list[str], scale: Scale, n: int, 
     per_example = sum(
         first * cal.intermediate.get(o, 0.0) + second * cal.prediction for o in objectives
     )
-    return len(objectives) * cal.job + n * per_example
+    return len(objectives) * cal.job + n * (per_example + feature_tables(cal, objectives, True))
+
+
+def feature_tables(cal: Calibration, objectives: list[str], each_run: bool) -> float:
+    """Seconds per example of the cells' features tables paid by every run (`each_run`), or once
+    per cell."""
+    if cal.tables_each_run != each_run:
+        return 0.0
+    return sum(cal.tables.get(o, 0.0) for o in objectives)
 
 
 def fixed_seconds(cal: Calibration, objectives: list[str], scale: Scale, n: int, groups: int):
@@ -117,7 +127,7 @@ def fixed_seconds(cal: Calibration, objectives: list[str], scale: Scale, n: int,
     teacher = 0.0
     if not scale.teacher_ready:
         teacher = scale.examples * scale.teacher_epochs * cal.teacher + cal.job + cal.sweep
-    tables = n * (sum(cal.tables.get(o, 0.0) for o in objectives) + cal.logits)
+    tables = n * (feature_tables(cal, objectives, False) + cal.logits)
     return cal.spent + teacher + tables + (SWEEPS_PER_GROUP * groups + 1) * cal.sweep
 
 

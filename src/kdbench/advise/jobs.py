@@ -24,6 +24,7 @@ from kdbench.advise.design import Calibration
 from kdbench.advise.inputs import Inputs
 from kdbench.planning.hydra_config import fail
 from kdbench.planning.study_config import override_key
+from kdbench.planning.trainer_specs import kept_on_disk
 from kdbench.records.record import RESULT_FILE, RunRecord
 from kdbench.study import kdbench_run, quoted, run_child
 
@@ -199,4 +200,13 @@ def calibration_of(folder: Path, examples: int, elapsed: float) -> Calibration:
         job=max(0.0, statistics.mean(fixed)),
         sweep=max(0.0, elapsed - sum(walls)),
         spent=max(elapsed, sum(walls)),
+        tables_each_run=any(not table_on_disk(record) for record in runs),
     )
+
+
+def table_on_disk(record: RunRecord) -> bool:
+    """Whether the run's features table was a disk cache entry that later runs read
+    (`trainer.teacher_features_store` on the device it ran on, which names a CPU `cpu: ...`)."""
+    store = record.config["trainer"].get("teacher_features_store", "disk")
+    device = (record.provenance or {}).get("device", "")
+    return kept_on_disk(store, "cpu" if device.startswith("cpu") else "cuda")

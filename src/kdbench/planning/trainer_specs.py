@@ -87,6 +87,13 @@ class TaskSpecificTrainer(DistillationTrainer):
     cache_teacher_logits: bool = key(FLAG, True)
     cache_teacher_features: bool = key(FLAG, True)
     teacher_features_gib: float = key(NON_NEGATIVE, 4.0)
+    teacher_features_store: str = key(
+        choice("auto", "disk", "memory", meaning="auto: disk on a CPU, memory on a GPU"),
+        "auto",
+        how=True,
+        help="where the teacher's features table lives: a disk cache entry later runs read, or "
+        "the run's memory alone",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +106,14 @@ class TaskAgnosticTrainer(DistillationTrainer):
     mask_inputs: str = key(
         choice("objective", "always", meaning="always: every objective's input"), "objective"
     )
+
+
+def kept_on_disk(store: str, device_type: str) -> bool:
+    """Whether the teacher's features table is a disk cache entry later runs read (`store`:
+    `teacher_features_store`). auto: on a CPU, where the teacher's pass over the training set takes
+    longer than reading the entry back; on a GPU the pass takes less than writing, hashing and
+    reading the entry (8,000 SST-2 examples through MiniLM-L6 at 3 layers: a 1.48 GB entry)."""
+    return store == "disk" or (store == "auto" and device_type == "cpu")
 
 
 TRAINERS = {

@@ -5,7 +5,8 @@ The frozen teacher is deterministic in eval mode, and stage 1 shows it the same 
 epoch, seed and objective: its features at the mapped layers are a function of the example alone
 (padding is masked in its attention). They are computed in one pass, stored per example without
 padding (each raw feature of each layer as one [T, D] table over the T real tokens of the training
-set), cached on disk next to the teacher's logits, and gathered into padded batches at each step. An
+set), cached on disk next to the teacher's logits or kept in the run's memory
+(`trainer.teacher_features_store`), and gathered into padded batches at each step. An
 entry larger than `trainer.teacher_features_gib` is not built: the teacher then runs at every step,
 as without the cache.
 
@@ -30,6 +31,7 @@ from kdbench.data.columns import column_array
 from kdbench.models.anatomy import encoder_layers
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.tensors import LOGITS
+from kdbench.planning.trainer_specs import kept_on_disk
 from kdbench.runtime import storage
 from kdbench.runtime.precision import computing
 from kdbench.teacher.cache import cached_tensors, derived_key
@@ -197,7 +199,7 @@ def teacher_feature_table(
     logits: LogitsFn | None,
 ) -> FeatureTable | None:
     """The teacher's features at `needs` (layer -> raw feature names) for every training example,
-    from the cache or computed now; None when the table would exceed
+    from the disk cache or computed now; None when the table would exceed
     `trainer.teacher_features_gib`."""
     size = table_bytes(train_set, teacher.model.config, needs, plan.precision)
     budget = plan.trainer.teacher_features_gib * 2**30
@@ -220,12 +222,10 @@ def teacher_feature_table(
             teacher.model, train_set, tokenizer, plan, needs, stop_after, logits
         ).state()
 
-    state = cached_tensors(
-        plan.cache_dir / "teacher_features",
-        plan.task.name,
-        key,
-        build,
-        size,
-        "the teacher-features cache entry",
-    )
+    if kept_on_disk(plan.trainer.teacher_features_store, plan.device.type):
+        folder = plan.cache_dir / "teacher_features"
+        what = "the teacher-features cache entry"
+        state = cached_tensors(folder, plan.task.name, key, build, size, what)
+    else:
+        state = build()
     return FeatureTable.of(state).placed(plan.device, size)
