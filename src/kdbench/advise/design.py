@@ -110,10 +110,11 @@ def seed_seconds(cal: Calibration, objectives: list[str], scale: Scale, n: int, 
     per_example = sum(
         first * cal.intermediate.get(o, 0.0) + second * cal.prediction for o in objectives
     )
-    return len(objectives) * cal.job + n * (per_example + feature_tables(cal, objectives, True))
+    tables = feature_tables(cal, objectives, each_run=True)
+    return len(objectives) * cal.job + n * (per_example + tables)
 
 
-def feature_tables(cal: Calibration, objectives: list[str], each_run: bool) -> float:
+def feature_tables(cal: Calibration, objectives: list[str], *, each_run: bool) -> float:
     """Seconds per example of the cells' features tables paid by every run (`each_run`), or once
     per cell."""
     if cal.tables_each_run != each_run:
@@ -127,7 +128,7 @@ def fixed_seconds(cal: Calibration, objectives: list[str], scale: Scale, n: int,
     teacher = 0.0
     if not scale.teacher_ready:
         teacher = scale.examples * scale.teacher_epochs * cal.teacher + cal.job + cal.sweep
-    tables = n * (feature_tables(cal, objectives, False) + cal.logits)
+    tables = n * (feature_tables(cal, objectives, each_run=False) + cal.logits)
     return cal.spent + teacher + tables + (SWEEPS_PER_GROUP * groups + 1) * cal.sweep
 
 

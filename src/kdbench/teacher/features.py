@@ -211,21 +211,21 @@ def teacher_feature_table(
             plan.trainer.teacher_features_gib,
         )
         return None
-    key = derived_key(teacher.identity, train_set, tokenizer, plan, augmented) | {
-        "features": {str(layer): sorted(names) for layer, names in sorted(needs.items())},
-        "stop_after": stop_after,
-        "logits": logits is not None,
-    }
 
     def build() -> dict[str, Tensor]:
         return compute_table(
             teacher.model, train_set, tokenizer, plan, needs, stop_after, logits
         ).state()
 
-    if kept_on_disk(plan.trainer.teacher_features_store, plan.device.type):
+    if not kept_on_disk(plan.trainer.teacher_features_store, plan.device.type):
+        state = build()
+    else:
+        key = derived_key(teacher.identity, train_set, tokenizer, plan, augmented) | {
+            "features": {str(layer): sorted(names) for layer, names in sorted(needs.items())},
+            "stop_after": stop_after,
+            "logits": logits is not None,
+        }
         folder = plan.cache_dir / "teacher_features"
         what = "the teacher-features cache entry"
         state = cached_tensors(folder, plan.task.name, key, build, size, what)
-    else:
-        state = build()
     return FeatureTable.of(state).placed(plan.device, size)
