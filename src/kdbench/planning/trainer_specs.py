@@ -35,7 +35,12 @@ class ComputeSpec:
 
     device: str = key(DEVICE)
     precision: str = key(
-        choice("fp32", "bf16", "auto", meaning="auto: bf16 on a GPU that has it natively")
+        choice(
+            "fp32",
+            "bf16",
+            "auto",
+            meaning="auto: bf16 on a GPU that has it natively for a student >= 768 wide, else fp32",
+        )
     )
     tf32: bool = key(FLAG, True)
     eval_batch_size: int = key(COUNT, 128)
