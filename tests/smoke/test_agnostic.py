@@ -19,6 +19,7 @@ from kdbench.objectives.terms import Objective
 from kdbench.planning.plan import make_plan
 from kdbench.recipes.task_agnostic import input_masking
 from kdbench.records.predictions import read_predictions
+from kdbench.training.checkpoint import Checkpoints
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
 OBJECTIVES = [
@@ -104,6 +105,77 @@ def test_resume_mid_run_gives_the_same_final_weights(corpus, tmp_path, monkeypat
     ref = load_file(tmp_path / "ref" / "student" / "model.safetensors")
     got = load_file(tmp_path / "run" / "student" / "model.safetensors")
     assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+
+
+def test_a_run_stopped_after_its_last_step_saves_its_student_when_resumed(
+    corpus, tmp_path, monkeypatch
+):
+    """The held-out losses at the end and the student's save follow the stage's done checkpoint: a
+    run stopped between them finishes from that checkpoint, with an uninterrupted run's student."""
+    from kdbench.recipes import task_agnostic
+
+    extra = ("objective=att_kl", "trainer.keep_checkpoints=true")
+    run(compose_config(agnostic_overrides(corpus, tmp_path / "ref", *extra)))
+    trained = {"done": False}
+    real_train, real_measure = task_agnostic.train_stage, task_agnostic.HeldoutLosses.measure
+
+    def train_stage(*args, **kwargs):
+        stats = real_train(*args, **kwargs)
+        trained["done"] = True
+        return stats
+
+    def measure(self):
+        if trained["done"]:
+            raise RuntimeError("killed")
+        return real_measure(self)
+
+    monkeypatch.setattr(task_agnostic, "train_stage", train_stage)
+    monkeypatch.setattr(task_agnostic.HeldoutLosses, "measure", measure)
+    cfg = compose_config(agnostic_overrides(corpus, tmp_path / "run", *extra))
+    with pytest.raises(RuntimeError, match="killed"):
+        run(cfg)
+    monkeypatch.undo()
+    assert not (tmp_path / "run" / "student").exists()
+    record = run(cfg)
+    assert record["status"] == "completed"
+    assert "distillation_examples_per_s" not in record.get("throughput", {})
+    ref = load_file(tmp_path / "ref" / "student" / "model.safetensors")
+    got = load_file(tmp_path / "run" / "student" / "model.safetensors")
+    assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
+    fingerprint = make_plan(cfg).fingerprint
+    checkpoints = Checkpoints(tmp_path / "run" / "checkpoints", meta={"fingerprint": fingerprint})
+    with pytest.raises(ConfigError, match="already holds a finished distillation"):
+        task_agnostic.unfinished(tmp_path / "run", checkpoints, fingerprint)
+
+
+def _logged_steps(run_dir) -> list[dict]:
+    lines = (run_dir / "train_log.jsonl").read_text().splitlines()
+    return [row for row in map(json.loads, lines) if row["stage"] == "distillation"]
+
+
+def test_accumulated_micro_batches_give_the_step_of_one_batch(corpus, tmp_path):
+    """vanilla_kd's terms are means over the masked positions, whose count varies between
+    micro-batches: four micro-batches of 2 sequences take the step one of 8 takes."""
+    extra = [
+        "objective=vanilla_kd",
+        "trainer.student_dropout=0.0",
+        "stages.distillation.steps=2",
+        "stages.distillation.eval_every=0",
+        "stages.distillation.optimizer.lr=1e-4",
+    ]
+    for micro in (8, 2):
+        device_batch = f"stages.distillation.device_batch_size={micro}"
+        record = run(
+            compose_config(agnostic_overrides(corpus, tmp_path / str(micro), *extra, device_batch))
+        )
+        assert record["batch"]["accumulation"] == 8 // micro
+    whole, accumulated = _logged_steps(tmp_path / "8"), _logged_steps(tmp_path / "2")
+    for one, four in zip(whole, accumulated, strict=True):
+        for term in ("mlm_kd", "mlm", "total"):
+            assert four[term] == pytest.approx(one[term], rel=1e-6), term
+    ref = load_file(tmp_path / "8" / "student" / "model.safetensors")
+    got = load_file(tmp_path / "2" / "student" / "model.safetensors")
+    assert all(torch.allclose(ref[k], got[k], atol=1e-6) for k in ref)
 
 
 @pytest.mark.parametrize(("objective", "port"), [("att_kl+hid_seq", 29517), ("vanilla_kd", 29518)])

@@ -22,6 +22,10 @@ from kdbench.objectives.tensors import LOGITS
 from kdbench.objectives.term_specs import Term
 from kdbench.records.record import PROJECTIONS_FILE
 
+# The batch key of a micro-batch's masked positions over the mean of its step's: a term that is a
+# mean over them weighs that much more, so accumulated micro-batches give the step's mean
+MASKED_SHARE = "masked_share"
+
 
 class Objective(nn.Module):
     """Computes every term from recorded student/teacher features; owns the learnable parts
@@ -123,9 +127,10 @@ class Objective(nn.Module):
         losses: dict[str, torch.Tensor] = {}
         with compiled_chains(self.compile_backend):
             for term in self.terms:
-                losses[term.name] = term.weight * self._term_loss(
-                    term, student_records, teacher_records, batch
-                )
+                loss = self._term_loss(term, student_records, teacher_records, batch)
+                if reads_masked_positions(term) and MASKED_SHARE in batch:
+                    loss = loss * batch[MASKED_SHARE]
+                losses[term.name] = term.weight * loss
         losses["total"] = sum(losses.values())
         return losses
 
@@ -216,6 +221,11 @@ class Objective(nn.Module):
         if term.name in self.projections:
             student = self.projections[term.name](student)
         return student
+
+
+def reads_masked_positions(term: Term) -> bool:
+    """Whether the term is a mean over the batch's masked positions (an MLM loss read there)."""
+    return LOSSES[term.loss].mlm and term.positions == "masked"
 
 
 def _read_feature(records, layer, feature: str, heads: int) -> torch.Tensor:

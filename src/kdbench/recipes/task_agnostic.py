@@ -35,7 +35,7 @@ from kdbench.models.compilation import compile_backend, compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import save_student
 from kdbench.objectives.features import FeatureRecorder
-from kdbench.objectives.terms import Objective
+from kdbench.objectives.terms import MASKED_SHARE, Objective
 from kdbench.records.record import StepLog
 from kdbench.runtime import distributed
 from kdbench.runtime.distributed import World
@@ -91,7 +91,11 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         sync = (
             [student_side] if world.distributed else []
         )  # all-reduced on a step's last micro-batch
-        layout = {"accumulation": plan.batches.accumulation, "sync_modules": sync}
+        layout = {
+            "accumulation": plan.batches.accumulation,
+            "sync_modules": sync,
+            "weigh": masked_shares(world, device, plan.batches.accumulation),
+        }
         resumed = resume.at(STAGE)
         stats = train_stage(spec, modules, train_loader, step, device, hooks, resumed, **layout)
         start = time.perf_counter()
@@ -113,7 +117,7 @@ def distilled_result(
         "teacher_metrics": {},
         "timing": {
             f"{STAGE}_s": stats["seconds"],
-            f"{STAGE}_examples_per_s": stats["examples_per_s"] * world.size,
+            **rate_of(stats, world),
             "eval_s": eval_s,
         },
         "initial_heldout": initial,
@@ -128,10 +132,19 @@ def distilled_result(
     }
 
 
+def rate_of(stats: dict, world: World) -> dict:
+    """The distillation's examples per second over the processes, where this run took steps (none
+    when it resumed after the last)."""
+    rate = stats["examples_per_s"] * world.size
+    return {f"{STAGE}_examples_per_s": rate} if rate else {}
+
+
 def unfinished(run_dir: Path, checkpoints: Checkpoints, fingerprint: str) -> Resume:
-    """Where the distillation resumes; refuses a finished one (its student is saved)."""
+    """Where the distillation resumes: mid-way, or after its last step when its student is not yet
+    saved (the held-out losses at the end and the save then follow); refuses a finished one (its
+    student saved: `save_student` writes the folder whole or not at all)."""
     resume = Resume.of(checkpoints, (STAGE,), fingerprint)
-    if resume.finished(STAGE):
+    if resume.finished(STAGE) and (run_dir / "student").is_dir():
         raise ConfigError(
             f"{run_dir} already holds a finished distillation: give a new run directory"
         )
@@ -252,6 +265,29 @@ class HeldoutLosses:
         """Logged every `every` steps (0: never)."""
         if every and at_step % every == 0:
             self.logged(at_step)
+
+
+def masked_shares(world: World, device: torch.device, accumulation: int):
+    """How a step's micro-batches weigh (`Stage.weigh`): each masked one with `MASKED_SHARE`, its
+    masked positions over the mean per micro-batch of the step's on every process, so that the MLM
+    terms (each a mean over its micro-batch's masked positions) add up to the mean over the step's,
+    as one batch of them would give. One micro-batch per step and process: as they are."""
+    if accumulation * world.size == 1:
+        return list
+
+    def weigh(micro_batches: list[dict]) -> list[dict]:
+        if "mlm_positions" not in micro_batches[0]:
+            return micro_batches
+        counts = [len(batch["mlm_positions"]) for batch in micro_batches]
+        counts = torch.tensor(counts, dtype=torch.float32, device=device)
+        total = distributed.sum_over_ranks(counts.sum(), world)
+        mean = (total / (len(micro_batches) * world.size)).clamp_min(torch.finfo().tiny)
+        return [
+            batch | {MASKED_SHARE: count / mean}
+            for batch, count in zip(micro_batches, counts, strict=True)
+        ]
+
+    return weigh
 
 
 def save_distilled(

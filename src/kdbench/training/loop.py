@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +46,8 @@ class Stage:
     max_steps: int | None = None
     accumulation: int = 1
     sync_modules: Sequence[torch.nn.Module] = ()
+    # a step's micro-batches, each given what it weighs in the step (the recipe's rule; as they are)
+    weigh: Callable[[list[dict]], list[dict]] = list
 
     @property
     def total_steps(self) -> int:
@@ -183,23 +185,8 @@ def train(stage: Stage, hooks: Sequence[Hook] = (), resume: dict | None = None) 
     while not progress.finished:
         # a resumed run starts where its checkpoint stopped, mid-epoch too
         stage.loader.batch_sampler.set_epoch(progress.epoch, progress.batch)
-        summed = {}
-        for micro, batch in enumerate(stage.loader, start=1):
-            last = micro % stage.accumulation == 0  # a step takes `accumulation` micro-batches
-            with contextlib.ExitStack() as stack:  # replicas all-reduce on a step's last one only
-                for module in () if last else stage.sync_modules:
-                    stack.enter_context(module.no_sync())
-                losses = stage.step(to_device(batch, stage.device))
-                # the gradients add up over the step: each micro-batch's weighs 1/accumulation
-                (losses["total"] / stage.accumulation).backward()
-            losses = {n: loss.detach() for n, loss in losses.items()}
-            summed = {n: summed[n] + loss for n, loss in losses.items()} if summed else losses
-            progress.batch += 1
-            progress.examples += batch["input_ids"].shape[0]
-            if not last:
-                continue
-            progress.took_step({n: total / stage.accumulation for n, total in summed.items()})
-            summed = {}
+        for micro_batches in step_groups(stage.loader, stage.accumulation):
+            progress.took_step(accumulate(stage, progress, stage.weigh(micro_batches)))
             hooks.before_update(progress)  # the guard's check: a bad step leaves no update
             if stage.optimizer.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(params, stage.optimizer.max_grad_norm)
@@ -210,12 +197,41 @@ def train(stage: Stage, hooks: Sequence[Hook] = (), resume: dict | None = None) 
             hooks.on_step(progress)
             if progress.finished:
                 break
-        progress.optimizer.zero_grad(set_to_none=True)  # an epoch's incomplete last step is dropped
         progress.epoch, progress.batch = progress.epoch + 1, 0
         hooks.on_epoch_end(progress)
     hooks.on_end(progress)
     seconds = time.perf_counter() - began
     return {"seconds": seconds, "examples_per_s": progress.examples / seconds if seconds else 0.0}
+
+
+def step_groups(loader: Iterable[dict], accumulation: int) -> Iterator[list[dict]]:
+    """The loader's micro-batches, `accumulation` at a time: one optimizer step's; an epoch's
+    incomplete last step is dropped."""
+    micro_batches = []
+    for batch in loader:
+        micro_batches.append(batch)
+        if len(micro_batches) == accumulation:
+            yield micro_batches
+            micro_batches = []
+
+
+def accumulate(stage: Stage, progress: Progress, micro_batches: list[dict]) -> dict:
+    """Forward and backward over a step's micro-batches, the gradients adding up (each micro-batch
+    weighs 1/accumulation: the recipe's `weigh` makes its loss terms shares of the step's); the
+    step's mean loss terms, on the device."""
+    summed = {}
+    for micro, batch in enumerate(micro_batches, start=1):
+        last = micro == len(micro_batches)
+        with contextlib.ExitStack() as stack:  # replicas all-reduce on a step's last one only
+            for module in () if last else stage.sync_modules:
+                stack.enter_context(module.no_sync())
+            losses = stage.step(to_device(batch, stage.device))
+            (losses["total"] / stage.accumulation).backward()
+        losses = {n: loss.detach() for n, loss in losses.items()}
+        summed = {n: summed[n] + loss for n, loss in losses.items()} if summed else losses
+        progress.batch += 1
+        progress.examples += batch["input_ids"].shape[0]
+    return {n: total / stage.accumulation for n, total in summed.items()}
 
 
 def train_stage(
