@@ -10,11 +10,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from kdbench.errors import ConfigError
+
+if TYPE_CHECKING:  # the process layout; its module is not needed to read one
+    from kdbench.runtime.distributed import World
+
+# The batch key of a micro-batch's masked positions over the mean of its step's: a term that is a
+# mean over them weighs that much more, so accumulated micro-batches give the step's mean
+MASKED_SHARE = "masked_share"
 
 IGNORE_INDEX = -100
 
@@ -134,3 +143,36 @@ def draw_rows(
     if spec.token_weights is None:
         chosen = (uniform < mlm_probability) & maskable
     return chosen, action, random_ids
+
+
+def masked_shares(world: World, device: torch.device, accumulation: int):
+    """How a step's micro-batches weigh (`Stage.weigh`): each masked one with `MASKED_SHARE`, its
+    masked positions over the mean per micro-batch of the step's on every process, so that the MLM
+    terms (each a mean over its micro-batch's masked positions) add up to the mean over the step's,
+    as one batch of them would give. One micro-batch per step and process: as they are."""
+    if accumulation * world.size == 1:
+        return list
+
+    def weigh(micro_batches: list[dict]) -> list[dict]:
+        if "mlm_positions" not in micro_batches[0]:
+            return micro_batches
+        counts = [len(batch["mlm_positions"]) for batch in micro_batches]
+        mean = mean_per_micro_batch(sum(counts), len(micro_batches), world, device)
+        return [batch | {MASKED_SHARE: count / mean} for batch, count in zip(micro_batches, counts)]
+
+    return weigh
+
+
+def mean_per_micro_batch(count: int, micro_batches: int, world: World, device: torch.device):
+    """The mean of `count` (this process's, over its `micro_batches`) per micro-batch of every
+    process, at least the smallest positive float (a step without masked positions gives shares of
+    0): a host number in one process; in several, a device tensor all-reduced without waiting."""
+    per_step = micro_batches * world.size
+    if not world.distributed:
+        return max(count / per_step, torch.finfo().tiny)
+    total = torch.tensor(float(count))
+    if device.type == "cuda":  # a copy from pinned memory does not wait for the device
+        total = total.pin_memory()
+    total = total.to(device, non_blocking=True)
+    dist.all_reduce(total)
+    return (total / per_step).clamp_min(torch.finfo().tiny)

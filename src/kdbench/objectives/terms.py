@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from kdbench.data.masking import MASKED_SHARE
 from kdbench.errors import ConfigError
 from kdbench.objectives.chains import compiled_chains
 from kdbench.objectives.features import FEATURES, token_level
@@ -21,10 +22,6 @@ from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
 from kdbench.objectives.term_specs import Term
 from kdbench.records.record import PROJECTIONS_FILE
-
-# The batch key of a micro-batch's masked positions over the mean of its step's: a term that is a
-# mean over them weighs that much more, so accumulated micro-batches give the step's mean
-MASKED_SHARE = "masked_share"
 
 
 class Objective(nn.Module):

@@ -27,7 +27,7 @@ import torch
 
 from kdbench.data.batches import corpus_loader
 from kdbench.data.corpus import build_packed_corpus
-from kdbench.data.masking import MaskingSpec, smoothed_token_weights
+from kdbench.data.masking import MaskingSpec, masked_shares, smoothed_token_weights
 from kdbench.data.sources import corpus_files
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.anatomy import mlm_head
@@ -35,7 +35,7 @@ from kdbench.models.compilation import compile_backend, compile_if_asked
 from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import save_student
 from kdbench.objectives.features import FeatureRecorder
-from kdbench.objectives.terms import MASKED_SHARE, Objective
+from kdbench.objectives.terms import Objective
 from kdbench.records.record import StepLog
 from kdbench.runtime import distributed
 from kdbench.runtime.distributed import World
@@ -265,29 +265,6 @@ class HeldoutLosses:
         """Logged every `every` steps (0: never)."""
         if every and at_step % every == 0:
             self.logged(at_step)
-
-
-def masked_shares(world: World, device: torch.device, accumulation: int):
-    """How a step's micro-batches weigh (`Stage.weigh`): each masked one with `MASKED_SHARE`, its
-    masked positions over the mean per micro-batch of the step's on every process, so that the MLM
-    terms (each a mean over its micro-batch's masked positions) add up to the mean over the step's,
-    as one batch of them would give. One micro-batch per step and process: as they are."""
-    if accumulation * world.size == 1:
-        return list
-
-    def weigh(micro_batches: list[dict]) -> list[dict]:
-        if "mlm_positions" not in micro_batches[0]:
-            return micro_batches
-        counts = [len(batch["mlm_positions"]) for batch in micro_batches]
-        counts = torch.tensor(counts, dtype=torch.float32, device=device)
-        total = distributed.sum_over_ranks(counts.sum(), world)
-        mean = (total / (len(micro_batches) * world.size)).clamp_min(torch.finfo().tiny)
-        return [
-            batch | {MASKED_SHARE: count / mean}
-            for batch, count in zip(micro_batches, counts, strict=True)
-        ]
-
-    return weigh
 
 
 def save_distilled(

@@ -149,14 +149,6 @@ def mean_over_ranks(
     return {n: float(v) / world.size for n, v in zip(names, tensor.tolist())}
 
 
-def sum_over_ranks(tensor: torch.Tensor, world: World) -> torch.Tensor:
-    """`tensor` (on the process group's device) summed over the processes, in place (every process
-    must call this at the same point); as it is outside a data-parallel run."""
-    if world.distributed:
-        dist.all_reduce(tensor)
-    return tensor
-
-
 def is_distributed() -> bool:
     """Whether this process is one of a data-parallel run's (its process group is up)."""
     return dist.is_available() and dist.is_initialized()
