@@ -11,7 +11,14 @@ import pytest
 import torch
 from transformers import BertTokenizerFast
 
-from kdbench.data.masking import MaskingSpec, mask_tokens, smoothed_token_weights
+from kdbench.data.masking import (
+    MASKED_SHARE,
+    MaskingSpec,
+    mask_tokens,
+    masked_shares,
+    smoothed_token_weights,
+)
+from kdbench.runtime.distributed import World
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 VOCAB = 30522
@@ -167,3 +174,17 @@ def test_the_corpus_collator_draws_each_examples_mask_from_its_seed_epoch_and_in
             digest.update(batch[key].numpy().tobytes())
         digests.append((digest.hexdigest()[:16], len(batch["labels"])))
     assert digests == [("83ec718a39593f8c", 380), ("e3e23853c195a3cc", 394)]
+
+
+def test_a_steps_masked_micro_batches_weigh_their_share_of_its_masked_positions():
+    """Shares count / mean count per micro-batch: host numbers in one process (nothing for the
+    device to wait on), 0 for a step without masked positions; unmasked batches as they are."""
+    weigh = masked_shares(World(), torch.device("cpu"), accumulation=3)
+    micro_batches = [{"mlm_positions": torch.arange(n)} for n in (2, 5, 8)]
+    shares = [batch[MASKED_SHARE] for batch in weigh(micro_batches)]
+    assert shares == pytest.approx([0.4, 1.0, 1.6]) and all(type(s) is float for s in shares)
+    empty = weigh([{"mlm_positions": torch.arange(0)} for _ in range(3)])
+    assert [batch[MASKED_SHARE] for batch in empty] == [0.0, 0.0, 0.0]
+    unmasked = [{"input_ids": torch.zeros(2, 4)}] * 3
+    assert weigh(unmasked) == unmasked
+    assert masked_shares(World(), torch.device("cpu"), accumulation=1) is list
