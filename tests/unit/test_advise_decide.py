@@ -22,6 +22,7 @@ from kdbench.advise.decide import (
     none_learned,
     spread,
 )
+from kdbench.advise.pages import answer_lines, evidence_table
 from kdbench.records.predictions import write_predictions
 from kdbench.report.paired import paired_power
 from tests.unit.report_helpers import DEV, write_pilot
@@ -128,3 +129,44 @@ def test_a_pilot_is_none_learned_only_when_every_run_predicts_one_class(tmp_path
     some = write_pilot(tmp_path / "some", cells, one_class={"vanilla_kd@1,2"})
     assert not none_learned(some)
     assert not none_learned(some.iloc[:0])
+
+
+def test_the_cheapest_equivalent_is_said_within_the_margin_of_the_best_not_of_each_other(tmp_path):
+    # B and C each within +-0.5 of the best, A, by TOST; B - C is not shown within it, and the
+    # advice says only what was tested
+    swing = [0.36, -0.36, 0.33, -0.33, 0.36, -0.36, 0.34, -0.34]
+    base = [80.0 + s for s in range(8)]
+    frame = write_pilot(
+        tmp_path,
+        {
+            "A@r": base,
+            "B@r": [b - 0.15 + u for b, u in zip(base, swing)],
+            "C@r": [b - 0.10 - u for b, u in zip(base, swing)],
+        },
+        staged={"A@r"},
+    )
+    decision = decide(frame, margin=0.5, min_effect=0.5)
+    assert (decision.kind, decision.best) == (CHEAPEST, "A@r")
+    design = {"cells": [{"objective": o, "label": "r", "init": "r"} for o in "ABC"]}
+    answer = answer_lines(decision, design)
+    assert answer[1] == (
+        "Sure at alpha 0.05: each of B@r (TOST Holm p 0.032), C@r (TOST Holm p 0.028) lies within "
+        "+-0.50 points of the best, A@r (an equivalence test of each against the best over 8 "
+        "seeds, Holm over 3 pairs)."
+    )
+    assert "each other" not in "\n".join(answer + evidence_table(decision))
+
+
+def test_seeds_to_decide_a_pair_with_one_common_seed_are_not_estimated(tmp_path):
+    frame = write_pilot(tmp_path, {"A@r": [80.0, 81.0], "B@r": [79.0]})  # B's seed 2 failed
+    decision = decide(frame, margin=0.5, min_effect=0.5)
+    assert decision.kind == UNDECIDED and decision.pairs[0].n_pairs == 1
+    assert decision.seeds_needed is None and decision.more_s is None
+    design = {"cells": [{"objective": o, "label": "r", "init": "r"} for o in "AB"]}
+    text = answer_lines(decision, design)[1]
+    assert text.endswith(
+        "the seeds that would decide it cannot be estimated: they follow from the spread of each "
+        "open pair's differences over the seeds both cells ran, which takes 2, and B@r shares 1 "
+        "seed with the best."
+    )
+    assert "about" not in text

@@ -211,7 +211,14 @@ def test_attention_best_contradicted_when_reversed(tmp_path: Path):
     offsets = {o: (-5.0 if o.startswith("att") else 0.0) for o in T1_OBJECTIVES}
     judgement = judge(write_t1(tmp_path, offsets), "T1.attention_best")
     assert judgement.verdict == CONTRADICTED
-    assert reasons(judgement) == {"significant in the opposite direction"}
+    assert reasons(judgement) == {"significant in the opposite direction", OPPOSITE}
+    # 9 objectives, 7 noise patterns: att_kl+hid_seq and att_kl+val_kl share theirs with
+    # vanilla_kd and hid_cls_contrast, so those two pairs differ by -5 on every (task, seed); the
+    # sign test's p 2^-7 does not survive Holm over the family's 36 pairs
+    shared = {(e.assertion.a, e.assertion.b): e for e in judgement.groups[0].evidence}
+    for pair in (("att_kl+hid_seq", "vanilla_kd"), ("att_kl+val_kl", "hid_cls_contrast")):
+        assert shared[pair].reason == OPPOSITE and shared[pair].diff == pytest.approx(-5.0)
+        assert shared[pair].ci == (-math.inf, math.inf)
 
 
 @pytest.mark.parametrize("noise, reason", [(0.1, NOT_SIGNIFICANT), (0.0, UNTESTABLE)])

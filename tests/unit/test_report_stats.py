@@ -307,3 +307,27 @@ def test_only_open_pairs_get_seeds_needed(tmp_path: Path):
     # at the level Holm holds each of the family's 3 pairs to: alpha / 3
     assert open_pair.seeds_needed == seeds_needed(open_pair.effect, 0.05 / 3) > 4
     assert open_pair.seeds_needed > seeds_needed(open_pair.effect, 0.05)
+
+
+def test_findings_and_significance_give_the_interval_at_the_report_level_signed(tmp_path: Path):
+    # hid_mse - att_kl per seed: at alpha 0.1 significant after Holm (one pair), its 90% interval
+    # +0.07 to +1.97; the 95% one, -0.21 to +2.25, crosses 0
+    results = tmp_path / "results"
+    gains = [1.8, -0.2, 1.9, 0.1, 1.5]
+    base = [71.0, 72.0, 73.0, 74.0, 75.0]
+    write_scores(
+        results,
+        {
+            ("rte", "att_kl", "4,8,12"): base,
+            ("rte", "hid_mse", "4,8,12"): [b + g for b, g in zip(base, gains)],
+        },
+    )
+    out = run_main(results, "--alpha", "0.1", "--digits", "2")
+    pooled = read_csv(out / "pvalues.csv").query("task == 'ALL'").iloc[0]
+    low, high = stats.ttest_rel(base, np.add(base, gains)).confidence_interval(0.9)
+    assert (pooled.ci_low, pooled.ci_high) == pytest.approx((low, high))  # att_kl - hid_mse
+    findings = (out / "claims.md").read_text()
+    assert "hid_mse > att_kl by 1.02 points (90% CI +0.07 to +1.97; init 4,8,12;" in findings
+    significance = (out / "significance.md").read_text()
+    assert "a - b [90% CI]" in significance and "its 90% confidence interval" in significance
+    assert "| ALL | att_kl | hid_mse | 5 | 73.00 | 74.02 | -1.02 [-1.97, -0.07] |" in significance

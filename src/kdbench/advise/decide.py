@@ -16,7 +16,8 @@ written into the pilot's design before its first job:
 - else there is no decision within the budget: each open pair (neither significantly different nor
   equivalent) needs the seeds, from its observed spread, that detect the larger of its difference
   and the smallest difference worth acting on at the Holm level, or that show it equivalent where
-  its difference lies inside the margin; the largest of these is the seeds that would decide it.
+  its difference lies inside the margin; the largest of these is the seeds that would decide it,
+  and none is estimated where an open pair shares fewer than 2 seeds (its spread is unknown).
   The student shipped then is the cheapest cell no test put below the best, marked provisional.
 
 A pilot whose first seeds have all collapsed to one class (`kdbench.report.collapse`: no student
@@ -38,7 +39,6 @@ from kdbench.records.predictions import read_predictions
 from kdbench.report.collapse import COLLAPSED
 from kdbench.report.margins import dev_sizes
 from kdbench.report.paired import (
-    MAX_SEEDS,
     equivalence_p,
     equivalence_pairs,
     holm,
@@ -106,8 +106,10 @@ class Decision:
     min_effect: float  # points
     family: int  # the pairs Holm adjusts over
     seeds_run: int  # the fewest seeds a cell has
-    seeds_needed: int | None = None  # UNDECIDED: seeds per cell that would decide it
-    more_s: float | None = None  # UNDECIDED: the wall time those seeds would add
+    # UNDECIDED: the seeds per cell that would decide it and the wall time they would add; None
+    # where an open pair shares fewer than 2 seeds with the best (no spread to size them from)
+    seeds_needed: int | None = None
+    more_s: float | None = None
 
     def cell(self, name: str) -> Cell:
         return next(cell for cell in self.cells if cell.name == name)
@@ -196,7 +198,8 @@ def against_best(tests: pd.DataFrame, best: str, alpha: float) -> list[Pair]:
 def seeds_to_decide(pair: Pair, min_effect: float, margin: float, level: float) -> float:
     """The seeds that would decide an open pair at the test level `level` (alpha / the family's
     pairs), from its observed spread: those detecting the larger of its difference and
-    `min_effect`, or, its difference inside the margin, those showing it equivalent if fewer."""
+    `min_effect`, or, its difference inside the margin, those showing it equivalent if fewer; NaN
+    for a pair with fewer than 2 common seeds, whose spread is unknown."""
     if math.isnan(pair.sd):
         return math.nan
     target = max(abs(pair.diff), min_effect)
@@ -234,8 +237,9 @@ def decide(frame: pd.DataFrame, margin: float, min_effect: float, alpha: float =
         return Decision(CHEAPEST, cheapest, **head)
     level = alpha / len(tests)
     needed = [seeds_to_decide(p, min_effect, margin, level) for p in pairs if p.verdict == OPEN]
-    seeds = int(max(needed)) if not any(map(math.isnan, needed)) else MAX_SEEDS
-    seeds = max(seeds, head["seeds_run"] + 1)  # the seeds run did not decide it
+    if any(map(math.isnan, needed)):
+        return Decision(UNDECIDED, cheapest, **head)
+    seeds = max(int(max(needed)), head["seeds_run"] + 1)  # the seeds run did not decide it
     more = max(0, seeds - head["seeds_run"]) * sum(cell.job_s for cell in cells)
     return Decision(UNDECIDED, cheapest, **head, seeds_needed=seeds, more_s=more)
 

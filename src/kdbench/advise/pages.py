@@ -132,18 +132,37 @@ def answer_lines(decision: Decision, design: dict) -> list[str]:
         rest = f"; the {below} other cell(s) score significantly below the best" if below else ""
         return [
             f"**Answer: {chosen}**, the cheapest of the cells as good as the best.",
-            f"Sure at alpha {decision.alpha}: the best, {decision.best}, and {tied} lie within "
-            f"+-{decision.margin:.2f} points of each other (equivalence tests over {n} seeds, Holm "
-            f"over {pairs_text(m)}){rest}.",
+            f"Sure at alpha {decision.alpha}: {'each of ' if len(ties) > 1 else ''}{tied} lies "
+            f"within +-{decision.margin:.2f} points of the best, {decision.best} (an equivalence "
+            f"test of each against the best over {n} seeds, Holm over {pairs_text(m)}){rest}.",
         ]
-    open_pairs = ", ".join(p.other for p in decision.pairs if p.verdict == rule.OPEN)
+    open_pairs = [p for p in decision.pairs if p.verdict == rule.OPEN]
     return [
         f"**No decision within the budget.** Shipped provisionally: {chosen}, the cheapest cell no "
         "test put below the best.",
-        f"Not sure: {open_pairs} neither differ significantly from the best, {decision.best}, nor "
-        f"are shown equivalent to it after {n} seeds; about {decision.seeds_needed} seeds per "
-        f"cell (about {duration_text(decision.more_s)} more of this pilot) would decide it.",
+        f"Not sure: {', '.join(p.other for p in open_pairs)} neither differ significantly from the "
+        f"best, {decision.best}, nor are shown equivalent to it after {n} seeds; "
+        + more_seeds_text(decision, open_pairs),
     ]
+
+
+def more_seeds_text(decision: Decision, open_pairs: list) -> str:
+    """The seeds per cell that would decide an undecided pilot, or why they cannot be estimated:
+    a pair's seeds come from the spread of its paired differences, which takes 2 common seeds."""
+    if decision.seeds_needed is None:
+        few = ", ".join(
+            f"{p.other} shares {p.n_pairs} seed{'' if p.n_pairs == 1 else 's'} with the best"
+            for p in open_pairs
+            if p.n_pairs < 2
+        )
+        return (
+            "the seeds that would decide it cannot be estimated: they follow from the spread of "
+            f"each open pair's differences over the seeds both cells ran, which takes 2, and {few}."
+        )
+    return (
+        f"about {decision.seeds_needed} seeds per cell (about {duration_text(decision.more_s)} "
+        "more of this pilot) would decide it."
+    )
 
 
 def cell_by_name(design: dict, name: str) -> dict:

@@ -35,7 +35,9 @@ _CAVEATS = [
     "is in the opposite direction, more seeds would not support the claim and `Why` says so. For a "
     "tie left open, `Why` gives the pairs TOST would need to show a difference inside the margin "
     "equivalent, or the pairs that would put the interval of one outside it wholly outside "
-    "(normal approximations). A rough guide: the observed effect of a few seeds is itself noisy.",
+    "(each the fewest pairs whose test reaches 80% power, computed exactly for normal "
+    "differences of the observed spread; the sign test's where the differences have none). A "
+    "rough guide: the observed effect of a few seeds is itself noisy.",
     "- Scaled replicas: a replica (smaller teacher, student, data or budget) shows whether the "
     "pattern holds at its scale, not whether the paper's numbers reproduce.",
     "- Several claims on the same runs: Holm corrects within one family only; nothing corrects "

@@ -9,7 +9,7 @@ import pandas as pd
 
 from kdbench.report.collapse import COLLAPSED, HEALTHY
 from kdbench.report.frames import ALL, GROUP_COLS, natural_key, ordered_tasks
-from kdbench.report.text import fmt, format_p, md_escape, seeds_text
+from kdbench.report.text import fmt, format_p, level_text, md_escape, seeds_text
 from kdbench.tasks import TASKS
 
 SHOWN = 8  # significant comparisons listed per study; the rest are in significance.md
@@ -82,14 +82,17 @@ def _pooled(pvalues: pd.DataFrame, key: tuple) -> pd.DataFrame:
     return mine[mine["task"] == ALL]
 
 
-def _comparison(row, digits: int) -> str:
-    high, low, diff = (row.a, row.b, row.diff) if row.diff >= 0 else (row.b, row.a, -row.diff)
-    ci = sorted((abs(row.ci_low), abs(row.ci_high)))
+def _comparison(row, alpha: float, digits: int) -> str:
+    """A significant pair as high > low: the difference high - low and its (1 - alpha) interval,
+    signs kept."""
+    sign = 1.0 if row.diff >= 0 else -1.0
+    high, low = (row.a, row.b) if sign > 0 else (row.b, row.a)
+    ci = sorted((sign * row.ci_low, sign * row.ci_high))
     held = "init" if row.factor == "objective" else "objective"
     return (
-        f"{high} > {low} by {fmt(diff, digits)} points (95% CI {fmt(ci[0], digits)} to "
-        f"{fmt(ci[1], digits)}; "
-        f"{held} {row.fixed}; Holm p {format_p(row.p_holm)})"
+        f"{high} > {low} by {fmt(sign * row.diff, digits)} points ({level_text(alpha)} CI "
+        f"{ci[0]:+.{digits}f} to {ci[1]:+.{digits}f}; {held} {row.fixed}; "
+        f"Holm p {format_p(row.p_holm)})"
     )
 
 
@@ -98,7 +101,9 @@ def _test_lines(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]:
         return ["- Comparisons: none (no two objectives or inits to compare)."]
     significant = pooled[pooled["p_holm"] < alpha].assign(size=lambda f: f["diff"].abs())
     significant = significant.sort_values("size", ascending=False)
-    shown = "; ".join(_comparison(row, digits) for row in significant.head(SHOWN).itertuples())
+    shown = "; ".join(
+        _comparison(row, alpha, digits) for row in significant.head(SHOWN).itertuples()
+    )
     more = (
         f"; and {len(significant) - SHOWN} more (significance.md)"
         if len(significant) > SHOWN

@@ -28,7 +28,7 @@ from kdbench.report.load import load_records
 from kdbench.report.paired import MAX_SEEDS, equivalence_p, paired_effect, paired_ttest
 from kdbench.report.stats import paired_tests, summarise
 from kdbench.report.tables import body_cells, build_tables
-from kdbench.report.text import md_escape, md_head, md_row
+from kdbench.report.text import level_text, md_escape, md_head, md_row
 from kdbench.report.verdicts import judge_claims
 
 
@@ -66,8 +66,8 @@ class Study:
         return tests[tests["a"].isin([a, b]) & tests["b"].isin([a, b])]
 
     def pair(self, factor: str, fixed: str, a: str, b: str, task: str = ALL) -> dict:
-        """The test of a - b at ``fixed``, pooled over tasks or of one ``task``: n, diff, its 95%
-        interval, se, p (Holm)."""
+        """The test of a - b at ``fixed``, pooled over tasks or of one ``task``: n, diff, its
+        (1 - alpha) interval, se, p (Holm)."""
         tests = self.pooled(factor, a, b, task)
         row = tests[tests["fixed"] == fixed].iloc[0]
         sign = 1.0 if row["a"] == a else -1.0
@@ -85,13 +85,15 @@ def _p(p: float) -> str:
     return f"{p:.2g}"
 
 
-def _points(diff: float, ci: tuple[float, float], n: int, p: str) -> str:
-    return f"{diff:+.2f} points (95% CI {ci[0]:+.2f} to {ci[1]:+.2f}; n = {n}; {p})"
+def _points(diff: float, ci: tuple[float, float], n: int, p: str, alpha: float = 0.05) -> str:
+    """A difference with its (1 - alpha) interval, labelled with its level."""
+    return f"{diff:+.2f} points ({level_text(alpha)} CI {ci[0]:+.2f} to {ci[1]:+.2f}; n = {n}; {p})"
 
 
 def _pair(study: Study, factor: str, fixed: str, a: str, b: str, task: str = ALL) -> str:
     test = study.pair(factor, fixed, a, b, task)
-    return _points(test["diff"], test["ci"], test["n"], f"Holm p {_p(test['p_holm'])}")
+    p = f"Holm p {_p(test['p_holm'])}"
+    return _points(test["diff"], test["ci"], test["n"], p, study.alpha)
 
 
 def _examples(study: Study, factor: str, fixed: str, a: str, b: str, task: str) -> str:
@@ -276,7 +278,7 @@ def _behind(study: Study) -> str:
 
 FIGURES = {
     # TASK, where it is optional, is one task's test; without it, the test pooled over tasks
-    "pair": _pair,  # FACTOR FIXED A B [TASK]: a - b, its 95% CI, n, Holm p
+    "pair": _pair,  # FACTOR FIXED A B [TASK]: a - b, its (1 - alpha) CI, n, Holm p
     "examples": _examples,  # FACTOR FIXED A B TASK: a - b over dev examples, 95% CI, Holm p
     "example_interaction": _example_interaction,  # A B LOWER UPPER TASK: over dev examples
     "example_magnitude": _example_magnitude,  # A B LOWER UPPER TASK: over dev examples

@@ -7,7 +7,7 @@ import pandas as pd
 
 from kdbench.report.frames import ALL, ordered_tasks
 from kdbench.report.stats import families, pair_matrix
-from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
+from kdbench.report.text import fmt, format_p, level_text, md_escape, md_row, seeds_text
 
 
 def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> str:
@@ -24,14 +24,17 @@ def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int 
 def significance_intro(alpha: float) -> str:
     return (
         "Paired t-tests (`scipy.stats.ttest_rel`), runs paired by seed (task ALL: by (task, "
-        "seed)). p values are Holm-Bonferroni adjusted within each family (setting, teacher, "
-        f"student, factor, held value, task); a pair is significant when p (Holm) < {alpha}. Means "
-        "are over the matched pairs; *a - b* is the mean paired difference with its 95% t "
-        "confidence interval, *d_z* the standardised effect (mean difference / std of the "
-        "differences). *Pairs for 80% power*: for a testable pair that is not significant, the "
-        "pairs (per task: seeds; task ALL: tasks x seeds) a paired t-test would need to detect the "
-        f"observed d_z with 80% power at {alpha} / m, m the family's testable pairs: the level "
-        "Holm holds a pair to whatever the family's other tests show."
+        "seed)); where a pair's differences are all equal the t statistic is degenerate and the "
+        "exact sign test stands in (p 2^(1 - n); the interval [d, d] where 2^(1 - n) is at most "
+        "its alpha, else unbounded). p values are Holm-Bonferroni adjusted within each family "
+        "(setting, teacher, student, factor, held value, task); a pair is significant when p "
+        f"(Holm) < {alpha}. Means are over the matched pairs; *a - b* is the mean paired "
+        f"difference with its {level_text(alpha)} confidence interval, *d_z* the standardised "
+        "effect (mean difference / std of the differences). *Pairs for 80% power*: for a testable "
+        "pair that is not significant, the pairs (per task: seeds; task ALL: tasks x seeds) a "
+        "paired t-test (the sign test, for equal differences) would need to detect the observed "
+        f"d_z with 80% power at {alpha} / m, m the family's testable pairs: the level Holm holds a "
+        "pair to whatever the family's other tests show."
     )
 
 
@@ -101,7 +104,7 @@ def _pair_table(part: pd.DataFrame, alpha: float, digits: int) -> list[str]:
                 "n",
                 "Mean a",
                 "Mean b",
-                "a - b [95% CI]",
+                f"a - b [{level_text(alpha)} CI]",
                 "d_z",
                 "p",
                 "p (Holm)",

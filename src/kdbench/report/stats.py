@@ -162,7 +162,9 @@ def _key_order(key: tuple[str, int]) -> tuple:
     return (task_sort_key(key[0]), key[1])
 
 
-def _pair_row(comp: Comparison, task: str, a: str, b: str, keys_a: dict, keys_b: dict) -> dict:
+def _pair_row(
+    comp: Comparison, task: str, a: str, b: str, keys_a: dict, keys_b: dict, alpha: float
+) -> dict:
     common = sorted(set(keys_a) & set(keys_b), key=_key_order)
     x = [keys_a[k] for k in common]
     y = [keys_b[k] for k in common]
@@ -175,7 +177,7 @@ def _pair_row(comp: Comparison, task: str, a: str, b: str, keys_a: dict, keys_b:
         "n_pairs": len(common),
         "mean_a": float(np.mean(x)) if common else math.nan,
         "mean_b": float(np.mean(y)) if common else math.nan,
-        **paired_effect(x, y),
+        **paired_effect(x, y, 1 - alpha),
         "t": t,
         "p": p,
     }
@@ -187,19 +189,19 @@ def _on_task(scores: dict, task: str) -> dict:
 
 def paired_tests(frame: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """Paired t-tests for every pair of levels, per task (levels with runs on it) and pooled
-    (``ALL``), with effect sizes; ``seeds_needed`` for the testable pairs that are not significant
-    at ``alpha`` after Holm: the pairs a paired t-test at ``alpha / m`` needs (m the family's
-    testable pairs), the level at which Holm declares a pair whatever the family's other tests
-    show."""
+    (``ALL``), with effect sizes and the (1 - ``alpha``) interval of a - b; ``seeds_needed`` for
+    the testable pairs that are not significant at ``alpha`` after Holm: the pairs a paired t-test
+    at ``alpha / m`` needs (m the family's testable pairs), the level at which Holm declares a pair
+    whatever the family's other tests show."""
     rows = []
     for comp in comparisons(frame):
         for task in comp.tasks():
             on_task = {level: _on_task(comp.scores[level], task) for level in comp.levels}
             present = [level for level in comp.levels if on_task[level]]
             for a, b in itertools.combinations(present, 2):
-                rows.append(_pair_row(comp, task, a, b, on_task[a], on_task[b]))
+                rows.append(_pair_row(comp, task, a, b, on_task[a], on_task[b], alpha))
         for a, b in itertools.combinations(comp.levels, 2):
-            rows.append(_pair_row(comp, ALL, a, b, comp.scores[a], comp.scores[b]))
+            rows.append(_pair_row(comp, ALL, a, b, comp.scores[a], comp.scores[b], alpha))
     pvalues = pd.DataFrame(rows, columns=PVALUE_COLS)
     if not pvalues.empty:
         by_family = pvalues.groupby(FAMILY_COLS, sort=False)["p"]

@@ -12,6 +12,11 @@ def fmt(value: float, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
+def level_text(alpha: float) -> str:
+    """The confidence level of an interval at ``alpha`` as a percentage: 95% at 0.05."""
+    return f"{100 * (1 - alpha):.4g}%"
+
+
 def format_p(p: float) -> str:
     if pd.isna(p):
         return ""
