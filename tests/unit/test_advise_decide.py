@@ -24,7 +24,7 @@ from kdbench.advise.decide import (
 )
 from kdbench.advise.pages import answer_lines, evidence_table
 from kdbench.records.predictions import write_predictions
-from kdbench.report.paired import paired_power
+from kdbench.report.paired import MAX_SEEDS, paired_power
 from tests.unit.report_helpers import DEV, write_pilot
 
 
@@ -170,3 +170,21 @@ def test_seeds_to_decide_a_pair_with_one_common_seed_are_not_estimated(tmp_path)
         "seed with the best."
     )
     assert "about" not in text
+
+
+def test_seeds_to_decide_at_their_bound_are_said_to_be_over_it(tmp_path):
+    frame = write_pilot(tmp_path, {"A@r": [80.0, 90.0, 70.0], "B@r": [79.0, 71.0, 88.0]})
+    decision = decide(frame, margin=0.5, min_effect=0.5)
+    assert decision.kind == UNDECIDED and decision.seeds_needed == MAX_SEEDS
+    design = {"cells": [{"objective": o, "label": "r", "init": "r"} for o in "AB"]}
+    text = answer_lines(decision, design)[1]
+    assert text.endswith(f"over {MAX_SEEDS} seeds per cell would be needed to decide it.")
+    assert "about" not in text
+
+
+def test_the_pairs_intervals_are_at_one_minus_alpha(tmp_path):
+    frame = write_pilot(tmp_path, {"A@r": [80.0, 82.0, 81.0], "B@r": [79.0, 80.5, 80.8]})
+    pair = decide(frame, margin=0.5, min_effect=0.5, alpha=0.1).pairs[0]
+    differences = np.array([1.0, 1.5, 0.2])
+    low, high = stats.ttest_1samp(differences, 0.0).confidence_interval(0.9)
+    assert (pair.ci_low, pair.ci_high) == pytest.approx((low, high))

@@ -154,15 +154,16 @@ def cells_of(frame: pd.DataFrame) -> list[Cell]:
     return cells
 
 
-def pair_tests(frame: pd.DataFrame, margin: float) -> pd.DataFrame:
-    """Every pair of cells (a, b): the paired t-test of a - b over their common seeds and the TOST
-    within +-`margin` points, each Holm-adjusted over the design's pairs."""
+def pair_tests(frame: pd.DataFrame, margin: float, alpha: float = ALPHA) -> pd.DataFrame:
+    """Every pair of cells (a, b): the paired t-test of a - b over their common seeds with its
+    (1 - `alpha`) interval and the TOST within +-`margin` points, each Holm-adjusted over the
+    design's pairs."""
     by_cell, rows = scores(frame), []
     for a, b in itertools.combinations(by_cell, 2):
         common = sorted(set(by_cell[a]) & set(by_cell[b]))
         x = [by_cell[a][seed] for seed in common]
         y = [by_cell[b][seed] for seed in common]
-        effect = paired_effect(x, y)
+        effect = paired_effect(x, y, 1 - alpha)
         sd = effect["se"] * math.sqrt(len(common)) if len(common) > 1 else math.nan
         rows.append(
             {"a": a, "b": b, "n_pairs": len(common), **effect, "sd": sd}
@@ -216,7 +217,7 @@ def decide(frame: pd.DataFrame, margin: float, min_effect: float, alpha: float =
     if len(cells) < 2:
         raise ValueError("the decision needs at least two cells")
     best = min(cells, key=lambda cell: (-cell.mean, cell.cost_key)).name
-    tests = pair_tests(frame, margin)
+    tests = pair_tests(frame, margin, alpha)
     pairs = against_best(tests, best, alpha)
     verdicts = {pair.verdict for pair in pairs}
     head = dict(

@@ -11,6 +11,7 @@ from kdbench.advise.decide import CHEAPEST, UNDECIDED, WINNER, Decision
 from kdbench.advise.design import Sizing, duration_text
 from kdbench.advise.inputs import Inputs
 from kdbench.records.card import speed_line
+from kdbench.report.paired import MAX_SEEDS
 from kdbench.report.text import format_p, md_row
 
 CARD_HEADING = "## How this recipe was chosen (kdbench.advise)"
@@ -159,6 +160,8 @@ def more_seeds_text(decision: Decision, open_pairs: list) -> str:
             "the seeds that would decide it cannot be estimated: they follow from the spread of "
             f"each open pair's differences over the seeds both cells ran, which takes 2, and {few}."
         )
+    if decision.seeds_needed >= MAX_SEEDS:
+        return f"over {MAX_SEEDS} seeds per cell would be needed to decide it."
     return (
         f"about {decision.seeds_needed} seeds per cell (about {duration_text(decision.more_s)} "
         "more of this pilot) would decide it."
