@@ -331,6 +331,10 @@ def test_cli_bad_data_files(tmp_path, mutate, fragments):
             ["objective=hid_cls", "+objective.terms.0.layers=every"],
             ["layers=every concatenates each side's layers", "not hid_mse"],
         ),
+        (
+            ["stages.intermediate.device_batch_size=4"],
+            ["stages.intermediate.device_batch_size=4: micro-batches apply to the task-agnostic"],
+        ),
     ],
 )
 def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
