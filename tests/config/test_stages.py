@@ -154,6 +154,29 @@ def test_a_bad_stage_setting_is_refused_in_one_line(tiny_glue, tmp_path, overrid
     assert "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("setting", "stage"),
+    [("task_specific", "teacher"), ("task_specific", "prediction"), ("finetune", "finetune")],
+)
+def test_device_batch_size_is_refused_outside_the_distillation_stage(
+    tiny_glue, tmp_path, setting, stage
+):
+    """Only the task-agnostic distillation stage splits its batch: elsewhere the key would be
+    ignored."""
+    overrides = [
+        *setting_overrides(setting, tiny_glue, tmp_path),
+        f"data.glue_dir={tiny_glue}",
+        f"stages.{stage}.device_batch_size=4",
+    ]
+    message = (
+        rf"^stages.{stage}.device_batch_size=4: micro-batches apply to the task-agnostic "
+        rf"distillation stage only \(stages.distillation\): set stages.{stage}.device_batch_size="
+        rf"null and lower stages.{stage}.batch_size to fit the device$"
+    )
+    with pytest.raises(ConfigError, match=message):
+        make_plan(compose_config(overrides))
+
+
 def test_padding_is_each_stage_s_own(tiny_glue, tmp_path):
     plan = plan_of(
         tiny_glue, tmp_path, "objective=tinybert", "stages.intermediate.padding=tinybert"

@@ -331,6 +331,10 @@ def test_cli_bad_data_files(tmp_path, mutate, fragments):
             ["objective=hid_cls", "+objective.terms.0.layers=every"],
             ["layers=every concatenates each side's layers", "not hid_mse"],
         ),
+        (
+            ["stages.intermediate.device_batch_size=4"],
+            ["stages.intermediate.device_batch_size=4: micro-batches apply to the task-agnostic"],
+        ),
     ],
 )
 def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
@@ -343,6 +347,25 @@ def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
         (["objective=vanilla_kd", "teacher.has_mlm_head=false"], ["has no MLM head"]),
         (["stages.distillation.steps=-3"], ["stages.distillation.steps=-3"]),
         (["corpus.format=pdf"], ["corpus.format='pdf'", "text"]),
+        (
+            ["stages.distillation.batch_size=512", "stages.distillation.device_batch_size=64"],
+            [
+                "training sequences, fewer than one global batch of "
+                "stages.distillation.batch_size=512: add text or lower the batch size"
+            ],
+        ),
+        (  # 9 held-out sequences, a held-out batch of 16
+            [
+                "corpus.heldout_fraction=0.01",
+                "stages.distillation.batch_size=16",
+                "stages.distillation.device_batch_size=16",
+            ],
+            [
+                "the corpus has 9 held-out sequences, fewer than one held-out batch of 16",
+                "raise corpus.heldout_fraction, add text or lower "
+                "stages.distillation.device_batch_size",
+            ],
+        ),
     ],
 )
 def test_cli_bad_task_agnostic_configs(tmp_path, overrides, fragments):

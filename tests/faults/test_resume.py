@@ -15,9 +15,9 @@ import torch
 
 from kdbench.errors import KdbenchError
 from kdbench.job import run
-from kdbench.training import loop
+from kdbench.training import evaluate, loop
 from kdbench.training.checkpoint import Checkpoints
-from kdbench.training.signals import graceful_stop
+from kdbench.training.signals import Interrupted, graceful_stop
 from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
 
 CHECKPOINTED = (
@@ -259,6 +259,90 @@ def test_submitit_preemption_checkpoints_first_then_submitit_requeues(tiny_glue,
     assert_checkpointed_then_resumes(
         [sys.executable, "-m", "kdbench.run", *overrides], tmp_path / "run", reference
     )
+
+
+def stop_in_evaluation(monkeypatch, stage: str, evaluation: int) -> None:
+    """A SIGTERM once the `evaluation`-th dev evaluation inside `stage`'s training has begun."""
+    real_predict, real_train = evaluate.predict, loop.train
+    calls, training = {"n": 0}, {"name": None}
+
+    def predict(*args, **kwargs):
+        if training["name"] == stage:
+            calls["n"] += 1
+            if calls["n"] == evaluation:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return real_predict(*args, **kwargs)
+
+    def tracking_train(stage, *args, **kwargs):
+        training["name"] = stage.name
+        try:
+            return real_train(stage, *args, **kwargs)
+        finally:
+            training["name"] = None
+
+    monkeypatch.setattr(evaluate, "predict", predict)
+    monkeypatch.setattr(loop, "train", tracking_train)
+
+
+def dev_steps(run_dir, stage: str) -> list[int]:
+    """The steps whose dev evaluation the run's log holds."""
+    rows = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    return sorted({row["step"] for row in rows if row["stage"] == stage})
+
+
+BEST_STEP = (
+    "trainer.student_best_checkpoint=true",
+    "stages.prediction.eval_every=1",
+    "trainer.checkpoint_every=1000",
+    "objective=att_kl",
+)
+
+
+def test_a_stop_during_a_dev_evaluation_checkpoints_its_step_and_resumes(
+    tiny_glue, tmp_path, monkeypatch
+):
+    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *BEST_STEP)))
+    stop_in_evaluation(monkeypatch, "prediction", 3)
+    cfg = compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *BEST_STEP))
+    with pytest.raises(Interrupted, match="in evaluation"):
+        run(cfg)
+    monkeypatch.undo()
+    state, _ = Checkpoints(tmp_path / "run" / "checkpoints").latest()
+    assert (state["stage"], state["step"], state["done"]) == ("prediction", 3, False)
+    resumed = run(cfg)
+    assert (resumed["metrics"], resumed["scored"]) == (reference["metrics"], reference["scored"])
+    assert dev_steps(tmp_path / "run", "student_dev") == dev_steps(tmp_path / "ref", "student_dev")
+
+
+def test_a_stop_during_the_teacher_s_epoch_evaluation_checkpoints_the_epoch_and_resumes(
+    tiny_glue, tmp_path, monkeypatch
+):
+    teacher = (
+        "trainer.teacher_best_checkpoint=true",
+        "stages.teacher.epochs=2",
+        "objective=att_kl",
+    )
+    monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache-ref"))
+    reference = run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *teacher)))
+    monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))
+    stop_in_evaluation(monkeypatch, "teacher", 1)  # the first epoch's
+    cfg = compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *teacher))
+    with pytest.raises(Interrupted, match="in evaluation"):
+        run(cfg)
+    (partial,) = (tmp_path / "cache" / "teachers").glob("*.checkpoints")
+    state, _ = Checkpoints(partial).latest()
+    assert (state["stage"], state["epoch"], state["batch"], state["done"]) == (
+        "teacher",
+        1,
+        0,
+        False,
+    )
+    monkeypatch.undo()
+    monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))
+    resumed = run(cfg)
+    assert resumed["teacher_metrics"] == reference["teacher_metrics"]
+    assert resumed["metrics"] == reference["metrics"]
+    assert dev_steps(tmp_path / "run", "teacher_dev") == dev_steps(tmp_path / "ref", "teacher_dev")
 
 
 def test_without_a_scheduler_the_preemption_signal_is_left_alone():

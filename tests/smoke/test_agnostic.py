@@ -74,10 +74,15 @@ def test_heldout_attention_loss_goes_down(corpus, tmp_path):
 def test_saved_student_loads_with_automodel(corpus, tmp_path):
     from transformers import AutoModel, AutoTokenizer
 
-    record = run(compose_config(agnostic_overrides(corpus, tmp_path, "objective=att_kl")))
+    overrides = agnostic_overrides(
+        corpus, tmp_path, "objective=att_kl", "trainer.student_dropout=0"
+    )
+    record = run(compose_config(overrides))
     model = AutoModel.from_pretrained(record["student_path"])
     tokenizer = AutoTokenizer.from_pretrained(record["student_path"])
     assert model.config.num_hidden_layers == 2
+    dropout = (model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob)
+    assert dropout == (0.1, 0.1)  # the family's, for fine-tuning: the distillation's 0 was its own
     assert model(**tokenizer("a good movie", return_tensors="pt")).last_hidden_state.shape[-1] == 32
 
 

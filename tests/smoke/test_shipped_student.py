@@ -10,7 +10,7 @@ from kdbench.job import run
 from tests.helpers import compose_config, tiny_overrides
 
 
-def saved_student(tiny_glue, run_dir, task: str):
+def saved_student(tiny_glue, run_dir, task: str, *extra: str):
     run(
         compose_config(
             tiny_overrides(
@@ -20,6 +20,7 @@ def saved_student(tiny_glue, run_dir, task: str):
                 "save_student=true",
                 "measure_cost=false",
                 "objective=vanilla_kd",
+                *extra,
             )
         )
     )
@@ -49,3 +50,11 @@ def test_a_classifier_student_answers_label_names(tiny_glue, tmp_path):
     answers = pipeline("text-classification", model=folder)(["a fine film", "a dull film"])
     assert {answer["label"] for answer in answers} <= {"negative", "positive"}
     assert AutoConfig.from_pretrained(folder).problem_type == "single_label_classification"
+
+
+def test_a_student_distilled_without_dropout_ships_with_its_family_s(tiny_glue, tmp_path):
+    from transformers import AutoConfig
+
+    folder = saved_student(tiny_glue, tmp_path, "sst2", "+trainer.student_dropout=0")
+    config = AutoConfig.from_pretrained(folder)
+    assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob) == (0.1, 0.1)

@@ -4,8 +4,10 @@ and weights kept (on disk, across a restart) and loaded back at the end."""
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from kdbench.records.record import StepLog
@@ -30,9 +32,13 @@ class Scripted:
         return {"accuracy": ACCURACY.get(step, 0.0), "f1": step}
 
 
-def progress(step: int, total: int = 6) -> SimpleNamespace:
+def progress(step: int, total: int = 6, batch: int = 1) -> SimpleNamespace:
     return SimpleNamespace(
-        step=step, epoch=0, finished=step >= total, stage=SimpleNamespace(name="prediction")
+        step=step,
+        epoch=0,
+        batch=batch,
+        finished=step >= total,
+        stage=SimpleNamespace(name="prediction"),
     )
 
 
@@ -120,3 +126,47 @@ def test_epoch_evaluations_score_the_last_epoch_once(tmp_path):
             hook.on_epoch_end(progress(step))
     hook.on_end(progress(6))
     assert calls == [3, 6] and hook.step == 6
+
+
+def counted(scripted: Scripted, calls: list):
+    """`scripted.score`, noting the step each evaluation scores."""
+
+    def score():
+        calls.append(int(scripted.model.weight.item()))
+        return scripted.score()
+
+    return score
+
+
+def test_a_resumed_stage_scores_its_step_again_where_an_evaluation_was_due(tmp_path):
+    scripted, calls, store = Scripted(), [], tmp_path / "best.pt"
+    first = BestDev(counted(scripted, calls), scripted.model, store, every=2)
+    first.on_start(progress(0))
+    for step in (1, 2, 3, 4):
+        scripted.at(step)
+        if step < 4:  # a stop cut step 4's evaluation short; step 4 was checkpointed
+            first.on_step(progress(step))
+    again = BestDev(counted(scripted, calls), scripted.model, store, every=2)
+    trained(again, scripted, range(5, 7))
+    assert calls == [2, 4, 6] and (again.step, again.metrics["accuracy"]) == (4, 75.0)
+
+
+@pytest.mark.parametrize(("batch", "scored"), [(0, [3]), (1, [])])
+def test_a_stage_resumed_at_an_epoch_s_end_scores_that_epoch_again(tmp_path, batch, scored):
+    scripted, calls = Scripted(), []
+    hook = BestDev(counted(scripted, calls), scripted.model, tmp_path / "best.pt", at_epochs=True)
+    scripted.at(3)
+    hook.on_start(progress(3, batch=batch))  # batch 0: checkpointed at the epoch's end
+    assert calls == scored
+
+
+def test_a_nan_score_is_never_better_than_a_number(tmp_path):
+    scores = {1: math.nan, 2: 50.0, 3: math.nan, 4: 90.0, 5: math.nan, 6: 70.0}
+    scripted = Scripted()
+
+    def score():  # the Pearson correlation of a constant prediction is NaN
+        return {"pearson": scores[int(scripted.model.weight.item())]}
+
+    hook = BestDev(score, scripted.model, tmp_path / "best.pt", every=1)
+    trained(hook, scripted, range(1, 7))
+    assert (hook.step, hook.metrics) == (4, {"pearson": 90.0})

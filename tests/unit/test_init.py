@@ -3,6 +3,8 @@ once."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -111,3 +113,22 @@ def test_by_default_the_task_head_starts_fresh_and_the_mlm_head_is_copied():
         mlm_teacher.cls.predictions.transform,
     )
     assert torch.equal(head.dense.weight, teacher_head.dense.weight)
+
+
+def test_a_distillation_s_dropout_is_the_modules_own_and_the_saved_config_the_family_s(tmp_path):
+    """trainer.student_dropout: the student distils with it; what it saves (what fine-tuning and its
+    users load) keeps its family's dropout."""
+    from kdbench.models.student import build_student
+    from kdbench.planning.groups import shape_spec
+
+    teacher, _ = _tiny_pair()
+    shape = shape_spec(compose_config(["student=tiny"]).student, "student")
+    student = build_student(teacher.config, shape, 2, 1, dropout=0.0).train()
+    assert {m.p for m in student.modules() if isinstance(m, torch.nn.Dropout)} == {0.0}
+    ids = torch.randint(5, 40, (2, 12))
+    assert torch.equal(student(ids).logits, student(ids).logits)  # no dropout while it trains
+    student.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    family = (teacher.config.hidden_dropout_prob, teacher.config.attention_probs_dropout_prob)
+    assert (saved["hidden_dropout_prob"], saved["attention_probs_dropout_prob"]) == family
+    assert family == (0.1, 0.1)

@@ -178,6 +178,17 @@ def test_logging_every_n_steps_and_at_the_last(tmp_path):
     assert [row["step"] for row in logged] == [4, 8, 9]
 
 
+def test_the_logged_learning_rate_is_the_one_the_step_applied(tmp_path):
+    stage = toy_stage()  # 6 steps, 3 of them warming up
+    stage.optimizer = OptimizerSpec(lr=1.0, weight_decay=0.0, warmup_ratio=0.5)
+    log = StepLog(tmp_path / "log.jsonl")
+    loop.train(stage, [LogLosses(log, every=1)])
+    log.close()
+    logged = [json.loads(line)["lr"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    applied = [0.0, 1 / 3, 2 / 3, 1.0, 2 / 3, 1 / 3]  # test_stage_schedules' linear rates
+    assert logged == pytest.approx(applied)
+
+
 def test_a_stop_signal_checkpoints_then_interrupts(tmp_path, monkeypatch):
     answers = itertools.chain([False], itertools.repeat(True))  # a signal during the first step
     monkeypatch.setattr(hooks, "stop_requested", lambda: next(answers))
@@ -186,6 +197,44 @@ def test_a_stop_signal_checkpoints_then_interrupts(tmp_path, monkeypatch):
         loop.train(toy_stage(), [StopOnSignal(checkpoints)])
     state, _ = checkpoints.latest()
     assert (state["step"], state["done"]) == (1, False)
+
+
+class CutShort(Hook):
+    """Stands in for a dev evaluation that a stop signal cuts short, at `event` from `step` on."""
+
+    def __init__(self, event: str, step: int):
+        self.event, self.step = event, step
+
+    def evaluate(self, event: str, progress) -> None:
+        if event == self.event and progress.step >= self.step:
+            raise Interrupted("stopped by a signal in evaluation", "evaluation")
+
+    def on_step(self, progress):
+        self.evaluate("on_step", progress)
+
+    def on_epoch_end(self, progress):
+        self.evaluate("on_epoch_end", progress)
+
+    def on_end(self, progress):
+        self.evaluate("on_end", progress)
+
+
+@pytest.mark.parametrize(
+    ("event", "kept"),
+    [
+        ("on_step", (2, 0, 2, False)),
+        ("on_epoch_end", (3, 1, 0, False)),  # the first epoch's end
+        ("on_end", (6, 2, 0, False)),  # not done: the end's evaluation is still to come
+    ],
+)
+def test_a_stop_that_cuts_an_evaluation_short_checkpoints_the_step_it_follows(
+    tmp_path, event, kept
+):
+    checkpoints = Checkpoints(tmp_path / "ckpt")
+    with pytest.raises(Interrupted, match="in evaluation"):
+        loop.train(toy_stage(), [CutShort(event, 2), StopOnSignal(checkpoints)])
+    state, _ = checkpoints.latest()
+    assert (state["step"], state["epoch"], state["batch"], state["done"]) == kept
 
 
 def test_a_stop_signal_during_the_setup_stops_before_the_first_step(tmp_path, monkeypatch):
@@ -289,7 +338,7 @@ def test_every_sampler_resumes_at_any_batch_of_any_epoch(sampler):
     for epoch in (0, 1):
         sampler.set_epoch(epoch)
         full = list(sampler)
-        assert len(full) <= len(sampler)
+        assert len(full) == len(sampler)  # ShardedBatches: full global batches only
         for start in range(len(full) + 1):
             sampler.set_epoch(epoch, start)
             assert list(sampler) == full[start:]

@@ -16,6 +16,7 @@ from transformers import DataCollatorWithPadding
 
 from kdbench.data.columns import column_array
 from kdbench.data.masking import IGNORE_INDEX, MaskingSpec, mask_tokens
+from kdbench.errors import DataError
 from kdbench.planning.specs import LoadingSpec
 from kdbench.runtime.distributed import World
 from kdbench.training.signals import check_stop, phase
@@ -201,7 +202,9 @@ class ShardedBatches(ResumableSampler):
                 yield [(epoch, index) for index in batch[start : start + self.micro]]
 
     def __len__(self) -> int:
-        return len(self.global_batches) * self.accumulation
+        # full global batches only: `__iter__` drops an epoch's incomplete last one
+        full = len(self.global_batches.lengths) // self.global_batches.batch_size
+        return full * self.accumulation
 
 
 class KeyedCorpus(torch.utils.data.Dataset):
@@ -291,3 +294,16 @@ def corpus_loader(
         generator=torch.Generator().manual_seed(seed),  # not the global RNG, as in `make_loader`
         **loading.options(),
     )
+
+
+def check_heldout(loader: DataLoader) -> None:
+    """Refuses a held-out loader without one full held-out batch: its loss would be a mean over no
+    batch at all."""
+    if len(loader) == 0:
+        batch = loader.batch_sampler.global_batches.batch_size
+        raise DataError(
+            f"the corpus has {len(loader.dataset)} held-out sequences, fewer than one held-out "
+            f"batch of {batch} (a CPU's micro-batch of stages.distillation.device_batch_size in "
+            "each process): raise corpus.heldout_fraction, add text or lower "
+            "stages.distillation.device_batch_size"
+        )

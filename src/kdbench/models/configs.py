@@ -19,18 +19,15 @@ def teacher_config(teacher: TeacherSpec) -> PretrainedConfig:
 
 
 def student_config(
-    teacher_conf: PretrainedConfig, shape: ShapeSpec, num_labels: int, dropout: float | None = None
+    teacher_conf: PretrainedConfig, shape: ShapeSpec, num_labels: int
 ) -> PretrainedConfig:
     """The teacher's config with the student's depth and width: the student is the teacher's model
-    family.
-
-    `dropout` (if given) replaces the family's hidden and attention dropout probabilities."""
+    family, its dropout too (`kdbench.models.student.with_dropout` sets a distillation's own on the
+    modules only)."""
     config = teacher_conf.__class__.from_dict(teacher_conf.to_dict())
     config.num_hidden_layers = shape.num_layers
     config.hidden_size = shape.hidden_size
     config.num_attention_heads = shape.num_heads
     config.intermediate_size = shape.ffn_size
     config.num_labels = num_labels
-    if dropout is not None:
-        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
     return config

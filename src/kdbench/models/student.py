@@ -83,11 +83,24 @@ def build_student(
     mlm: bool = False,
     dropout: float | None = None,
 ) -> PreTrainedModel:
-    """A random student; `mlm`: with an MLM head (saved with save_pretrained, it loads with
-    AutoModel and fine-tunes on GLUE), else a sequence classifier."""
+    """A random student, with every dropout at `dropout` (`with_dropout`); `mlm`: with an MLM head
+    (saved with save_pretrained, it loads with AutoModel and fine-tunes on GLUE), else a sequence
+    classifier."""
     auto = AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification
     torch.manual_seed(seed)
-    return auto.from_config(student_config(teacher_conf, shape, 2 if mlm else num_labels, dropout))
+    student = auto.from_config(student_config(teacher_conf, shape, 2 if mlm else num_labels))
+    return with_dropout(student, dropout)
+
+
+def with_dropout(model: PreTrainedModel, dropout: float | None) -> PreTrainedModel:
+    """`model` with every dropout module (hidden, attention, classifier) at `dropout`; None leaves
+    its config's. The modules take it, not the config: the saved student keeps its family's
+    dropout, so fine-tuning it and using it see that one, not the distillation's."""
+    if dropout is not None:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = dropout
+    return model
 
 
 def init_from_teacher(student: PreTrainedModel, teacher: PreTrainedModel, init: InitSpec) -> None:
@@ -126,7 +139,7 @@ def student_for(
     classifier of `num_labels`. `compilation.compile_if_asked` compiles it with the teacher."""
     if init.path is not None:  # a distilled student's weights; the heads it lacks start fresh
         torch.manual_seed(seed)
-        config = student_config(teacher_conf, shape, 2 if mlm else num_labels, dropout)
+        config = student_config(teacher_conf, shape, 2 if mlm else num_labels)
         student = load_model(
             AutoModelForMaskedLM if mlm else AutoModelForSequenceClassification,
             init.path,
@@ -135,7 +148,8 @@ def student_for(
             config=config,
         )
     else:
-        student = build_student(teacher_conf, shape, num_labels, seed, mlm=mlm, dropout=dropout)
+        student = build_student(teacher_conf, shape, num_labels, seed, mlm=mlm)
+    with_dropout(student, dropout)
     if init.layers is not None:
         init_from_teacher(student, teacher, init)
     return prepare_for_training(student, recompute_attention).to(device)

@@ -1,11 +1,12 @@
 """The `stages` block: each setting's stages are named blocks of one schema, each key declared once.
 
 A stage trains for `epochs` passes over its data or exactly `steps` optimizer steps, on batches of
-`batch_size` (split into micro-batches of `device_batch_size`), with its own `optimizer` block, and
-distils with its `objective` (null: the `objective` group's terms for a distillation stage, the
-task's own loss for a fine-tuning one). `SETTING_STAGES` names the stages each setting runs, in
-order; a per-stage setting is a YAML line: `stages.intermediate.optimizer.max_grad_norm=1.0`.
-`RENAMED` maps the flat keys the stage blocks replace to their stage keys.
+`batch_size` (the distillation stage's split into micro-batches of `device_batch_size`), with its
+own `optimizer` block, and distils with its `objective` (null: the `objective` group's terms for a
+distillation stage, the task's own loss for a fine-tuning one). `SETTING_STAGES` names the stages
+each setting runs, in order; a per-stage setting is a YAML line:
+`stages.intermediate.optimizer.max_grad_norm=1.0`. `RENAMED` maps the flat keys the stage blocks
+replace to their stage keys.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from kdbench.planning.rules import (
 
 # The stages that train on the task's own loss (their objective is null); the others distil.
 SUPERVISED = ("teacher", "finetune")
+# The stages that split a step's batch into micro-batches (gradient accumulation).
+MICRO_BATCHED = ("distillation",)
 # The stages of each setting, in the order they run.
 SETTING_STAGES = {
     "task_specific": ("teacher", "intermediate", "prediction"),
@@ -80,7 +83,10 @@ class StageSpec:
     )
     batch_size: int = key(COUNT, help="examples per optimizer step (the global batch)")
     device_batch_size: int | str | None = key(
-        DEVICE_BATCH, None, help="micro-batches per device; accumulation makes up the rest"
+        DEVICE_BATCH,
+        None,
+        help="micro-batches per device, accumulation making up the rest; the task-agnostic "
+        "distillation stage's only (null in every other stage)",
     )
     group_by_length: bool = key(FLAG, True, help="batches of similar length, shuffled, seeded")
     padding: str = key(
@@ -194,6 +200,12 @@ def stage_spec(name: str, values: dict, task: str) -> StageSpec:
     spec = StageSpec(**values | {"name": name, "optimizer": optimizer})
     if (spec.epochs is None) == (spec.steps is None):
         raise ConfigError(f"{at} needs exactly one of epochs and steps: set the other to null")
+    if spec.device_batch_size is not None and name not in MICRO_BATCHED:
+        raise ConfigError(
+            f"{at}.device_batch_size={spec.device_batch_size}: micro-batches apply to the "
+            "task-agnostic distillation stage only (stages.distillation): set "
+            f"{at}.device_batch_size=null and lower {at}.batch_size to fit the device"
+        )
     if name in SUPERVISED and spec.objective is not None:
         raise ConfigError(f"{at}.objective must be null: the stage trains on the task's own loss")
     if name in SUPERVISED and spec.padding != "masked":

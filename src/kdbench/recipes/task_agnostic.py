@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kdbench.data.batches import corpus_loader
+from kdbench.data.batches import check_heldout, corpus_loader
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.masking import MaskingSpec, masked_shares, smoothed_token_weights
 from kdbench.data.sources import corpus_files
@@ -217,6 +217,7 @@ def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
         0,
         shuffle=False,
     )
+    check_heldout(heldout)
     return train, heldout
 
 

@@ -5,12 +5,16 @@ step (TinyBERT's released prediction stage, the study's released fine-tuning).
 and at the end, and keeps the evaluation of the best first metric: its step and metrics, and with
 `keep_weights` its weights, loaded back into the model at the end. The best so far lives in a file,
 so a resumed stage keeps the evaluations before it; the hook comes before the checkpoint hook, so a
-step's checkpoint follows its evaluation. The dev set that chooses is the one the metrics report.
+step's checkpoint follows its evaluation. A stop signal may cut an evaluation short after its step
+is checkpointed (`kdbench.training.hooks.StopOnSignal`), so a resumed stage scores its first step
+again where an evaluation was due there. The dev set that chooses is the one the metrics report; a
+NaN score (the Pearson correlation of a constant prediction) is never better than a number.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -62,13 +66,21 @@ class BestDev(Hook):
         self.metrics, self.step = kept.get("metrics"), kept.get("step")
 
     def on_start(self, progress) -> None:
-        """A resumed stage reads the best so far; a fresh one drops any an earlier start left."""
+        """A resumed stage reads the best so far and scores its step again where one was due (a
+        stop may have cut that evaluation short); a fresh one drops any an earlier start left."""
         if progress.step == 0:
             self.store.unlink(missing_ok=True)
         self.read()
+        at_epoch_end = self.at_epochs and progress.batch == 0  # checkpointed as an epoch ended
+        if progress.step and (self.due(progress) or at_epoch_end):
+            self.consider(progress.step, progress.epoch)
+
+    def due(self, progress) -> bool:
+        """Whether the step `progress` holds is one of the every `every` steps scored."""
+        return bool(self.every) and progress.step % self.every == 0 and not progress.finished
 
     def on_step(self, progress) -> None:
-        if self.every and progress.step % self.every == 0 and not progress.finished:
+        if self.due(progress):
             self.consider(progress.step, progress.epoch)
 
     def on_epoch_end(self, progress) -> None:
@@ -95,7 +107,7 @@ class BestDev(Hook):
             log, name = self.log
             log.log(name, step, scores_only(metrics), epoch=epoch)
         primary = next(iter(metrics))
-        if self.metrics is None or metrics[primary] > self.metrics[primary]:
+        if self.metrics is None or beats(metrics[primary], self.metrics[primary]):
             self.metrics, self.step = metrics, step
             self._keep()
             if self.predictions is not None:
@@ -132,3 +144,8 @@ class BestDev(Hook):
         if not self.store.exists():
             return None
         return torch.load(self.store, map_location="cpu", weights_only=True)
+
+
+def beats(score: float, best: float) -> bool:
+    """Whether `score` is better than `best`: a number beats a NaN, a NaN never beats anything."""
+    return score > best or (math.isnan(best) and not math.isnan(score))

@@ -23,7 +23,11 @@ class LogLosses(Hook):
     log."""
 
     def __init__(self, log: StepLog, every: int):
-        self.log, self.every = log, every
+        self.log, self.every, self.lr = log, every, 0.0
+
+    def before_update(self, progress) -> None:
+        # the rate this step's update applies: the scheduler moves on to the next step's right after
+        self.lr = progress.optimizer.param_groups[0]["lr"]
 
     def on_step(self, progress) -> None:
         if progress.step % self.every == 0 or progress.finished:
@@ -32,7 +36,7 @@ class LogLosses(Hook):
                 progress.step,
                 progress.values,
                 epoch=progress.epoch,
-                lr=progress.scheduler.get_last_lr()[0],
+                lr=self.lr,
             )
 
 
@@ -68,10 +72,12 @@ class Checkpoint(Hook):
 
 
 class StopOnSignal(Hook):
-    """After a stop signal (SIGTERM, SIGUSR1, Ctrl-C, a scheduler's pre-emption), checkpoints and
-    raises `Interrupted`; the stage is the run's phase while it trains. A signal that came while
-    the stage was set up (its models, loaders, tables) stops it before its first step: a first step
-    can take minutes (a compiled model's, a large model's on a CPU).
+    """After a stop signal (SIGTERM, SIGUSR1, Ctrl-C, a scheduler's pre-emption), raises
+    `Interrupted`; the stage is the run's phase while it trains. Whichever hook stops the stage
+    after a step, this one or an evaluation that the signal cut short (those come first: a step's
+    checkpoint follows its evaluation), that step is checkpointed (`on_stopped`). A signal that
+    came while the stage was set up (its models, loaders, tables) stops it before its first step: a
+    first step can take minutes (a compiled model's, a large model's on a CPU).
 
     Every process of a data-parallel run stops at the same step (a signal reaches them at different
     times: one that went on would wait for the others in its next all-reduce), so there the
@@ -98,13 +104,15 @@ class StopOnSignal(Hook):
         if progress.finished or (distributed.is_distributed() and progress.step % self.every):
             return
         if distributed.any_rank(stop_requested(), progress.stage.device):
-            if self.checkpoints is not None:
-                self.checkpoints.save(progress.state())
             raise Interrupted(
                 f"stopped by a signal at {progress.stage.name} step {progress.step}; the state is "
                 "checkpointed: re-run the same command (same run directory) to resume",
                 progress.stage.name,
             )
+
+    def on_stopped(self, progress) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.save(progress.state())
 
 
 class ProgressBar(Hook):
