@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kdbench.data.batches import ResumableSampler, SeededBatches, ShardedBatches
-from kdbench.errors import KdbenchError
+from kdbench.errors import DataError, KdbenchError
 from kdbench.planning.stage_specs import OptimizerSpec
 from kdbench.records.record import StepLog
 from kdbench.runtime.distributed import World
@@ -91,6 +91,13 @@ def test_accumulation_takes_a_step_every_few_micro_batches():
         3,
         3,
     ]  # one step per epoch of 3 micro-batches
+
+
+def test_a_pass_over_the_data_without_a_whole_step_is_refused_not_repeated_forever():
+    stage = toy_stage(accumulation=4, epochs=0)  # 3 micro-batches an epoch, 4 a step
+    stage.max_steps = 2
+    with pytest.raises(DataError, match="3 micro-batches, fewer than one step's 4"):
+        loop.train(stage)
 
 
 def test_the_loop_learns_the_toy_problem():

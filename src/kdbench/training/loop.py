@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
-from kdbench.errors import KdbenchError
+from kdbench.errors import DataError, KdbenchError
 from kdbench.planning.stage_specs import OptimizerSpec, StageSpec
 from kdbench.training.checkpoint import rng_state, set_rng_state
 from kdbench.training.events import Hook, Hooks
@@ -185,6 +185,7 @@ def train(stage: Stage, hooks: Sequence[Hook] = (), resume: dict | None = None) 
     while not progress.finished:
         # a resumed run starts where its checkpoint stopped, mid-epoch too
         stage.loader.batch_sampler.set_epoch(progress.epoch, progress.batch)
+        whole_epoch, steps_before = progress.batch == 0, progress.step
         for micro_batches in step_groups(stage.loader, stage.accumulation):
             progress.took_step(accumulate(stage, progress, stage.weigh(micro_batches)))
             hooks.before_update(progress)  # the guard's check: a bad step leaves no update
@@ -197,6 +198,11 @@ def train(stage: Stage, hooks: Sequence[Hook] = (), resume: dict | None = None) 
             hooks.on_step(progress)
             if progress.finished:
                 break
+        if whole_epoch and progress.step == steps_before:  # it would pass over the data forever
+            raise DataError(
+                f"{stage.name}: a pass over the data gives {len(stage.loader)} micro-batches, "
+                f"fewer than one step's {stage.accumulation}: add data or lower the batch size"
+            )
         progress.epoch, progress.batch = progress.epoch + 1, 0
         hooks.on_epoch_end(progress)
     hooks.on_end(progress)
