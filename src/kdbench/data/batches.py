@@ -303,7 +303,6 @@ def check_heldout(loader: DataLoader) -> None:
         batch = loader.batch_sampler.global_batches.batch_size
         raise DataError(
             f"the corpus has {len(loader.dataset)} held-out sequences, fewer than one held-out "
-            f"batch of {batch} (a CPU's micro-batch of stages.distillation.device_batch_size in "
-            "each process): raise corpus.heldout_fraction, add text or lower "
-            "stages.distillation.device_batch_size"
+            f"batch of {batch} (what each process evaluates at once): raise "
+            "corpus.heldout_fraction, add text or lower stages.distillation.device_batch_size"
         )
