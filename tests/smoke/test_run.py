@@ -60,7 +60,11 @@ def test_smoke_run_writes_a_valid_record(tiny_glue, tmp_path):
     assert 100 * (predictions["predicted"] == predictions["gold"]).mean() == pytest.approx(
         on_disk["score"]
     )
-    assert list(predictions["example"]) == list(range(len(predictions["gold"])))
+    # evaluated in length order, each prediction names its row of the dev file
+    dev_rows = (tiny_glue / "SST-2" / "dev.tsv").read_text().splitlines()[1:]
+    labels = [int(row.split("\t")[1]) for row in dev_rows]
+    assert sorted(predictions["example"]) == list(range(len(labels)))
+    assert [labels[i] for i in predictions["example"]] == list(predictions["gold"])
     assert {
         "teacher_finetune_s",
         "intermediate_s",

@@ -3,7 +3,9 @@ BERT MLM, and a GloVe-format file whose neighbours are known by hand."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import datasets
@@ -405,6 +407,15 @@ def test_the_released_augmentation_reads_the_glove_files_first_words_only(glove,
         for n in (None, 3)
     ]
     assert keys[0] == keys[1] and keys[2] != keys[3]
+
+
+def test_an_augmented_sets_key_names_a_users_data_by_its_content():
+    train = sst2(SENTENCES)
+    keys = [
+        augmentation.cache_key(train, replace(SST2, content_hash=content), spec(), "")
+        for content in (None, "a", "b")
+    ]
+    assert "content" not in keys[0] and len({json.dumps(k) for k in keys}) == 3
 
 
 def test_stop_words_are_lowercase_function_words():

@@ -159,7 +159,7 @@ def cache_key(train: datasets.Dataset, task: TaskSpec, spec: AugmentSpec, source
     settings = asdict(spec)
     if vectors is None:  # no GloVe file: how much of one would be read changes nothing
         del settings["word_vectors_limit"]
-    return {
+    key = {
         "version": AUGMENT_CACHE_VERSION,
         "task": task.name,
         "source": source,
@@ -167,6 +167,8 @@ def cache_key(train: datasets.Dataset, task: TaskSpec, spec: AugmentSpec, source
         "augment": json.loads(json.dumps(settings, default=str)),
         "word_vectors": stamp,
     }
+    # a user's data: its file's hash (its rows and label names), not the row numbers alone
+    return key | ({"content": task.content_hash} if task.content_hash else {})
 
 
 def augmented_train_set(

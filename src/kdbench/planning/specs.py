@@ -128,6 +128,11 @@ class DataSpec:
     eval_limit: int | None = key(EXAMPLES, help="the first N dev examples (quick checks only)")
     subset_seed: int = key(SEED, help="train_limit's shuffle: every run of a comparison alike")
 
+    @property
+    def source(self) -> str:
+        """Where a GLUE task's examples come from: the local folder, else the Hub dataset."""
+        return str(self.glue_dir or self.hf_dataset)
+
 
 @dataclass(frozen=True)
 class ShapeSpec:

@@ -325,13 +325,12 @@ def distillation_set(plan: Plan, teacher: FineTuned, originals, train_set, token
     augmentation of `originals`, and what the record says of the augmentation (None without)."""
     augmented = None
     if plan.augment is not None:
-        source = str(plan.data.glue_dir or plan.data.hf_dataset)
         examples, path = augmented_train_set(
             originals,
             plan.task,
             plan.augment,
             plan.cache_dir,
-            source,
+            plan.data.source,
             plan.device,
             plan.trainer.progress_bar,
         )

@@ -27,11 +27,15 @@ def predicted_values(outputs: np.ndarray) -> np.ndarray:
     return outputs.reshape(-1).astype(np.float32)
 
 
-def split_arrays(outputs: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
-    """One dev split's arrays from a model's outputs [N, C] and gold labels [N] in loader order."""
+def split_arrays(
+    outputs: np.ndarray, labels: np.ndarray, examples: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """One dev split's arrays from a model's outputs [N, C], gold labels [N] and the examples'
+    indices in the split [N] (None: the outputs are in the split's order), in loader order."""
     predicted = predicted_values(outputs)
     gold = labels.astype(predicted.dtype)
-    return {"example": np.arange(len(labels), dtype=np.int64), "predicted": predicted, "gold": gold}
+    example = np.arange(len(labels)) if examples is None else np.asarray(examples)
+    return {"example": example.astype(np.int64), "predicted": predicted, "gold": gold}
 
 
 def write_predictions(path: Path, splits: dict[str, dict[str, np.ndarray]]) -> None:

@@ -55,12 +55,16 @@ def _side_runs(frame: pd.DataFrame, row, level: str) -> dict[int, pd.Series]:
 
 
 def _loaded(run: pd.Series, root: Path) -> tuple | None:
-    """(predicted, gold) of the split the run's score is of; None without a predictions file."""
+    """(predicted, gold) of the split the run's score is of, in the split's order (runs evaluate
+    in their own length order); None without a predictions file."""
     if not isinstance(run.get("predictions"), str):
         return None
     splits = read_predictions(root / run["predictions"])
     arrays = (splits or {}).get(_split(run["score_metric"]))
-    return None if arrays is None else (arrays["predicted"], arrays["gold"])
+    if arrays is None:
+        return None
+    order = np.argsort(arrays["example"], kind="stable")
+    return arrays["predicted"][order], arrays["gold"][order]
 
 
 def _predictions_of(sides: list[list[pd.Series]], root: Path) -> tuple | None:

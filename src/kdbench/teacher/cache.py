@@ -40,10 +40,11 @@ def teacher_key(plan) -> dict:
     recipe["stage"] = json.loads(json.dumps(asdict(stage) | {"terms": None}))
     recipe |= present({"best_checkpoint": trainer.teacher_best_checkpoint or None})
     data = {
-        "source": str(plan.data.glue_dir or "hub"),
+        "source": plan.data.source,
         "train_limit": plan.data.train_limit,
         "subset_seed": plan.data.subset_seed,
-    }
+    }  # the dev subset scores it (its recorded metrics; with best_checkpoint, its weights)
+    data |= present({"eval_limit": plan.data.eval_limit})
     return {
         "version": TEACHER_CACHE_VERSION,
         "teacher": plan.teacher.identity,
@@ -67,6 +68,7 @@ def derived_key(identity: str, train_set, tokenizer, plan, augmented: str | None
     key = {
         "teacher": identity,
         "task": plan.task.name,
+        "source": plan.data.source,  # a given teacher's identity does not name it
         "train_limit": plan.data.train_limit,
         "subset_seed": plan.data.subset_seed,
         "max_length": plan.trainer.max_length,

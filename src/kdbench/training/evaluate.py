@@ -20,20 +20,24 @@ from kdbench.training.steps import StepFn, model_inputs, to_device
 @torch.inference_mode()
 def predict(
     model: torch.nn.Module, loader, device: torch.device, precision: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Model outputs [N, C] (float32) and labels [N] over a loader; a stop signal ends it between
-    blocks."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Model outputs [N, C] (float32), labels [N] and the examples' indices in their split [N]
+    (None where the batches carry no `idx`) over a loader, in its order; a stop signal ends it
+    between blocks."""
     model.eval()
-    outputs, labels = [], []
+    outputs, labels, examples = [], [], []
     with stop_between(encoder_layers(model)):
         for batch in loader:
             check_stop()
+            if "idx" in batch:
+                examples.append(batch["idx"])
             batch = to_device(batch, device)
             with computing(device, precision, model):
                 logits = model(**model_inputs(batch, model)).logits
             outputs.append(logits.float().cpu())
             labels.append(batch["labels"].cpu())
-    return torch.cat(outputs).numpy(), torch.cat(labels).numpy()
+    indices = torch.cat(examples).numpy() if examples else None
+    return torch.cat(outputs).numpy(), torch.cat(labels).numpy(), indices
 
 
 def evaluate(
@@ -53,10 +57,10 @@ def evaluate(
     splits = {}
     with phase(phase_name):
         for suffix, loader in eval_loaders.items():
-            predictions, labels = predict(model, loader, device, precision)
+            predictions, labels, examples = predict(model, loader, device, precision)
             metrics.update(compute_metrics(metric_names, predictions, labels, suffix))
             metrics.update(label_counts(predictions, labels, suffix))
-            splits[suffix] = split_arrays(predictions, labels)
+            splits[suffix] = split_arrays(predictions, labels, examples)
     if predictions_to is not None:
         write_predictions(predictions_to, splits)
     return metrics
