@@ -115,3 +115,32 @@ def test_the_measured_matmul_peak_is_a_rate():
     assert (
         flops.measured_matmul_peak(torch.device("cpu"), torch.float32, size=128, seconds=0.05) > 1e6
     )
+
+
+def test_a_models_cost_counts_its_attention_on_a_cpu():
+    """The record's and the card's FLOPs per example: the CPU's fused attention kernel (an unpadded
+    batch takes it) counted with the blocks, classifier and pooler, as the analytic count."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from kdbench.measure.cost import flops_per_example
+
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+    )
+    model = BertForSequenceClassification(config).eval()
+    shape, length = flops.Shape.of(config), 16
+    analytic, _ = flops.forward_flops(shape, 2, length, {}, None, flops.classifier_flops(shape))
+    assert flops_per_example(model, length, torch.device("cpu")) == analytic
+
+
+def test_the_cpus_fused_attention_is_counted_backward_too():
+    query = torch.randn(1, 2, 16, 32, requires_grad=True)
+    attention = torch.nn.functional.scaled_dot_product_attention
+    counted = flops.counted_flops(lambda: attention(query, query, query).sum().backward())
+    forward = 2 * (2 * 16 * 16 * 32) * 2  # per head Q K^T and P V, [16, 32] x [32, 16]; 2 heads
+    # backward: the scores recomputed, then the four gradient products (torch's formula)
+    assert counted == forward + 5 * forward // 2

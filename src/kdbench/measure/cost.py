@@ -1,6 +1,7 @@
 """What a model costs to run, measured on this machine: parameters, FLOPs per example (counted by
-`torch.utils.flop_counter.FlopCounterMode`), latency at batch 1 and throughput at batch 32; and how
-busy the machine was, which decides whether its timings are fair to publish."""
+`torch.utils.flop_counter.FlopCounterMode`, the CPU's fused attention too: `flops.flop_counter`),
+latency at batch 1 and throughput at batch 32; and how busy the machine was, which decides whether
+its timings are fair to publish."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import statistics
 import time
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
+from kdbench.measure.flops import flop_counter
 from kdbench.records.record import device_name
 from kdbench.runtime.precision import computing
 
@@ -33,7 +34,7 @@ def flops_per_example(model, length: int, device) -> int:
     with (
         torch.inference_mode(),
         computing(device, "fp32", model),
-        FlopCounterMode(display=False) as counter,
+        flop_counter() as counter,
     ):
         model(**dummy_batch(model, 1, length, device))
     return int(counter.get_total_flops())

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from kdbench.objectives.features import PROJECTION_NAMES
 from kdbench.objectives.losses import LOSSES
@@ -119,11 +119,17 @@ def _cpu_flash_attention(query_shape, key_shape, value_shape, *args, **kwargs) -
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
+def _cpu_flash_attention_backward(grad_shape, query_shape, key_shape, value_shape, *args, **kw):
+    return sdpa_backward_flop_count(grad_shape, query_shape, key_shape, value_shape)
+
+
 def flop_counter() -> FlopCounterMode:
-    """FlopCounterMode, counting the CPU's fused attention kernel too (its own formula is missing in
-    torch)."""
+    """FlopCounterMode, counting the CPU's fused attention kernel too, forward and backward (torch
+    has no formula for either)."""
     cpu_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    return FlopCounterMode(display=False, custom_mapping={cpu_flash: _cpu_flash_attention})
+    cpu_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+    mapping = {cpu_flash: _cpu_flash_attention, cpu_flash_backward: _cpu_flash_attention_backward}
+    return FlopCounterMode(display=False, custom_mapping=mapping)
 
 
 def counted_flops(run: Callable[[], object]) -> int:
