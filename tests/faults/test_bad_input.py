@@ -143,7 +143,7 @@ def test_a_value_the_grammar_rejects_is_answered_with_it_quoted(capsys):
     [
         (["init=layers", "init.layers=[1,2,3]"], ["init.layers=[1, 2, 3]", "student has 2 layers"]),
         (["init=layers", "init.layers=[2,9]"], ["layer 9 does not exist", "1..4"]),
-        (["student=2x384"], ["hidden size (384)", "teacher's (32)", "init=random"]),
+        (["student=2x384"], ["hidden size 384 (the teacher's 32)", "init=random"]),
         (["stages.intermediate.epochs=-1"], ["stages.intermediate.epochs=-1", "non-negative"]),
         (["stages.intermediate.batch_size=0"], ["stages.intermediate.batch_size=0"]),
         (["stages.intermediate.optimizer.lr=0"], ["learning rate"]),

@@ -132,3 +132,22 @@ def test_a_distillation_s_dropout_is_the_modules_own_and_the_saved_config_the_fa
     family = (teacher.config.hidden_dropout_prob, teacher.config.attention_probs_dropout_prob)
     assert (saved["hidden_dropout_prob"], saved["attention_probs_dropout_prob"]) == family
     assert family == (0.1, 0.1)
+
+
+@pytest.mark.parametrize("init", ["auto", "every_kth"])
+def test_a_student_of_another_feed_forward_width_takes_no_teacher_layers(init):
+    """Copying a layer needs its weights' shapes: the teacher's hidden and feed-forward sizes.
+    init=auto then starts it randomly; an init that copies is refused by name."""
+    from transformers import BertConfig
+
+    from kdbench.planning.inits import init_spec
+    from kdbench.planning.specs import ShapeSpec
+
+    teacher = BertConfig(hidden_size=32, num_hidden_layers=4, intermediate_size=64)
+    student = ShapeSpec("2x32", 2, 32, 2, 128)
+    cfg = compose_config([f"init={init}"])
+    if init == "auto":
+        assert init_spec(cfg.init, teacher, student).name == "random"
+        return
+    with pytest.raises(ConfigError, match=r"feed-forward size 128 \(the teacher's 64\)"):
+        init_spec(cfg.init, teacher, student)

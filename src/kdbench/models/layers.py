@@ -73,14 +73,23 @@ def validate_layer_list(
         )
 
 
-def check_width(student_hidden: int, teacher_hidden: int, init_name: str) -> None:
-    if student_hidden != teacher_hidden:
+def copy_mismatch(student: tuple[int, int], teacher: tuple[int, int]) -> str | None:
+    """Why teacher layers cannot be copied into a student, each given as (hidden size,
+    feed-forward size); None when they can (both equal: the weights' shapes)."""
+    names = ("hidden size", "feed-forward size")
+    differ = [f"{n} {s} (the teacher's {t})" for n, s, t in zip(names, student, teacher) if s != t]
+    return f"the student's {' and '.join(differ)}" if differ else None
+
+
+def check_width(student: tuple[int, int], teacher: tuple[int, int], init_name: str) -> None:
+    """Refuses an init that copies teacher layers into a student of another (hidden size,
+    feed-forward size)."""
+    mismatch = copy_mismatch(student, teacher)
+    if mismatch is not None:
         raise ConfigError(
-            f"init={init_name} copies teacher layers, which needs the student's hidden size "
-            f"({student_hidden}) "
-            f"to equal the teacher's ({teacher_hidden}): use init=random or a student of width "
-            f"{teacher_hidden} "
-            f"(student.hidden_size={teacher_hidden})"
+            f"init={init_name} copies teacher layers, which needs the teacher's widths, but "
+            f"{mismatch} differs: use init=random or a student of the teacher's widths "
+            f"(student.hidden_size={teacher[0]} student.ffn_size={teacher[1]})"
         )
 
 
