@@ -58,3 +58,23 @@ def test_a_student_distilled_without_dropout_ships_with_its_family_s(tiny_glue, 
     folder = saved_student(tiny_glue, tmp_path, "sst2", "+trainer.student_dropout=0")
     config = AutoConfig.from_pretrained(folder)
     assert (config.hidden_dropout_prob, config.attention_probs_dropout_prob) == (0.1, 0.1)
+
+
+def test_a_truncating_pipeline_reads_what_the_student_was_trained_on(tiny_glue, tmp_path):
+    """The saved tokenizer stops at trainer.max_length: a long text through `pipeline` with
+    truncation=True (the card's usage) gets the student's answer on its first max_length tokens."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    folder = saved_student(tiny_glue, tmp_path, "sst2", "trainer.max_length=16")
+    text = " ".join(["a fine film"] * 20)
+    [answer] = pipeline("text-classification", model=folder, top_k=None)(text, truncation=True)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer.model_max_length == 16
+    inputs = tokenizer(text, truncation=True, max_length=16, return_tensors="pt")
+    with torch.inference_mode():
+        probabilities = model(**inputs).logits.softmax(-1)[0]
+    by_label = {row["label"]: row["score"] for row in answer}
+    expected = {model.config.id2label[i]: p.item() for i, p in enumerate(probabilities)}
+    assert by_label == pytest.approx(expected, abs=1e-6)
+    assert "truncation=True" in (tmp_path / "student" / "README.md").read_text()

@@ -3,6 +3,7 @@ the teacher's blocks and heads, and saved with its distillation chain."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -38,13 +39,15 @@ def save_student(
     labels: tuple[str, ...] | None = None,
     card: str | None = None,
     projections: dict | None = None,
+    max_length: int | None = None,
 ) -> None:
     """The student, its tokenizer and its distillation chain in `folder`, sealed with a manifest (so
     a copy cut short is refused by name when it is loaded), written whole or not at all. `labels`
     name a task student's classes, () for a regression (`describe_task_head`), None for a student
     without a task head; `card` is its model card (README.md); `projections`: the objective's
     learnt W_e/W_h (`Objective.projections.state_dict()`), kept for a later stage that carries
-    them."""
+    them; `max_length`: the tokens it was trained and scored on, where a truncating tokenizer
+    stops (`model_max_length`)."""
     if labels is not None:
         describe_task_head(student.config, labels)
     tmp = folder.with_name(f".{folder.name}.tmp")
@@ -52,6 +55,8 @@ def save_student(
     with storage.space_for(folder, storage.tensor_bytes(student.state_dict()), partial=tmp):
         student.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
+        if max_length is not None:
+            limit_tokens(tmp / "tokenizer_config.json", max_length)
         write_json(tmp / CHAIN_FILE, {"chain": list(chain)})
         if card is not None:
             (tmp / "README.md").write_text(card)
@@ -60,6 +65,13 @@ def save_student(
         if folder.exists():
             shutil.rmtree(folder)
         storage.publish(tmp, folder)
+
+
+def limit_tokens(tokenizer_config: Path, max_length: int) -> None:
+    """A saved tokenizer's `model_max_length` at `max_length`: with `truncation=True` (a pipeline's
+    too) it reads what the model was trained on."""
+    config = json.loads(tokenizer_config.read_text())
+    write_json(tokenizer_config, config | {"model_max_length": max_length})
 
 
 def describe_task_head(config: PretrainedConfig, labels: tuple[str, ...]) -> None:

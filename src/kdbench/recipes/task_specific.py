@@ -317,6 +317,7 @@ def ship_student(plan: Plan, run_dir: Path, student, lesson: Lesson, outcome: di
             plan.chain,
             labels=plan.task.labels,
             card=model_card(plan, outcome),
+            max_length=plan.trainer.max_length,
         )
 
 

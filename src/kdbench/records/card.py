@@ -154,9 +154,9 @@ def term_text(term) -> str:
 def usage_lines(plan) -> list[str]:
     pair = len(plan.task.text_fields) == 2
     call = (
-        'classifier({"text": "first text", "text_pair": "second text"})'
+        'classifier({"text": "first text", "text_pair": "second text"}, truncation=True)'
         if pair
-        else 'classifier("some text")'
+        else 'classifier("some text", truncation=True)'
     )
     return [
         "## Use",
@@ -168,6 +168,8 @@ def usage_lines(plan) -> list[str]:
         f"print({call})",
         "```",
         "",
+        f"`truncation=True` reads at most {plan.trainer.max_length} tokens, as the student was "
+        "trained and scored.",
         answer_line(plan),
         "",
     ]
