@@ -5,6 +5,7 @@ its timings are fair to publish."""
 
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 import time
@@ -78,8 +79,8 @@ def compare_costs(teacher, student, lengths, device, precision: str) -> dict:
     its teacher (the baseline of every ratio): its speed-up at batch 1 and at batch 32, and its size
     and FLOPs fractions."""
     length = max(1, int(statistics.median(int(n) for n in lengths)))
-    mine = model_cost(student, length, device, precision)
-    theirs = model_cost(teacher, length, device, precision)
+    mine = model_cost(as_timed(student, precision), length, device, precision)
+    theirs = model_cost(as_timed(teacher, precision), length, device, precision)
     return {
         "length": length,
         "device": device_name(device),
@@ -91,6 +92,15 @@ def compare_costs(teacher, student, lengths, device, precision: str) -> dict:
         "params_fraction": mine["params"] / theirs["params"],
         "flops_fraction": mine["flops_per_example"] / theirs["flops_per_example"],
     }
+
+
+def as_timed(model, precision: str):
+    """The model as a run of `precision` times it: in a bf16 run a copy with bf16 weights where
+    they are float32 (the frozen teacher's already are: both then run without autocast, in the
+    same form), else the model itself."""
+    if precision == "bf16" and next(model.parameters()).dtype == torch.float32:
+        return copy.deepcopy(model).to(torch.bfloat16)
+    return model
 
 
 def machine_load() -> dict[str, float]:
