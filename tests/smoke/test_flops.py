@@ -99,6 +99,8 @@ def test_stopping_at_the_projections_is_in_the_count():
         ("NVIDIA A10", "A10"),
         ("NVIDIA GeForce RTX 4090", "RTX 4090"),
         ("NVIDIA H200", "H200"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
     ],
 )
 def test_datasheet_peaks_are_read_from_the_device_name(name, row):

@@ -37,11 +37,13 @@ from kdbench.objectives.features import PROJECTION_NAMES
 from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
 
-# Dense (not sparse) peak TFLOP/s from the vendors' datasheets: bf16 tensor cores, TF32 tensor
-# cores, fp32 (no tensor cores). V100 and T4 have no bf16 or TF32: their fp16 tensor-core rate is
-# not used for bf16.
+# Dense (not sparse: a datasheet's sparse figure halved) peak TFLOP/s from the vendors'
+# datasheets: bf16 tensor cores, TF32 tensor cores, fp32 (no tensor cores). V100 and T4 have no
+# bf16 or TF32: their fp16 tensor-core rate is not used for bf16.
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "H200": {"bf16": 989.0, "tf32": 494.0, "fp32": 67.0},  # NVIDIA H200 datasheet (SXM)
+    "H200 NVL": {"bf16": 835.0, "tf32": 418.0, "fp32": 60.0},  # H200 datasheet (NVL)
+    "H100 NVL": {"bf16": 835.0, "tf32": 418.0, "fp32": 60.0},  # H100 datasheet (NVL)
     "H100 SXM": {"bf16": 989.0, "tf32": 494.0, "fp32": 67.0},  # NVIDIA H100 datasheet (SXM5)
     "H100 PCIe": {"bf16": 756.0, "tf32": 378.0, "fp32": 51.0},  # NVIDIA H100 datasheet (PCIe)
     "A100": {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5},  # NVIDIA A100 datasheet (SXM and PCIe)
@@ -61,7 +63,9 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
 # The words of a CUDA device name that pick its row, most specific first ("NVIDIA H100 80GB HBM3" ->
 # H100 SXM).
 DEVICE_WORDS = (
+    ("H200 NVL", {"H200", "NVL"}),
     ("H200", {"H200"}),
+    ("H100 NVL", {"H100", "NVL"}),
     ("H100 PCIe", {"H100", "PCIE"}),
     ("H100 SXM", {"H100"}),
     ("A100", {"A100"}),
