@@ -147,6 +147,20 @@ realdata = pytest.mark.skipif(
 )
 
 
+def bert_classifier(layers: int, hidden: int = 32, ffn: int = 64, heads: int = 2):
+    """A random BERT sequence classifier of 100 token ids, in eval mode."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+    )
+    return BertForSequenceClassification(config).eval()
+
+
 def tiny_models(cfg, num_labels: int = 2, teacher_seed: int = 0, student_seed: int = 1):
     """The config's tiny teacher (random, no fine-tuning) and a random student of its `student`
     shape."""

@@ -122,19 +122,11 @@ def test_the_measured_matmul_peak_is_a_rate():
 def test_a_models_cost_counts_its_attention_on_a_cpu():
     """The record's and the card's FLOPs per example: the CPU's fused attention kernel (an unpadded
     batch takes it) counted with the blocks, classifier and pooler, as the analytic count."""
-    from transformers import BertConfig, BertForSequenceClassification
-
     from kdbench.measure.cost import flops_per_example
+    from tests.helpers import bert_classifier
 
-    config = BertConfig(
-        vocab_size=100,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-    )
-    model = BertForSequenceClassification(config).eval()
-    shape, length = flops.Shape.of(config), 16
+    model = bert_classifier(2, hidden=64, ffn=128)
+    shape, length = flops.Shape.of(model.config), 16
     analytic, _ = flops.forward_flops(shape, 2, length, {}, None, flops.classifier_flops(shape))
     assert flops_per_example(model, length, torch.device("cpu")) == analytic
 

@@ -3,20 +3,9 @@
 from __future__ import annotations
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification
 
 from kdbench.measure import cost
-
-
-def tiny_classifier(layers: int) -> BertForSequenceClassification:
-    config = BertConfig(
-        vocab_size=100,
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
-    return BertForSequenceClassification(config).eval()
+from tests.helpers import bert_classifier
 
 
 def test_a_bf16_runs_cost_times_teacher_and_student_in_one_form(monkeypatch):
@@ -29,7 +18,7 @@ def test_a_bf16_runs_cost_times_teacher_and_student_in_one_form(monkeypatch):
         return 0.01
 
     monkeypatch.setattr(cost, "seconds_per_pass", seconds)
-    teacher, student = tiny_classifier(4).to(torch.bfloat16), tiny_classifier(2)
+    teacher, student = bert_classifier(4).to(torch.bfloat16), bert_classifier(2)
     result = cost.compare_costs(teacher, student, [8, 8], torch.device("cpu"), "bf16")
     assert timed == [torch.bfloat16] * 4  # latency and throughput of each
     assert next(student.parameters()).dtype == torch.float32  # the trained student as it was
