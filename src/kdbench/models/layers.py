@@ -78,7 +78,8 @@ def copy_mismatch(student: tuple[int, int], teacher: tuple[int, int]) -> str | N
     feed-forward size); None when they can (both equal: the weights' shapes)."""
     names = ("hidden size", "feed-forward size")
     differ = [f"{n} {s} (the teacher's {t})" for n, s, t in zip(names, student, teacher) if s != t]
-    return f"the student's {' and '.join(differ)}" if differ else None
+    verb = "differs" if len(differ) == 1 else "differ"
+    return f"the student's {' and '.join(differ)} {verb}" if differ else None
 
 
 def check_width(student: tuple[int, int], teacher: tuple[int, int], init_name: str) -> None:
@@ -88,7 +89,7 @@ def check_width(student: tuple[int, int], teacher: tuple[int, int], init_name: s
     if mismatch is not None:
         raise ConfigError(
             f"init={init_name} copies teacher layers, which needs the teacher's widths, but "
-            f"{mismatch} differs: use init=random or a student of the teacher's widths "
+            f"{mismatch}: use init=random or a student of the teacher's widths "
             f"(student.hidden_size={teacher[0]} student.ffn_size={teacher[1]})"
         )
 

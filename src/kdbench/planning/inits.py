@@ -89,7 +89,7 @@ def auto_init(teacher_conf: PretrainedConfig, student: ShapeSpec) -> str:
     teacher_layers = teacher_conf.num_hidden_layers
     mismatch = copy_mismatch(widths(student), teacher_widths(teacher_conf))
     if mismatch is not None:
-        reason = f"{mismatch} differs"
+        reason = mismatch
     elif teacher_layers % student.num_layers:
         reason = (
             f"the teacher's {teacher_layers} layers are not "
