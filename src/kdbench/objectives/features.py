@@ -141,7 +141,7 @@ class FeatureRecorder:
         def hook(module, inputs, output):
             recorded = self.records.setdefault(layer, {})
             recorded[name] = _first(output)
-            if stop_once and stop_once <= recorded.keys():
+            if stop_once and all(name in recorded for name in stop_once):
                 raise _StopForward
 
         return hook
