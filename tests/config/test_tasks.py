@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 
 from kdbench.planning.hydra_config import group_options
+from kdbench.report.paper import read_cells
 from kdbench.tasks import TASKS
 
 
@@ -14,6 +15,12 @@ def test_every_task_has_a_config_and_every_config_a_task():
 
 def test_wnli_comes_last_in_the_paper_order():
     assert list(TASKS)[-1] == "wnli"
+
+
+def test_the_papers_tasks_come_in_the_order_of_its_columns():
+    columns = [task for task in dict.fromkeys(read_cells()["task"]) if task != "Avg"]
+    assert [title for title in TASKS.values() if title in columns] == columns
+    assert list(TASKS)[:8] == ["custom", "qnli", "sst2", "mnli", "mrpc", "qqp", "rte", "cola"]
 
 
 def test_a_task_config_in_another_folder_is_a_task_with_no_code_change(user_data, tmp_path):

@@ -19,6 +19,7 @@ from kdbench.report.load import load_records
 from kdbench.report.rules import (
     ALL_COLLAPSED,
     CONTRADICTED,
+    EQUIVALENT,
     INCONCLUSIVE,
     NOT_COVERED,
     NOT_EQUIVALENT,
@@ -321,12 +322,21 @@ def test_lower_layers_inconclusive_and_robust_tie_holds_without_effect(tmp_path:
     assert judge(tmp_path, "T3.attention_robust_to_init").verdict == SUPPORTED
 
 
-def test_attention_robust_inconclusive_when_identical_or_one_seed(tmp_path: Path):
-    identical = write_t3(
-        tmp_path / "identical", t3_offsets(lower=(0, 0, 0), attention=(0, 0, 0)), noise=0.0
+def test_a_claimed_tie_whose_paired_differences_are_all_0_is_shown_equivalent(tmp_path: Path):
+    write_t3(tmp_path, t3_offsets(lower=(0, 0, 0), attention=(0, 0, 0)), noise=0.0)
+    robust = judge(tmp_path, "T3.attention_robust_to_init")
+    assert robust.verdict == SUPPORTED and reasons(robust) == {EQUIVALENT}
+    for e in robust.groups[0].evidence:  # no t-test, so the exact sign test: p 2^-8 of 8 pairs
+        assert math.isnan(e.p_holm) and e.p_equivalence == 2.0**-8
+    four = write_t3(
+        tmp_path / "four", t3_offsets(lower=(0, 0, 0), attention=(0, 0, 0)), KEYS[:4], noise=0.0
     )
-    robust = judge(identical, "T3.attention_robust_to_init")
-    assert robust.verdict == INCONCLUSIVE and reasons(robust) == {UNTESTABLE}
+    robust = judge(four, "T3.attention_robust_to_init")  # p 2^-4 > 0.05: 5 pairs would show it
+    assert robust.verdict == INCONCLUSIVE and reasons(robust) == {NOT_EQUIVALENT}
+    assert {e.seeds_needed for e in robust.groups[0].evidence} == {5}
+
+
+def test_attention_robust_inconclusive_with_one_seed(tmp_path: Path):
     one_seed = write_t3(
         tmp_path / "one", t3_offsets(lower=(0, 5, 10), attention=(-5, 0, 0)), keys=KEYS[:1]
     )

@@ -115,7 +115,7 @@ def test_task_columns_follow_paper_order_then_alphabetical(tmp_path: Path):
     write_scores(results, {(t, "att_kl", "4,8,12"): [70.0, 71.0] for t in tasks})
     md = (run_main(results) / "tables.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| Objective"))
-    assert header == "| Objective | CoLA | SST-2 | MNLI | RTE | axb | boolq | Avg |"
+    assert header == "| Objective | SST-2 | MNLI | RTE | CoLA | axb | boolq | Avg |"
 
 
 def test_markdown_bolds_best_per_column(three_objectives: Path):

@@ -59,7 +59,10 @@ class TaskKeys:
 
     name: str = key(None, help=OPTION)
     title: str = key(None, help="how tables name the task")
-    order: int = key(NON_NEGATIVE_COUNT, help="its column in the paper's tables (0: before them)")
+    order: int = key(
+        NON_NEGATIVE_COUNT,
+        help="its column in the paper's tables (0: before them; beyond them: a task they lack)",
+    )
     lr: float = key(LEARNING_RATE, help="the task's learning rate (its stages read it)")
     batch_size: int = key(COUNT, help="the task's batch size (the task-specific stages read it)")
     eval_splits: dict = key(None, help="{metric-name suffix: split} evaluated")

@@ -153,7 +153,7 @@ from kdbench.report.stats import paired_tests, summarise, unmatched_runs
 from kdbench.report.tables import build_tables, render_latex, render_markdown
 from kdbench.report.versus import render_versus, versus_sections
 from kdbench.report.walltime import walltime_lines
-from kdbench.runtime.storage import folder_problem
+from kdbench.runtime.storage import atomic_write_text, folder_problem
 
 PROG = "kdbench.report"
 
@@ -218,11 +218,11 @@ def _print_exclusions(excluded: list[dict], limit: int = 20) -> None:
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    frame.to_csv(path, index=False)
+    atomic_write_text(path, frame.to_csv(index=False))
 
 
 def _write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    atomic_write_text(path, text)
 
 
 def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataFrame, list[dict]]:

@@ -25,6 +25,7 @@ from kdbench.report.frames import ALL, GROUP_COLS
 from kdbench.report.paired import holm
 from kdbench.report.stats import FAMILY_COLS, families, paired_tests, summarise
 from kdbench.report.text import fmt, format_p, md_escape, md_row
+from kdbench.runtime.storage import atomic_write_text
 
 EVIDENCE_COLS = FAMILY_COLS + [
     "runs",
@@ -282,7 +283,7 @@ def write_evidence(frame: pd.DataFrame, root: Path, out: Path, alpha: float, dig
     """``evidence.csv`` (every test, on all runs and without collapsed ones) and ``evidence.md``,
     whose text it returns; prediction files are read relative to `root`."""
     tests = evidence(frame, root, alpha)
-    tests.to_csv(out / "evidence.csv", index=False)
+    atomic_write_text(out / "evidence.csv", tests.to_csv(index=False))
     markdown = evidence_markdown(tests, collapse_rates(frame), frame, alpha, digits)
-    (out / "evidence.md").write_text(markdown, encoding="utf-8")
+    atomic_write_text(out / "evidence.md", markdown)
     return markdown

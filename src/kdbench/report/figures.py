@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from kdbench.report.frames import natural_key
+from kdbench.runtime.storage import atomic_write
 
 # One colour per objective and per init in every report (Paul Tol's colour-blind-safe "muted" and
 # "vibrant" schemes). Inits are coloured by role: a 6-layer teacher's every-k-th (2,4,6) and spread
@@ -89,5 +90,5 @@ def save_png(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
     rendered = io.BytesIO()
     fig.savefig(rendered, format="png", dpi=120)
-    image = Image.open(rendered).convert("RGB")
-    image.quantize(colors=256, dither=Image.Dither.NONE).save(path, format="png", optimize=True)
+    image = Image.open(rendered).convert("RGB").quantize(colors=256, dither=Image.Dither.NONE)
+    atomic_write(path, lambda handle: image.save(handle, format="png", optimize=True), binary=True)

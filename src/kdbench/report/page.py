@@ -27,6 +27,7 @@ from kdbench.report.significance import family_section, significance_intro
 from kdbench.report.stats import families
 from kdbench.report.tables import DESCRIPTION, Table, body_cells
 from kdbench.report.text import column_head
+from kdbench.runtime.storage import atomic_write_text
 
 if TYPE_CHECKING:
     from kdbench.report.claims_md import ClaimsText
@@ -246,7 +247,7 @@ def add_lead(page: Path, title: str, lines: list[str]) -> None:
     """`page` (a written report.html) opening with a section of markdown `lines` under `title`,
     right after the page's own title (in place of one added before): the answer a caller drew from
     the report, such as `kdbench.advise`'s."""
-    text = LEAD.sub("", page.read_text())
+    text = LEAD.sub("", page.read_text(encoding="utf-8"))
     head, title_end, rest = text.partition("</h1>\n")
     section = f'<section id="lead"><h2>{html.escape(title)}</h2>\n{markdown(lines)}</section>\n'
-    page.write_text(head + title_end + section + rest)
+    atomic_write_text(page, head + title_end + section + rest)

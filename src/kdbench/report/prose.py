@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from kdbench.report.prose_figures import FIGURES, Study
+from kdbench.runtime.storage import atomic_write_text
 
 SPAN = re.compile(
     r"<!-- kdbench (?P<study>[a-z0-9_.-]+): (?P<figure>[^>]*?) -->(?P<text>.*?)<!-- /kdbench -->",
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             problems += [f"{path}: stale figure {s}" for s in stale]
             problems += [f"{path}: figure outside a span: {f}" for f in loose_figures(text)]
         elif fresh != text:
-            path.write_text(fresh, encoding="utf-8")
+            atomic_write_text(path, fresh)
     print("\n".join(problems) or f"{len(args.files)} file(s): every figure is its report's")
     return 1 if problems else 0
 

@@ -78,10 +78,10 @@ def verdict(relation: str, test: PairedResult, alpha: float) -> tuple[str, str]:
     """(verdict, reason) of one asserted comparison (``>``, ``<``, ``!=`` or a tie ``~``)."""
     if test.n_pairs < 2:
         return INCONCLUSIVE, TOO_FEW
+    if relation == TIE:  # TOST decides, also where every paired difference is 0 (the sign test)
+        return _tie(test, alpha)
     if math.isnan(test.p_holm):
         return INCONCLUSIVE, UNTESTABLE
-    if relation == TIE:
-        return _tie(test, alpha)
     sign = {GREATER: 1.0, LESS: -1.0}.get(relation, 0.0)  # the claimed direction of a - b
     if test.p_holm >= alpha:
         return INCONCLUSIVE, OPPOSITE if sign * test.diff < 0 else NOT_SIGNIFICANT

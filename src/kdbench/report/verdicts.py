@@ -13,12 +13,13 @@ rules and their levels are :mod:`kdbench.report.rules`'):
   contradicted when p < alpha the other way.
 * ``a ~ b``: supported when an equivalence test shows the two within the claim's margin (TOST: two
   one-sided paired t-tests of the pooled mean difference against -margin and +margin, both at
-  alpha), significant or not; contradicted when the difference's (1 - alpha / m) interval lies
-  wholly outside the margin; otherwise inconclusive. The margin is a number of dev examples of each
-  task (:mod:`kdbench.report.margins`), recorded with the verdict.
+  alpha; the exact sign test where the differences are all equal, all 0 included), significant or
+  not; contradicted when the difference's (1 - alpha / m) interval lies wholly outside the margin;
+  otherwise inconclusive. The margin is a number of dev examples of each task
+  (:mod:`kdbench.report.margins`), recorded with the verdict.
 * ``a != b``: supported when p < alpha (the direction is another claim's business).
-* otherwise inconclusive: too few seeds (n_pairs < 2), untestable (every paired difference is 0), or
-  the effect is not significant; not covered when one side has no run.
+* otherwise inconclusive: too few seeds (n_pairs < 2), untestable (every paired difference is 0: a
+  difference claimed), or the effect is not significant; not covered when one side has no run.
 
 Power advice for an inconclusive comparison: the pairs a two-sided paired t-test at alpha / m (m the
 testable pairs of its family: the level Holm holds it to whatever the others show) needs to detect

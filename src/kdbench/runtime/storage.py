@@ -17,8 +17,8 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,19 +102,21 @@ def folder_problem(path: Path) -> str | None:
 def atomic_write(
     path: Path, write: Callable[[IO], None], *, binary: bool = False, need: int = 0
 ) -> None:
-    """Write through `write(handle)` to a temp file in the same folder, fsync, then rename over
-    `path`."""
+    """Write through `write(handle)` to a temp file in the same folder (text in UTF-8, the mode
+    that open() gives under the umask), fsync, then rename over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    encoding = None if binary else "utf-8"
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with space_for(path, need, partial=Path(tmp)):
-            with os.fdopen(fd, "wb" if binary else "w") as handle:
+        with space_for(path, need, partial=tmp):
+            with os.fdopen(fd, "wb" if binary else "w", encoding=encoding) as handle:
                 write(handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
