@@ -22,7 +22,8 @@ from kdbench.advise.decide import (
     none_learned,
     spread,
 )
-from kdbench.advise.pages import answer_lines, evidence_table
+from kdbench.advise.pages import answer_lines, evidence_table, pilot_line
+from kdbench.errors import KdbenchError
 from kdbench.records.predictions import write_predictions
 from kdbench.report.paired import MAX_SEEDS, paired_power
 from tests.unit.report_helpers import DEV, write_pilot
@@ -151,25 +152,26 @@ def test_the_cheapest_equivalent_is_said_within_the_margin_of_the_best_not_of_ea
     answer = answer_lines(decision, design)
     assert answer[1] == (
         "Sure at alpha 0.05: each of B@r (TOST Holm p 0.032), C@r (TOST Holm p 0.028) lies within "
-        "+-0.50 points of the best, A@r (an equivalence test of each against the best over 8 "
-        "seeds, Holm over 3 pairs)."
+        "+-0.50 points of the best, A@r (an equivalence test of each against the best over the 8 "
+        "seeds every cell scored, Holm over 3 pairs)."
     )
     assert "each other" not in "\n".join(answer + evidence_table(decision))
 
 
 def test_seeds_to_decide_a_pair_with_one_common_seed_are_not_estimated(tmp_path):
-    frame = write_pilot(tmp_path, {"A@r": [80.0, 81.0], "B@r": [79.0]})  # B's seed 2 failed
+    # B's seed 2 scored NaN
+    frame = write_pilot(tmp_path, {"A@r": [80.0, 81.0], "B@r": [79.0, math.nan]})
     decision = decide(frame, margin=0.5, min_effect=0.5)
     assert decision.kind == UNDECIDED and decision.pairs[0].n_pairs == 1
     assert decision.seeds_needed is None and decision.more_s is None
     design = {"cells": [{"objective": o, "label": "r", "init": "r"} for o in "AB"]}
     text = answer_lines(decision, design)[1]
-    assert text.endswith(
-        "the seeds that would decide it cannot be estimated: they follow from the spread of each "
-        "open pair's differences over the seeds both cells ran, which takes 2, and B@r shares 1 "
-        "seed with the best."
+    assert text == (
+        "Not sure: B@r neither differs significantly from the best, A@r, nor is shown equivalent "
+        "to it after the 1 seed every cell scored; the seeds it needs cannot be estimated: they "
+        "follow from the spread of each open pair's differences over the seeds every cell scored, "
+        "which takes 2."
     )
-    assert "about" not in text
 
 
 def test_seeds_to_decide_at_their_bound_are_said_to_be_over_it(tmp_path):
@@ -178,7 +180,11 @@ def test_seeds_to_decide_at_their_bound_are_said_to_be_over_it(tmp_path):
     assert decision.kind == UNDECIDED and decision.seeds_needed == MAX_SEEDS
     design = {"cells": [{"objective": o, "label": "r", "init": "r"} for o in "AB"]}
     text = answer_lines(decision, design)[1]
-    assert text.endswith(f"over {MAX_SEEDS} seeds per cell would be needed to decide it.")
+    assert text.endswith(
+        f"over {MAX_SEEDS} seeds per cell would be needed for 80% power, at each open pair's "
+        "observed spread, to detect the larger of its difference and 0.50 points or to show it "
+        "within the margin where its difference lies inside it."
+    )
     assert "about" not in text
 
 
@@ -188,3 +194,79 @@ def test_the_pairs_intervals_are_at_one_minus_alpha(tmp_path):
     differences = np.array([1.0, 1.5, 0.2])
     low, high = stats.ttest_1samp(differences, 0.0).confidence_interval(0.9)
     assert (pair.ci_low, pair.ci_high) == pytest.approx((low, high))
+
+
+def test_the_best_and_its_tests_are_over_the_seeds_every_cell_scored(tmp_path):
+    # B scores 1 point above A on every seed both scored; A's seed 5, which B's NaN score leaves
+    # unpaired, is high: by A's own five seeds A would lead
+    frame = write_pilot(
+        tmp_path,
+        {"A@r": [80.0, 81.0, 79.5, 80.5, 90.0], "B@r": [81.0, 82.1, 80.4, 81.6, math.nan]},
+    )
+    decision = decide(frame, margin=0.25, min_effect=0.5)
+    assert (decision.kind, decision.best, decision.chosen) == (WINNER, "B@r", "B@r")
+    assert decision.seeds == (1, 2, 3, 4) and decision.left_out == (("A@r", 5),)
+    assert decision.cell("A@r").mean == pytest.approx(80.25) and decision.cell("A@r").seeds == 4
+    (pair,) = decision.pairs
+    assert (pair.n_pairs, pair.verdict) == (4, BELOW) and pair.diff == pytest.approx(1.025)
+    design = {
+        "cells": [{"objective": o, "label": "r", "init": "r"} for o in "AB"],
+        "sizing": {"subset": 100, "epochs": 1},
+        "scale": {"examples": 1000, "intermediate_epochs": 2, "prediction_epochs": 2},
+    }
+    assert (
+        "(paired t-tests over the 4 seeds every cell scored, Holm"
+        in answer_lines(decision, design)[1]
+    )
+    assert pilot_line(design, decision).endswith(
+        "; compared on the 4 seeds every cell scored; left out, as some cell has no score for "
+        "their seed: A@r's seed 5."
+    )
+
+
+def test_a_design_cell_without_a_scored_run_stops_the_decision_in_one_line(tmp_path):
+    frame = write_pilot(
+        tmp_path,
+        {"A@r": [80.0, 80.5, 81.0], "B@r": [70.0, 70.2, 70.1], "C@r": [math.nan] * 3},
+    )
+    with pytest.raises(KdbenchError) as stopped:
+        decide(frame, margin=0.25, min_effect=0.5, names=["A@r", "B@r", "C@r"])
+    message = str(stopped.value)
+    assert "\n" not in message and "C@r: none" in message and "A@r: 1-3" in message
+    assert "advise.candidates" in message
+
+
+def test_a_pair_without_any_difference_counts_in_the_design_s_holm_family(tmp_path):
+    # B repeats A's scores (its t-test p is 1, no difference shown); C lies below A with a t-test
+    # p of 0.018: 0.036 after Holm over two pairs, 0.054 over the design's three
+    base = [80.0 + s for s in range(6)]
+    gap = [0.3, 2.6, 0.6, 2.4, 0.7, 2.1]
+    frame = write_pilot(
+        tmp_path,
+        {"A@r": base, "B@r": list(base), "C@r": [s - g for s, g in zip(base, gap)]},
+        train_s={"B@r": 9.0},
+    )
+    decision = decide(frame, margin=0.5, min_effect=1.0)
+    pairs = {pair.other: pair for pair in decision.pairs}
+    assert decision.best == "A@r" and pairs["B@r"].p == 1.0
+    p = stats.ttest_rel(base, [s - g for s, g in zip(base, gap)]).pvalue
+    assert pairs["C@r"].p_holm == pytest.approx(3 * p)
+    assert (pairs["C@r"].verdict, decision.kind) == (OPEN, UNDECIDED)
+
+
+def test_the_seeds_an_open_pair_needs_are_said_to_give_power_for_the_effect_worth_acting_on(
+    tmp_path,
+):
+    # best - other 1.7, -0.3, 0.7: a difference of 0.7 (sd 1.0) inside the margin of 1; the seeds
+    # are those detecting 2 points, which decide a true 0.7 in about a third of pilots, not surely
+    frame = write_pilot(tmp_path, {"A@r": [80.0, 82.0, 78.6], "B@r": [78.3, 82.3, 77.9]})
+    decision = decide(frame, margin=1.0, min_effect=2.0)
+    assert decision.kind == UNDECIDED and decision.seeds_needed == 5
+    design = {"cells": [{"objective": o, "label": "r", "init": "r"} for o in "AB"]}
+    text = answer_lines(decision, design)[1]
+    assert text.endswith(
+        "about 5 seeds per cell (about 40s more of this pilot) give 80% power, at each open "
+        "pair's observed spread, to detect the larger of its difference and 2.00 points or to "
+        "show it within the margin where its difference lies inside it."
+    )
+    assert "would decide it" not in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 
@@ -154,6 +155,31 @@ def test_a_pilot_whose_first_seeds_all_predict_one_class_stops_in_one_line(
     assert exited.value.code == 2 and len(lines) == 1
     assert "every pilot run of seeds 1-3 predicts one class" in lines[0]
     assert "raise the students' learning rate (task.lr)" in lines[0]
+    assert steps == ["pilot seeds 1-3"]
+
+
+@pytest.mark.parametrize("unscored", [1, 2])
+def test_a_pilot_whose_first_seeds_leave_a_cell_without_a_score_stops_in_one_line(
+    argv, capsys, monkeypatch, tmp_path, unscored
+):
+    # a run whose score is not a finite number (a regression's constant predictions) has none
+    cells = ["vanilla_kd@random", "att_kl@random"]
+    argv = [*argv, f"advise.candidates=[{','.join(cells)}]", "advise.budget=1h"]
+    calibration_file(argv)
+    scores = {
+        c: [math.nan] * 3 if i < unscored else [70.0, 71.0, 72.0] for i, c in enumerate(cells)
+    }
+    frame = write_pilot(tmp_path / "runs", scores)
+    steps = []
+    monkeypatch.setattr(cli, "teacher_of", lambda inputs: "/models/teacher")
+    monkeypatch.setattr(cli, "run_step", lambda out, step, command: steps.append(step))
+    monkeypatch.setattr(cli, "pilot_frame", lambda inputs: frame)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(lines) == 1
+    assert lines[0].startswith("kdbench: error: no seed was scored by every cell of the pilot")
+    assert "vanilla_kd@random: none" in lines[0]
     assert steps == ["pilot seeds 1-3"]
 
 

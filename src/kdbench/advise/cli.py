@@ -164,8 +164,8 @@ def run_pilot(inputs: Inputs, design: dict, teacher: str):
             "no methods; raise the students' learning rate (task.lr) or advise.budget, with a new "
             "advise.out"
         )
+    sd = spread(early, [cell.name for cell in inputs.cells])  # no seed every cell scored: stop
     effect = in_points(inputs.keys["min_effect"], dev_examples(frame, inputs.out / PILOT))
-    sd = spread(early)
     seeds = total_seeds(sd, effect, design["alpha"], design["family"], sizing)
     print(
         f"kdbench.advise: the first {len(first)} seeds' spread (std of paired differences) is "
@@ -209,12 +209,13 @@ def advise(inputs: Inputs, argv: list[str]) -> None:
     frame = run_pilot(inputs, design, teacher_of(inputs))
     dev = dev_examples(frame, inputs.out / PILOT)
     keys = inputs.keys
-    decision = decide(frame, in_points(keys["margin"], dev), in_points(keys["min_effect"], dev))
+    margin, effect = in_points(keys["margin"], dev), in_points(keys["min_effect"], dev)
+    decision = decide(frame, margin, effect, names=[cell.name for cell in inputs.cells])
     report(inputs.out)
     folder, final = ship(inputs, decision.chosen)
     student = folder / "student"
     add_card_section(student / "README.md", card_section(inputs, design, decision, final))
-    projected = Sizing(**design["sizing"]).projected_s(decision.seeds_run)
+    projected = Sizing(**design["sizing"]).projected_s(frame["seed"].nunique())
     actual = ledger_seconds(inputs.out, CALIBRATION, "teacher", "pilot", REPORT)
     times = (projected, actual, final.get("wall_s") or 0.0, student.relative_to(inputs.out))
     advice = advice_markdown(inputs, design, decision, final, times)

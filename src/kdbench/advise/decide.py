@@ -1,11 +1,12 @@
 """The pilot's decision rule, a pure function of its runs (the report's frame of their records),
 written into the pilot's design before its first job:
 
-- the cells are the pilot's (objective, init) pairs, each scored on the dev set over seeds; the best
-  is the highest mean;
-- every pair of cells is compared by a paired t-test over the seeds both ran
-  (`kdbench.report.paired`), and by an equivalence test (TOST) within the margin, each family (the
-  design's every pair) Holm-adjusted;
+- the cells are the pilot's (objective, init) pairs, each scored on the dev set over the seeds every
+  cell scored (a run whose seed some cell has no score for, its score not a finite number, is left
+  out; no such seed at all stops the decision); the best is the highest mean over those seeds;
+- every pair of cells is compared over those seeds by a paired t-test (`kdbench.report.paired`; a
+  pair without any difference has p 1) and by an equivalence test (TOST) within the margin, each
+  family (the design's every pair) Holm-adjusted;
 - a cell is equivalent to the best when the TOST shows their difference within the margin (even
   when it is significant: a real difference smaller than the margin is a tie, as in the report's
   claims), else below it when the t-test shows it significantly lower;
@@ -16,8 +17,9 @@ written into the pilot's design before its first job:
 - else there is no decision within the budget: each open pair (neither significantly different nor
   equivalent) needs the seeds, from its observed spread, that detect the larger of its difference
   and the smallest difference worth acting on at the Holm level, or that show it equivalent where
-  its difference lies inside the margin; the largest of these is the seeds that would decide it,
-  and none is estimated where an open pair shares fewer than 2 seeds (its spread is unknown).
+  its difference lies inside the margin, each with 80% power; the largest of these is reported
+  (an estimate for the difference worth acting on, not a promise: a smaller true difference takes
+  more), and none is estimated with fewer than 2 seeds every cell scored (no spread is known).
   The student shipped then is the cheapest cell no test put below the best, marked provisional.
 
 A pilot whose first seeds have all collapsed to one class (`kdbench.report.collapse`: no student
@@ -35,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kdbench.errors import KdbenchError
 from kdbench.records.predictions import read_predictions
 from kdbench.report.collapse import COLLAPSED
 from kdbench.report.margins import dev_sizes
@@ -54,7 +57,8 @@ BELOW, EQUIVALENT, OPEN = "below", "equivalent", "open"
 
 @dataclass(frozen=True)
 class Cell:
-    """A cell of the pilot: its scores' mean and std over its seeds, and what its training cost."""
+    """A cell of the pilot: its scores' mean and std over the decision's seeds (`seeds` of them),
+    and what its runs' training cost."""
 
     objective: str
     init: str
@@ -105,9 +109,11 @@ class Decision:
     margin: float  # points
     min_effect: float  # points
     family: int  # the pairs Holm adjusts over
-    seeds_run: int  # the fewest seeds a cell has
-    # UNDECIDED: the seeds per cell that would decide it and the wall time they would add; None
-    # where an open pair shares fewer than 2 seeds with the best (no spread to size them from)
+    seeds_run: int  # the decision's seeds: those every cell scored
+    seeds: tuple[int, ...]  # those seeds
+    left_out: tuple[tuple[str, int], ...]  # the runs (cell, seed) of seeds some cell did not score
+    # UNDECIDED: the seeds per cell that give each open pair 80% power (`seeds_to_decide`) and the
+    # wall time they would add; None with fewer than 2 seeds every cell scored (no spread known)
     seeds_needed: int | None = None
     more_s: float | None = None
 
@@ -132,20 +138,52 @@ def _seconds(timing, *names: str) -> float:
     return sum(float(timing.get(name) or 0.0) for name in names)
 
 
-def cells_of(frame: pd.DataFrame) -> list[Cell]:
-    """The pilot's cells, in the frame's order."""
+def compared(
+    frame: pd.DataFrame, names: list[str] | None = None
+) -> tuple[dict[str, list[float]], list[int]]:
+    """{cell: its scores on the decision's seeds, in seed order} and those seeds: the seeds every
+    cell of `names` (the design's cells; None: the frame's) scored. No such seed is a KdbenchError
+    naming each cell's scored seeds."""
+    by_cell = scores(frame)
+    names = list(by_cell if names is None else names)
+    seeds = sorted(set.intersection(*(set(by_cell.get(name, {})) for name in names)))
+    if not seeds:
+        scored = "; ".join(f"{name}: {seeds_text(by_cell.get(name, {}))}" for name in names)
+        raise KdbenchError(
+            f"no seed was scored by every cell of the pilot (scored seeds: {scored}; a run whose "
+            "score is not a finite number counts as unscored): the decision compares the cells "
+            "on the seeds they all scored; python -m kdbench.report on the pilot's folder lists "
+            "the runs it left out; run the advice without such cells (advise.candidates) into a "
+            "new advise.out"
+        )
+    return {name: [by_cell[name][seed] for seed in seeds] for name in names}, seeds
+
+
+def seeds_text(by_seed: dict[int, float]) -> str:
+    """A cell's scored seeds: "1-3", "1,2,4", "none"."""
+    seeds = sorted(by_seed)
+    if not seeds:
+        return "none"
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
+def cells_of(frame: pd.DataFrame, on_seeds: dict[str, list[float]]) -> list[Cell]:
+    """The cells of `on_seeds` ({cell: its scores on the decision's seeds}), in its order, each
+    with the cost of its runs in `frame`."""
+    names = frame["objective"] + "@" + frame["init"]
     cells = []
-    for (objective, init), runs in frame.groupby(["objective", "init"], sort=False):
-        score = runs["score"].astype(float)
+    for name, values in on_seeds.items():
+        runs = frame[names == name]
         staged = runs["timing"].map(lambda t: _seconds(t, "intermediate_s") > 0)
         trained = runs["timing"].map(lambda t: _seconds(t, "intermediate_s", "prediction_s"))
         cells.append(
             Cell(
-                objective,
-                init,
-                float(score.mean()),
-                float(score.std(ddof=1)) if len(score) > 1 else math.nan,
-                len(score),
+                *name.split("@", 1),
+                float(np.mean(values)),
+                float(np.std(values, ddof=1)) if len(values) > 1 else math.nan,
+                len(values),
                 bool(staged.any()),
                 float(trained.median()),
                 float(runs["wall_s"].astype(float).median()),
@@ -154,21 +192,21 @@ def cells_of(frame: pd.DataFrame) -> list[Cell]:
     return cells
 
 
-def pair_tests(frame: pd.DataFrame, margin: float, alpha: float = ALPHA) -> pd.DataFrame:
-    """Every pair of cells (a, b): the paired t-test of a - b over their common seeds with its
-    (1 - `alpha`) interval and the TOST within +-`margin` points, each Holm-adjusted over the
-    design's pairs."""
-    by_cell, rows = scores(frame), []
-    for a, b in itertools.combinations(by_cell, 2):
-        common = sorted(set(by_cell[a]) & set(by_cell[b]))
-        x = [by_cell[a][seed] for seed in common]
-        y = [by_cell[b][seed] for seed in common]
+def pair_tests(on_seeds: dict[str, list[float]], margin: float, alpha: float = ALPHA):
+    """Every pair of cells (a, b) of `on_seeds` ({cell: its scores on the decision's seeds}): the
+    paired t-test of a - b with its (1 - `alpha`) interval (p 1 for a pair without any
+    difference) and the TOST within +-`margin` points, each Holm-adjusted over the design's
+    pairs."""
+    rows = []
+    for a, b in itertools.combinations(on_seeds, 2):
+        x, y, n = on_seeds[a], on_seeds[b], len(on_seeds[a])
         effect = paired_effect(x, y, 1 - alpha)
-        sd = effect["se"] * math.sqrt(len(common)) if len(common) > 1 else math.nan
+        sd = effect["se"] * math.sqrt(n) if n > 1 else math.nan
+        p = paired_ttest(x, y)[1]
         rows.append(
-            {"a": a, "b": b, "n_pairs": len(common), **effect, "sd": sd}
-            | {"p": paired_ttest(x, y)[1]}
-            | {"tost_p": equivalence_p(effect["diff"], effect["se"], len(common), margin)}
+            {"a": a, "b": b, "n_pairs": n, **effect, "sd": sd}
+            | {"p": 1.0 if n > 1 and math.isnan(p) else p}  # NaN: every difference is 0
+            | {"tost_p": equivalence_p(effect["diff"], effect["se"], n, margin)}
         )
     tests = pd.DataFrame(rows)
     if not tests.empty:
@@ -197,10 +235,10 @@ def against_best(tests: pd.DataFrame, best: str, alpha: float) -> list[Pair]:
 
 
 def seeds_to_decide(pair: Pair, min_effect: float, margin: float, level: float) -> float:
-    """The seeds that would decide an open pair at the test level `level` (alpha / the family's
-    pairs), from its observed spread: those detecting the larger of its difference and
-    `min_effect`, or, its difference inside the margin, those showing it equivalent if fewer; NaN
-    for a pair with fewer than 2 common seeds, whose spread is unknown."""
+    """The seeds that give an open pair 80% power at the test level `level` (alpha / the family's
+    pairs), from its observed spread: to detect the larger of its difference and `min_effect`,
+    or, its difference inside the margin, to show it equivalent if fewer; NaN for a pair with
+    fewer than 2 seeds, whose spread is unknown."""
     if math.isnan(pair.sd):
         return math.nan
     target = max(abs(pair.diff), min_effect)
@@ -210,14 +248,21 @@ def seeds_to_decide(pair: Pair, min_effect: float, margin: float, level: float) 
     return float(np.nanmin([detect, equivalent]))
 
 
-def decide(frame: pd.DataFrame, margin: float, min_effect: float, alpha: float = ALPHA) -> Decision:
-    """The decision rule (see the module) on the pilot's runs; `margin` and `min_effect` in score
-    points."""
-    cells = cells_of(frame)
+def decide(
+    frame: pd.DataFrame,
+    margin: float,
+    min_effect: float,
+    alpha: float = ALPHA,
+    names: list[str] | None = None,
+) -> Decision:
+    """The decision rule (see the module) on the pilot's runs of the cells `names` (the design's;
+    None: the frame's); `margin` and `min_effect` in score points."""
+    on_seeds, common = compared(frame, names)
+    cells = cells_of(frame, on_seeds)
     if len(cells) < 2:
         raise ValueError("the decision needs at least two cells")
     best = min(cells, key=lambda cell: (-cell.mean, cell.cost_key)).name
-    tests = pair_tests(frame, margin, alpha)
+    tests = pair_tests(on_seeds, margin, alpha)
     pairs = against_best(tests, best, alpha)
     verdicts = {pair.verdict for pair in pairs}
     head = dict(
@@ -228,7 +273,15 @@ def decide(frame: pd.DataFrame, margin: float, min_effect: float, alpha: float =
         margin=margin,
         min_effect=min_effect,
         family=len(tests),
-        seeds_run=min(cell.seeds for cell in cells),
+        seeds_run=len(common),
+        seeds=tuple(common),
+        left_out=tuple(
+            (cell, seed)
+            for cell, runs in scores(frame).items()
+            if cell in on_seeds
+            for seed in runs
+            if seed not in common
+        ),
     )
     if verdicts == {BELOW}:
         return Decision(WINNER, best, **head)
@@ -245,10 +298,12 @@ def decide(frame: pd.DataFrame, margin: float, min_effect: float, alpha: float =
     return Decision(UNDECIDED, cheapest, **head, seeds_needed=seeds, more_s=more)
 
 
-def spread(frame: pd.DataFrame) -> float:
+def spread(frame: pd.DataFrame, names: list[str] | None = None) -> float:
     """The pilot's observed spread: the root mean square of every pair's std of paired
-    differences (NaN with fewer than two common seeds)."""
-    sds = pair_tests(frame, 1.0)["sd"].dropna() if len(scores(frame)) > 1 else pd.Series([])
+    differences over the seeds every cell of `names` (None: the frame's) scored (NaN with fewer
+    than two)."""
+    on_seeds = compared(frame, names)[0]
+    sds = pair_tests(on_seeds, 1.0)["sd"].dropna() if len(on_seeds) > 1 else pd.Series([])
     return float(np.sqrt((sds**2).mean())) if len(sds) else math.nan
 
 

@@ -117,14 +117,14 @@ def design_markdown(inputs: Inputs, design: dict) -> str:
 def answer_lines(decision: Decision, design: dict) -> list[str]:
     """The answer and how sure it is, in two lines."""
     chosen = cell_text(cell_by_name(design, decision.chosen))
-    n, m = decision.seeds_run, decision.family
+    n, m = seeds_compared(decision), decision.family
     if decision.kind == WINNER:
         worst = max(pair.p_holm for pair in decision.pairs)
         return [
             f"**Answer: {chosen}.**",
             f"Sure at alpha {decision.alpha}: it scores significantly above every other cell "
-            f"(paired t-tests over {n} seeds, Holm over the design's {pairs_text(m)}; the largest "
-            f"Holm p {format_p(worst)}).",
+            f"(paired t-tests over {n}, Holm over the design's {pairs_text(m)}; the largest Holm "
+            f"p {format_p(worst)}).",
         ]
     if decision.kind == CHEAPEST:
         ties = [p for p in decision.pairs if p.verdict == rule.EQUIVALENT]
@@ -135,36 +135,52 @@ def answer_lines(decision: Decision, design: dict) -> list[str]:
             f"**Answer: {chosen}**, the cheapest of the cells as good as the best.",
             f"Sure at alpha {decision.alpha}: {'each of ' if len(ties) > 1 else ''}{tied} lies "
             f"within +-{decision.margin:.2f} points of the best, {decision.best} (an equivalence "
-            f"test of each against the best over {n} seeds, Holm over {pairs_text(m)}){rest}.",
+            f"test of each against the best over {n}, Holm over {pairs_text(m)}){rest}.",
         ]
     open_pairs = [p for p in decision.pairs if p.verdict == rule.OPEN]
+    one = len(open_pairs) == 1
     return [
         f"**No decision within the budget.** Shipped provisionally: {chosen}, the cheapest cell no "
         "test put below the best.",
-        f"Not sure: {', '.join(p.other for p in open_pairs)} neither differ significantly from the "
-        f"best, {decision.best}, nor are shown equivalent to it after {n} seeds; "
-        + more_seeds_text(decision, open_pairs),
+        f"Not sure: {', '.join(p.other for p in open_pairs)} neither "
+        f"{'differs' if one else 'differ'} significantly from the best, {decision.best}, nor "
+        f"{'is' if one else 'are'} shown equivalent to it after {n}; " + more_seeds_text(decision),
     ]
 
 
-def more_seeds_text(decision: Decision, open_pairs: list) -> str:
-    """The seeds per cell that would decide an undecided pilot, or why they cannot be estimated:
-    a pair's seeds come from the spread of its paired differences, which takes 2 common seeds."""
+def seeds_compared(decision: Decision) -> str:
+    """The seeds the decision compares the cells on: "the 4 seeds every cell scored"."""
+    n = decision.seeds_run
+    return f"the {n} seed{'' if n == 1 else 's'} every cell scored"
+
+
+def pilot_line(design: dict, decision: Decision) -> str:
+    """The pilot's scale and the seeds compared, naming the runs left out."""
+    left = ", ".join(f"{cell}'s seed {seed}" for cell, seed in decision.left_out)
+    why = f"; left out, as some cell has no score for their seed: {left}" if left else ""
+    return f"The pilot: {scale_text(design)}; compared on {seeds_compared(decision)}{why}."
+
+
+def more_seeds_text(decision: Decision) -> str:
+    """The seeds per cell that give each open pair 80% power, at its observed spread, to detect
+    the larger of its difference and the smallest worth acting on, or to show it equivalent (what
+    `decide.seeds_to_decide` computes), or why they cannot be estimated: the spread of the paired
+    differences takes 2 seeds every cell scored."""
     if decision.seeds_needed is None:
-        few = ", ".join(
-            f"{p.other} shares {p.n_pairs} seed{'' if p.n_pairs == 1 else 's'} with the best"
-            for p in open_pairs
-            if p.n_pairs < 2
-        )
         return (
-            "the seeds that would decide it cannot be estimated: they follow from the spread of "
-            f"each open pair's differences over the seeds both cells ran, which takes 2, and {few}."
+            "the seeds it needs cannot be estimated: they follow from the spread of "
+            "each open pair's differences over the seeds every cell scored, which takes 2."
         )
+    power = (
+        "80% power, at each open pair's observed spread, to detect the larger of its difference "
+        f"and {decision.min_effect:.2f} points or to show it within the margin where its "
+        "difference lies inside it"
+    )
     if decision.seeds_needed >= MAX_SEEDS:
-        return f"over {MAX_SEEDS} seeds per cell would be needed to decide it."
+        return f"over {MAX_SEEDS} seeds per cell would be needed for {power}."
     return (
         f"about {decision.seeds_needed} seeds per cell (about {duration_text(decision.more_s)} "
-        "more of this pilot) would decide it."
+        f"more of this pilot) give {power}."
     )
 
 
@@ -250,7 +266,7 @@ def card_section(inputs: Inputs, design: dict, decision: Decision, final: dict) 
             "",
             *answer_lines(decision, design),
             "",
-            f"The pilot: {scale_text(design)}, {decision.seeds_run} seeds per cell.",
+            pilot_line(design, decision),
             held_line(decision, final),
             "",
             *evidence_lines(decision, inputs),
@@ -269,7 +285,7 @@ def advice_markdown(inputs: Inputs, design: dict, decision: Decision, final: dic
             "",
             *answer_lines(decision, design),
             "",
-            f"The pilot: {scale_text(design)}, {decision.seeds_run} seeds per cell.",
+            pilot_line(design, decision),
             held_line(decision, final),
             "",
             "## Evidence",
