@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from kdbench.report.claims import CLAIMS, TABLE_DESIGNS
+from kdbench.report.claims import CLAIMS, TABLE_DESIGNS, TIE
 from kdbench.report.frames import best_of_grid, drop_duplicates, split_designs, to_frame
 from kdbench.report.load import load_records
 from kdbench.report.rules import (
@@ -106,6 +106,11 @@ def write_table(
                 else {"objective": objective, "init": level}
             )
             write_run(root, task=task, seed=seed, score=score, **run, **common)
+
+
+def ties(judgement) -> list:
+    """The evidence of a judgement's claimed ties (``~``)."""
+    return [e for g in judgement.groups for e in g.evidence if e.assertion.relation == TIE]
 
 
 def write_t1(root: Path, offsets: dict[str, float], **noise) -> Path:
@@ -314,26 +319,40 @@ def test_lower_layers_and_attention_robust_contradicted(tmp_path: Path):
     assert judge(tmp_path, "T3.attention_robust_to_init").verdict == CONTRADICTED
 
 
-def test_lower_layers_inconclusive_and_robust_tie_holds_without_effect(tmp_path: Path):
+def test_without_effect_the_inits_differ_nowhere_though_the_attention_tie_holds(tmp_path: Path):
     write_t3(tmp_path, t3_offsets(lower=(0, 0, 0), attention=(0, 0, 0)))
     lower = judge(tmp_path, "T3.lower_layers_help")
     assert lower.verdict == INCONCLUSIVE and reasons(lower) == {NOT_SIGNIFICANT}
-    # a claimed tie with no effect is what the claim says: supported (no significant difference)
-    assert judge(tmp_path, "T3.attention_robust_to_init").verdict == SUPPORTED
+    robust = judge(tmp_path, "T3.attention_robust_to_init")
+    assert [e.verdict for e in ties(robust)] == [SUPPORTED, SUPPORTED]  # 1,8,12 ~ 1,2,3 holds
+    # but the claim also says 4,8,12 differs from both: not significant, so not supported
+    assert robust.verdict == INCONCLUSIVE and NOT_SIGNIFICANT in reasons(robust)
+
+
+def test_attention_robust_needs_4_8_12_to_differ_from_the_lower_inits(tmp_path: Path):
+    write_t3(tmp_path, t3_offsets(lower=(0, 5, 10), attention=(-5, 0, 0)))
+    robust = judge(tmp_path, "T3.attention_robust_to_init")
+    assert robust.verdict == SUPPORTED
+    labels = [e.assertion.label() for g in robust.groups for e in g.evidence]
+    assert labels == [
+        f"{objective}: {pair}"
+        for objective in ("att_kl", "att_mse")
+        for pair in ("4,8,12 != 1,8,12", "4,8,12 != 1,2,3", "1,8,12 ~ 1,2,3")
+    ]
 
 
 def test_a_claimed_tie_whose_paired_differences_are_all_0_is_shown_equivalent(tmp_path: Path):
-    write_t3(tmp_path, t3_offsets(lower=(0, 0, 0), attention=(0, 0, 0)), noise=0.0)
+    write_t3(tmp_path, t3_offsets(lower=(0, 0, 0), attention=(-5, 0, 0)), noise=0.0)
     robust = judge(tmp_path, "T3.attention_robust_to_init")
-    assert robust.verdict == SUPPORTED and reasons(robust) == {EQUIVALENT}
-    for e in robust.groups[0].evidence:  # no t-test, so the exact sign test: p 2^-8 of 8 pairs
+    assert robust.verdict == SUPPORTED and {e.reason for e in ties(robust)} == {EQUIVALENT}
+    for e in ties(robust):  # no t-test, so the exact sign test: p 2^-8 of 8 pairs
         assert math.isnan(e.p_holm) and e.p_equivalence == 2.0**-8
     four = write_t3(
-        tmp_path / "four", t3_offsets(lower=(0, 0, 0), attention=(0, 0, 0)), KEYS[:4], noise=0.0
+        tmp_path / "four", t3_offsets(lower=(0, 0, 0), attention=(-5, 0, 0)), KEYS[:4], noise=0.0
     )
     robust = judge(four, "T3.attention_robust_to_init")  # p 2^-4 > 0.05: 5 pairs would show it
-    assert robust.verdict == INCONCLUSIVE and reasons(robust) == {NOT_EQUIVALENT}
-    assert {e.seeds_needed for e in robust.groups[0].evidence} == {5}
+    assert robust.verdict == INCONCLUSIVE and {e.reason for e in ties(robust)} == {NOT_EQUIVALENT}
+    assert {e.seeds_needed for e in ties(robust)} == {5}
 
 
 def test_attention_robust_inconclusive_with_one_seed(tmp_path: Path):
@@ -457,13 +476,9 @@ def tost_by_hand(frame, objective: str, init_a: str, init_b: str, margin: float)
 @pytest.mark.parametrize(
     "attention, noise, verdict",
     [
-        ((0, 0, 0), 0.1, SUPPORTED),  # a real tie: equivalent within the margin
-        ((0, 0, 5), 0.1, CONTRADICTED),  # a large gap: significant
-        (
-            (0, 0, 0.8),
-            1.0,
-            INCONCLUSIVE,
-        ),  # a gap near the margin, noisy: neither different nor equivalent
+        ((-5, 0, 0), 0.1, SUPPORTED),  # a real tie: equivalent within the margin
+        ((-5, 0, 5), 0.1, CONTRADICTED),  # a large gap: significant
+        ((-5, 0, 0.8), 1.0, INCONCLUSIVE),  # near the margin, noisy: not different, not equivalent
     ],
 )
 def test_claimed_tie_needs_an_equivalence_test(tmp_path: Path, attention, noise, verdict):
@@ -471,7 +486,7 @@ def test_claimed_tie_needs_an_equivalence_test(tmp_path: Path, attention, noise,
     judgement = judge(tmp_path, "T3.attention_robust_to_init")
     assert judgement.verdict == verdict
     frame = usable(tmp_path)
-    for e in judgement.groups[0].evidence:
+    for e in ties(judgement):
         assert e.margin.points == pytest.approx(POOLED_MARGIN)
         by_hand = tost_by_hand(frame, e.assertion.fixed, "1,4,6", "1,2,3", e.margin.points)
         assert e.p_equivalence == pytest.approx(by_hand, rel=1e-9)

@@ -40,6 +40,7 @@ from tests.unit.test_report_claims import (
     T3_REPLICA,
     judge,
     t3_offsets,
+    ties,
     tost_by_hand,
     usable,
     write_t3,
@@ -90,7 +91,7 @@ def test_a_significant_but_equivalent_tie_is_supported_on_runs(tmp_path: Path):
     judgement = judge(tmp_path, "T3.attention_robust_to_init")
     assert judgement.verdict == SUPPORTED
     frame = usable(tmp_path)
-    for e in judgement.groups[0].evidence:
+    for e in ties(judgement):
         assert e.p_holm < 0.05 and e.reason == EQUIVALENT_AND_DIFFERENT
         assert e.diff == pytest.approx(0.3)
         by_hand = tost_by_hand(frame, e.assertion.fixed, "1,4,6", "1,2,3", POOLED_MARGIN)
@@ -101,7 +102,7 @@ def test_a_significant_tie_across_the_margin_is_inconclusive_on_runs(tmp_path: P
     write_t3(tmp_path, t3_offsets(lower=(0, 5, 10), attention=(-5, 1.0, 0)), noise=0.3)
     judgement = judge(tmp_path, "T3.attention_robust_to_init")
     assert judgement.verdict == INCONCLUSIVE
-    for e in judgement.groups[0].evidence:
+    for e in ties(judgement):
         assert e.p_holm < 0.05 and e.reason == UNSETTLED
         assert e.ci[0] < e.margin.points < e.ci[1] and e.ci_level == pytest.approx(1 - 0.05 / 3)
 
@@ -111,8 +112,7 @@ def test_a_significant_tie_across_the_margin_is_inconclusive_on_runs(tmp_path: P
 
 def test_the_margin_is_a_number_of_dev_examples_recorded_with_the_verdict(tmp_path: Path):
     write_t3(tmp_path, t3_offsets(lower=(0, 5, 10), attention=(-5, 0, 0)))
-    evidence = judge(tmp_path, "T3.attention_robust_to_init").groups[0].evidence
-    margin = evidence[0].margin
+    margin = ties(judge(tmp_path, "T3.attention_robust_to_init"))[0].margin
     assert margin.points == pytest.approx(POOLED_MARGIN)
     assert margin.source == (
         "4 dev examples of each task (SST-2 0.46, RTE 1.44), averaged over the pairs"
@@ -136,7 +136,7 @@ def test_a_claim_may_state_its_margin_in_points(tmp_path: Path):
     robust = next(c for c in CLAIMS if c.id == "T3.attention_robust_to_init")
     stated = dataclasses.replace(robust, margin=0.25)
     (judgement,) = judge_claims(usable(tmp_path), claims=(stated,))
-    margin = judgement.groups[0].evidence[0].margin
+    margin = ties(judgement)[0].margin
     assert (margin.points, margin.source) == (0.25, "+-0.25 points, stated by the claim")
 
 
