@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import socket
 from pathlib import Path
 
 import pytest
@@ -383,3 +384,10 @@ def experiment_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (a data-parallel group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

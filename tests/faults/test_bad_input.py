@@ -280,6 +280,24 @@ def test_cli_labels_that_are_no_labels_name_file_and_line(
     assert_one_line_error(cli(*tiny_overrides(glue, tmp_path / "run"), f"task={task}"), *fragments)
 
 
+@pytest.mark.parametrize("setting", ["task_specific", "finetune"])
+def test_a_setting_that_trains_in_one_process_refuses_a_launch_of_several(
+    tiny_glue, tmp_path, monkeypatch, setting
+):
+    """Each process of the launch would run the whole job into the same folder (rank 1 on, into
+    rank 0's folder, after rank 0 stopped)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    overrides = tiny_overrides(tiny_glue, tmp_path, f"setting={setting}")
+    if setting == "finetune":
+        overrides.append(f"setting.student_path={tmp_path / 'student'}")
+    assert_one_line_error(
+        cli(*overrides),
+        f"setting={setting} trains in one process, and this launch started 2 (WORLD_SIZE=2)",
+        "hydra/launcher=slurm, not slurm_ddp",
+    )
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+
+
 def test_cli_success_prints_scores_and_where_the_record_is(tiny_glue, tmp_path):
     result = cli(*tiny_overrides(tiny_glue, tmp_path), "objective=vanilla_kd")
     assert result.returncode == 0, result.stderr

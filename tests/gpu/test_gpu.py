@@ -6,7 +6,6 @@ and steps are built by `kdbench.measure.synthetic` (no Hydra)."""
 from __future__ import annotations
 
 import os
-import socket
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -38,6 +37,7 @@ from kdbench.training.steps import (
 from tests.helpers import (
     agnostic_objectives,
     assert_same_losses_and_grads,
+    free_port,
     small_shapes,
     verdict_reads,
 )
@@ -222,12 +222,6 @@ def test_a_run_resumed_on_the_gpu_ends_where_an_uninterrupted_one_does(tmp_path)
     resumed = trained_student(resume=torch.load(tmp_path / "state.pt", weights_only=False))
     for name in straight:
         torch.testing.assert_close(resumed[name], straight[name], rtol=1e-4, atol=1e-6)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ddp_rank(rank: int, backend: str, port: int, out: str) -> None:

@@ -190,12 +190,13 @@ def test_two_processes_with_gloo_equal_one_process_with_accumulation(
     corpus, tmp_path, objective, port
 ):
     """att_kl+hid_seq leaves the MLM head unused (DDP looks for unused parameters); vanilla_kd uses
-    every one."""
+    every one. The held-out losses cover the same three batches (two in rank 0, one in rank 1)."""
     extra = [
         f"objective={objective}",
         "trainer.student_dropout=0.0",
         "stages.distillation.steps=4",
         "stages.distillation.eval_every=0",
+        "trainer.heldout_batches=3",
     ]
     single = run(compose_config(agnostic_overrides(corpus, tmp_path / "single", *extra)))
     assert single["batch"]["accumulation"] == 2

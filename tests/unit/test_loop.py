@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from kdbench.data.batches import ResumableSampler, SeededBatches, ShardedBatches
+from kdbench.data.batches import HeldoutBatches, ResumableSampler, SeededBatches, ShardedBatches
 from kdbench.errors import DataError, KdbenchError
 from kdbench.planning.stage_specs import OptimizerSpec
 from kdbench.records.record import StepLog
@@ -349,6 +349,18 @@ def test_every_sampler_resumes_at_any_batch_of_any_epoch(sampler):
         for start in range(len(full) + 1):
             sampler.set_epoch(epoch, start)
             assert list(sampler) == full[start:]
+
+
+@pytest.mark.parametrize(("sequences", "count"), [(40, 5), (40, 4), (14, 4), (4000, 50), (9, 2)])
+def test_the_heldout_sample_is_the_same_batches_once_on_any_number_of_processes(sequences, count):
+    """The first `count` full micro-batches of 4 in corpus order (fewer when there are fewer),
+    each in exactly one process, whatever their number (more processes than batches too)."""
+    sample = [list(range(i * 4, i * 4 + 4)) for i in range(min(count, sequences // 4))]
+    for size in (1, 2, 3, 8):
+        shares = [list(HeldoutBatches(sequences, 4, count, World(r, size, r))) for r in range(size)]
+        dealt = sorted([index for _, index in batch] for share in shares for batch in share)
+        assert dealt == sample, size
+        assert all(epoch == 0 for share in shares for batch in share for epoch, _ in batch)
 
 
 def test_a_sampler_must_say_how_to_resume():

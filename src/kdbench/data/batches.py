@@ -173,10 +173,9 @@ class ShardedBatches(ResumableSampler):
         micro: int,
         world: World,
         seed: int,
-        shuffle: bool = True,
     ):
         self.global_batches = SeededBatches(
-            torch.zeros(num_examples), global_batch, shuffle=shuffle, seed=seed
+            torch.zeros(num_examples), global_batch, shuffle=True, seed=seed
         )
         self.micro, self.world = micro, world
         self.accumulation = global_batch // world.size // micro
@@ -277,16 +276,19 @@ def corpus_loader(
     world: World,
     masking: MaskingSpec | None,
     seed: int,
-    *,
-    shuffle: bool = True,
 ) -> DataLoader:
     """This process's micro-batches of seeded global batches; masked per (seed, epoch, example) with
     `masking`, in the loader's workers (the same batches with any number of them)."""
+    sampler = ShardedBatches(len(sequences), global_batch, micro_batch, world, seed)
+    return keyed_loader(sequences, sampler, loading, masking, seed)
+
+
+def keyed_loader(
+    sequences, sampler, loading: LoadingSpec, masking: MaskingSpec | None, seed: int
+) -> DataLoader:
+    """The sequences by `sampler`'s (epoch, example) keys, masked per (seed, epoch, example)."""
     with phase(LOADERS):
         check_stop()
-    sampler = ShardedBatches(
-        len(sequences), global_batch, micro_batch, world, seed, shuffle=shuffle
-    )
     return DataLoader(
         KeyedCorpus(sequences),
         batch_sampler=sampler,
@@ -296,13 +298,40 @@ def corpus_loader(
     )
 
 
-def check_heldout(loader: DataLoader) -> None:
-    """Refuses a held-out loader without one full held-out batch: its loss would be a mean over no
+class HeldoutBatches:
+    """This process's share of the held-out sample: the held-out set's first `count` full
+    micro-batches of `micro` sequences in corpus order (all of them, when it has fewer), micro-batch
+    i evaluated by process i mod the number of processes. The sample is the same however many
+    processes share it, each of its batches evaluated once."""
+
+    def __init__(self, num_examples: int, micro: int, count: int, world: World):
+        self.micro, self.available = micro, min(count, num_examples // micro)
+        self.mine = range(world.rank, self.available, world.size)
+
+    def __iter__(self):
+        for i in self.mine:
+            yield [(0, index) for index in range(i * self.micro, (i + 1) * self.micro)]
+
+    def __len__(self) -> int:
+        return len(self.mine)
+
+
+def heldout_loader(
+    sequences,
+    micro: int,
+    count: int,
+    loading: LoadingSpec,
+    world: World,
+    masking: MaskingSpec | None,
+) -> DataLoader:
+    """This process's batches of the held-out sample (`HeldoutBatches`), masked as in epoch 0 of
+    seed 0; refuses a held-out set without one full micro-batch: its loss would be a mean over no
     batch at all."""
-    if len(loader) == 0:
-        batch = loader.batch_sampler.global_batches.batch_size
+    sampler = HeldoutBatches(len(sequences), micro, count, world)
+    if sampler.available == 0:
         raise DataError(
-            f"the corpus has {len(loader.dataset)} held-out sequences, fewer than one held-out "
-            f"batch of {batch} (what each process evaluates at once): raise "
+            f"the corpus has {len(sequences)} held-out sequences, fewer than one held-out "
+            f"batch of {micro} (what a process evaluates at once): raise "
             "corpus.heldout_fraction, add text or lower stages.distillation.device_batch_size"
         )
+    return keyed_loader(sequences, sampler, loading, masking, 0)

@@ -234,6 +234,7 @@ def make_plan(cfg: DictConfig) -> Plan:
         raise ConfigError(
             f"setting={cfg.setting.name} is not implemented yet; available: {', '.join(SETTINGS)}"
         )
+    distributed.check_launch(cfg.setting.name)
     check_required(cfg)
     resolved = container(cfg)
     refuse_renamed(resolved)
@@ -315,14 +316,15 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
 
 def agnostic_batches(stage: StageSpec, device: torch.device, memory) -> BatchLayout:
     """The task-agnostic batch layout on `device` (`memory`: the step's bound, for
-    `stages.distillation.device_batch_size=auto` on a GPU), its held-out micro-batch that of the
-    CPU."""
+    `stages.distillation.device_batch_size=auto` on a GPU), its held-out micro-batch that of a
+    single process on the CPU (the same on any device and number of processes)."""
 
-    def layout(on: torch.device) -> BatchLayout:
+    def layout(on: torch.device, processes: int) -> BatchLayout:
         chosen = partial(device_batch, stage.device_batch_size, device=on, memory=memory)
-        return batch_layout(stage.batch_size, distributed.current().size, chosen)
+        return batch_layout(stage.batch_size, processes, chosen)
 
-    return replace(layout(device), heldout_batch=layout(torch.device("cpu")).per_process)
+    heldout = layout(torch.device("cpu"), 1).per_process
+    return replace(layout(device, distributed.current().size), heldout_batch=heldout)
 
 
 def agnostic_step_memory(terms, student_conf, teacher_conf, corpus, common) -> StepMemory:

@@ -216,8 +216,9 @@ class BatchLayout:
     per_process: int  # one micro-batch
     accumulation: int
     world_size: int
-    # the held-out loader's micro-batch: what the config takes off a GPU, so that the held-out
-    # sample (`trainer.heldout_batches` of them) is the same on every device
+    # the held-out loader's micro-batch: what the config takes off a GPU in one process, so that
+    # the held-out sample (`trainer.heldout_batches` of them) is the same on every device and any
+    # number of processes
     heldout_batch: int
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from kdbench.data.batches import check_heldout, corpus_loader
+from kdbench.data.batches import corpus_loader, heldout_loader
 from kdbench.data.corpus import build_packed_corpus
 from kdbench.data.masking import MaskingSpec, masked_shares, smoothed_token_weights
 from kdbench.data.sources import corpus_files
@@ -42,7 +42,7 @@ from kdbench.runtime.distributed import World
 from kdbench.teacher.frozen import freeze, in_run_precision
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import heldout_losses
-from kdbench.training.hooks import standard_hooks
+from kdbench.training.hooks import standard_hooks, stopped_together
 from kdbench.training.loop import train_stage
 from kdbench.training.reach import freeze_unreached_by_step
 from kdbench.training.resume import Resume
@@ -61,11 +61,12 @@ MLM_NUM_LABELS = 2
 def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     trainer, device, spec = plan.trainer, plan.device, plan.stages[STAGE]
     world = distributed.init(device)
-    tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
-    corpus = packed_corpus(plan, tokenizer)
-    teacher, student, objective = distillation_models(plan)
-    masking = input_masking(objective, trainer, tokenizer, corpus.train.array)
-    train_loader, heldout_loader = corpus_loaders(corpus, plan, world, masking)
+    with stopped_together(device):  # the processes' stops agree before DDP's first broadcast
+        tokenizer = teacher_tokenizer(plan.teacher, plan.cache_dir)
+        corpus = packed_corpus(plan, tokenizer)
+        teacher, student, objective = distillation_models(plan)
+        masking = input_masking(objective, trainer, tokenizer, corpus.train.array)
+        train_loader, heldout_loader = corpus_loaders(corpus, plan, world, masking)
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     resume = unfinished(run_dir, checkpoints, plan.fingerprint)
     layers = (plan.student_conf.num_hidden_layers, plan.teacher_conf.num_hidden_layers)
@@ -80,11 +81,9 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         student_side, step = reaching_step(
             student_side, teacher_records, train_loader, world, device, plan.precision
         )
-        modules, heldout_batches = [student, objective], trainer.heldout_batches // world.size
+        modules = [student, objective]
         measured = modules + ([teacher] if trainer.teacher_dropout else [])  # without dropout
-        heldout = HeldoutLosses(
-            step, heldout_loader, max(1, heldout_batches), measured, world, device, log
-        )
+        heldout = HeldoutLosses(step, heldout_loader, measured, world, device, log)
         initial = heldout.logged(0)
         after_step = partial(heldout.periodic, spec.eval_every)
         hooks = standard_hooks(trainer, log, checkpoints if world.is_main else None, after_step)
@@ -192,9 +191,9 @@ def packed_corpus(plan: Plan, tokenizer):
 
 
 def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
-    """This process's training loader (shuffled global batches) and held-out loader (held-out
-    batches in corpus order, dealt round-robin to the processes: the same set however many there
-    are)."""
+    """This process's training loader (shuffled global batches) and held-out loader (the first
+    `trainer.heldout_batches` held-out batches in corpus order, dealt round-robin to the
+    processes: the same set however many there are)."""
     batches = plan.batches
     loading = plan.loading
     train = corpus_loader(
@@ -206,18 +205,8 @@ def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
             f"global batch of stages.distillation.batch_size={plan.stages[STAGE].batch_size}: add "
             "text or lower the batch size"
         )
-    heldout_global = batches.heldout_batch * world.size
-    heldout = corpus_loader(
-        corpus.heldout,
-        batches.heldout_batch,
-        heldout_global,
-        loading,
-        world,
-        masking,
-        0,
-        shuffle=False,
-    )
-    check_heldout(heldout)
+    count = max(1, plan.trainer.heldout_batches)
+    heldout = heldout_loader(corpus.heldout, batches.heldout_batch, count, loading, world, masking)
     return train, heldout
 
 
@@ -241,21 +230,18 @@ def reaching_step(
 
 @dataclass
 class HeldoutLosses:
-    """The held-out loss of every term with `step`, over `per_process` batches of `loader` in each
-    process, logged as stage `heldout` when asked."""
+    """The held-out loss of every term with `step`, over the held-out sample (`loader`: this
+    process's share of it), logged as stage `heldout` when asked."""
 
     step: StepFn
     loader: torch.utils.data.DataLoader
-    per_process: int
     modules: list
     world: World
     device: torch.device
     log: StepLog
 
     def measure(self) -> dict:
-        return heldout_losses(
-            self.step, self.loader, self.per_process, self.modules, self.world, self.device
-        )
+        return heldout_losses(self.step, self.loader, self.modules, self.world, self.device)
 
     def logged(self, at_step: int) -> dict:
         values = self.measure()

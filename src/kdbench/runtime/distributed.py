@@ -2,9 +2,10 @@
 the tasks of one SLURM / submitit job (`hydra/launcher=slurm_ddp`, `srun -n N python -m kdbench.run
 ...`).
 
-With WORLD_SIZE > 1 each process joins the group (nccl on GPUs, gloo on CPU) and trains a
-DistributedDataParallel replica on its own shard of every global batch; only rank 0 writes logs,
-checkpoints and results. A task of a multi-task job without torchrun's variables first takes them
+With WORLD_SIZE > 1 each process of a task-agnostic run joins the group (nccl on GPUs, gloo on
+CPU) and trains a DistributedDataParallel replica on its own shard of every global batch; only
+rank 0 writes logs, checkpoints and results. The other settings train in one process and refuse
+several (`check_launch`). A task of a multi-task job without torchrun's variables first takes them
 from its job (:func:`adopt_job_environment`). For a single process everything here is a no-op.
 """
 
@@ -93,6 +94,22 @@ def current() -> World:
     )
 
 
+# The settings that train one model over several processes; the others train in one.
+DATA_PARALLEL = ("task_agnostic",)
+
+
+def check_launch(setting: str) -> None:
+    """Refuses several processes (torchrun, srun -n N, hydra/launcher=slurm_ddp) for a setting that
+    trains in one: each of them would run the whole job, into the same folder."""
+    size = current().size
+    if size > 1 and setting not in DATA_PARALLEL:
+        raise ConfigError(
+            f"setting={setting} trains in one process, and this launch started {size} "
+            f"(WORLD_SIZE={size}): start it as one process (no torchrun or srun -n; "
+            "hydra/launcher=slurm, not slurm_ddp); setting=task_agnostic alone is data-parallel"
+        )
+
+
 def init(device: torch.device) -> World:
     """Join the process group of a data-parallel launch; returns the world."""
     world = current()
@@ -137,16 +154,20 @@ def wrap(module: torch.nn.Module, world: World, device: torch.device) -> torch.n
     )
 
 
-def mean_over_ranks(
-    values: dict[str, float], world: World, device: torch.device
-) -> dict[str, float]:
-    """Average scalar metrics over processes (held-out losses computed on each rank's shard)."""
+def summed_over_ranks(
+    sums: dict[str, float], count: int, world: World
+) -> tuple[dict[str, float], int]:
+    """Scalar sums and the number of items they add up, totalled over processes (each adds its own
+    items, some none): per name the sum of every process's, in rank order, and the items' number."""
     if not world.distributed:
-        return values
-    names = sorted(values)
-    tensor = torch.tensor([values[n] for n in names], dtype=torch.float64, device=device)
-    dist.all_reduce(tensor)
-    return {n: float(v) / world.size for n, v in zip(names, tensor.tolist())}
+        return sums, count
+    parts: list = [None] * world.size
+    dist.all_gather_object(parts, (sums, count))
+    totals: dict[str, float] = {}
+    for part, _ in parts:
+        for name, value in part.items():
+            totals[name] = totals.get(name, 0.0) + value
+    return totals, sum(number for _, number in parts)
 
 
 def is_distributed() -> bool:

@@ -82,24 +82,21 @@ def logits_table(
     return table
 
 
-def heldout_losses(
-    step: StepFn, loader, max_batches: int, modules, world, device
-) -> dict[str, float]:
-    """Mean of every term over the held-out batches (eval mode: no dropout), averaged over
-    processes."""
+def heldout_losses(step: StepFn, loader, modules, world, device) -> dict[str, float]:
+    """Mean of every term over the held-out batches (eval mode: no dropout), every process's
+    batches (`kdbench.data.batches.HeldoutBatches`, each of the sample's in one process) counted
+    once."""
     for module in modules:
         module.eval()
     totals: dict[str, float] = {}
     count = 0
     with torch.no_grad():
         for batch in loader:
-            if count == max_batches:
-                break
             for name, value in step(to_device(batch, device)).items():
                 totals[name] = totals.get(name, 0.0) + float(value)
             count += 1
     for module in modules:
         module.train()
-    means = {name: value / max(count, 1) for name, value in totals.items()}
-    means = distributed.mean_over_ranks(means, world, device)
+    totals, count = distributed.summed_over_ranks(totals, count, world)
+    means = {name: value / count for name, value in totals.items()}
     return {"heldout_loss": means.pop("total", 0.0), **means}

@@ -6,8 +6,10 @@ stop signals, the progress bar. `train` calls them in the order given, after its
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
+import torch
 from tqdm.auto import tqdm
 
 from kdbench.planning.trainer_specs import TrainerSpec
@@ -15,7 +17,7 @@ from kdbench.records.record import StepLog
 from kdbench.runtime import distributed
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.events import Hook
-from kdbench.training.signals import Interrupted, enter_phase, stop_requested
+from kdbench.training.signals import Interrupted, enter_phase, stop_requested, stopped_in_phase
 
 
 class LogLosses(Hook):
@@ -113,6 +115,24 @@ class StopOnSignal(Hook):
     def on_stopped(self, progress) -> None:
         if self.checkpoints is not None:
             self.checkpoints.save(progress.state())
+
+
+@contextlib.contextmanager
+def stopped_together(device: torch.device):
+    """The processes of a data-parallel run leave the block stopped or not, all of them: the block
+    holds their work before their first collective operation (tokenisation, loaders), whose stop
+    checks are each process's own, and a signal reaches them at different points of it (one that
+    went on would wait for a stopped one in its next collective operation). A process that a stop
+    ended inside waits at the block's end for the others; there every one stops when any did or
+    got a signal. A single process stops there on a signal that came after the block's last
+    check."""
+    try:
+        yield
+    except Interrupted:
+        distributed.any_rank(True, device)
+        raise
+    if distributed.any_rank(stop_requested(), device):
+        raise stopped_in_phase()
 
 
 class ProgressBar(Hook):

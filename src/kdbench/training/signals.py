@@ -93,14 +93,20 @@ def phase(name: str):
 def check_stop() -> None:
     """Before each unit of work (a batch, a shard) of a long phase outside the training loop: raises
     `Interrupted` when a stop was asked. Local to this process: these phases hold no collective
-    operation, and a scheduler signals every process of a job."""
+    operation (a data-parallel run's processes agree on a stop before their first one:
+    `kdbench.training.hooks.stopped_together`)."""
     _test_delay()
     if stop_requested():
-        raise Interrupted(
-            f"stopped by a signal in {current_phase()}; nothing of it is kept: re-run the same "
-            "command (same run directory) to resume (the phase starts again)",
-            current_phase(),
-        )
+        raise stopped_in_phase()
+
+
+def stopped_in_phase() -> Interrupted:
+    """The stop of the phase under way, whose work is not kept."""
+    return Interrupted(
+        f"stopped by a signal in {current_phase()}; nothing of it is kept: re-run the same "
+        "command (same run directory) to resume (the phase starts again)",
+        current_phase(),
+    )
 
 
 @contextlib.contextmanager
