@@ -3,6 +3,8 @@ while they are built (`kdbench.data.columns`)."""
 
 from __future__ import annotations
 
+import json
+
 import datasets
 import numpy as np
 import pytest
@@ -75,3 +77,11 @@ def test_whole_columns_equal_the_rows(selected):
     plain = {"length": [3, 1, 2]}
     assert np.array_equal(columns.column_array(plain, "length"), [3, 1, 2])
     assert columns.column_list(plain, "length") == [3, 1, 2]
+
+
+def test_a_json_column_of_mixed_types_reads_as_its_values(tmp_path):
+    values = ["yes", 2, None, 'say "hi"', [1]]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps({"label": value}) + "\n" for value in values))
+    mixed = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert columns.column_list(mixed, "label") == values

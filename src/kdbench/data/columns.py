@@ -9,7 +9,11 @@ lists, a `datasets` version whose columns are lists) is read as it is.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+
+JSON_TYPE = "arrow.json"  # Arrow's type of a JSON file's column of mixed types: values as JSON text
 
 
 def arrow_column(dataset, name: str):
@@ -26,6 +30,12 @@ def column_array(dataset, name: str) -> np.ndarray:
 
 
 def column_list(dataset, name: str) -> list:
-    """A column of any type (texts, labels) as a Python list."""
+    """A column of any type (texts, labels) as a Python list; a column of mixed types (`JSON_TYPE`)
+    as its values, decoded."""
     column = arrow_column(dataset, name)
-    return column.to_pylist() if column is not None else list(dataset[name])
+    if column is None:
+        return list(dataset[name])
+    values = column.to_pylist()
+    if getattr(column.type, "extension_name", None) != JSON_TYPE:
+        return values
+    return [None if value is None else json.loads(value) for value in values]

@@ -1,9 +1,10 @@
 """A user's data file read as UTF-8 text: a failure to read it is one DataError naming the file,
-where, and the fix; a CSV file's delimiter."""
+where, and the fix; a CSV file's delimiter; the hash of its bytes."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,3 +74,17 @@ def no_rows(path: Path) -> bool:
         if next(lines, None) is None:
             return True
         return path.suffix.lower() in (".csv", ".tsv") and next(lines, None) is None
+
+
+def check_utf8(path: Path, fix: str) -> None:
+    """`path` reads as UTF-8 text, else a DataError naming its first byte that does not
+    (`not_utf8`), ending with `fix`."""
+    with reading(path, fix), path.open(encoding="utf-8-sig") as handle:
+        while handle.read(1 << 20):
+            pass
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of the bytes of `path`, in hex."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()

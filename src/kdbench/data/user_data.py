@@ -4,7 +4,8 @@
 `describe` checks the data where it enters (before any heavy work) and finds what the task is:
 its label names, its metrics and a hash of its content. `split_columns` gives a split in the
 schema every task has: the text columns, `label` (the label's id, or its value for a regression)
-and `idx` (the row number in its split).
+and `idx` (the row number in its split). A CSV file's cells are missing only where empty (`NA`,
+`None` and `null` are text) and its labels are read as written (`01` stays `01`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import datasets
 
+from kdbench.data.carving import carve
 from kdbench.data.columns import column_list
-from kdbench.data.files import DELIMITERS, TAB, csv_delimiter, no_rows
+from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, file_digest, no_rows
+from kdbench.data.labels import check_known, class_names, label_text, label_values, number
 from kdbench.errors import ConfigError, DataError
 from kdbench.planning.specs import UserData
 from kdbench.runtime.loggers import library_progress_bars
@@ -52,6 +55,11 @@ def user_data(task: dict) -> UserData:
             f"task={task['name']} needs its data: task.train_file=... (a file) or "
             "task.dataset_name=... (a Hub dataset), one of them"
         )
+    text_fields = tuple(task["text_columns"])
+    if len(text_fields) not in (1, 2):
+        raise ConfigError(
+            f"task.text_columns={list(text_fields)} must name one text column, or two for a pair"
+        )
     files = {
         split: data_file(task[key], key) for split, key in SPLIT_FILES.items() if task.get(key)
     }
@@ -73,6 +81,7 @@ def user_data(task: dict) -> UserData:
         task["split_seed"],
         carve,
         task.get("delimiter"),
+        text_fields,
     )
 
 
@@ -104,11 +113,21 @@ def where(user: UserData, split: str) -> str:
 def read_raw(user: UserData, split: str) -> datasets.Dataset:
     """A split as stored, every column (the carved validation split is cut from train here)."""
     if user.carve and split in ("train", "validation"):
-        parts = read_source(user, "train").train_test_split(
-            test_size=user.validation_fraction, seed=user.split_seed
-        )
-        return parts["train" if split == "train" else "test"]
+        return carved(user, read_source(user, "train"), split)
     return read_source(user, split)
+
+
+def carved(user: UserData, train: datasets.Dataset, split: str) -> datasets.Dataset:
+    """The `split` ("train" or "validation") carved from the training data `train` (`carve`)."""
+    rows = carve(
+        train,
+        user.text_fields,
+        user.label_column,
+        user.validation_fraction,
+        user.split_seed,
+        where(user, "train"),
+    )
+    return train.select(rows[split == "validation"])
 
 
 @contextmanager
@@ -127,9 +146,7 @@ def quiet() -> Iterator[None]:
 def read_source(user: UserData, split: str) -> datasets.Dataset:
     """A split as stored (a file, or the Hub dataset's split), refused in one line when it cannot be
     read or is empty."""
-    options = {}
-    if user.format == "csv":
-        options["delimiter"] = csv_delimiter(user.files[split], user.delimiter)
+    options = {} if user.dataset_name else file_options(user, user.files[split])
     try:
         with quiet():
             if user.dataset_name:
@@ -145,6 +162,24 @@ def read_source(user: UserData, split: str) -> datasets.Dataset:
     if len(ds) == 0:
         raise empty(user, split)
     return ds
+
+
+def file_options(user: UserData, path: Path) -> dict:
+    """How `datasets` reads the file `path`, checked to be UTF-8 text unless Parquet: under a
+    config name holding its content's hash (else its cache is keyed by the file's modification
+    time, which an edit can keep), and for a CSV file with its delimiter, only an empty cell
+    missing and the label column as text."""
+    if user.format != "parquet":
+        check_utf8(path, "re-encode the file as UTF-8")
+    options = {"name": f"sha256-{file_digest(path)}"}
+    if user.format != "csv":
+        return options
+    return options | {
+        "delimiter": csv_delimiter(path, user.delimiter),
+        "keep_default_na": False,
+        "na_values": [""],
+        "converters": {user.label_column: str},
+    }
 
 
 def unreadable(user: UserData, split: str, exc: Exception, delimiter: str | None) -> DataError:
@@ -172,9 +207,9 @@ def empty(user: UserData, split: str) -> DataError:
     )
 
 
-def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields: tuple) -> None:
+def check_columns(ds: datasets.Dataset, user: UserData, split: str) -> None:
     """The text columns hold text and the label column exists."""
-    for column in (*text_fields, user.label_column):
+    for column in (*user.text_fields, user.label_column):
         if column not in ds.column_names:
             key = "task.label_column" if column == user.label_column else "task.text_columns"
             fix = f"set {key} to its columns"
@@ -184,91 +219,31 @@ def check_columns(ds: datasets.Dataset, user: UserData, split: str, text_fields:
                 f"{where(user, split)} has no column {column!r} (it has "
                 f"{', '.join(ds.column_names)}): {fix}"
             )
-    for column in text_fields:
-        dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
-        if dtype not in ("string", "large_string"):
+    for column in user.text_fields:
+        check_text(ds, user, split, column)
+
+
+def check_text(ds: datasets.Dataset, user: UserData, split: str, column: str) -> None:
+    """The column `column` holds text in every row: not numbers, no values of mixed types (a JSON
+    file's), none missing."""
+    texts = column_list(ds, column)
+    dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
+    if dtype not in ("string", "large_string"):
+        if any(isinstance(text, str) for text in texts):
+            row = next(i for i, text in enumerate(texts) if not isinstance(text, (str, type(None))))
             raise DataError(
-                f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
-                "name its text columns in task.text_columns"
+                f"{where(user, split)}: column {column!r} mixes text and other values (row "
+                f"{row + 1} holds {texts[row]!r}): write every value of it as a string"
             )
-        texts = column_list(ds, column)
-        if None in texts:
-            row = texts.index(None) + 1
-            raise DataError(
-                f"{where(user, split)}: row {row} has no text in column {column!r}: "
-                "fill it in or drop the row"
-            )
-
-
-def label_values(ds: datasets.Dataset, user: UserData, split: str, regression: bool) -> list:
-    """The split's labels: numbers for a regression, strings for classes; a missing one is
-    refused."""
-    values = column_list(ds, user.label_column)
-    if None in values:
         raise DataError(
-            f"{where(user, split)}: row {values.index(None) + 1} has no label in "
-            f"column {user.label_column!r}: fill it in or drop the row"
+            f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
+            "name its text columns in task.text_columns"
         )
-    if not regression:
-        return [str(value) for value in values]
-    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values):
+    if None in texts:
         raise DataError(
-            f"{where(user, split)}: column {user.label_column!r} holds text, not "
-            "numbers: a regression needs numeric labels (or set task.regression=false)"
+            f"{where(user, split)}: row {texts.index(None) + 1} has no text in column "
+            f"{column!r}: fill it in or drop the row"
         )
-    return values
-
-
-def class_names(ds: datasets.Dataset, user: UserData, given) -> tuple[str, ...]:
-    """The classes: as given (`task.label_names`), else the training labels sorted (numbers by
-    value)."""
-    if given:
-        return tuple(map(str, given))
-    raw = column_list(ds, user.label_column)
-    names = tuple(str(value) for value in sorted(set(raw), key=lambda v: (isinstance(v, str), v)))
-    if len(names) < 2:
-        raise DataError(
-            f"{where(user, 'train')} has one class only ({names[0]!r}): a classifier "
-            "needs two or more; add examples of the others, or set "
-            "task.regression=true for a score"
-        )
-    return names
-
-
-def check_known(
-    labels: list[str], names: tuple[str, ...], user: UserData, split: str, given
-) -> None:
-    """Every label of the split is one of the classes `names` (`given`: from task.label_names)."""
-    unknown = sorted(set(labels) - set(names))
-    if not unknown:
-        return
-    lacking = "task.label_names" if given else where(user, "train")
-    problem = f"{where(user, split)} has labels that {lacking} lacks ({few(unknown)})"
-    if are_scores(labels):
-        raise DataError(f"{problem}: they are numbers; for a real value set task.regression=true")
-    if given:
-        raise DataError(
-            f"{problem}: name every label in task.label_names (it has {few(names)}), or set "
-            "task.label_names=null to take them from the training data"
-        )
-    raise DataError(
-        f"{problem}: add training examples of them, or drop those rows (known: {few(names)})"
-    )
-
-
-def few(values, at_most: int = 5) -> str:
-    """The first values, and how many more there are."""
-    more = f", ... {len(values) - at_most} more" if len(values) > at_most else ""
-    return ", ".join(map(str, list(values)[:at_most])) + more
-
-
-def are_scores(labels: list[str]) -> bool:
-    """Whether labels read as real values: every one a number, most distinct ones not whole."""
-    try:
-        values = {float(label) for label in labels}
-    except ValueError:
-        return False
-    return sum(not value.is_integer() for value in values) > len(values) / 2
 
 
 def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
@@ -306,26 +281,38 @@ def content_hash(user: UserData, raw: dict[str, datasets.Dataset], reading: tupl
 def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], str]:
     """The task's data checked on entry, and (where it lives, its label names, its metrics, its
     content hash)."""
-    user = user_data(task)
-    text_fields = tuple(task["text_columns"])
-    if len(text_fields) not in (1, 2):
-        raise ConfigError(
-            f"task.text_columns={list(text_fields)} must name one text column, or two for a pair"
-        )
-    splits = ["train", "validation", *(["test"] if "test" in user.files else [])]
-    raw = {split: read_raw(user, split) for split in splits}
-    for split, ds in raw.items():
-        check_columns(ds, user, split, text_fields)
-    labels = {split: label_values(ds, user, split, task["regression"]) for split, ds in raw.items()}
-    # the classes of the whole training file: a carved validation split's too
-    whole_train = read_source(user, "train") if user.carve else raw["train"]
-    names = () if task["regression"] else class_names(whole_train, user, task.get("label_names"))
+    user, regression = user_data(task), task["regression"]
+    splits = [
+        "train",
+        *([] if user.carve else ["validation"]),
+        *(["test"] if "test" in user.files else []),
+    ]
+    raw = {split: read_source(user, split) for split in splits}
+    labels = {split: checked_labels(ds, user, split, regression) for split, ds in raw.items()}
+    given, train = task.get("label_names"), where(user, "train")
+    names = () if regression else class_names(labels["train"], train, given)
     for split in splits if names else ():
-        check_known(labels[split], names, user, split, task.get("label_names"))
-    metrics = task_metrics(task.get("metric"), task["regression"], len(names))
-    carved = (user.validation_fraction, user.split_seed) if user.carve else None
-    reading = (user.label_column, user.delimiter, carved, text_fields, names, task["regression"])
+        check_known(labels[split], names, where(user, split), train, given)
+    if user.carve:
+        carved(user, raw["train"], "validation")
+    metrics = task_metrics(task.get("metric"), regression, len(names))
+    carving = ("distinct inputs by label", user.validation_fraction, user.split_seed)
+    reading = (
+        user.label_column,
+        user.delimiter,
+        carving if user.carve else None,
+        user.text_fields,
+        names,
+        regression,
+    )
     return user, names, metrics, content_hash(user, raw, reading)
+
+
+def checked_labels(ds: datasets.Dataset, user: UserData, split: str, regression: bool) -> list:
+    """The labels of a split as stored, its columns checked (`check_columns`, `label_values`)."""
+    check_columns(ds, user, split)
+    values = column_list(ds, user.label_column)
+    return label_values(values, where(user, split), user.label_column, regression)
 
 
 def split_columns(task, split: str) -> dict[str, list]:
@@ -335,7 +322,8 @@ def split_columns(task, split: str) -> dict[str, list]:
     ds = read_raw(user, split)
     ids = {name: i for i, name in enumerate(task.labels)}
     labels = [
-        float(v) if task.regression else ids[str(v)] for v in column_list(ds, user.label_column)
+        number(label_text(v)) if task.regression else ids[label_text(v)]
+        for v in column_list(ds, user.label_column)
     ]
     texts = {field: column_list(ds, field) for field in task.text_fields}
     return texts | {"label": labels, "idx": list(range(len(ds)))}

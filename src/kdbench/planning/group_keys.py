@@ -99,7 +99,8 @@ class TaskKeys:
     )
     validation_fraction: float = key(
         number(0, 1, open_low=True, open_high=True),
-        help="custom: the share of train carved as validation when no validation split is given",
+        help="custom: the share of train's distinct inputs carved as validation, by label, when "
+        "no validation split is given",
     )
     split_seed: int = key(SEED, help="custom: the seed of that carving")
 

@@ -78,8 +78,8 @@ class TsvLayout:
 
 @dataclass(frozen=True)
 class UserData:
-    """A task's own data: files (CSV, TSV, JSON/JSONL, Parquet) or a Hub dataset, and which column
-    is the label."""
+    """A task's own data: files (CSV, TSV, JSON/JSONL, Parquet) or a Hub dataset, and which columns
+    are the input and the label."""
 
     files: dict  # split ("train", "validation", "test") -> Path; empty for a Hub dataset
     format: str | None  # the files' `datasets` builder: csv, json or parquet (TSV is csv with tabs)
@@ -90,6 +90,7 @@ class UserData:
     split_seed: int
     carve: bool  # no validation file or Hub split: the validation split is carved from train
     delimiter: str | None = None  # a CSV file's; None: found from each file (`csv_delimiter`)
+    text_fields: tuple = ()  # the input's columns: copies of an input are never carved apart
 
 
 @dataclass(frozen=True)
