@@ -27,7 +27,7 @@ from kdbench.runtime import distributed
 from kdbench.runtime.joblock import claim
 from kdbench.runtime.loggers import library_progress_bars, make_logger
 from kdbench.runtime.precision import apply_matmul_precision
-from kdbench.runtime.storage import DiskFullError
+from kdbench.runtime.storage import MANIFEST, DiskFullError, sha256_of
 from kdbench.training.signals import Interrupted, StoppedAtOnce, graceful_stop
 
 
@@ -85,9 +85,10 @@ def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
     """`run` once this process holds the job's claim."""
     main_process = distributed.current().is_main  # in a data-parallel launch only rank 0 writes
     resolved = own_stages(OmegaConf.to_container(cfg, resolve=True))  # as its record keeps it
-    result_path = run_dir / RESULT_FILE
+    result_path, inputs = run_dir / RESULT_FILE, saved_models(resolved)
     previous = RunRecord.read(result_path)
-    if previous and previous.status == "completed" and previous.config == resolved:
+    done = previous is not None and previous.status == "completed"
+    if done and (previous.config, (previous.provenance or {}).get("inputs")) == (resolved, inputs):
         return previous.as_json() | {"skipped": True}  # a re-run sweep skips finished jobs
     write = writer(main_process)
     try:
@@ -104,6 +105,27 @@ def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
     if main_process:
         write_json(run_dir / "config.json", resolved)
     return execute(plan, identity(cfg, plan), run_dir, main_process)
+
+
+# The config keys that name a distilled student a run reads (a study's next step names each saved
+# student by one of them: `study_config.STUDENT_AS`).
+MODEL_KEYS = ("setting.student_path", "init.path", "teacher.name_or_path")
+
+
+def saved_models(resolved: dict) -> dict | None:
+    """The saved models kdbench sealed (`storage.MANIFEST`) that the config names, by key: the
+    SHA-256 of each one's manifest, which holds the hash of each of its files (the record's
+    `provenance.inputs`). A completed record stands for its config while these are the same: a
+    student distilled again in place is a new input to the jobs that read it."""
+    found = {}
+    for key in MODEL_KEYS:
+        value = resolved
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        manifest = Path(value).expanduser() / MANIFEST if isinstance(value, str) else None
+        if manifest is not None and manifest.is_file():
+            found[key] = sha256_of(manifest)
+    return found or None
 
 
 def error_text(exc: BaseException) -> str:
@@ -126,7 +148,8 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
     result_path, write = run_dir / RESULT_FILE, writer(main_process)
     record = replace(
         record,
-        provenance=provenance(plan.device, distributed.current().size),
+        provenance=provenance(plan.device, distributed.current().size)
+        | {"inputs": saved_models(plan.config)},
         precision=plan.precision,
         precision_reason=plan.precision_reason,
         tf32=plan.tf32,

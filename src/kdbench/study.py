@@ -3,23 +3,25 @@ OVERRIDE ...]`.
 
 1. distil: the preset's sweep, `python -m kdbench.run -m +experiment=NAME hydra.sweep.dir=DIR
    OVERRIDES`;
-2. go on from every saved student of a completed distillation under DIR, each in its own sweep dir,
-   DIR/<step>/<its job folder>: a task-agnostic preset's students are fine-tuned on the grid of the
-   preset `NAME_finetune` (step `finetune`); a preset with a `chain` block ({next: PRESET,
-   student_as: teacher | init}) hands each student to PRESET instead, as its teacher (MiniLM's
-   teacher assistant) or as its initialisation (TinyBERT's task-specific distillation from its
-   general one);
-3. report: `python -m kdbench.report DIR --out results/NAME --paper`, when the last step scores on
-   GLUE (a chain
-   that ends in a task-agnostic distillation, e.g. minilm_ta, ends by naming where its students
-   are).
+2. go on from the saved student of every completed distillation among that sweep's jobs, each in
+   its own sweep dir, DIR/<step>/<its job folder>: a task-agnostic preset's students are fine-tuned
+   on the grid of the preset `NAME_finetune` (step `finetune`); a preset with a `chain` block
+   ({next: PRESET, student_as: teacher | init}) hands each student to PRESET instead, as its
+   teacher (MiniLM's teacher assistant) or as its initialisation (TinyBERT's task-specific
+   distillation from its general one), at the student's seed;
+3. report: `python -m kdbench.report DIR --out results/NAME --paper`, of the study's jobs alone
+   (DIR/study_jobs.txt lists them), when the last step scores on GLUE (a chain that ends in a
+   task-agnostic distillation, e.g. minilm_ta, ends by naming where its students are).
 
 Every step is a subprocess, so Hydra's multirun and its launchers (`hydra/launcher=slurm` as an
 override) run unchanged. The sweep dirs are fixed (DIR is the preset's `hydra.sweep.dir`, else
-multirun/NAME), so a re-run resumes: kdbench.run skips every job, distillation or grid point, whose
-record is completed with the same config. OVERRIDES go to the distillation sweep; those that say
-where and how jobs run (`study_config.SHARED`) go to the fine-tuning sweeps too, and `--finetune
-OVERRIDE` to the fine-tuning sweeps only (last: it wins). A failing step stops the study with one
+multirun/NAME, and holds one study's runs), so a re-run resumes: kdbench.run skips every job,
+distillation or grid point, whose record is completed with the same config and the same saved
+models. The jobs of each step are those its sweep names (`study_config.job_folders`): other folders
+under DIR, of a run with other overrides, are no step's and no table's. OVERRIDES go to the
+distillation sweep; those that say where and how jobs run (`study_config.SHARED`) go to the next
+step's sweeps too, the corpus to a next step that distils from raw text as well, and `--finetune
+OVERRIDE` to the next step's sweeps only (last: it wins). A failing step stops the study with one
 line naming the step, and its exit code.
 """
 
@@ -35,9 +37,16 @@ from pathlib import Path
 
 from kdbench.errors import ConfigError
 from kdbench.planning.hydra_config import fail
-from kdbench.planning.study_config import STUDENT_AS, SWEEP_DIR_KEY, Study, make_study
-from kdbench.records.record import RESULT_FILE, RunRecord
+from kdbench.planning.study_config import (
+    STUDENT_AS,
+    SWEEP_DIR_KEY,
+    Study,
+    job_folders,
+    make_study,
+)
+from kdbench.records.record import JOBS_FILE, RESULT_FILE, RunRecord
 from kdbench.runtime.joblock import busy_jobs, describe, held_by
+from kdbench.runtime.storage import atomic_write_text
 from kdbench.training.signals import SIGINT_EXIT, StoppedAtOnce, graceful_stop, stop_requested
 
 
@@ -51,27 +60,38 @@ def quoted(path: Path) -> str:
     return "'" + str(path).replace("'", "\\'") + "'"
 
 
+def distill_args(study: Study) -> list[str]:
+    return [
+        f"+experiment={study.name}",
+        f"{SWEEP_DIR_KEY}={quoted(study.sweep_dir)}",
+        *study.overrides,
+    ]
+
+
 def distill_command(study: Study) -> list[str]:
-    return kdbench_run(
-        f"+experiment={study.name}", f"{SWEEP_DIR_KEY}={quoted(study.sweep_dir)}", *study.overrides
-    )
+    return kdbench_run(*distill_args(study))
 
 
-def completed_students(sweep_dir: Path) -> list[Path]:
-    """The saved students of the completed task-agnostic distillations under `sweep_dir` (their
-    `student/` folders, written next to result.json), in path order; fine-tuning records (which have
-    a task) are not."""
-    students = []
-    for path in sorted(sweep_dir.rglob(RESULT_FILE)):
-        record = RunRecord.read(path)
+def sweep_jobs(cfg, sweep_dir: Path, args: list[str]) -> list[Path]:
+    return [sweep_dir / name for name in job_folders(cfg, args)]
+
+
+def completed_students(study: Study) -> dict[Path, int]:
+    """The saved students (`student/`, beside result.json) of the completed task-agnostic
+    distillations among the distillation sweep's jobs, in job order, with their seeds. Folders of
+    other sweeps under the sweep dir (an earlier run with other overrides, the chained step's own
+    students) are not among them."""
+    students = {}
+    for job in sweep_jobs(study.cfg, study.sweep_dir, distill_args(study)):
+        record = RunRecord.read(job / RESULT_FILE)
         if (
             record
             and record.status == "completed"
             and record.setting == "task_agnostic"
             and record.task is None
-            and (path.parent / "student" / "config.json").is_file()
+            and (job / "student" / "config.json").is_file()
         ):
-            students.append(path.parent / "student")
+            students[job / "student"] = record.seed
     return students
 
 
@@ -80,15 +100,31 @@ def finetune_dir(study: Study, student: Path) -> Path:
     return study.sweep_dir / study.step / student.parent.relative_to(study.sweep_dir)
 
 
-def finetune_command(study: Study, student: Path) -> list[str]:
+def finetune_args(study: Study, student: Path, seed: int) -> list[str]:
+    """The next step's sweep of one student. A chained distillation runs at its student's seed, so
+    the chain's records pair by seed; a fine-tuning record carries its distillation's seed."""
     # The absolute student path keeps the next jobs' configs, and so their resume check, independent
     # of the cwd.
-    return kdbench_run(
+    return [
         f"+experiment={study.next}",
         f"{SWEEP_DIR_KEY}={quoted(finetune_dir(study, student))}",
         f"{STUDENT_AS[study.student_as]}={quoted(student.resolve())}",
+        *([] if study.student_as == "finetune" else [f"seed={seed}"]),
         *study.finetune_overrides,
-    )
+    ]
+
+
+def finetune_command(study: Study, student: Path, seed: int) -> list[str]:
+    return kdbench_run(*finetune_args(study, student, seed))
+
+
+def study_jobs(study: Study, students: dict[Path, int]) -> list[Path]:
+    """Every job folder of the study's sweeps: the distillations, then each student's next step."""
+    jobs = sweep_jobs(study.cfg, study.sweep_dir, distill_args(study))
+    for student, seed in students.items():
+        args = finetune_args(study, student, seed)
+        jobs += sweep_jobs(study.next_cfg, finetune_dir(study, student), args)
+    return jobs
 
 
 def report_command(study: Study) -> list[str]:
@@ -101,6 +137,12 @@ def report_command(study: Study) -> list[str]:
         str(study.out),
         "--paper",
     ]
+
+
+def write_jobs(study: Study, students: dict[Path, int]) -> None:
+    """The study's jobs, for its report: one folder a line, relative to the sweep dir."""
+    lines = [job.relative_to(study.sweep_dir).as_posix() for job in study_jobs(study, students)]
+    atomic_write_text(study.sweep_dir / JOBS_FILE, "\n".join(lines) + "\n")
 
 
 def run_child(command: list[str]) -> tuple[int, bool]:
@@ -166,22 +208,41 @@ def design_line(study: Study) -> str:
     )
 
 
+STUDY_MARK = ".kdbench-study"  # in a sweep dir: the name of the study whose runs it holds
+
+
+def own_sweep_dir(study: Study) -> None:
+    """Marks the sweep dir as this study's. One another study marked is refused: the two studies'
+    jobs share folder names (the preset is not in them), so each would re-run the other's completed
+    jobs in place with its own config."""
+    mark = study.sweep_dir / STUDY_MARK
+    other = mark.read_text().strip() if mark.is_file() else None
+    if other is not None and other != study.name:
+        fail(
+            f"{study.sweep_dir} holds the runs of the study {other}: give the study "
+            f"{study.name} a sweep dir of its own ({SWEEP_DIR_KEY}=DIR)"
+        )
+    if other is None:
+        study.sweep_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(mark, f"{study.name}\n")
+
+
 def run_study(study: Study) -> None:
     print(design_line(study), flush=True)
+    own_sweep_dir(study)
     run_step(f"distil ({study.sweep_dir})", distill_command(study))
-    if study.finetunes:
-        students = completed_students(study.sweep_dir)
-        if not students:
-            fail(
-                f"study step '{study.step}' found no completed distillation with a saved student "
-                f"under {study.sweep_dir}",
-                1,
-            )
-        for i, student in enumerate(students, 1):
-            run_step(
-                f"{study.step} {i}/{len(students)} ({finetune_dir(study, student)})",
-                finetune_command(study, student),
-            )
+    students = completed_students(study) if study.finetunes else {}
+    if study.finetunes and not students:
+        fail(
+            f"study step '{study.step}' found no completed distillation with a saved student "
+            f"among the jobs of the distillation sweep under {study.sweep_dir}",
+            1,
+        )
+    for i, (student, seed) in enumerate(students.items(), 1):
+        run_step(
+            f"{study.step} {i}/{len(students)} ({finetune_dir(study, student)})",
+            finetune_command(study, student, seed),
+        )
     # Task-agnostic distillations only: held-out losses, no GLUE score to tabulate.
     if not study.reports:
         print(
@@ -191,6 +252,7 @@ def run_study(study: Study) -> None:
             flush=True,
         )
         return
+    write_jobs(study, students)
     run_step(f"report ({study.out})", report_command(study))
     # The same study started elsewhere on this folder still runs them.
     if busy := busy_jobs(study.sweep_dir):
@@ -215,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         action="append",
         default=[],
         metavar="OVERRIDE",
-        help="a Hydra override of the fine-tuning sweeps only (repeatable)",
+        help="a Hydra override of the next step's sweeps only (repeatable)",
     )
     parser.add_argument(
         "--out", type=Path, default=None, help="the report's folder (default results/NAME)"

@@ -272,7 +272,7 @@ def test_the_study_hands_each_student_to_the_next_preset(name, next_preset, key,
     assert (got.next, got.finetunes) == (next_preset, True)
     student = tmp_path / "seed=1" / "student"
     step = "finetune" if key == "setting.student_path" else next_preset
-    assert study.finetune_command(got, student) == [
+    assert study.finetune_command(got, student, 2) == [
         sys.executable,
         "-m",
         "kdbench.run",
@@ -280,6 +280,7 @@ def test_the_study_hands_each_student_to_the_next_preset(name, next_preset, key,
         f"+experiment={next_preset}",
         f"hydra.sweep.dir='{tmp_path / step / 'seed=1'}'",
         f"{key}='{student.resolve()}'",
+        *([] if step == "finetune" else ["seed=2"]),  # a chained distillation: its student's
     ]
 
 
@@ -352,5 +353,5 @@ def test_a_chain_ending_in_a_distillation_ends_with_its_students_not_a_report(
     fake = FakeSteps()
     monkeypatch.setattr(study, "run_child", fake)
     study.run_study(got)
-    assert fake.commands == [study.distill_command(got), study.finetune_command(got, student)]
+    assert fake.commands == [study.distill_command(got), study.finetune_command(got, student, 1)]
     assert "its students are the student/ folders under" in capsys.readouterr().out

@@ -420,3 +420,34 @@ def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(
     assert record["status"] == "failed" and "val_kl" in record["error"]
     state, _ = Checkpoints(tmp_path / "checkpoints").latest()
     assert state["stage"] == "intermediate" and state["step"] == 4  # the last good step
+
+
+def test_a_student_distilled_again_in_place_is_fine_tuned_again(tiny_glue, tmp_path):
+    """A completed fine-tuning stands for its config and the student it read: distilled again in
+    its folder (the corpus' path is not in a job folder's name), the student is a new input and its
+    fine-tuning runs again; the same student is skipped."""
+    corpora = [
+        write_tiny_corpus(tmp_path / f"corpus{i}", docs=docs) for i, docs in ((0, 60), (1, 40))
+    ]
+
+    def distil(corpus):
+        return run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
+
+    finetune = compose_config(
+        [
+            "setting=finetune",
+            "task=rte",
+            f"data.glue_dir={tiny_glue}",
+            f"setting.student_path={distil(corpora[0])['student_path']}",
+            "stages.finetune.epochs=1",
+            "trainer.progress_bar=false",
+            f"paths.run_dir={tmp_path / 'f'}",
+        ]
+    )
+    first = run(finetune)
+    assert run(finetune).get("skipped")
+    distil(corpora[1])
+    again = run(finetune)
+    assert not again.get("skipped")
+    inputs = [record["provenance"]["inputs"] for record in (first, again)]
+    assert list(inputs[0]) == ["setting.student_path"] and inputs[0] != inputs[1]

@@ -85,6 +85,27 @@ def test_duplicate_runs_use_the_first(tmp_path: Path):
     assert list(excluded.kind) == ["duplicate"]
 
 
+def test_a_study_s_sweep_dir_reports_its_jobs_and_lists_other_records_and_missing_jobs(
+    tmp_path: Path, capsys
+):
+    """In the sweep dir of a study (its study_jobs.txt), a record of none of its jobs (an earlier
+    run of other overrides) is listed as not_in_study, a job without a record as missing."""
+    results = tmp_path / "results"
+    for seed, score in ((1, 70.0), (2, 71.0)):
+        write_run(results, name=f"objective=att_kl,seed={seed}", seed=seed, score=score)
+    write_run(results, name="objective=att_kl,trainer.max_length=64,seed=1", score=10.0)
+    jobs = "".join(f"objective=att_kl,seed={seed}\n" for seed in (1, 2, 3))
+    (results / "study_jobs.txt").write_text(jobs)
+    out = run_main(results)
+    assert sorted(read_csv(out / "results.csv").score) == [70.0, 71.0]
+    excluded = read_csv(out / "excluded.csv")
+    assert dict(zip(excluded.path, excluded.kind, strict=True)) == {
+        "objective=att_kl,trainer.max_length=64,seed=1/result.json": "not_in_study",
+        "objective=att_kl,seed=3/result.json": "missing",
+    }
+    assert "1 missing, 1 not_in_study" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("make", ["empty", "missing", "only_other_files"])
 def test_main_exits_2_without_results(tmp_path: Path, capsys, make: str):
     target = tmp_path / "results"

@@ -47,3 +47,34 @@ def test_best_grid_point_per_task_and_seed_is_the_result(tmp_path):
     excluded = pd.read_csv(tmp_path / "report" / "excluded.csv")
     assert sorted(excluded["kind"]) == ["distillation"] + ["grid"] * 4
     assert "setting task_agnostic" in (tmp_path / "report" / "tables.md").read_text()
+
+
+def test_each_students_grid_keeps_its_own_best_point(tmp_path):
+    """Two students of one key (distillations of 2 and 4 steps, one objective and seed): each grid's
+    best point is chosen among its own student's points alone, and the cell keeps one
+    distillation design, naming the other's difference."""
+    runs = tmp_path / "runs"
+    for steps, scores in ((2, (60.0, 61.0)), (4, (70.0, 50.0))):
+        student = f"{runs}/distill-{steps}/student"
+        for lr, score in zip((1e-5, 3e-5), scores, strict=True):
+            write(
+                runs / f"ft-{steps}-{lr}",
+                score=score,
+                grid={"lr": lr, "batch_size": 16},
+                student_path=student,
+                config={"stages": {"finetune": {"optimizer": {"lr": lr}, "batch_size": 16}}},
+                distillation_config={"stages": {"distillation": {"steps": steps}}},
+            )
+    assert main([str(runs), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
+    results = pd.read_csv(tmp_path / "report" / "results.csv")
+    assert list(results["score"]) == [61.0]  # the first path's design: 2 steps, its best point
+    excluded = pd.read_csv(tmp_path / "report" / "excluded.csv").set_index("path")["reason"]
+    assert excluded["ft-2-1e-05/result.json"].endswith(
+        "the best, lr=3e-05,batch_size=16, scored 61.00"
+    )
+    assert excluded["ft-4-3e-05/result.json"].endswith(
+        "the best, lr=1e-05,batch_size=16, scored 70.00"
+    )
+    assert (
+        "distillation.stages.distillation.steps=4 (used: 2)" in excluded["ft-4-1e-05/result.json"]
+    )

@@ -15,11 +15,11 @@ from kdbench.planning import study_config
 
 
 def write_record(
-    run_dir: Path, *, status="completed", setting="task_agnostic", task=None, student=True
+    run_dir: Path, *, status="completed", setting="task_agnostic", task=None, student=True, seed=1
 ) -> Path:
     run_dir.mkdir(parents=True)
     (run_dir / "result.json").write_text(
-        json.dumps({"status": status, "setting": setting, "task": task})
+        json.dumps({"status": status, "setting": setting, "task": task, "seed": seed})
     )
     if student:
         (run_dir / "student").mkdir()
@@ -28,21 +28,37 @@ def write_record(
 
 
 def test_completed_students_are_the_saved_students_of_completed_distillations(tmp_path):
-    wanted = [
-        write_record(tmp_path / "objective=att_kl,seed=1"),
-        write_record(tmp_path / "objective=hid_seq,seed=1"),
-    ]
+    wanted = {
+        write_record(tmp_path / "objective=att_kl,seed=1"): 1,
+        write_record(tmp_path / "objective=hid_seq,seed=2", seed=2): 2,
+    }
     write_record(tmp_path / "objective=att_mse,seed=1", status="failed")
     write_record(tmp_path / "objective=hid_cls,seed=1", status="running")
-    write_record(tmp_path / "objective=val_kl,seed=1", student=False)
+    write_record(tmp_path / "objective=att_kl+val_kl,seed=1", student=False)
     write_record(
         tmp_path / "finetune" / "objective=att_kl,seed=1" / "task=rte,seed=1",
         setting="task_agnostic",
         task="rte",
         student=False,
     )  # a fine-tuning record: it has a task
-    write_record(tmp_path / "task_specific_run", setting="task_specific", task="sst2")
-    assert study.completed_students(tmp_path) == wanted
+    got = study_config.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], [])
+    assert study.completed_students(got) == wanted
+
+
+def test_the_jobs_a_study_names_are_the_folders_hydra_gives_them():
+    """`job_folders` crosses the preset's sweep with the command line's (a key of both: the command
+    line's values) as Hydra's basic sweeper does, and names each job as `hydra.sweep.subdir` does
+    for that job composed alone."""
+    from kdbench.planning.hydra_config import compose, register_resolvers
+
+    register_resolvers()
+    overrides = ["+experiment=mini_table3", "objective=att_kl,hid_seq", "data.train_limit=50"]
+    got = study_config.job_folders(study_config.preset("mini_table3", []), overrides)
+    assert len(got) == 2 * 3 * 4 == len(set(got))  # objectives x inits x seeds
+    for objective, layers, seed in (("att_kl", "[1,4,6]", 3), ("hid_seq", "[2,4,6]", 1)):
+        job = [overrides[0], overrides[2], "task=sst2", f"objective={objective}"]
+        composed = compose([*job, f"init.layers={layers}", f"seed={seed}"], hydra_config=True)
+        assert composed.hydra.sweep.subdir in got
 
 
 def test_a_task_agnostic_preset_fine_tunes_with_its_own_grid_preset():
@@ -70,6 +86,14 @@ def test_a_task_agnostic_preset_fine_tunes_with_its_own_grid_preset():
     )
 
 
+def test_the_assistants_corpus_reaches_its_students_distillation_not_a_fine_tuning_grid():
+    corpus = ["corpus.path=/data/wiki", "corpus.seq_len=64"]
+    chain = study_config.make_study("mini_minilm_ta", corpus, [])
+    assert chain.finetune_overrides == tuple(corpus)
+    assert (chain.next_cfg.corpus.path, chain.next_cfg.corpus.seq_len) == ("/data/wiki", 64)
+    assert study_config.make_study("mini_table2", corpus, []).finetune_overrides == ()
+
+
 def test_commands_of_the_three_steps(tmp_path):
     got = study_config.make_study(
         "mini_table2",
@@ -89,7 +113,7 @@ def test_commands_of_the_three_steps(tmp_path):
     ]
     student = tmp_path / "objective=att_kl,seed=1" / "student"
     grid_dir = tmp_path / "finetune" / "objective=att_kl,seed=1"
-    assert study.finetune_command(got, student) == [
+    assert study.finetune_command(got, student, 1) == [
         sys.executable,
         "-m",
         "kdbench.run",
@@ -152,6 +176,25 @@ def test_a_preset_without_a_fixed_sweep_dir_gets_one_a_rerun_finds_again():
         ("mini_table2", ["objective=att_kll"], [], "unknown objective 'att_kll'"),
         ("mini_table2", [], ["task=rtee"], "unknown task 'rtee'"),
         ("mini_table2", ["trainer.nope=1"], [], "experiment mini_table2: .*nope"),
+        (  # the grids' task, not the distillations': they read none
+            "mini_table2",
+            ["task=rte"],
+            [],
+            "task=rte: the distillations of mini_table2 are task-agnostic .*: --finetune task=rte$",
+        ),
+        (
+            "mini_table1",
+            ["hydra/launcher=slurm_ddp"],
+            [],
+            "step 'distil': setting=task_specific trains in one process a job, and its launcher "
+            "starts 1 node.s. x 8 task.s. a job",
+        ),
+        (  # docs/studies.md's data-parallel study: the grids' launcher takes its nodes=4 too
+            "table2_agnostic",
+            ["hydra/launcher=slurm_ddp", "hydra.launcher.nodes=4"],
+            ["hydra/launcher=slurm"],
+            "step 'finetune': setting=finetune .* 4 node.s. x 1 task.s. a job: .*nodes=1",
+        ),
     ],
 )
 def test_bad_input_is_one_config_error_before_any_step(name, overrides, finetune, message):
@@ -172,16 +215,81 @@ class FakeSteps:
 
 
 def test_the_study_fine_tunes_every_completed_student_then_reports(tmp_path, monkeypatch):
-    students = [write_record(tmp_path / f"objective={o},seed=1") for o in ("att_kl", "hid_seq")]
+    # in the sweep's order: the preset's objectives, hid_seq before att_kl
+    students = [write_record(tmp_path / f"objective={o},seed=1") for o in ("hid_seq", "att_kl")]
     fake = FakeSteps()
     monkeypatch.setattr(study, "run_child", fake)
     got = study_config.make_study("mini_table2", [f"hydra.sweep.dir={tmp_path}"], [])
     study.run_study(got)
     assert fake.commands == [
         study.distill_command(got),
-        *(study.finetune_command(got, s) for s in students),
+        *(study.finetune_command(got, s, 1) for s in students),
         study.report_command(got),
     ]
+
+
+def grid_commands(fake: FakeSteps, preset: str) -> list[str]:
+    """The student each of a fake study's steps of `preset` was given."""
+    keys = tuple(f"{key}=" for key in study_config.STUDENT_AS.values())
+    return [
+        token.split("=", 1)[1].strip("'")
+        for command in fake.commands
+        if f"+experiment={preset}" in command
+        for token in command
+        if token.startswith(keys)
+    ]
+
+
+def test_a_rerun_of_a_chain_hands_on_the_distillations_students_not_its_own(tmp_path, monkeypatch):
+    """The chained step's students (a distillation too) sit below the sweep dir: a re-run gives
+    the assistant's student to the next step, never the step's own students as teachers."""
+    assistant = write_record(tmp_path / "seed=1")
+    write_record(tmp_path / "mini_minilm_ta_student" / "seed=1" / "seed=1")
+    fake = FakeSteps()
+    monkeypatch.setattr(study, "run_child", fake)
+    study.run_study(study_config.make_study("mini_minilm_ta", [f"hydra.sweep.dir={tmp_path}"], []))
+    assert grid_commands(fake, "mini_minilm_ta_student") == [str(assistant.resolve())]
+
+
+def test_a_rerun_with_other_overrides_goes_on_and_reports_from_its_own_jobs_only(
+    tmp_path, monkeypatch
+):
+    """Folders of an earlier run with other overrides stay under the sweep dir: the next step takes
+    none of their students, and the job list the report reads names this run's sweeps' alone."""
+    write_record(tmp_path / "objective=att_kl,stages.distillation.steps=4,seed=1")  # earlier
+    students = [write_record(tmp_path / f"objective=att_kl,seed={s}", seed=s) for s in (1, 2)]
+    fake = FakeSteps()
+    monkeypatch.setattr(study, "run_child", fake)
+    got = study_config.make_study(
+        "mini_table2", [f"hydra.sweep.dir={tmp_path}", "objective=att_kl"], ["task=rte"]
+    )
+    study.run_study(got)
+    assert grid_commands(fake, "mini_table2_finetune") == [str(s.resolve()) for s in students]
+    jobs = (tmp_path / "study_jobs.txt").read_text().splitlines()
+    grid = [
+        f"stages.finetune.batch_size=16,stages.finetune.optimizer.lr={lr},task=rte,seed=1"
+        for lr in ("3e-05", "8e-05")
+    ]
+    assert jobs == [
+        "objective=att_kl,seed=1",
+        "objective=att_kl,seed=2",
+        *(f"finetune/objective=att_kl,seed={s}/{point}" for s in (1, 2) for point in grid),
+    ]
+
+
+def test_a_chained_step_runs_at_its_students_seed(tmp_path, monkeypatch):
+    """A chained distillation's record carries its own seed: each runs at its student's, so the
+    chain's records pair by seed (the chained preset sweeps seed 1 alone)."""
+    for seed in (1, 2):
+        write_record(tmp_path / f"seed={seed}", seed=seed)
+    fake = FakeSteps()
+    monkeypatch.setattr(study, "run_child", fake)
+    got = study_config.make_study("mini_tinybert", [f"hydra.sweep.dir={tmp_path}", "seed=1,2"], [])
+    study.run_study(got)
+    chained = [c for c in fake.commands if "+experiment=mini_tinybert_task" in c]
+    assert [[t for t in c if t.startswith("seed=")] for c in chained] == [["seed=1"], ["seed=2"]]
+    jobs = (tmp_path / "study_jobs.txt").read_text().splitlines()
+    assert jobs[2:] == [f"mini_tinybert_task/seed={s}/task=sst2,seed={s}" for s in (1, 2)]
 
 
 def test_a_failed_step_stops_the_study_with_one_line_naming_it(tmp_path, monkeypatch, capsys):
@@ -236,3 +344,21 @@ def test_the_study_names_its_pre_registered_design_before_its_first_step(
     study.run_study(got)
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"kdbench.study: pre-registered design: {out / 'DESIGN.md'} (sha256 ")
+
+
+def test_a_sweep_dir_another_study_holds_is_refused_before_any_step(tmp_path, monkeypatch, capsys):
+    """Two presets' jobs share folder names (the preset is not in them): a second study in the
+    first one's sweep dir would re-run the first one's completed jobs in place with its config."""
+    fake = FakeSteps()
+    monkeypatch.setattr(study, "run_child", fake)
+    study.run_study(study_config.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))
+    commands = len(fake.commands)
+    with pytest.raises(SystemExit) as exc:
+        study.run_study(study_config.make_study("mini_table3", [f"hydra.sweep.dir={tmp_path}"], []))
+    assert exc.value.code == 2 and len(fake.commands) == commands
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == [
+        f"kdbench: error: {tmp_path} holds the runs of the study mini_table1: give the study "
+        "mini_table3 a sweep dir of its own (hydra.sweep.dir=DIR)"
+    ]
+    study.run_study(study_config.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))

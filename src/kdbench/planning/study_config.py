@@ -1,6 +1,7 @@
 """A study's setup (`kdbench.study`), checked before any step runs: the preset composed with its
-overrides, the sweep dir, the overrides the next step's sweeps take, and the step each saved student
-goes on to (a `chain` block's preset, or a task-agnostic preset's fine-tuning grid NAME_finetune).
+overrides, the sweep dir, the overrides the next step's sweeps take, the step each saved student
+goes on to (a `chain` block's preset, or a task-agnostic preset's fine-tuning grid NAME_finetune)
+and each step's launcher; and the job folders a step's sweep names (`job_folders`).
 """
 
 from __future__ import annotations
@@ -8,10 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from kdbench.errors import ConfigError
-from kdbench.planning.hydra_config import compose, group_options, one_line, sweep_point
+from kdbench.planning.hydra_config import (
+    compose,
+    group_options,
+    job_dir_name,
+    one_line,
+    sweep_point,
+)
 
 # The fine-tuning grid of a task-agnostic preset NAME is the preset NAME_finetune.
 FINETUNE_SUFFIX = "_finetune"
@@ -30,6 +37,8 @@ SHARED = (
     "logger",
     "kdbench.debug",
 )
+# The keys of the GLUE task and its data, which a task-agnostic distillation (raw text) never reads.
+TASK_KEYS = ("task", "data", "augment")
 SWEEP_DIR_KEY = "hydra.sweep.dir"
 # How the next preset of a chain takes a saved student: the override that names its folder.
 STUDENT_AS = {
@@ -53,6 +62,9 @@ class Study:
     student_as: str = "finetune"  # how it takes the student: a key of STUDENT_AS
     # the last step scores on GLUE (a chain ending in a distillation leaves students only)
     reports: bool = True
+    # the presets as composed (with their `hydra` node), whose sweeps name the job folders
+    cfg: DictConfig | None = None
+    next_cfg: DictConfig | None = None
 
     @property
     def finetunes(self) -> bool:
@@ -68,17 +80,62 @@ def override_key(token: str) -> str:
     return token.split("=", 1)[0].lstrip("+~")
 
 
+def is_hydra_key(token: str) -> bool:
+    key = override_key(token)
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def job_folders(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """The folders, below its sweep dir, of the jobs of `kdbench.run -m OVERRIDES` on the composed
+    preset `cfg`: Hydra's basic sweeper crosses the preset's `hydra.sweeper.params` with the
+    command line's overrides (where both set a key, the command line's value), and each job's
+    folder is its override_dirname and its seed (`hydra.sweep.subdir`)."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    params = [f"{key}={value}" for key, value in (cfg.hydra.sweeper.params or {}).items()]
+    task = [token for token in overrides if not is_hydra_key(token)]
+    (jobs,) = BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)
+    naming = cfg.hydra.job.config.override_dirname
+    folders = []
+    for job in jobs:
+        parsed = parser.parse_overrides(job)
+        seeds = [override.value() for override in parsed if override.key_or_group == "seed"]
+        name = get_overrides_dirname(
+            parsed, list(naming.exclude_keys), naming.item_sep, naming.kv_sep
+        )
+        folders.append(job_dir_name(name, seeds[-1] if seeds else cfg.seed))
+    return folders
+
+
+def under(token: str, keys: tuple[str, ...]) -> bool:
+    """Whether an override sets one of `keys` or a key below one."""
+    key = override_key(token)
+    return any(key == name or key.startswith(f"{name}.") for name in keys)
+
+
 def shared(overrides: list[str]) -> list[str]:
     """The overrides that say where and how jobs run (`SHARED`), which the fine-tuning sweeps take
     too."""
-    return [
-        token
-        for token in overrides
-        if any(
-            override_key(token) == key or override_key(token).startswith(f"{key}.")
-            for key in SHARED
+    return [token for token in overrides if under(token, SHARED)]
+
+
+def check_launch(cfg: DictConfig, step: str, fix: str) -> None:
+    """Refuses a step whose setting trains in one process a job on a launcher that starts several a
+    job (nodes x tasks per node): every job of it would fail (`distributed.check_launch`)."""
+    launcher = cfg.hydra.launcher
+    nodes, tasks = int(launcher.get("nodes") or 1), int(launcher.get("tasks_per_node") or 1)
+    if nodes * tasks == 1:
+        return
+    from kdbench.runtime.distributed import DATA_PARALLEL
+
+    if cfg.setting.name not in DATA_PARALLEL:
+        raise ConfigError(
+            f"study step '{step}': setting={cfg.setting.name} trains in one process a job, and its "
+            f"launcher starts {nodes} node(s) x {tasks} task(s) a job: {fix}"
         )
-    ]
 
 
 def sweep_dir_of(name: str, overrides: list[str], preset_dir: str | None) -> Path:
@@ -96,15 +153,16 @@ def sweep_dir_of(name: str, overrides: list[str], preset_dir: str | None) -> Pat
 
 def preset(name: str, overrides: list[str]):
     """The preset composed with the overrides (each sweep at its first value), with its `hydra`
-    node; bad input is a ConfigError of one line."""
+    node as they set it (its launcher, its sweep); bad input is a ConfigError of one line."""
     if name not in group_options("experiment"):
         raise ConfigError(
             f"unknown experiment {name!r}; valid experiment options: "
             f"{', '.join(group_options('experiment'))}"
         )
     points = sweep_point(overrides)
+    hydra = [token for token in overrides if is_hydra_key(token)]
     try:
-        return compose([f"+experiment={name}", *points], hydra_config=True)
+        return compose([f"+experiment={name}", *points, *hydra], hydra_config=True)
     except Exception as exc:
         raise ConfigError(f"experiment {name}: {one_line(exc)}") from None
 
@@ -117,26 +175,22 @@ def make_study(
     cfg = preset(name, overrides)
     setting = cfg.setting.name
     if setting == "finetune":
-        base = name.removesuffix(FINETUNE_SUFFIX)
-        how = (
-            f"run the study of {base}"
-            if base != name
-            else (
-                "run it on a student with python -m kdbench.run "
-                f"-m +experiment={name} setting.student_path=DIR"
-            )
-        )
-        raise ConfigError(
-            f"experiment {name} is a fine-tuning grid (setting=finetune), not a study: {how}"
-        )
+        raise ConfigError(not_a_study(name))
     sweep_dir = sweep_dir_of(
         name, overrides, OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir")
     )
-    forwarded = shared(overrides) + list(finetune_overrides)
+    check_launch(cfg, "distil", "give it hydra/launcher=slurm (one process a job)")
+    if setting == "task_agnostic":
+        check_read(name, overrides)
     next_preset, student_as = next_step(name, cfg)
-    last_setting = setting
-    if next_preset is not None:
-        last_setting = preset(next_preset, forwarded).setting.name
+    forwarded, next_cfg = next_overrides(next_preset, overrides, finetune_overrides)
+    if next_cfg is not None:
+        check_launch(
+            next_cfg,
+            "finetune" if student_as == "finetune" else next_preset,
+            "give its sweeps one process a job (--finetune hydra/launcher=slurm --finetune "
+            "hydra.launcher.nodes=1)",
+        )
     elif finetune_overrides:
         raise ConfigError(
             f"--finetune {finetune_overrides[0]}: experiment {name} is {setting}, its study "
@@ -151,8 +205,47 @@ def make_study(
         out if out is not None else Path("results") / name,
         next_preset,
         student_as,
-        reports=last_setting != "task_agnostic",
+        reports=(next_cfg or cfg).setting.name != "task_agnostic",
+        cfg=cfg,
+        next_cfg=next_cfg,
     )
+
+
+def check_read(name: str, overrides: list[str]) -> None:
+    """Refuses an override of the task or its data (`TASK_KEYS`) for task-agnostic distillations,
+    which read neither: it belongs to the next step's sweeps."""
+    unread = [token for token in overrides if under(token, TASK_KEYS) and not under(token, SHARED)]
+    if unread:
+        raise ConfigError(
+            f"{unread[0]}: the distillations of {name} are task-agnostic and read no task or its "
+            f"data; give it to the sweeps of their students: --finetune {unread[0]}"
+        )
+
+
+def next_overrides(
+    next_preset: str | None, overrides: list[str], finetune_overrides: list[str]
+) -> tuple[list[str], DictConfig | None]:
+    """The overrides of the next step's sweeps and its preset composed with them: where and how jobs
+    run (`SHARED`), the corpus (`corpus` and its keys) when the next step distils from raw text too
+    (an assistant's student reads its assistant's corpus), then `--finetune`'s."""
+    if next_preset is None:
+        return shared(overrides) + list(finetune_overrides), None
+    setting = preset(next_preset, list(finetune_overrides)).setting.name
+    keys = SHARED + (("corpus",) if setting == "task_agnostic" else ())
+    forwarded = [token for token in overrides if under(token, keys)] + list(finetune_overrides)
+    return forwarded, preset(next_preset, forwarded)
+
+
+def not_a_study(name: str) -> str:
+    """Why a fine-tuning grid is no study, and what to run instead."""
+    base = name.removesuffix(FINETUNE_SUFFIX)
+    how = (
+        f"run the study of {base}"
+        if base != name
+        else f"run it on a student with python -m kdbench.run -m +experiment={name} "
+        "setting.student_path=DIR"
+    )
+    return f"experiment {name} is a fine-tuning grid (setting=finetune), not a study: {how}"
 
 
 def next_step(name: str, cfg) -> tuple[str | None, str]:

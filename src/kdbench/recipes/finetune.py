@@ -2,8 +2,8 @@
 
 Each grid point (learning rate x batch size, `+experiment=finetune_grid`) is one job; the report
 keeps the best dev score per task, as the paper does. A fine-tuning record names the distillation it
-came from (`distilled_from`) and carries that run's teacher, student, init, objective and seed, so
-it joins the task-agnostic tables.
+came from (`distilled_from`) and carries that run's teacher, student, init, objective, seed and
+resolved config (`distillation_config`), so it joins the task-agnostic tables as its design.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def distillation_record(student_path: Path) -> dict:
         "setting": "task_agnostic",
         "stage": "finetune",  # so the task-agnostic tables read it
         "distilled_from": str((student_path.parent / "result.json").resolve()),
+        "distillation_config": record.config,  # the report tells students' designs apart
     }
 
 

@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).parent.parent  # kdbench
 # the package's source, as `source_sha256` hashes it: its code, configs and paper tables
 SOURCE_SUFFIXES = (".py", ".yaml", ".csv")
 RESULT_FILE = "result.json"
+JOBS_FILE = "study_jobs.txt"  # in a kdbench.study's sweep dir: its jobs' folders, one a line
 # in a saved student's folder: the models it was distilled from, and itself
 CHAIN_FILE = "kdbench_chain.json"
 # in a saved student's folder: its learned feature projections (init.carry_projections reads them)

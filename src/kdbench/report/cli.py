@@ -4,12 +4,13 @@ Usage::
 
     python -m kdbench.report RESULTS_DIR [--out DIR] [--digits N] [--alpha A] [--no-plots] [--paper]
 
-Every ``result.json`` under RESULTS_DIR (any depth) is read; RESULTS_DIR may also be a ``.jsonl``
-file of records, one result.json per line (``runs.jsonl``, as committed reports keep them; the page
-links to its lines). Only ``status: completed`` records enter the tables and tests; failed/running
-records and malformed files are listed (with their path and the reason) on stdout, in
-``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default ``RESULTS_DIR/report``, or
-``report`` beside a ``.jsonl`` file):
+Every ``result.json`` under RESULTS_DIR (any depth) is read (in the sweep dir of a
+``kdbench.study``, those of its jobs: :mod:`kdbench.report.jobs`); RESULTS_DIR may also be a
+``.jsonl`` file of records, one result.json per line (``runs.jsonl``, as committed reports keep
+them; the page links to its lines). Only ``status: completed`` records enter the tables and tests;
+failed/running records and malformed files are listed (with their path and the reason) on stdout,
+in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default
+``RESULTS_DIR/report``, or ``report`` beside a ``.jsonl`` file):
 
 ``results.csv``
     one row per completed run: key columns, ``score``, one column per metric (nested metric dicts
@@ -78,12 +79,14 @@ records and malformed files are listed (with their path and the reason) on stdou
     evidence.md and the excluded runs. Opens from the file system.
 ``excluded.csv``
     path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
-    config_mismatch), reason and whatever key fields the file had. ``config_mismatch``: a run whose
-    resolved config differs from the other runs of its cell in more than the seed, paths, device and
-    how-not-what settings (``kdbench.records.record.NOT_DESIGN``); the cell keeps its most common
-    design and the reason names the differing keys. ``distillation``: a task-agnostic distillation
-    record (no task; its GLUE fine-tuning runs carry the scores). ``grid``: a fine-tuning grid point
-    (record with a ``grid`` dict) that lost to the best point of its run key, the one used.
+    config_mismatch / not_in_study / missing), reason and whatever key fields the file had.
+    ``config_mismatch``: a run whose resolved config differs from the other runs of its cell in
+    more than the seed, paths, device and how-not-what settings (``record.NOT_DESIGN``); the cell
+    keeps its most common design and the reason names the differing keys. ``distillation``: a
+    task-agnostic distillation record (no task; its GLUE fine-tuning runs carry the scores).
+    ``grid``: a fine-tuning grid point (record with a ``grid`` dict) that lost to the best point of
+    its student's grid on its task, the one used. ``not_in_study``, ``missing``: in the sweep dir of
+    a ``kdbench.study``, a record of none of its jobs, a job of it without a record (``jobs``).
 ``paper.csv`` (only with ``--paper``)
     every published cell of Wang et al. (2023), Tables 1-4 (the package data
     ``kdbench/paper/wang2023_tables.csv``), long form in kdbench's names: table, setting, teacher,
@@ -105,20 +108,17 @@ records and malformed files are listed (with their path and the reason) on stdou
 Conventions:
 
 * A pair with fewer than 2 matched seeds is reported with ``n_pairs`` (and the means over the
-  matches, if
-  any) and empty ``t``/``p``/``p_holm``.
+  matches, if any) and empty ``t``/``p``/``p_holm``.
 * Zero variance of the differences: all-zero differences make scipy return NaN t and p; they are
-  reported
-  empty and are *not* counted in the Holm family size m (they are untestable, not tests that
-  failed). A constant non-zero difference makes scipy return t = ±inf and p = 0; that is kept as
-  scipy gives it and counts in the family.
+  reported empty and are *not* counted in the Holm family size m (they are untestable, not tests
+  that failed). A constant non-zero difference makes scipy return t = ±inf and p = 0; that is kept
+  as scipy gives it and counts in the family.
 * Two completed records with the same (setting, teacher, student, task, objective, init, seed) are
   duplicates: the first by path is used, the others are listed in ``excluded.csv`` as ``duplicate``.
 * ``schema`` may be absent (taken as 1); any other schema value makes the file skipped.
 * Scores are "higher is better" for every GLUE metric, so best = largest mean.
 * No completed run at all (only failed/running/malformed files): the exclusions are listed and
-  written, then
-  the CLI exits 2 like for an empty directory.
+  written, then the CLI exits 2 like for an empty directory.
 """
 
 from __future__ import annotations

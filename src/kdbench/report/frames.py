@@ -54,10 +54,20 @@ ORIGIN_COLS = [
     "teacher_collapse",
     "predictions",
     "checkpoint",
+    "student_path",
 ]
-# dicts, the teacher's collapse (the findings name it), where the per-example predictions are and
-# which checkpoint was scored (one per table: `one_checkpoint_kind`), not written to results.csv
-IN_MEMORY_COLS = ["design", "timing", "throughput", "teacher_collapse", "predictions", "checkpoint"]
+# dicts, the teacher's collapse (the findings name it), where the per-example predictions are,
+# which checkpoint was scored (one per table: `one_checkpoint_kind`) and the student a fine-tuning
+# grid point fine-tunes (a grid's best point is its own), not written to results.csv
+IN_MEMORY_COLS = [
+    "design",
+    "timing",
+    "throughput",
+    "teacher_collapse",
+    "predictions",
+    "checkpoint",
+    "student_path",
+]
 _TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
 
 
@@ -130,31 +140,40 @@ def sort_frame(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _excluded_copies(frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason) -> list[dict]:
-    """An exclusion of ``kind`` per row of ``frame``; ``reason(row, kept)`` names the one used."""
-    keys = list(KEY_FIELDS)
+def _excluded_copies(
+    frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason, keys: list[str]
+) -> list[dict]:
+    """An exclusion of ``kind`` per row of ``frame``; ``reason(row, kept)`` names the one of its
+    ``keys`` used."""
     kept = kept.set_index(keys)
     rows = []
     for _, row in frame.iterrows():
         winner = kept.loc[tuple(row[keys])]
         rows.append(
-            exclusion(row["path"], kind, reason(row, winner), {key: row[key] for key in keys})
+            exclusion(row["path"], kind, reason(row, winner), {key: row[key] for key in KEY_FIELDS})
         )
     return rows
 
 
 def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    """Fine-tuning grids (the task-agnostic protocol): keep each run's best grid point by dev score.
+    """Fine-tuning grids (the task-agnostic protocol): keep the best grid point by dev score of each
+    student's grid on each task.
 
-    Runs that differ only in their grid point (lr, batch size) share a key; the best score is the
+    A student's grid points on a task share its key and its `student_path`; the best score is the
     run's result, as in the paper. The other grid points are listed as ``grid`` exclusions (not
-    errors).
+    errors). Two students of one key (distillations that differ in more than the key) keep a best
+    point each.
     """
     gridded = frame["grid"].notna()
     if not gridded.any():
         return frame, []
-    ranked = frame[gridded].sort_values(["score", "path"], ascending=[False, True], kind="stable")
-    below = ranked.duplicated(list(KEY_FIELDS), keep="first")
+    keys = [*KEY_FIELDS, "student_path"]
+    ranked = (
+        frame[gridded]
+        .assign(student_path=frame["student_path"].fillna(""))
+        .sort_values(["score", "path"], ascending=[False, True], kind="stable")
+    )
+    below = ranked.duplicated(keys, keep="first")
     excluded = _excluded_copies(
         ranked[below],
         ranked[~below],
@@ -163,6 +182,7 @@ def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
             f"grid point {row['grid']} scored {row['score']:.2f}; "
             f"the best, {best['grid']}, scored {best['score']:.2f}"
         ),
+        keys,
     )
     return sort_frame(pd.concat([frame[~gridded], ranked[~below]])), excluded
 

@@ -20,6 +20,7 @@ from kdbench.records.record import (
 )
 from kdbench.report.collapse import UNKNOWN, collapse_status
 from kdbench.report.frames import COST_FIELDS, exclusion, key_text
+from kdbench.report.jobs import of_jobs, study_jobs
 
 
 @dataclass
@@ -204,12 +205,23 @@ def _origin(run: RunRecord, init: str, grid: dict | None) -> dict:
         paper_table = _as_int(analogue.get("table"))
         paper_init = key_text((analogue.get("inits") or {}).get(init))
     return {
-        "design": None if config is None else design(config, grid),
+        "design": None if config is None else design(config, grid) | distilled_design(run),
+        "student_path": key_text(run.outcome.get("student_path")),
         "commit": key_text(commit),
         "paper_table": paper_table,
         "paper_init": paper_init,
         "paper_note": key_text((analogue or {}).get("note")),
     }
+
+
+def distilled_design(run: RunRecord) -> dict:
+    """A fine-tuning record's distillation design (its distillation's resolved config, less what
+    does not change a measurement), its keys under `distillation.`: grid points of students of
+    different distillations are different designs. Empty for any other record."""
+    config = run.outcome.get("distillation_config")
+    if not isinstance(config, dict):
+        return {}
+    return {f"distillation.{key}": value for key, value in design(config).items()}
 
 
 def _not_completed(data: dict) -> tuple[str, str] | None:
@@ -289,8 +301,9 @@ def load_lines(path: Path) -> Loaded:
 
 
 def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
-    """Parse every ``result.json`` under ``results_dir``, or every line of ``results_dir`` when it
-    is a ``.jsonl`` file; raises :class:`ReportError` on unusable input."""
+    """Parse every ``result.json`` under ``results_dir`` (of a study's jobs alone, in its sweep dir:
+    :mod:`kdbench.report.jobs`), or every line of ``results_dir`` when it is a ``.jsonl`` file;
+    raises :class:`ReportError` on unusable input."""
     if results_dir.is_file() and results_dir.suffix == ".jsonl":
         return load_lines(results_dir)
     if not results_dir.exists():
@@ -307,8 +320,10 @@ def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
             f"no {RESULT_FILE} found under {results_dir}; "
             "run some experiments first or point at the directory they wrote to"
         )
-    records, excluded = [], []
-    for path in files:
+    jobs = study_jobs(results_dir)
+    read, excluded = (files, []) if jobs is None else of_jobs(files, results_dir, jobs)
+    records = []
+    for path in read:
         record, excluded_row = parse_record(path, results_dir)
         if record is not None:
             records.append(record)
