@@ -12,6 +12,18 @@ from kdbench.errors import ReportError
 from kdbench.records.record import KEY_FIELDS
 from kdbench.tasks import TASKS
 
+# dicts, the teacher's collapse (the findings name it), where the per-example predictions are,
+# which checkpoint was scored (one per table: `one_checkpoint_kind`) and the student a fine-tuning
+# grid point fine-tunes (a grid's best point is its own), not written to results.csv
+IN_MEMORY_COLS = [
+    "design",
+    "timing",
+    "throughput",
+    "teacher_collapse",
+    "predictions",
+    "checkpoint",
+    "student_path",
+]
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
 # The record's measured cost (`kdbench.measure.cost`) as report columns: (column, the model, its
 # field).
@@ -48,25 +60,7 @@ ORIGIN_COLS = [
     "paper_init",
     "paper_note",
     *COST_COLS,
-    "design",
-    "timing",
-    "throughput",
-    "teacher_collapse",
-    "predictions",
-    "checkpoint",
-    "student_path",
-]
-# dicts, the teacher's collapse (the findings name it), where the per-example predictions are,
-# which checkpoint was scored (one per table: `one_checkpoint_kind`) and the student a fine-tuning
-# grid point fine-tunes (a grid's best point is its own), not written to results.csv
-IN_MEMORY_COLS = [
-    "design",
-    "timing",
-    "throughput",
-    "teacher_collapse",
-    "predictions",
-    "checkpoint",
-    "student_path",
+    *IN_MEMORY_COLS,
 ]
 _TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
 
