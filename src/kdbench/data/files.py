@@ -1,10 +1,9 @@
 """A user's data file read as UTF-8 text: a failure to read it is one DataError naming the file,
-where, and the fix; a CSV file's delimiter; the hash of its bytes."""
+where, and the fix; a CSV file's delimiter."""
 
 from __future__ import annotations
 
 import csv
-import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,9 +81,3 @@ def check_utf8(path: Path, fix: str) -> None:
     with reading(path, fix), path.open(encoding="utf-8-sig") as handle:
         while handle.read(1 << 20):
             pass
-
-
-def file_digest(path: Path) -> str:
-    """The SHA-256 of the bytes of `path`, in hex."""
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()

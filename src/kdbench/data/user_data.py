@@ -20,11 +20,12 @@ import datasets
 
 from kdbench.data.carving import carve
 from kdbench.data.columns import column_list
-from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, file_digest, no_rows
+from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, no_rows
 from kdbench.data.labels import check_known, class_names, label_text, label_values, number
 from kdbench.errors import ConfigError, DataError
 from kdbench.planning.specs import UserData
 from kdbench.runtime.loggers import library_progress_bars
+from kdbench.runtime.storage import sha256_of
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
@@ -171,7 +172,7 @@ def file_options(user: UserData, path: Path) -> dict:
     missing and the label column as text."""
     if user.format != "parquet":
         check_utf8(path, "re-encode the file as UTF-8")
-    options = {"name": f"sha256-{file_digest(path)}"}
+    options = {"name": f"sha256-{sha256_of(path)}"}
     if user.format != "csv":
         return options
     return options | {
@@ -293,7 +294,7 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
     names = () if regression else class_names(labels["train"], train, given)
     for split in splits if names else ():
         check_known(labels[split], names, where(user, split), train, given)
-    if user.carve:
+    if user.carve:  # carving refuses data it cannot split: here, before any heavy work
         carved(user, raw["train"], "validation")
     metrics = task_metrics(task.get("metric"), regression, len(names))
     carving = ("distinct inputs by label", user.validation_fraction, user.split_seed)
