@@ -138,21 +138,27 @@ def test_a_folder_holding_another_command_s_pilot_is_refused(argv, capsys, tmp_p
     assert "holds the pilot of another command" in capsys.readouterr().err
 
 
+def pilot_stopped(argv, cells, frame, monkeypatch, capsys) -> tuple[int, list[str], list[str]]:
+    """The advice on `cells` whose first seeds' runs are `frame`, run until it exits: its exit
+    code, its standard error's lines and the steps it ran."""
+    argv = [*argv, f"advise.candidates=[{','.join(cells)}]", "advise.budget=1h"]
+    calibration_file(argv)
+    steps = []
+    monkeypatch.setattr(cli, "teacher_of", lambda inputs: "/models/teacher")
+    monkeypatch.setattr(cli, "run_step", lambda out, step, command: steps.append(step))
+    monkeypatch.setattr(cli, "pilot_frame", lambda inputs: frame)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    return exited.value.code, capsys.readouterr().err.strip().splitlines(), steps
+
+
 def test_a_pilot_whose_first_seeds_all_predict_one_class_stops_in_one_line(
     argv, capsys, monkeypatch, tmp_path
 ):
     cells = ["vanilla_kd@random", "att_kl@random"]
-    argv = [*argv, f"advise.candidates=[{','.join(cells)}]", "advise.budget=1h"]
-    calibration_file(argv)
     collapsed = write_pilot(tmp_path / "runs", {c: [50.0] * 3 for c in cells}, one_class=cells)
-    steps = []
-    monkeypatch.setattr(cli, "teacher_of", lambda inputs: "/models/teacher")
-    monkeypatch.setattr(cli, "run_step", lambda out, step, command: steps.append(step))
-    monkeypatch.setattr(cli, "pilot_frame", lambda inputs: collapsed)
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert exited.value.code == 2 and len(lines) == 1
+    code, lines, steps = pilot_stopped(argv, cells, collapsed, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1
     assert "every pilot run of seeds 1-3 predicts one class" in lines[0]
     assert "raise the students' learning rate (task.lr)" in lines[0]
     assert steps == ["pilot seeds 1-3"]
@@ -164,20 +170,12 @@ def test_a_pilot_whose_first_seeds_leave_a_cell_without_a_score_stops_in_one_lin
 ):
     # a run whose score is not a finite number (a regression's constant predictions) has none
     cells = ["vanilla_kd@random", "att_kl@random"]
-    argv = [*argv, f"advise.candidates=[{','.join(cells)}]", "advise.budget=1h"]
-    calibration_file(argv)
     scores = {
         c: [math.nan] * 3 if i < unscored else [70.0, 71.0, 72.0] for i, c in enumerate(cells)
     }
     frame = write_pilot(tmp_path / "runs", scores)
-    steps = []
-    monkeypatch.setattr(cli, "teacher_of", lambda inputs: "/models/teacher")
-    monkeypatch.setattr(cli, "run_step", lambda out, step, command: steps.append(step))
-    monkeypatch.setattr(cli, "pilot_frame", lambda inputs: frame)
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert exited.value.code == 2 and len(lines) == 1
+    code, lines, steps = pilot_stopped(argv, cells, frame, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1
     assert lines[0].startswith("kdbench: error: no seed was scored by every cell of the pilot")
     assert "vanilla_kd@random: none" in lines[0]
     assert steps == ["pilot seeds 1-3"]
