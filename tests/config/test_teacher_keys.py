@@ -1,10 +1,13 @@
-"""What the teacher's cache keys name: the dev subset that scores a fine-tuned teacher, and the data
-source of both the teacher and the tables computed from it (a given teacher's too)."""
+"""What the teacher's cache keys name: the dev subset that scores a fine-tuned teacher, the data
+source of both the teacher and the tables computed from it (a given teacher's too), and TF32 where
+it runs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kdbench.planning.plan import make_plan
-from kdbench.teacher.cache import derived_key, teacher_key
+from kdbench.teacher.cache import cache_path, derived_key, teacher_key
 from tests.helpers import compose_config, tiny_overrides
 
 HUB = ["teacher=tiny", "student=tiny", "task=sst2", "trainer=smoke", "objective=vanilla_kd"]
@@ -26,3 +29,17 @@ def test_the_teachers_keys_name_the_hub_dataset_its_examples_come_from(tmp_path,
         plan = make_plan(compose_config([*HUB, run_dir, f"data.hf_dataset={hub}"]))
         assert teacher_key(plan)["data"]["source"] == hub
         assert derived_key("a given teacher", range(3), None, plan)["source"] == hub
+
+
+def test_the_teachers_keys_name_tf32_only_where_its_matmuls_run(tiny_glue, tmp_path):
+    """An fp32 run on a GPU with TF32 (`plan.tf32`, resolved for the device) and one with
+    `trainer.tf32=false` fine-tune and read different teachers; off a GPU nothing changes."""
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path)))
+    assert not plan.tf32  # the CPU: no TF32, and keys as before
+    with_tf32 = replace(plan, tf32=True)
+    assert teacher_key(with_tf32) == teacher_key(plan) | {
+        "recipe": teacher_key(plan)["recipe"] | {"tf32": True}
+    }
+    assert cache_path(with_tf32) != cache_path(plan)
+    tables = derived_key("a teacher", range(3), None, plan)
+    assert derived_key("a teacher", range(3), None, with_tf32) == tables | {"tf32": True}

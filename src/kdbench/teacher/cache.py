@@ -33,12 +33,15 @@ def digest(key: dict) -> str:
 
 def teacher_key(plan) -> dict:
     """Everything that determines the fine-tuned teacher (and nothing that varies across a sweep's
-    students). The precision is the one resolved for the device: `auto` names none."""
+    students). The precision and TF32 are the ones resolved for the device: `auto` names none,
+    and TF32 enters only where its matmuls run (an fp32 run on a GPU that has them)."""
     trainer, stage = plan.trainer, plan.stages["teacher"]
     recipe = {name: getattr(trainer, name) for name in TEACHER_RECIPE}
     recipe["precision"] = plan.precision
     recipe["stage"] = json.loads(json.dumps(asdict(stage) | {"terms": None}))
-    recipe |= present({"best_checkpoint": trainer.teacher_best_checkpoint or None})
+    recipe |= present(
+        {"best_checkpoint": trainer.teacher_best_checkpoint or None, "tf32": plan.tf32 or None}
+    )
     data = {
         "source": plan.data.source,
         "train_limit": plan.data.train_limit,
@@ -64,7 +67,8 @@ def cache_path(plan) -> Path:
 def derived_key(identity: str, train_set, tokenizer, plan, augmented: str | None = None) -> dict:
     """What determines anything computed from the frozen teacher of `identity` over the training
     set: the teacher's weights (in bf16 in a bf16 run: `in_run_precision`), the examples and their
-    tokenisation, the precision. `augmented` names the augmented set's cache entry."""
+    tokenisation, the precision and TF32 (where its matmuls run). `augmented` names the augmented
+    set's cache entry."""
     key = {
         "teacher": identity,
         "task": plan.task.name,
@@ -78,7 +82,12 @@ def derived_key(identity: str, train_set, tokenizer, plan, augmented: str | None
     }
     bf16 = "bf16" if plan.precision == "bf16" else None
     return key | present(
-        {"teacher_weights": bf16, "augmented": augmented, "content": plan.task.content_hash}
+        {
+            "teacher_weights": bf16,
+            "tf32": plan.tf32 or None,
+            "augmented": augmented,
+            "content": plan.task.content_hash,
+        }
     )
 
 
