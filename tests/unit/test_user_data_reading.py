@@ -126,3 +126,21 @@ def test_a_json_text_column_with_a_number_names_its_row(tmp_path):
     path = write(tmp_path / "t.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
     with pytest.raises(DataError, match=r"'text' mixes text and other values \(row 2 holds 42\)"):
         carved_task(path)
+
+
+def test_a_given_split_sharing_inputs_with_train_is_warned_of(tmp_path, caplog):
+    train = write(
+        tmp_path / "train.csv", "text,label\n" + "".join(f"t{i},a\nu{i},b\n" for i in range(5))
+    )
+    dev = write(tmp_path / "dev.csv", "text,label\nt1,a\nnew,b\nu3,a\n")
+    with caplog.at_level("WARNING", logger="kdbench"):
+        custom_task(f"task.train_file={train}", f"task.validation_file={dev}")
+    assert f"{dev}: 2 of its 3 examples have an input that train" in caplog.text
+
+
+def test_disjoint_given_splits_are_not_warned_of(tmp_path, caplog):
+    train = write(tmp_path / "train.csv", "text,label\nt1,a\nt2,b\n")
+    dev = write(tmp_path / "dev.csv", "text,label\nt3,a\nt4,b\n")
+    with caplog.at_level("WARNING", logger="kdbench"):
+        custom_task(f"task.train_file={train}", f"task.validation_file={dev}")
+    assert "optimistic" not in caplog.text

@@ -1,6 +1,7 @@
 """The validation split carved from training data that has none: a seeded, stratified sample of its
 distinct inputs, so that no input is in both splits and each class (a regression: each range of
-values) has its share of either split, the same for every run of a sweep."""
+values) has its share of either split, the same for every run of a sweep; and the inputs that
+given splits share."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ def input_groups(ds, text_fields: tuple[str, ...]) -> list[list[int]]:
     for row, key in enumerate(zip(*(column_list(ds, field) for field in text_fields))):
         groups.setdefault(key, []).append(row)
     return list(groups.values())
+
+
+def shared_inputs(first, second, text_fields: tuple[str, ...]) -> int:
+    """How many rows of `second` have an input (the values of its text columns) that a row of
+    `first` has too."""
+    seen = set(zip(*(column_list(first, field) for field in text_fields)))
+    return sum(key in seen for key in zip(*(column_list(second, field) for field in text_fields)))
 
 
 def carve(
