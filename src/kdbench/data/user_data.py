@@ -21,7 +21,7 @@ import datasets
 
 from kdbench.data.carving import carve, shared_inputs
 from kdbench.data.columns import column_list
-from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, no_rows
+from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, folder_files, no_rows
 from kdbench.data.labels import check_known, class_names, label_text, label_values, number
 from kdbench.errors import ConfigError, DataError
 from kdbench.planning.specs import UserData
@@ -66,13 +66,15 @@ def user_data(task: dict) -> UserData:
     files = {
         split: data_file(task[key], key) for split, key in SPLIT_FILES.items() if task.get(key)
     }
+    name, config = task.get("dataset_name"), task.get("dataset_config")
+    if name and (local := folder_files(Path(str(name)).expanduser(), FORMATS)):
+        files, name = local, None  # read as the files they are, as task.train_file=... is
     formats = {FORMATS[path.suffix.lower()] for path in files.values()}
     if len(formats) > 1:
         raise ConfigError(
-            f"task.train_file={task['train_file']} and the other files differ in "
+            f"the data files ({', '.join(sorted(map(str, files.values())))}) differ in "
             "format: give every split in one format"
         )
-    name, config = task.get("dataset_name"), task.get("dataset_config")
     carve = "validation" not in (hub_splits(str(name), config) if name else files)
     return UserData(
         files,
