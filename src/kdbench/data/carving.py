@@ -5,11 +5,15 @@ given splits share."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from kdbench.data.columns import column_list
 from kdbench.data.labels import label_order, label_text
 from kdbench.errors import DataError
+
+log = logging.getLogger("kdbench")
 
 
 def input_groups(ds, text_fields: tuple[str, ...]) -> list[list[int]]:
@@ -21,11 +25,22 @@ def input_groups(ds, text_fields: tuple[str, ...]) -> list[list[int]]:
     return list(groups.values())
 
 
-def shared_inputs(first, second, text_fields: tuple[str, ...]) -> int:
-    """How many rows of `second` have an input (the values of its text columns) that a row of
-    `first` has too."""
-    seen = set(zip(*(column_list(first, field) for field in text_fields)))
-    return sum(key in seen for key in zip(*(column_list(second, field) for field in text_fields)))
+def warn_shared(given, train, text_fields: tuple[str, ...], names: tuple[str, str]) -> None:
+    """Warns where rows of the given split `given` have an input (the values of its text columns)
+    that a row of `train` has too: its scores are then optimistic (a carved split shares none).
+    `names`: how messages name the two."""
+    seen = set(zip(*(column_list(train, field) for field in text_fields)))
+    inputs = zip(*(column_list(given, field) for field in text_fields))
+    shared = sum(key in seen for key in inputs)
+    if shared:
+        log.warning(
+            "%s: %d of its %d examples have an input that train (%s) has too, so its scores "
+            "are optimistic: remove them from one of the two",
+            names[0],
+            shared,
+            len(given),
+            names[1],
+        )
 
 
 def carve(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import datasets
 
-from kdbench.data.carving import carve, shared_inputs
+from kdbench.data.carving import carve, warn_shared
 from kdbench.data.columns import column_list
 from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, folder_files, no_rows
 from kdbench.data.labels import check_known, class_names, label_text, label_values, number
@@ -32,7 +32,6 @@ FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".pa
 SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 CLASS_METRICS = ("accuracy", "f1", "f1_macro", "mcc")
 REGRESSION_METRICS = ("pearson", "spearman")
-log = logging.getLogger("kdbench")
 
 
 def data_file(value, key: str) -> Path:
@@ -301,7 +300,8 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
     if user.carve:  # carving refuses data it cannot split: here, before any heavy work
         carved(user, raw["train"], "validation")
     for split in splits[1:]:
-        warn_shared(user, raw, split)
+        sources = (where(user, split), where(user, "train"))
+        warn_shared(raw[split], raw["train"], user.text_fields, sources)
     metrics = task_metrics(task.get("metric"), regression, len(names))
     carving = ("distinct inputs by label", user.validation_fraction, user.split_seed)
     reading = (
@@ -313,21 +313,6 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
         regression,
     )
     return user, names, metrics, content_hash(user, raw, reading)
-
-
-def warn_shared(user: UserData, raw: dict[str, datasets.Dataset], split: str) -> None:
-    """Warns where the given split `split` shares inputs with train: its scores are then
-    optimistic (a carved split never shares one)."""
-    shared = shared_inputs(raw["train"], raw[split], user.text_fields)
-    if shared:
-        log.warning(
-            "%s: %d of its %d examples have an input that train (%s) has too, so its scores "
-            "are optimistic: remove them from one of the two",
-            where(user, split),
-            shared,
-            len(raw[split]),
-            where(user, "train"),
-        )
 
 
 def checked_labels(ds: datasets.Dataset, user: UserData, split: str, regression: bool) -> list:
