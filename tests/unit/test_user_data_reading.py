@@ -53,12 +53,14 @@ def test_a_missing_label_is_named_by_its_row_in_the_file(tmp_path):
         carved_task(path)
 
 
-def test_csv_cells_are_read_as_written(tmp_path):
+@pytest.mark.parametrize("given", ["task.train_file", "task.dataset_name"])
+def test_csv_cells_are_read_as_written(tmp_path, given):
     """`NA`, `None` and `null` are text and labels, and `01` stays `01`; only an empty cell is
-    missing."""
+    missing: in a file, and in a folder in the Hub's layout."""
     rows = ["None,NA", "null,01", "NA,01", "nan,NA", "N/A,10", "n/a,10"]
-    path = write(tmp_path / "t.csv", "text,label\n" + "".join(f"{row}\n" for row in rows))
-    task = carved_task(path, "task.validation_fraction=0.5")
+    path = write(tmp_path / "train.csv", "text,label\n" + "".join(f"{row}\n" for row in rows))
+    named = path if given == "task.train_file" else tmp_path
+    task = custom_task(f"{given}={named}", "task.validation_fraction=0.5")
     assert task.labels == ("01", "10", "NA")
     texts = [
         text for split in ("train", "validation") for text in load_split(task, split, None)["text"]
@@ -126,3 +128,28 @@ def test_a_json_text_column_with_a_number_names_its_row(tmp_path):
     path = write(tmp_path / "t.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
     with pytest.raises(DataError, match=r"'text' mixes text and other values \(row 2 holds 42\)"):
         carved_task(path)
+
+
+def test_a_given_split_sharing_inputs_with_train_is_warned_of(tmp_path, caplog):
+    train = write(
+        tmp_path / "train.csv", "text,label\n" + "".join(f"t{i},a\nu{i},b\n" for i in range(5))
+    )
+    dev = write(tmp_path / "dev.csv", "text,label\nt1,a\nnew,b\nu3,a\n")
+    with caplog.at_level("WARNING", logger="kdbench"):
+        custom_task(f"task.train_file={train}", f"task.validation_file={dev}")
+    assert f"{dev}: 2 of its 3 examples have an input that train" in caplog.text
+
+
+def test_disjoint_given_splits_are_not_warned_of(tmp_path, caplog):
+    train = write(tmp_path / "train.csv", "text,label\nt1,a\nt2,b\n")
+    dev = write(tmp_path / "dev.csv", "text,label\nt3,a\nt4,b\n")
+    with caplog.at_level("WARNING", logger="kdbench"):
+        custom_task(f"task.train_file={train}", f"task.validation_file={dev}")
+    assert "optimistic" not in caplog.text
+
+
+def test_a_folder_of_several_files_per_split_is_read_as_a_dataset(tmp_path):
+    for shard in range(2):
+        write(tmp_path / f"train-{shard}.csv", f"text,label\nt{shard},01\nu{shard},02\n")
+    task = custom_task(f"task.dataset_name={tmp_path}")
+    assert task.user_data.dataset_name == str(tmp_path) and not task.user_data.files

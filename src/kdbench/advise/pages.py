@@ -12,7 +12,7 @@ from kdbench.advise.design import Sizing, duration_text
 from kdbench.advise.inputs import Inputs
 from kdbench.records.card import speed_line
 from kdbench.report.paired import MAX_SEEDS
-from kdbench.report.text import format_p, md_row
+from kdbench.report.text import format_p, md_row, signed
 
 CARD_HEADING = "## How this recipe was chosen (kdbench.advise)"
 
@@ -200,7 +200,7 @@ def evidence_table(decision: Decision) -> list[str]:
     for cell in sorted(decision.cells, key=lambda c: -c.mean):
         pair = pairs.get(cell.name)
         test = (
-            [f"{pair.diff:+.2f}", format_p(pair.p_holm), format_p(pair.tost_p_holm), pair.verdict]
+            [signed(pair.diff, 2), format_p(pair.p_holm), format_p(pair.tost_p_holm), pair.verdict]
             if pair
             else ["", "", "", "best" + (" (chosen)" if cell.name == decision.chosen else "")]
         )

@@ -1,14 +1,19 @@
 """The validation split carved from training data that has none: a seeded, stratified sample of its
 distinct inputs, so that no input is in both splits and each class (a regression: each range of
-values) has its share of either split, the same for every run of a sweep."""
+values) has its share of either split, the same for every run of a sweep; and the inputs that
+given splits share."""
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
 from kdbench.data.columns import column_list
 from kdbench.data.labels import label_order, label_text
 from kdbench.errors import DataError
+
+log = logging.getLogger("kdbench")
 
 
 def input_groups(ds, text_fields: tuple[str, ...]) -> list[list[int]]:
@@ -18,6 +23,24 @@ def input_groups(ds, text_fields: tuple[str, ...]) -> list[list[int]]:
     for row, key in enumerate(zip(*(column_list(ds, field) for field in text_fields))):
         groups.setdefault(key, []).append(row)
     return list(groups.values())
+
+
+def warn_shared(given, train, text_fields: tuple[str, ...], names: tuple[str, str]) -> None:
+    """Warns where rows of the given split `given` have an input (the values of its text columns)
+    that a row of `train` has too: its scores are then optimistic (a carved split shares none).
+    `names`: how messages name the two."""
+    seen = set(zip(*(column_list(train, field) for field in text_fields)))
+    inputs = zip(*(column_list(given, field) for field in text_fields))
+    shared = sum(key in seen for key in inputs)
+    if shared:
+        log.warning(
+            "%s: %d of its %d examples have an input that train (%s) has too, so its scores "
+            "are optimistic: remove them from one of the two",
+            names[0],
+            shared,
+            len(given),
+            names[1],
+        )
 
 
 def carve(

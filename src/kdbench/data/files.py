@@ -1,5 +1,5 @@
 """A user's data file read as UTF-8 text: a failure to read it is one DataError naming the file,
-where, and the fix; a CSV file's delimiter."""
+where, and the fix; a CSV file's delimiter; the data files of a folder in the Hub's layout."""
 
 from __future__ import annotations
 
@@ -81,3 +81,24 @@ def check_utf8(path: Path, fix: str) -> None:
     with reading(path, fix), path.open(encoding="utf-8-sig") as handle:
         while handle.read(1 << 20):
             pass
+
+
+def folder_files(folder: Path, suffixes) -> dict[str, Path] | None:
+    """The data file of each split of `folder`, a folder in the Hub's layout (`train.csv`,
+    `dev.csv`, ... found by `datasets`' rules), where each split is one file with a suffix in
+    `suffixes`; None for anything else (no folder, no data file, a split in several files)."""
+    # imported here: the plan reads this module's names before any data library loads
+    from datasets.data_files import DataFilesList, EmptyDatasetError, get_data_patterns
+
+    try:
+        patterns = get_data_patterns(str(folder)) if folder.is_dir() else {}
+    except EmptyDatasetError:
+        return None
+    found = {
+        str(split): list(DataFilesList.from_patterns(split_patterns, base_path=str(folder)))
+        for split, split_patterns in patterns.items()
+    }
+    if not found or any(len(paths) != 1 for paths in found.values()):
+        return None
+    files = {split: Path(paths[0]) for split, paths in found.items()}
+    return files if all(path.suffix.lower() in suffixes for path in files.values()) else None

@@ -2,7 +2,8 @@
 `datasets`.
 
 `describe` checks the data where it enters (before any heavy work) and finds what the task is:
-its label names, its metrics and a hash of its content. `split_columns` gives a split in the
+its label names, its metrics and a hash of its content; it warns of given splits that share
+inputs with train. `split_columns` gives a split in the
 schema every task has: the text columns, `label` (the label's id, or its value for a regression)
 and `idx` (the row number in its split). A CSV file's cells are missing only where empty (`NA`,
 `None` and `null` are text) and its labels are read as written (`01` stays `01`).
@@ -18,9 +19,9 @@ from pathlib import Path
 
 import datasets
 
-from kdbench.data.carving import carve
+from kdbench.data.carving import carve, warn_shared
 from kdbench.data.columns import column_list
-from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, no_rows
+from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, folder_files, no_rows
 from kdbench.data.labels import check_known, class_names, label_text, label_values, number
 from kdbench.errors import ConfigError, DataError
 from kdbench.planning.specs import UserData
@@ -64,13 +65,15 @@ def user_data(task: dict) -> UserData:
     files = {
         split: data_file(task[key], key) for split, key in SPLIT_FILES.items() if task.get(key)
     }
+    name, config = task.get("dataset_name"), task.get("dataset_config")
+    if name and (local := folder_files(Path(str(name)).expanduser(), FORMATS)):
+        files, name = local, None  # read as the files they are, as task.train_file=... is
     formats = {FORMATS[path.suffix.lower()] for path in files.values()}
     if len(formats) > 1:
         raise ConfigError(
-            f"task.train_file={task['train_file']} and the other files differ in "
+            f"the data files ({', '.join(sorted(map(str, files.values())))}) differ in "
             "format: give every split in one format"
         )
-    name, config = task.get("dataset_name"), task.get("dataset_config")
     carve = "validation" not in (hub_splits(str(name), config) if name else files)
     return UserData(
         files,
@@ -296,6 +299,9 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
         check_known(labels[split], names, where(user, split), train, given)
     if user.carve:  # carving refuses data it cannot split: here, before any heavy work
         carved(user, raw["train"], "validation")
+    for split in splits[1:]:
+        sources = (where(user, split), where(user, "train"))
+        warn_shared(raw[split], raw["train"], user.text_fields, sources)
     metrics = task_metrics(task.get("metric"), regression, len(names))
     carving = ("distinct inputs by label", user.validation_fraction, user.split_seed)
     reading = (

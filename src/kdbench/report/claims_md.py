@@ -15,7 +15,7 @@ from kdbench.report.findings import study_findings
 from kdbench.report.margins import TIE_EXAMPLES
 from kdbench.report.paper import PAPER_CITE, PAPER_DESIGNS
 from kdbench.report.rules import NOT_COVERED, SEVERITY, SUPPORTED
-from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text
+from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text, signed
 from kdbench.report.verdicts import (
     Evidence,
     GroupVerdict,
@@ -194,10 +194,10 @@ def _interval(e: Evidence, digits: int) -> str:
     """The difference with its family-level interval and the interval's level."""
     if math.isnan(e.diff):
         return ""
-    text = f"{e.diff:+.{digits}f}"
+    text = signed(e.diff, digits)
     if math.isnan(e.ci[0]):
         return text
-    return f"{text} [{e.ci[0]:+.{digits}f}, {e.ci[1]:+.{digits}f}] {100 * e.ci_level:.4g}%"
+    return f"{text} [{signed(e.ci[0], digits)}, {signed(e.ci[1], digits)}] {100 * e.ci_level:.4g}%"
 
 
 def _why_cell(e: Evidence) -> str:

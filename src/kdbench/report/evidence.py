@@ -24,7 +24,7 @@ from kdbench.report.examples import NO_TEST, contrast_bootstrap, metric_of, pair
 from kdbench.report.frames import ALL, GROUP_COLS
 from kdbench.report.paired import holm
 from kdbench.report.stats import FAMILY_COLS, families, paired_tests, summarise
-from kdbench.report.text import fmt, format_p, md_escape, md_row
+from kdbench.report.text import fmt, format_p, md_escape, md_row, signed
 from kdbench.runtime.storage import atomic_write_text
 
 EVIDENCE_COLS = FAMILY_COLS + [
@@ -236,24 +236,18 @@ def _tests_section(title: str, tests: pd.DataFrame, runs: str, alpha, digits) ->
     return out
 
 
-def _signed(value, digits: int) -> str:
-    return "" if pd.isna(value) else f"{value:+.{digits}f}"
-
-
 def _cells(row, digits: int) -> list[str]:
     interval = ""
     if not pd.isna(row.example_ci_low):
-        interval = (
-            f" [{_signed(row.example_ci_low, digits)}, {_signed(row.example_ci_high, digits)}]"
-        )
+        interval = f" [{signed(row.example_ci_low, digits)}, {signed(row.example_ci_high, digits)}]"
     return [
         md_escape(row.task),
         md_escape(row.a),
         md_escape(row.b),
         str(row.n_pairs),
-        _signed(row.diff, digits),
+        signed(row.diff, digits),
         format_p(row.p_holm),
-        _signed(row.example_diff, digits) + interval,
+        signed(row.example_diff, digits) + interval,
         format_p(row.example_p_holm),
         row.agreement,
     ]

@@ -9,7 +9,7 @@ import pandas as pd
 
 from kdbench.report.collapse import COLLAPSED, HEALTHY
 from kdbench.report.frames import ALL, GROUP_COLS, natural_key, ordered_tasks
-from kdbench.report.text import fmt, format_p, level_text, md_escape, seeds_text
+from kdbench.report.text import fmt, format_p, level_text, md_escape, seeds_text, signed
 from kdbench.tasks import TASKS
 
 SHOWN = 8  # significant comparisons listed per study; the rest are in significance.md
@@ -91,7 +91,7 @@ def _comparison(row, alpha: float, digits: int) -> str:
     held = "init" if row.factor == "objective" else "objective"
     return (
         f"{high} > {low} by {fmt(sign * row.diff, digits)} points ({level_text(alpha)} CI "
-        f"{ci[0]:+.{digits}f} to {ci[1]:+.{digits}f}; {held} {row.fixed}; "
+        f"{signed(ci[0], digits)} to {signed(ci[1], digits)}; {held} {row.fixed}; "
         f"Holm p {format_p(row.p_holm)})"
     )
 

@@ -16,6 +16,7 @@ from matplotlib.patches import Rectangle
 
 from kdbench.report.figures import OBJECTIVE_COLOURS, family_order, save_png
 from kdbench.report.stats import pair_matrix
+from kdbench.report.text import signed
 
 
 def plot_differences(
@@ -73,7 +74,7 @@ def _matrix(
     for i, j in itertools.product(range(n), range(n)):
         if i != j:
             value, p = values[i, j], p_holm.iat[i, j]
-            text = "n/a" if np.isnan(value) else f"{value:+.{digits}f}" + ("*" if p < alpha else "")
+            text = "n/a" if np.isnan(value) else signed(value, digits) + ("*" if p < alpha else "")
             if p < alpha:
                 ax.add_patch(
                     Rectangle(

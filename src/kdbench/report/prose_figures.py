@@ -28,7 +28,7 @@ from kdbench.report.load import load_records
 from kdbench.report.paired import MAX_SEEDS, equivalence_p, paired_effect, paired_ttest
 from kdbench.report.stats import paired_tests, summarise
 from kdbench.report.tables import body_cells, build_tables
-from kdbench.report.text import level_text, md_escape, md_head, md_row
+from kdbench.report.text import level_text, md_escape, md_head, md_row, signed
 from kdbench.report.verdicts import judge_claims
 
 
@@ -87,7 +87,8 @@ def _p(p: float) -> str:
 
 def _points(diff: float, ci: tuple[float, float], n: int, p: str, alpha: float = 0.05) -> str:
     """A difference with its (1 - alpha) interval, labelled with its level."""
-    return f"{diff:+.2f} points ({level_text(alpha)} CI {ci[0]:+.2f} to {ci[1]:+.2f}; n = {n}; {p})"
+    ci_text = f"{signed(ci[0], 2)} to {signed(ci[1], 2)}"
+    return f"{signed(diff, 2)} points ({level_text(alpha)} CI {ci_text}; n = {n}; {p})"
 
 
 def _pair(study: Study, factor: str, fixed: str, a: str, b: str, task: str = ALL) -> str:
@@ -187,7 +188,7 @@ def _significant(study: Study, factor: str, a: str, b: str) -> str:
     found = []
     for fixed in tests[tests["p_holm"] < study.alpha]["fixed"]:
         test = study.pair(factor, fixed, a, b)
-        found.append(f"{fixed} ({test['diff']:+.1f} points, Holm p {_p(test['p_holm'])})")
+        found.append(f"{fixed} ({signed(test['diff'], 1)} points, Holm p {_p(test['p_holm'])})")
     return ", ".join(found) or "none"
 
 
@@ -196,7 +197,7 @@ def _diffs(study: Study, factor: str, a: str, b: str, *held: str) -> str:
     tests = study.pooled(factor, a, b)
     levels = held or tuple(tests["fixed"])
     diffs = [study.pair(factor, fixed, a, b)["diff"] for fixed in levels]
-    return f"{min(diffs):+.1f} to {max(diffs):+.1f} points"
+    return f"{signed(min(diffs), 1)} to {signed(max(diffs), 1)} points"
 
 
 def _std(study: Study, init: str) -> str:

@@ -7,7 +7,15 @@ import pandas as pd
 
 from kdbench.report.frames import ALL, ordered_tasks
 from kdbench.report.stats import families, pair_matrix
-from kdbench.report.text import fmt, format_p, level_text, md_escape, md_row, seeds_text
+from kdbench.report.text import (
+    fmt,
+    format_p,
+    level_text,
+    md_escape,
+    md_row,
+    seeds_text,
+    signed,
+)
 
 
 def render_significance(pvalues: pd.DataFrame, alpha: float = 0.05, digits: int = 1) -> str:
@@ -70,16 +78,12 @@ def _pooled_matrix(pooled: pd.DataFrame, alpha: float, digits: int) -> list[str]
         cells = [
             "—"
             if level == other
-            else _signed(diff.at[level, other], digits)
+            else signed(diff.at[level, other], digits)
             + significance_mark(p_holm.at[level, other], alpha)
             for other in diff.columns
         ]
         out.append(f"| {md_escape(level)} | " + " | ".join(cells) + " |")
     return out + [""]
-
-
-def _signed(value: float, digits: int) -> str:
-    return "" if pd.isna(value) else f"{value:+.{digits}f}"
 
 
 def _verdict(row, alpha: float) -> str:
@@ -125,8 +129,8 @@ def _pair_cells(task: str, row, alpha: float, digits: int) -> list[str]:
     means = ["" if pd.isna(m) else fmt(m, digits) for m in (row.mean_a, row.mean_b)]
     ci = ""
     if not pd.isna(row.ci_low):
-        ci = f" [{_signed(row.ci_low, digits)}, {_signed(row.ci_high, digits)}]"
-    effect = "" if pd.isna(row.effect) else f"{row.effect:.2f}"
+        ci = f" [{signed(row.ci_low, digits)}, {signed(row.ci_high, digits)}]"
+    effect = "" if pd.isna(row.effect) else fmt(row.effect, 2)
     seeds = "" if pd.isna(row.seeds_needed) else seeds_text(row.seeds_needed)
     return [
         md_escape(task),
@@ -134,7 +138,7 @@ def _pair_cells(task: str, row, alpha: float, digits: int) -> list[str]:
         md_escape(row.b),
         str(row.n_pairs),
         *means,
-        _signed(row.diff, digits) + ci,
+        signed(row.diff, digits) + ci,
         effect,
         format_p(row.p),
         format_p(row.p_holm),

@@ -9,7 +9,18 @@ from kdbench.tasks import TASKS
 
 
 def fmt(value: float, digits: int) -> str:
-    return f"{value:.{digits}f}"
+    return f"{_rounded(value, digits):.{digits}f}"
+
+
+def signed(value: float, digits: int) -> str:
+    """`value` with its sign ("+0.4", "-1.2"); empty where it is missing."""
+    return "" if pd.isna(value) else f"{_rounded(value, digits):+.{digits}f}"
+
+
+def _rounded(value: float, digits: int) -> float:
+    """`value` rounded to `digits`, a zero always positive (what the format's `z` option of
+    Python 3.11 does): a difference that rounds to zero reads 0.0, never -0.0."""
+    return round(value, digits) + 0.0
 
 
 def level_text(alpha: float) -> str:

@@ -20,7 +20,7 @@ from kdbench.report.paper import (
     measured_cells,
     runs_for_table,
 )
-from kdbench.report.text import fmt, md_escape, md_head, md_row
+from kdbench.report.text import fmt, md_escape, md_head, md_row, signed
 from kdbench.tasks import TASKS
 
 FLAG = "†"
@@ -141,7 +141,7 @@ def _table(published: pd.DataFrame, measured: pd.DataFrame, digits: int) -> list
             for key in ((objective, init, task) for task in tasks)
             if key in got.index
         ]
-        cells.append(f"{sum(diffs) / len(diffs):+.{digits}f}" if diffs else "")
+        cells.append(signed(sum(diffs) / len(diffs), digits) if diffs else "")
         out.append(md_row(cells))
     return out
 
@@ -171,7 +171,7 @@ def _rank_agreement(published: pd.DataFrame, measured: pd.DataFrame) -> list[str
     parts = []
     for task in _tasks(published, measured):
         tau, p, n = rank_agreement(published, measured, task)
-        value = "n/a" if math.isnan(tau) else f"{tau:+.2f} (p {p:.2g})"
+        value = "n/a" if math.isnan(tau) else f"{signed(tau, 2)} (p {p:.2g})"
         parts.append(f"{TASKS.get(task, task)} {value} over {n} rows")
     return [
         "_Rank agreement of measured and published means (Kendall's tau-b over the rows, per "
