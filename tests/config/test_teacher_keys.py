@@ -43,3 +43,12 @@ def test_the_teachers_keys_name_tf32_only_where_its_matmuls_run(tiny_glue, tmp_p
     assert cache_path(with_tf32) != cache_path(plan)
     tables = derived_key("a teacher", range(3), None, plan)
     assert derived_key("a teacher", range(3), None, with_tf32) == tables | {"tf32": True}
+
+
+def test_the_teachers_key_names_weight_decay_on_only_where_it_is_not_matrices(tiny_glue, tmp_path):
+    def key(*extra):
+        return teacher_key(make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path, *extra))))
+
+    optimizer = key()["recipe"]["stage"]["optimizer"]
+    every = key("stages.teacher.optimizer.weight_decay_on=every")["recipe"]["stage"]["optimizer"]
+    assert "weight_decay_on" not in optimizer and every == optimizer | {"weight_decay_on": "every"}

@@ -404,3 +404,23 @@ def test_stage_schedules(schedule, warmup, expected):
         progress.optimizer.step()
         progress.scheduler.step()
     assert rates == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("weight_decay_on", ["matrices", "every"])
+def test_weight_decay_on_every_decays_biases_and_layer_norms_too(weight_decay_on):
+    """A step of zero gradients moves only what weight decay shrinks: the matrix always, the
+    bias and the LayerNorm's weight and bias with "every" alone."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    model[1].weight.data.fill_(2.0)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    groups = loop.parameter_groups([model], 0.1, weight_decay_on)
+    optimizer = torch.optim.AdamW(groups, lr=0.5)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    moved = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    shrunk = {name: torch.allclose(p, 0.95 * before[name]) for name, p in model.named_parameters()}
+    every = {"0.weight", "0.bias", "1.weight", "1.bias"} - {"1.bias"}  # LayerNorm's bias is 0
+    assert moved == (every if weight_decay_on == "every" else {"0.weight"})
+    assert all(shrunk[name] for name in moved)

@@ -55,6 +55,11 @@ class OptimizerSpec:
         FRACTION, None, each=True, help="{task: ratio}: a task's own warm-up over warmup_ratio"
     )
     weight_decay: float = key(NON_NEGATIVE, 0.01, help="AdamW's decoupled weight decay")
+    weight_decay_on: str = key(
+        choice("matrices", "every", meaning="every: every parameter, as fairseq's Adam does"),
+        "matrices",
+        help="the parameters weight decay applies to: matrices leaves biases and LayerNorm out",
+    )
     betas: tuple[float, float] = key(entries(FRACTION, 2), (0.9, 0.999), help="AdamW's betas")
     eps: float = key(POSITIVE, 1e-6, help="AdamW's epsilon")
     max_grad_norm: float | None = key(

@@ -20,6 +20,9 @@ from kdbench.runtime import storage
 TEACHER_CACHE_VERSION = 2
 # The run-wide trainer settings that determine the fine-tuned teacher, beside its stage's block.
 TEACHER_RECIPE = ("max_length", "teacher_seed")
+# Optimizer settings that enter a key only where they differ from these values, as optional
+# settings do (`present`).
+OPTIMIZER_DEFAULTS = {"weight_decay_on": "matrices"}
 
 
 def present(entries: dict) -> dict:
@@ -38,7 +41,7 @@ def teacher_key(plan) -> dict:
     trainer, stage = plan.trainer, plan.stages["teacher"]
     recipe = {name: getattr(trainer, name) for name in TEACHER_RECIPE}
     recipe["precision"] = plan.precision
-    recipe["stage"] = json.loads(json.dumps(asdict(stage) | {"terms": None}))
+    recipe["stage"] = json.loads(json.dumps(stage_recipe(stage)))
     recipe |= present(
         {"best_checkpoint": trainer.teacher_best_checkpoint or None, "tf32": plan.tf32 or None}
     )
@@ -56,6 +59,19 @@ def teacher_key(plan) -> dict:
         "recipe": recipe,
         **present({"content": plan.task.content_hash}),
     }  # a user's data file's hash
+
+
+def stage_recipe(stage) -> dict:
+    """The teacher's stage spec as a key's entry: its objective left out (the task's own loss),
+    its optimizer's `OPTIMIZER_DEFAULTS` left out where they hold."""
+    recipe = asdict(stage) | {"terms": None}
+    optimizer = recipe["optimizer"]
+    recipe["optimizer"] = {
+        name: value
+        for name, value in optimizer.items()
+        if name not in OPTIMIZER_DEFAULTS or OPTIMIZER_DEFAULTS[name] != value
+    }
+    return recipe
 
 
 def cache_path(plan) -> Path:

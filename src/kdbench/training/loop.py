@@ -130,17 +130,20 @@ class Progress:
         self.step, self.epoch, self.batch = state["step"], state["epoch"], state["batch"]
 
 
-def parameter_groups(modules: Iterable[torch.nn.Module], weight_decay: float) -> list[dict]:
-    """Weight decay on weight matrices only (not biases or LayerNorm), as BERT/RoBERTa recipes
-    do."""
+def parameter_groups(
+    modules: Iterable[torch.nn.Module], weight_decay: float, weight_decay_on: str
+) -> list[dict]:
+    """The trained parameters in AdamW's groups: weight decay on weight matrices only (not biases
+    or LayerNorm) with `weight_decay_on="matrices"`, as Hugging Face's and TinyBERT's recipes
+    do; on every parameter with "every", as fairseq's Adam (the study's task-specific code)
+    does."""
     decay, no_decay = [], []
     for module in modules:
         for name, param in module.named_parameters():
             if not param.requires_grad:
                 continue
-            (
-                no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay
-            ).append(param)
+            exempt = param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name
+            (no_decay if exempt and weight_decay_on == "matrices" else decay).append(param)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
@@ -153,7 +156,7 @@ def start(stage: Stage, resume: dict | None) -> Progress:
     for module in stage.modules:
         module.train()
     spec = stage.optimizer
-    groups = parameter_groups(stage.modules, spec.weight_decay)
+    groups = parameter_groups(stage.modules, spec.weight_decay, spec.weight_decay_on)
     # The fused kernel does AdamW's arithmetic in one pass over each tensor: on a CPU about 7x
     # faster than the per-tensor loop for a 3-layer student, whose 30k-row embedding dominates the
     # parameters (benchmarks/).
