@@ -82,7 +82,7 @@ def source(variable: str, inside: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="gpu_bundle", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="gpu_bundle", description=__doc__.split("\n\n")[0])
     parser.add_argument("--python-version", default="3.12", help="the GPU machine's Python")
     args = parser.parse_args(argv)
     sst2, model = source("KDBENCH_GLUE_DIR", "SST-2"), source("KDBENCH_MODELS_DIR", MODEL)

@@ -247,7 +247,7 @@ def record(folder: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="the folder (default benchmarks/gpu/DATE-DEVICE)")
     parser.add_argument("--record", type=Path, help="only insert FOLDER's summary into the record")
     args = parser.parse_args(argv)

@@ -676,7 +676,7 @@ def report(raw: Path, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", choices=GROUPS, default=list(GROUPS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(

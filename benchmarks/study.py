@@ -279,7 +279,7 @@ def run_stages(impl: str, study: Study, setup, plan, clock: Clock) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("impl", choices=("kdbench", "tuned", "textbrewer"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=OBJECTIVES)

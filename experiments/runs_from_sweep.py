@@ -47,7 +47,7 @@ def with_predictions(record: dict, run: Path, out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--predictions", action="store_true", help="copy predictions files")

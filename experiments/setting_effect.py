@@ -103,7 +103,7 @@ def summary(a_dir: Path, b_dir: Path, names: tuple[str, str]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
     parser.add_argument("--names", nargs=2, default=("A", "B"))

@@ -32,7 +32,7 @@ def rows(tsv: Path) -> list[tuple[str, str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("glue_dir", type=Path, help="a GLUE folder holding MRPC/train.tsv, dev.tsv")
     parser.add_argument("out_dir", type=Path, help="where train.csv and dev.csv are written")
     args = parser.parse_args()

@@ -145,7 +145,7 @@ def shapes_of(args, objective: str, device: torch.device, precision: str) -> syn
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kdbench.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="kdbench.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "overrides", nargs="*", help="stage1 mode: Hydra overrides (teacher=..., student=...)"
     )

@@ -268,7 +268,7 @@ def run_study(study: Study) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m kdbench.study", description=__doc__.splitlines()[0]
+        prog="python -m kdbench.study", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("name", help="an experiment preset (conf/experiment/NAME.yaml)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the distillation sweep")

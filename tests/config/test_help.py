@@ -1,11 +1,13 @@
 """`python -m kdbench.run --help`: kdbench's commands to start from, where the keys are documented,
-and the config groups to choose from."""
+and the config groups to choose from; the other commands' help gives their command line whole."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+
+import pytest
 
 COMMANDS = (
     "python -m kdbench.run task=rte student=3x768 objective=att_kl+val_kl",
@@ -35,3 +37,16 @@ def test_help_shows_the_commands_the_docs_and_the_config_groups():
     assert "seed: 1" not in text  # the composed config is --cfg job's, not --help's
     prose = text.split("== Config groups")[0] + text[text.index("Every option") :]
     assert max(len(line) for line in prose.splitlines()) <= 100  # a terminal's width
+
+
+def test_the_study_and_bench_help_give_their_whole_command_line(capsys):
+    from kdbench import bench, study
+
+    with pytest.raises(SystemExit):
+        study.main(["--help"])
+    helps = {"study": capsys.readouterr().out, "bench": bench.parser().format_help()}
+    for name, usage in (
+        ("study", "python -m kdbench.study NAME [OVERRIDES ...] [--finetune OVERRIDE ...]`."),
+        ("bench", "python -m kdbench.bench [--mode MODE] [OVERRIDES ...] [options]`."),
+    ):
+        assert usage in " ".join(helps[name].split()), name

@@ -86,6 +86,21 @@ def test_a_task_agnostic_preset_fine_tunes_with_its_own_grid_preset():
     )
 
 
+def test_finetune_sets_a_key_of_the_launcher_the_distillations_choose():
+    """docs/studies.md: the grids' jobs are short, so `--finetune` shortens the launcher's time
+    limit that `hydra/launcher=slurm` (shared with the grids) brings."""
+    got = study_config.make_study(
+        "table2_agnostic",
+        ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+        ["hydra.launcher.timeout_min=60"],
+    )
+    assert got.finetune_overrides[-1] == "hydra.launcher.timeout_min=60"
+    assert (got.next_cfg.hydra.launcher.timeout_min, got.cfg.hydra.launcher.timeout_min) == (
+        60,
+        study_config.preset("table2_agnostic", ["hydra/launcher=slurm"]).hydra.launcher.timeout_min,
+    )
+
+
 def test_the_assistants_corpus_reaches_its_students_distillation_not_a_fine_tuning_grid():
     corpus = ["corpus.path=/data/wiki", "corpus.seq_len=64"]
     chain = study_config.make_study("mini_minilm_ta", corpus, [])

@@ -289,3 +289,25 @@ def test_soft_targets_at_every_attended_token_and_mlm_at_the_masked():
             teacher.config,
             **setting,
         )
+
+
+def test_the_teachers_an_mlm_objective_is_sent_to_have_an_mlm_head():
+    from kdbench.planning.hydra_config import group_options
+
+    teacher, student = _pair()
+    with pytest.raises(ConfigError, match="has no MLM head") as refused:
+        build_terms(
+            "vanilla_kd",
+            [{"name": "mlm", "loss": "mlm", "feature": "logits", "weight": 1.0}],
+            "last",
+            None,
+            student.config,
+            teacher.config,
+            regression=False,
+            agnostic=True,
+            teacher_has_mlm_head=False,
+        )
+    named = [t for t in group_options("teacher") if t in str(refused.value)]
+    assert named
+    for option in named:  # each one a user can take with an MLM objective
+        assert compose_config([f"teacher={option}"]).teacher.has_mlm_head, option

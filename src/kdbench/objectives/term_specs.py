@@ -196,9 +196,9 @@ def _check_setting(
     if entry.mlm and not teacher_has_mlm_head:
         raise ConfigError(
             f"objective {objective} distils MLM logits ({loss}) but this teacher has no MLM head "
-            "(teacher.has_mlm_head=false): choose a teacher with one (bert_base_uncased, "
-            "roberta_base) or an "
-            "objective on attention or hidden states"
+            "(teacher.has_mlm_head=false): choose a teacher with one (teacher=bert_base_uncased, "
+            "or teacher.has_mlm_head=true for a checkpoint that has one) or an objective on "
+            "attention or hidden states"
         )
 
 

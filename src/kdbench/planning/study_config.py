@@ -230,7 +230,8 @@ def next_overrides(
     (an assistant's student reads its assistant's corpus), then `--finetune`'s."""
     if next_preset is None:
         return shared(overrides) + list(finetune_overrides), None
-    setting = preset(next_preset, list(finetune_overrides)).setting.name
+    # with the launcher the shared overrides choose, whose keys --finetune may set
+    setting = preset(next_preset, shared(overrides) + list(finetune_overrides)).setting.name
     keys = SHARED + (("corpus",) if setting == "task_agnostic" else ())
     forwarded = [token for token in overrides if under(token, keys)] + list(finetune_overrides)
     return forwarded, preset(next_preset, forwarded)
