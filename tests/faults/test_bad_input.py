@@ -365,6 +365,14 @@ def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
         (["objective=vanilla_kd", "teacher.has_mlm_head=false"], ["has no MLM head"]),
         (["stages.distillation.steps=-3"], ["stages.distillation.steps=-3"]),
         (["corpus.format=pdf"], ["corpus.format='pdf'", "text"]),
+        (  # att_kl reads unmasked text: the smoothing would weigh nothing
+            ["objective=att_kl", "trainer.mlm_smoothing=0.7"],
+            [
+                "trainer.mlm_smoothing=0.7 weighs which tokens are masked, and objective att_kl "
+                "reads unmasked text: set trainer.mask_inputs=always to mask its input, or "
+                "trainer.mlm_smoothing=null"
+            ],
+        ),
         (
             ["stages.distillation.batch_size=512", "stages.distillation.device_batch_size=64"],
             [

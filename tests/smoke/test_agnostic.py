@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -435,3 +436,38 @@ def test_the_released_fine_tuning_grid_reports_the_best_evaluated_step(
     kept = read_predictions(tmp_path / "ft" / record["predictions"])[""]
     assert 100 * (kept["predicted"] == kept["gold"]).mean() == pytest.approx(max(scores))
     assert sorted(p.name for p in (tmp_path / "ft").glob("*.npz")) == ["predictions.npz"]
+
+
+def test_a_student_without_its_record_is_named_by_its_shape_and_chain_when_fine_tuned(
+    corpus, tiny_glue, tmp_path
+):
+    """Moved away from its distillation's result.json, a student is not named after the config's
+    default groups (roberta_base, 3x768, att_kl), which a fine-tuning does not read."""
+    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "distill")))
+    moved = tmp_path / "shipped" / "student"
+    shutil.copytree(distilled["student_path"], moved)
+    finetune = [
+        "setting=finetune",
+        "task=rte",
+        f"data.glue_dir={tiny_glue}",
+        "stages.finetune.epochs=1",
+        "trainer.progress_bar=false",
+        "measure_cost=false",
+    ]
+    record = run(
+        compose_config([*finetune, f"setting.student_path={moved}", f"paths.run_dir={tmp_path}/a"])
+    )
+    named = ("setting", "teacher", "student", "objective", "init")
+    assert tuple(record[key] for key in named) == (
+        "finetune",
+        "tiny",
+        "2x32",
+        "unknown",
+        "pretrained",
+    )
+    for kdbench_file in ("kdbench_chain.json", "kdbench_manifest.json"):
+        (moved / kdbench_file).unlink()  # a model kdbench did not distil
+    record = run(
+        compose_config([*finetune, f"setting.student_path={moved}", f"paths.run_dir={tmp_path}/b"])
+    )
+    assert (record["teacher"], record["student"], record["objective"]) == ("none", "2x32", "none")

@@ -64,3 +64,17 @@ def test_best_and_last_step_students_of_different_tables_are_reported(tmp_path):
     out = run_main(results)
     assert "student 3x768" in (out / "tables.md").read_text()
     assert "student 6x768" in (out / "tables.md").read_text()
+
+
+def test_a_table_of_best_evaluations_says_they_are_chosen_on_the_dev_set_it_reports(tmp_path):
+    results = tmp_path / "results"
+    note = (
+        "Each run is scored at its best dev evaluation, chosen on the dev set it reports: an "
+        "optimistic estimate."
+    )
+    for student, scored in (("3x768", BEST), ("6x768", LAST)):
+        for seed in (1, 2):
+            write_run(results, student=student, seed=seed, scored=scored)
+    tables = (run_main(results) / "tables.md").read_text()
+    best, last = tables.split("## setting task_specific, teacher roberta_base, student 6x768")
+    assert "_n = 2 seeds per cell. " + note + "_" in best and note not in last

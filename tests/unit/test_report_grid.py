@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from kdbench.report.cli import main
 
@@ -78,3 +79,42 @@ def test_each_students_grid_keeps_its_own_best_point(tmp_path):
     assert (
         "distillation.stages.distillation.steps=4 (used: 2)" in excluded["ft-4-1e-05/result.json"]
     )
+
+
+def test_a_grid_fine_tuned_at_several_seeds_is_refused_in_one_line(tmp_path, capsys):
+    """A grid point's key carries its distillation's seed: fine-tuning seeds 1 and 2 of one grid
+    would otherwise let the best seed of the best point stand for the cell."""
+    runs = tmp_path / "runs"
+    student = f"{runs}/distill/student"
+    for finetune_seed, scores in ((1, (60.0, 61.0)), (2, (70.0, 50.0))):
+        for lr, score in zip((1e-5, 3e-5), scores, strict=True):
+            write(
+                runs / f"ft-{finetune_seed}-{lr}",
+                score=score,
+                grid={"lr": lr, "batch_size": 16},
+                student_path=student,
+                config={"seed": finetune_seed},
+            )
+    with pytest.raises(SystemExit) as exc:
+        main([str(runs), "--out", str(tmp_path / "report"), "--no-plots"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1
+    assert err[0] == (
+        f"kdbench.report: error: the fine-tuning grid of {student} on rte ran at fine-tuning "
+        "seeds 1, 2: its best point would be chosen over seeds as well; report each fine-tuning "
+        "seed from its own results folder"
+    )
+
+
+def test_a_grid_table_says_its_cells_are_chosen_on_the_dev_set_they_show(tmp_path):
+    runs = tmp_path / "runs"
+    for lr, score in ((1e-5, 60.0), (3e-5, 65.0)):
+        write(runs / f"ft-{lr}", score=score, grid={"lr": lr, "batch_size": 16})
+    assert main([str(runs), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
+    note = (
+        "Each fine-tuned cell is its student's best grid point on the task, chosen by the dev "
+        "score it shows (the paper's protocol): an optimistic estimate."
+    )
+    assert f"_n = 1 seed per cell. {note}_" in (tmp_path / "report" / "tables.md").read_text()
+    assert note in (tmp_path / "report" / "tables.tex").read_text()
+    assert note in (tmp_path / "report" / "report.html").read_text().replace("&#x27;", "'")

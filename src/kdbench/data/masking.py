@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from kdbench.errors import ConfigError
+from kdbench.objectives.tensors import LOGITS
 
 if TYPE_CHECKING:  # the process layout; its module is not needed to read one
     from kdbench.runtime.distributed import World
@@ -52,6 +53,22 @@ class MaskingSpec:
             specials.add(tokenizer.pad_token_id)
         specials = tuple(sorted(specials))
         return cls(len(tokenizer), int(tokenizer.mask_token_id), specials, token_weights)
+
+
+def masks_inputs(terms, mask_inputs: str) -> bool:
+    """Whether a task-agnostic run masks its inputs: those of objectives whose `terms` read MLM
+    logits, or every objective's with trainer.mask_inputs=always (the study's released code)."""
+    return mask_inputs == "always" or any(term.feature == LOGITS for term in terms)
+
+
+def check_smoothing(trainer, terms, objective: str) -> None:
+    """trainer.mlm_smoothing weighs which tokens are masked: refused where none is."""
+    if trainer.mlm_smoothing is not None and not masks_inputs(terms, trainer.mask_inputs):
+        raise ConfigError(
+            f"trainer.mlm_smoothing={trainer.mlm_smoothing} weighs which tokens are masked, and "
+            f"objective {objective} reads unmasked text: set trainer.mask_inputs=always to mask "
+            "its input, or trainer.mlm_smoothing=null"
+        )
 
 
 def smoothed_token_weights(

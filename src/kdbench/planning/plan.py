@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
+from kdbench.data.masking import check_smoothing
 from kdbench.errors import ConfigError
 from kdbench.measure.memory import StepMemory, device_batch, step_memory
 from kdbench.models.configs import student_config, teacher_config
@@ -298,6 +299,7 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     batches = None
     if corpus is not None:
         check_agnostic_stage(stages["distillation"])
+        check_smoothing(trainer, terms, cfg.objective.name)
         memory = partial(agnostic_step_memory, terms, student_conf, teacher_conf, corpus, common)
         batches = agnostic_batches(stages["distillation"], common["device"], memory)
     else:

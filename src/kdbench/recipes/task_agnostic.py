@@ -27,7 +27,7 @@ import torch
 
 from kdbench.data.batches import corpus_loader, heldout_loader
 from kdbench.data.corpus import build_packed_corpus
-from kdbench.data.masking import MaskingSpec, masked_shares, smoothed_token_weights
+from kdbench.data.masking import MaskingSpec, masked_shares, masks_inputs, smoothed_token_weights
 from kdbench.data.sources import corpus_files
 from kdbench.errors import ConfigError, DataError
 from kdbench.models.anatomy import mlm_head
@@ -270,7 +270,7 @@ def input_masking(objective: Objective, trainer, tokenizer, train_rows) -> Maski
     trainer.mask_inputs=always (the study's released code masks the corpus for all objectives);
     positions drawn uniformly, or by token frequency smoothed by trainer.mlm_smoothing over
     `train_rows` (DistilBERT's)."""
-    if not (objective.uses_logits or trainer.mask_inputs == "always"):
+    if not masks_inputs(objective.terms, trainer.mask_inputs):
         return None
     weights = None
     if trainer.mlm_smoothing is not None:

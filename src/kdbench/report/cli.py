@@ -228,7 +228,7 @@ def _write_text(path: Path, text: str) -> None:
 def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataFrame, list[dict]]:
     """The runs the tables use (best grid point, first of duplicates) and every exclusion, which are
     printed and written to ``excluded.csv``; exits 2 when no run is left."""
-    frame, below_best = best_of_grid(to_frame(loaded.records))
+    frame, below_best = _or_fail(lambda: best_of_grid(to_frame(loaded.records)))
     frame, duplicates = drop_duplicates(frame)
     frame, mismatched = _or_fail(lambda: split_designs(frame))
     excluded = loaded.excluded + below_best + duplicates + mismatched
@@ -269,7 +269,7 @@ def _write_report(
     """Write the csv, markdown and LaTeX files; returns what the page shows and the number of
     unmatched runs."""
     summary = summarise(frame)
-    tables = build_tables(summary)
+    tables = build_tables(summary, frame)
     pvalues = paired_tests(frame, args.alpha)
     unmatched = unmatched_runs(frame)
     _write_csv(frame.drop(columns=IN_MEMORY_COLS), out / "results.csv")

@@ -13,8 +13,9 @@ from kdbench.records.record import KEY_FIELDS
 from kdbench.tasks import TASKS
 
 # dicts, the teacher's collapse (the findings name it), where the per-example predictions are,
-# which checkpoint was scored (one per table: `one_checkpoint_kind`) and the student a fine-tuning
-# grid point fine-tunes (a grid's best point is its own), not written to results.csv
+# which checkpoint was scored (one per table: `one_checkpoint_kind`), the student a fine-tuning
+# grid point fine-tunes (a grid's best point is its own) and its own seed (one per grid:
+# `one_finetune_seed`), not written to results.csv
 IN_MEMORY_COLS = [
     "design",
     "timing",
@@ -23,6 +24,7 @@ IN_MEMORY_COLS = [
     "predictions",
     "checkpoint",
     "student_path",
+    "finetune_seed",
 ]
 EXCLUDED_COLS = ["path", "kind", "reason", *KEY_FIELDS]
 # The record's measured cost (`kdbench.measure.cost`) as report columns: (column, the model, its
@@ -156,7 +158,7 @@ def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
     A student's grid points on a task share its key and its `student_path`; the best score is the
     run's result, as in the paper. The other grid points are listed as ``grid`` exclusions (not
     errors). Two students of one key (distillations that differ in more than the key) keep a best
-    point each.
+    point each. A grid fine-tuned at several seeds is refused (`one_finetune_seed`).
     """
     gridded = frame["grid"].notna()
     if not gridded.any():
@@ -167,6 +169,7 @@ def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
         .assign(student_path=frame["student_path"].fillna(""))
         .sort_values(["score", "path"], ascending=[False, True], kind="stable")
     )
+    one_finetune_seed(ranked, keys)
     below = ranked.duplicated(keys, keep="first")
     excluded = _excluded_copies(
         ranked[below],
@@ -179,6 +182,39 @@ def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
         keys,
     )
     return sort_frame(pd.concat([frame[~gridded], ranked[~below]])), excluded
+
+
+def one_finetune_seed(grids: pd.DataFrame, keys: list[str]) -> None:
+    """Refuses a student's grid on a task whose points ran at several fine-tuning seeds: the key's
+    seed is the distillation's, so its best point would be the best seed of the best point."""
+    seeded = grids.dropna(subset=["finetune_seed"])
+    for key, found in seeded.groupby(keys, dropna=False)["finetune_seed"].unique().items():
+        if len(found) > 1:
+            row = dict(zip(keys, key, strict=True))
+            seeds = ", ".join(str(int(seed)) for seed in sorted(found))
+            raise ReportError(
+                f"the fine-tuning grid of {row['student_path'] or 'one student'} on "
+                f"{row['task']} ran at fine-tuning seeds {seeds}: its best "
+                "point would be chosen over seeds as well; report each fine-tuning seed from "
+                "its own results folder"
+            )
+
+
+def chosen_on_dev(runs: pd.DataFrame) -> str:
+    """What a table's scores were chosen on, when it is the dev set they report: its students'
+    best fine-tuning grid points, its runs' best dev evaluations; "" for neither."""
+    notes = []
+    if runs["grid"].notna().any():
+        notes.append(
+            "Each fine-tuned cell is its student's best grid point on the task, chosen by the dev "
+            "score it shows (the paper's protocol): an optimistic estimate."
+        )
+    if (runs["checkpoint"] == "best").any():
+        notes.append(
+            "Each run is scored at its best dev evaluation, chosen on the dev set it reports: an "
+            "optimistic estimate."
+        )
+    return " ".join(notes)
 
 
 def design_signature(design: dict | None) -> str:

@@ -188,7 +188,8 @@ def _references(run: RunRecord) -> dict:
 
 def _origin(run: RunRecord, init: str, grid: dict | None) -> dict:
     """What the report needs beyond the key: the design (resolved config less `NOT_DESIGN`; None for
-    a record without its config), the code version, and the paper design the run stands for:
+    a record without its config), a grid point's own seed (its key's is its distillation's), the
+    code version, and the paper design the run stands for:
     ``paper_table`` from the config's ``paper_analogue`` (None: the paper's own design, matched by
     name), ``paper_init``, the paper's init for this run's (None when the analogue does not map it),
     and ``paper_note``, the analogue's note."""
@@ -207,6 +208,7 @@ def _origin(run: RunRecord, init: str, grid: dict | None) -> dict:
     return {
         "design": None if config is None else design(config, grid) | distilled_design(run),
         "student_path": key_text(run.outcome.get("student_path")),
+        "finetune_seed": _as_int((config or {}).get("seed")) if grid else None,
         "commit": key_text(commit),
         "paper_table": paper_table,
         "paper_init": paper_init,

@@ -172,7 +172,7 @@ def study_section(parts: PageParts, table: Table, index: int) -> str:
         f"code {html.escape(code_versions(runs))}.</p>",
         "<h3>Measured</h3>",
         measured_table(parts, table),
-        f'<p class="meta">{html.escape(DESCRIPTION)}</p>',
+        f'<p class="meta">{html.escape(" ".join(filter(None, [DESCRIPTION, table.chosen])))}</p>',
         "<h3>Wall time</h3>",
         markdown(parts.walltimes.get(table.key, [])),
     ]

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kdbench.report.frames import AVG, GROUP_COLS, ROW_COLS, natural_key, ordered_tasks
+from kdbench.report.frames import (
+    AVG,
+    GROUP_COLS,
+    ROW_COLS,
+    chosen_on_dev,
+    natural_key,
+    ordered_tasks,
+)
 from kdbench.report.text import column_head, fmt, md_escape, md_head, md_row
 
 
@@ -26,6 +33,7 @@ class Table:
     n: pd.DataFrame  # tasks only
     inits: list[str] = field(default_factory=list)
     collapsed: pd.DataFrame | None = None  # tasks only: runs collapsed to one class (NaN: unknown)
+    chosen: str = ""  # what its scores were chosen on, when it is the dev set they report
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -69,14 +77,19 @@ class Table:
         return len(values) <= 1
 
 
-def build_tables(summary: pd.DataFrame) -> list[Table]:
-    """Pivot the long summary into one :class:`Table` per (setting, teacher, student)."""
+def build_tables(summary: pd.DataFrame, frame: pd.DataFrame | None = None) -> list[Table]:
+    """Pivot the long summary into one :class:`Table` per (setting, teacher, student); with the
+    runs (`frame`), each says what its scores were chosen on (`chosen_on_dev`)."""
     if summary.empty:
         return []
-    return [_table(key, group) for key, group in summary.groupby(GROUP_COLS, sort=True)]
+    runs = {} if frame is None else dict(list(frame.groupby(GROUP_COLS, sort=True)))
+    return [
+        _table(key, group, "" if key not in runs else chosen_on_dev(runs[key]))
+        for key, group in summary.groupby(GROUP_COLS, sort=True)
+    ]
 
 
-def _table(key: tuple[str, str, str], group: pd.DataFrame) -> Table:
+def _table(key: tuple[str, str, str], group: pd.DataFrame, chosen: str) -> Table:
     """One group's summary rows pivoted to (objective, init) x task."""
     per_task = group[group["task"] != AVG]
     tasks = ordered_tasks(per_task["task"])
@@ -106,6 +119,7 @@ def _table(key: tuple[str, str, str], group: pd.DataFrame) -> Table:
         n=pivot("n", tasks),
         inits=inits,
         collapsed=pivot("collapsed", tasks).astype(float),
+        chosen=chosen,
     )
 
 
@@ -139,11 +153,10 @@ def _cell_parts(
 def _footnote(table: Table) -> str:
     modal = table.modal_n()
     if modal is None:
-        return ""
+        return table.chosen
     seeds = "seed" if modal == 1 else "seeds"
-    if table.n_uniform():
-        return f"n = {modal} {seeds} per cell"
-    return f"n = {modal} {seeds} per cell unless marked (n=k)"
+    marked = "" if table.n_uniform() else " unless marked (n=k)"
+    return " ".join(filter(None, [f"n = {modal} {seeds} per cell{marked}.", table.chosen]))
 
 
 DESCRIPTION = (
@@ -208,7 +221,7 @@ def render_markdown(
             md_row(cells) for cells in body_cells(table, digits, md_escape, pm="±", bold="**{}**")
         ]
         note = _footnote(table)
-        out += ["", f"_{note}._" if note else "", ""] + (walltimes or {}).get(table.key, [])
+        out += ["", f"_{note}_" if note else "", ""] + (walltimes or {}).get(table.key, [])
     out += (cost or []) + (paper or [])
     if excluded:
         out += ["## Excluded runs", ""]
@@ -246,7 +259,7 @@ def render_latex(tables: list[Table], digits: int = 1) -> str:
         spec = "l" * n_label + "r" * len(table.columns)
         note = _footnote(table)
         caption = f"{tex_escape(table.title)}. Mean $\\pm$ sample std over seeds"
-        caption += f"; {tex_escape(note)}." if note else "."
+        caption += f"; {tex_escape(note)}" if note else "."
         out += [
             "\\begin{table}[ht]",
             "\\centering",
