@@ -1,5 +1,6 @@
-"""What a run tells wandb: each stage's rows under its own name and steps, the record's dev metrics
-in the summary, and how the run ended; a wandb run that cannot start fails the job by name."""
+"""What a run tells wandb: a name of its own in a sweep, each stage's rows under the stage's name
+and steps, the record's dev metrics in the summary, and how the run ended; a wandb run that cannot
+start fails the job by name."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import pytest
 import kdbench.run as entry
 from kdbench import job
 from kdbench.job import run
-from tests.helpers import compose_config, tiny_overrides
+from kdbench.planning.plan import make_plan
+from tests.helpers import (
+    agnostic_overrides,
+    compose_config,
+    tiny_overrides,
+    write_tiny_corpus,
+)
 
 
 class Run:
@@ -96,3 +103,37 @@ def test_a_wandb_run_that_cannot_start_is_one_error_line_and_a_failed_record(
     assert "logger.mode=offline" in lines[0]
     record = json.loads((tmp_path / "result.json").read_text())
     assert record["status"] == "failed" and record["error"] == lines[0][len("kdbench: error: ") :]
+
+
+def test_the_jobs_of_an_init_sweep_have_names_of_their_own(tiny_glue, tmp_path):
+    names = [
+        make_plan(
+            compose_config(
+                tiny_overrides(tiny_glue, tmp_path, "init=layers", f"init.layers={layers}")
+            )
+        ).logger.run_name
+        for layers in ("[1,2]", "[2,4]")
+    ]
+    assert names == ["sst2-att_kl-tiny-1,2-s1", "sst2-att_kl-tiny-2,4-s1"]
+
+
+def test_a_fine_tuning_is_named_by_the_student_it_fine_tunes_and_its_grid_point(
+    tiny_glue, tmp_path
+):
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    overrides = agnostic_overrides(corpus, tmp_path / "distill", "objective=hid_seq", "seed=7")
+    distilled = run(compose_config(overrides))
+    plan = make_plan(
+        compose_config(
+            [
+                "setting=finetune",
+                f"setting.student_path={distilled['student_path']}",
+                "task=rte",
+                f"data.glue_dir={tiny_glue}",
+                "stages.finetune.optimizer.lr=3e-5",
+                "stages.finetune.batch_size=16",
+            ]
+        )
+    )
+    assert plan.logger.run_name == "rte-hid_seq-tiny-random-s7-lr3e-05-bs16"
+    assert make_plan(compose_config(overrides)).logger.run_name == "hid_seq-tiny-random-s7"

@@ -16,9 +16,10 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_
 from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
+from kdbench.planning.finetune import distillation_record
 from kdbench.planning.plan import Plan
 from kdbench.records.predictions import PREDICTIONS_FILE
-from kdbench.records.record import RESULT_FILE, RunRecord, StepLog
+from kdbench.records.record import StepLog
 from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
@@ -27,23 +28,7 @@ from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import supervised_step
 
-RECORD_FIELDS = ("teacher", "student", "init", "objective", "seed")
 STAGE = "finetune"
-
-
-def distillation_record(student_path: Path) -> dict:
-    """The record of the task-agnostic run that wrote this student (its result.json beside
-    student/)."""
-    record = RunRecord.read(student_path.parent / RESULT_FILE)
-    if record is None or record.setting != "task_agnostic":
-        return {}
-    named = {field: getattr(record, field) for field in RECORD_FIELDS}
-    return {field: value for field, value in named.items() if value is not None} | {
-        "setting": "task_agnostic",
-        "stage": "finetune",  # so the task-agnostic tables read it
-        "distilled_from": str((student_path.parent / "result.json").resolve()),
-        "distillation_config": record.config,  # the report tells students' designs apart
-    }
 
 
 def task_loaders(plan: Plan, tokenizer) -> tuple:
