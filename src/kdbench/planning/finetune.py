@@ -22,6 +22,12 @@ RECORD_FIELDS = ("teacher", "student", "init", "objective", "seed")
 
 def finetune_parts(cfg: DictConfig, common: dict) -> dict:
     """The `Plan` fields of setting=finetune beyond those every setting has (`common`)."""
+    if cfg.save_student:
+        raise ConfigError(
+            "save_student=true saves a distilled student, and setting=finetune distils none: it "
+            "scores the student of setting.student_path on the task and saves no model; drop "
+            "save_student=true"
+        )
     student_path = local_path(cfg.setting.student_path)
     if not (student_path / "config.json").is_file():
         raise ConfigError(
