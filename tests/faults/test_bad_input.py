@@ -331,7 +331,10 @@ def test_cli_bad_data_files(tmp_path, mutate, fragments):
         (["task=stsb", "objective=hid_cls_contrast"], ["needs a classification task"]),
         (["init=layers", "init.layers=[4,2]"], ["strictly ascending"]),
         (["init=layers", "init.layers=[3,3]"], ["strictly ascending"]),
-        (["student=tiny", "student.num_heads=2", "objective=att_kl"], ["2 heads", "minilm_v2"]),
+        (
+            ["student=tiny", "student.num_heads=2", "init=random", "objective=att_kl"],
+            ["2 heads", "minilm_v2"],
+        ),
         (
             ["teacher.finetuned_path=/nonexistent/teacher", "stages.teacher.epochs=0"],
             ["cannot load the fine-tuned teacher"],
