@@ -25,7 +25,7 @@ from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, provenance, 
 from kdbench.report.collapse import learning_warnings
 from kdbench.runtime import distributed
 from kdbench.runtime.joblock import claim
-from kdbench.runtime.loggers import library_progress_bars, make_logger
+from kdbench.runtime.loggers import library_progress_bars, run_logs
 from kdbench.runtime.precision import apply_matmul_precision
 from kdbench.runtime.storage import MANIFEST, DiskFullError, sha256_of
 from kdbench.training.signals import Interrupted, StoppedAtOnce, graceful_stop
@@ -156,21 +156,18 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
     )  # as resolved for the device
     apply_matmul_precision(plan.device, plan.tf32)
     write(result_path, replace(record, config=plan.config))
-    logger = make_logger(plan.logger, plan.config, run_dir) if main_process else None
-    log = StepLog(
-        run_dir / "train_log.jsonl" if main_process else None, sinks=[logger.log] if logger else []
-    )
     start = time.perf_counter()
     try:
-        with graceful_stop(), library_progress_bars(plan.trainer.progress_bar):
-            outcome = RECIPES[plan.setting](plan, run_dir, log)
-        record = replace(
-            record.completed(outcome, time.perf_counter() - start, plan.config),
-            warnings=learning_warnings(outcome),
-        )
-        write(result_path, record)
-        if logger:
-            logger.summary(record)
+        with run_logs(plan.logger, plan.config, run_dir, main_process) as (log, logger):
+            with graceful_stop(), library_progress_bars(plan.trainer.progress_bar):
+                outcome = RECIPES[plan.setting](plan, run_dir, log)
+            record = replace(
+                record.completed(outcome, time.perf_counter() - start, plan.config),
+                warnings=learning_warnings(outcome),
+            )
+            write(result_path, record)
+            if logger:
+                logger.summary(record)
     except BaseException as exc:
         record = replace(
             record, **ending(exc), wall_s=time.perf_counter() - start, config=plan.config
@@ -181,9 +178,6 @@ def execute(plan: Plan, record: RunRecord, run_dir: Path, main_process: bool) ->
             write(result_path, record)
         raise
     finally:
-        log.close()
-        if logger:
-            logger.finish()
         distributed.shutdown()
     return record.as_json()
 

@@ -331,7 +331,10 @@ def test_cli_bad_data_files(tmp_path, mutate, fragments):
         (["task=stsb", "objective=hid_cls_contrast"], ["needs a classification task"]),
         (["init=layers", "init.layers=[4,2]"], ["strictly ascending"]),
         (["init=layers", "init.layers=[3,3]"], ["strictly ascending"]),
-        (["student=tiny", "student.num_heads=2", "objective=att_kl"], ["2 heads", "minilm_v2"]),
+        (
+            ["student=tiny", "student.num_heads=2", "init=random", "objective=att_kl"],
+            ["2 heads", "minilm_v2"],
+        ),
         (
             ["teacher.finetuned_path=/nonexistent/teacher", "stages.teacher.epochs=0"],
             ["cannot load the fine-tuned teacher"],
@@ -448,3 +451,21 @@ def test_an_unusable_folder_is_bad_input(tiny_glue, tmp_path, where):
     under = f"is under {tmp_path / 'file'}, a file"
     problem = under if where == "cache" else "is a file, not a folder"
     assert_one_line_error(cli(*overrides), problem, "give a folder this user can write")
+
+
+def test_a_fine_tuning_refuses_to_save_a_student_it_would_not_save(tiny_glue, tmp_path):
+    """setting=finetune scores the student it fine-tunes and writes no model: save_student=true
+    would leave the user without the folder it asked for."""
+    from kdbench.job import run
+    from tests.helpers import compose_config
+
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "distill")))
+    result = cli(
+        *tiny_overrides(tiny_glue, tmp_path / "ft"),
+        "setting=finetune",
+        f"setting.student_path={distilled['student_path']}",
+        "save_student=true",
+    )
+    assert_one_line_error(result, "save_student=true", "setting=finetune", "saves no model")
+    assert json.loads((tmp_path / "ft" / "result.json").read_text())["status"] == "failed"

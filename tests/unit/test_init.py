@@ -143,11 +143,35 @@ def test_a_student_of_another_feed_forward_width_takes_no_teacher_layers(init):
     from kdbench.planning.inits import init_spec
     from kdbench.planning.specs import ShapeSpec
 
-    teacher = BertConfig(hidden_size=32, num_hidden_layers=4, intermediate_size=64)
+    teacher = BertConfig(
+        hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64
+    )
     student = ShapeSpec("2x32", 2, 32, 2, 128)
     cfg = compose_config([f"init={init}"])
     if init == "auto":
         assert init_spec(cfg.init, teacher, student).name == "random"
         return
     with pytest.raises(ConfigError, match=r"feed-forward size 128 \(the teacher's 64\)"):
+        init_spec(cfg.init, teacher, student)
+
+
+@pytest.mark.parametrize("init", ["auto", "every_kth"])
+def test_a_student_with_other_heads_takes_no_teacher_layers(init):
+    """A copied block splits its weights into the student's heads: with another head count it is
+    not the teacher's layer. init=auto then starts the student randomly; an init that copies is
+    refused by name."""
+    from transformers import BertConfig
+
+    from kdbench.planning.inits import init_spec
+    from kdbench.planning.specs import ShapeSpec
+
+    teacher = BertConfig(
+        hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64
+    )
+    student = ShapeSpec("2x32", 2, 32, 2, 64)
+    cfg = compose_config([f"init={init}"])
+    if init == "auto":
+        assert init_spec(cfg.init, teacher, student).name == "random"
+        return
+    with pytest.raises(ConfigError, match=r"head count 2 \(the teacher's 4\).*num_heads=4"):
         init_spec(cfg.init, teacher, student)

@@ -73,24 +73,28 @@ def validate_layer_list(
         )
 
 
-def copy_mismatch(student: tuple[int, int], teacher: tuple[int, int]) -> str | None:
+def copy_mismatch(student: tuple[int, int, int], teacher: tuple[int, int, int]) -> str | None:
     """Why teacher layers cannot be copied into a student, each given as (hidden size,
-    feed-forward size); None when they can (both equal: the weights' shapes)."""
-    names = ("hidden size", "feed-forward size")
+    feed-forward size, head count); None when they can: the weights' shapes equal, and the heads
+    that split them too (with other heads a copied block computes another function)."""
+    names = ("hidden size", "feed-forward size", "head count")
     differ = [f"{n} {s} (the teacher's {t})" for n, s, t in zip(names, student, teacher) if s != t]
     verb = "differs" if len(differ) == 1 else "differ"
     return f"the student's {' and '.join(differ)} {verb}" if differ else None
 
 
-def check_width(student: tuple[int, int], teacher: tuple[int, int], init_name: str) -> None:
+def check_copyable(
+    student: tuple[int, int, int], teacher: tuple[int, int, int], init_name: str
+) -> None:
     """Refuses an init that copies teacher layers into a student of another (hidden size,
-    feed-forward size)."""
+    feed-forward size, head count)."""
     mismatch = copy_mismatch(student, teacher)
     if mismatch is not None:
         raise ConfigError(
-            f"init={init_name} copies teacher layers, which needs the teacher's widths, but "
-            f"{mismatch}: use init=random or a student of the teacher's widths "
-            f"(student.hidden_size={teacher[0]} student.ffn_size={teacher[1]})"
+            f"init={init_name} copies teacher layers, which needs the teacher's block shape, but "
+            f"{mismatch}: use init=random or a student of the teacher's shape "
+            f"(student.hidden_size={teacher[0]} student.ffn_size={teacher[1]} "
+            f"student.num_heads={teacher[2]})"
         )
 
 

@@ -242,13 +242,13 @@ def augment_spec(augment: DictConfig, setting: str) -> AugmentSpec | None:
     return from_mapping(AugmentSpec, values, "augment")
 
 
-def logger_spec(cfg: DictConfig) -> LoggerSpec:
+def logger_spec(cfg: DictConfig, design: tuple) -> LoggerSpec:
+    """The logger; its run's name joins `design`, what sets the run apart from the other jobs of a
+    sweep (the task, the student's objective, shape, init and seed; a fine-tuning's grid point),
+    less its parts that are None."""
     settings = {k: v for k, v in checked(cfg.logger, "logger").items() if k != "name"}
-    return LoggerSpec(
-        cfg.logger.name,
-        settings,
-        f"{cfg.task.name}-{cfg.objective.name}-{cfg.student.name}-s{cfg.seed}",
-    )
+    name = "-".join(str(part) for part in design if part is not None)
+    return LoggerSpec(cfg.logger.name, settings, name)
 
 
 def check_data_files(task: TaskSpec, data: DataSpec) -> None:

@@ -11,7 +11,7 @@ from transformers import PretrainedConfig
 
 from kdbench.errors import ConfigError
 from kdbench.models.hub import saved_config
-from kdbench.models.layers import check_width, copy_mismatch, resolve_init_layers
+from kdbench.models.layers import check_copyable, copy_mismatch, resolve_init_layers
 from kdbench.planning.declared import with_defaults
 from kdbench.planning.groups import checked
 from kdbench.planning.paths import local_path
@@ -34,7 +34,7 @@ def init_spec(init: DictConfig, teacher_conf: PretrainedConfig, student: ShapeSp
         name, values.get("layers"), teacher_conf.num_hidden_layers, student.num_layers
     )
     if layers is not None:
-        check_width(widths(student), teacher_widths(teacher_conf), name)
+        check_copyable(block_shape(student), teacher_block_shape(teacher_conf), name)
     return InitSpec(
         name,
         None if layers is None else tuple(layers),
@@ -74,20 +74,24 @@ def pretrained_student(path: str | None, student: ShapeSpec) -> Path:
     return folder
 
 
-def widths(student: ShapeSpec) -> tuple[int, int]:
-    return student.hidden_size, student.ffn_size
+def block_shape(student: ShapeSpec) -> tuple[int, int, int]:
+    return student.hidden_size, student.ffn_size, student.num_heads
 
 
-def teacher_widths(teacher_conf: PretrainedConfig) -> tuple[int, int]:
-    return teacher_conf.hidden_size, teacher_conf.intermediate_size
+def teacher_block_shape(teacher_conf: PretrainedConfig) -> tuple[int, int, int]:
+    return (
+        teacher_conf.hidden_size,
+        teacher_conf.intermediate_size,
+        teacher_conf.num_attention_heads,
+    )
 
 
 def auto_init(teacher_conf: PretrainedConfig, student: ShapeSpec) -> str:
     """init=auto: every k-th teacher layer when the student can take them (the teacher's hidden
-    and feed-forward sizes, a depth dividing the teacher's), random otherwise; the choice is
-    logged in one line."""
+    and feed-forward sizes and head count, a depth dividing the teacher's), random otherwise; the
+    choice is logged in one line."""
     teacher_layers = teacher_conf.num_hidden_layers
-    mismatch = copy_mismatch(widths(student), teacher_widths(teacher_conf))
+    mismatch = copy_mismatch(block_shape(student), teacher_block_shape(teacher_conf))
     if mismatch is not None:
         reason = mismatch
     elif teacher_layers % student.num_layers:
@@ -97,7 +101,7 @@ def auto_init(teacher_conf: PretrainedConfig, student: ShapeSpec) -> str:
         )
     else:
         log.info(
-            "init=auto: every_kth (teacher layers copied: the student has the teacher's widths)"
+            "init=auto: every_kth (teacher layers copied: the student has the teacher's shape)"
         )
         return "every_kth"
     log.info("init=auto: random (%s)", reason)

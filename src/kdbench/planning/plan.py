@@ -244,7 +244,7 @@ def make_plan(cfg: DictConfig) -> Plan:
     checked(cfg.setting, "setting")
     common = common_parts(cfg, resolved)
     if cfg.setting.name == "finetune":
-        return Plan(**common, **finetune_parts(cfg, common["trainer"], common["task"]))
+        return Plan(**common, **finetune_parts(cfg, common))
     return Plan(**(common | distillation_parts(cfg, common)))
 
 
@@ -273,7 +273,6 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
         corpus=corpus,
         stages=stages,
         augment=augment_spec(cfg.augment, cfg.setting.name),
-        logger=logger_spec(cfg),
         **compute,
         cache_dir=writable_folder(cfg.paths.cache_dir, "paths.cache_dir", " (or $KDBENCH_CACHE)"),
         save_student=cfg.save_student,
@@ -296,6 +295,7 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     terms = objective_terms(cfg, init, student_conf, teacher_conf, teacher, common["task"])
     confs = (student_conf, teacher_conf)
     stages = with_terms(common["stages"], terms, init, confs, teacher, common["task"])
+    task = None if corpus is not None else common["task"].name  # raw text has no task
     batches = None
     if corpus is not None:
         check_agnostic_stage(stages["distillation"])
@@ -313,6 +313,9 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
         student_conf=student_conf,
         student_path=None,
         chain=distillation_chain(teacher, student, init, cfg),
+        logger=logger_spec(
+            cfg, (task, cfg.objective.name, student.name, init.label, f"s{cfg.seed}")
+        ),
     )
 
 

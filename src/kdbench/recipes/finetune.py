@@ -16,9 +16,10 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_
 from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
+from kdbench.planning.finetune import distillation_record
 from kdbench.planning.plan import Plan
 from kdbench.records.predictions import PREDICTIONS_FILE
-from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, chain_of
+from kdbench.records.record import StepLog
 from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
@@ -27,35 +28,7 @@ from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import supervised_step
 
-MODEL_FIELDS = ("teacher", "student", "objective")  # what made the student
-RECORD_FIELDS = (*MODEL_FIELDS, "init", "seed")
 STAGE = "finetune"
-
-
-def distillation_record(student_path: Path, student_conf) -> dict:
-    """What the run that wrote this student (its result.json beside student/) names it by; a
-    task-agnostic run's record joins its tables. A student without a record is named by its shape
-    and its chain's teacher (its objective unknown; none without a chain), never by the config
-    groups a fine-tuning does not read."""
-    record = RunRecord.read(student_path.parent / RESULT_FILE)
-    if record is None:
-        chain = chain_of(student_path, "student")
-        distilled = len(chain) > 1
-        return {
-            "teacher": chain[0] if distilled else "none",
-            "student": f"{student_conf.num_hidden_layers}x{student_conf.hidden_size}",
-            "objective": "unknown" if distilled else "none",
-        }
-    named = {field: getattr(record, field) for field in RECORD_FIELDS}
-    named = {field: value for field, value in named.items() if value is not None}
-    if record.setting != "task_agnostic":  # its own seed and init: the fine-tuning's
-        return {field: named[field] for field in MODEL_FIELDS if field in named}
-    return named | {
-        "setting": "task_agnostic",
-        "stage": "finetune",  # so the task-agnostic tables read it
-        "distilled_from": str((student_path.parent / "result.json").resolve()),
-        "distillation_config": record.config,  # the report tells students' designs apart
-    }
 
 
 def task_loaders(plan: Plan, tokenizer) -> tuple:

@@ -213,7 +213,8 @@ def read_json(path: Path) -> dict | None:
 
 
 class StepLog:
-    """Appends one JSON line per logged step: {"stage", "step", "epoch", "lr", term: value, ...}."""
+    """Appends one JSON line per logged step: {"stage", "step", "epoch", "lr", term: value, ...};
+    each sink gets the row too, as `sink(stage, the row less its stage)`."""
 
     def __init__(self, path: Path | None, sinks=()):
         """`path` None: a process that logs nothing (a data-parallel rank other than 0)."""
@@ -231,7 +232,7 @@ class StepLog:
         self._handle.write(json.dumps(row, allow_nan=True) + "\n")
         self._handle.flush()
         for sink in self.sinks:
-            sink({f"train/{k}": v for k, v in row.items() if k != "stage"}, step)
+            sink(stage, {k: v for k, v in row.items() if k != "stage"})
 
     def close(self) -> None:
         if self._handle is not None:

@@ -7,39 +7,51 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kdbench.errors import lookup
+from kdbench.errors import KdbenchError, lookup
 from kdbench.planning.specs import LoggerSpec
-from kdbench.records.record import RunRecord
+from kdbench.records.record import RunRecord, StepLog
 
 
 class WandbLogger:
     def __init__(self, spec: LoggerSpec, config: dict, run_dir: Path):
         import wandb
 
-        self._wandb = wandb
         settings = spec.settings
-        self.run = wandb.init(
-            project=settings["project"],
-            entity=settings["entity"],
-            group=settings["group"],
-            tags=list(settings["tags"]),
-            mode=settings["mode"],
-            dir=str(run_dir),
-            name=spec.run_name,
-            config=config,
-            reinit="finish_previous",
-        )
+        try:
+            self.run = wandb.init(
+                project=settings["project"],
+                entity=settings["entity"],
+                group=settings["group"],
+                tags=list(settings["tags"]),
+                mode=settings["mode"],
+                dir=str(run_dir),
+                name=spec.run_name,
+                config=config,
+                reinit="finish_previous",
+            )
+        except wandb.errors.Error as exc:
+            raise KdbenchError(
+                f"logger=wandb could not start its run ({exc}): log in (wandb login, or "
+                "WANDB_API_KEY), or log offline (logger.mode=offline) or not at all (logger=none)"
+            ) from None
+        self.stages: set[str] = set()
 
-    def log(self, values: dict, step: int) -> None:
-        self.run.log(values)
+    def log(self, stage: str, values: dict) -> None:
+        """One row of the step log under its stage's name (`teacher/total`,
+        `student_dev/accuracy`), plotted against the stage's own steps: each stage counts from 1."""
+        if stage not in self.stages:
+            self.stages.add(stage)
+            self.run.define_metric(f"{stage}/step")
+            self.run.define_metric(f"{stage}/*", step_metric=f"{stage}/step")
+        self.run.log({f"{stage}/{key}": value for key, value in values.items()})
 
     def summary(self, record: RunRecord) -> None:
         for key, value in (record.metrics or {}).items():
             self.run.summary[f"dev/{key}"] = value
         self.run.summary["score"] = record.score
 
-    def finish(self) -> None:
-        self.run.finish()
+    def finish(self, exit_code: int) -> None:
+        self.run.finish(exit_code=exit_code)
 
 
 LOGGERS = {"none": None, "wandb": WandbLogger}
@@ -50,6 +62,26 @@ def make_logger(spec: LoggerSpec, config: dict, run_dir: Path):
     records."""
     factory = lookup(LOGGERS, spec.name, "logger")
     return factory(spec, config, run_dir) if factory else None
+
+
+@contextmanager
+def run_logs(spec: LoggerSpec, config: dict, run_dir: Path, main_process: bool) -> Iterator:
+    """The run's step log (`train_log.jsonl`, each row also to the configured logger) and the
+    logger, in the main process (elsewhere a log that writes nothing, and no logger); at the end
+    the log closed and the logger's run finished, as failed where the run raised."""
+    if not main_process:
+        yield StepLog(None), None
+        return
+    logger = make_logger(spec, config, run_dir)
+    log = StepLog(run_dir / "train_log.jsonl", sinks=[logger.log] if logger else [])
+    failed = True
+    try:
+        yield log, logger
+        failed = False
+    finally:
+        log.close()
+        if logger:
+            logger.finish(exit_code=int(failed))
 
 
 @contextmanager
