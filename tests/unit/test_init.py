@@ -134,44 +134,32 @@ def test_a_distillation_s_dropout_is_the_modules_own_and_the_saved_config_the_fa
     assert family == (0.1, 0.1)
 
 
+# (the teacher's heads and feed-forward size, the student's, the refusal)
+UNCOPYABLE = {
+    "feed-forward size": ((2, 64), (2, 128), r"feed-forward size 128 \(the teacher's 64\)"),
+    "head count": ((4, 64), (2, 64), r"head count 2 \(the teacher's 4\).*num_heads=4"),
+}
+
+
+@pytest.mark.parametrize("differs", UNCOPYABLE)
 @pytest.mark.parametrize("init", ["auto", "every_kth"])
-def test_a_student_of_another_feed_forward_width_takes_no_teacher_layers(init):
-    """Copying a layer needs its weights' shapes: the teacher's hidden and feed-forward sizes.
-    init=auto then starts it randomly; an init that copies is refused by name."""
+def test_a_student_of_another_block_shape_takes_no_teacher_layers(init, differs):
+    """Copying a layer needs its weights' shapes and its heads' split of them: the teacher's
+    hidden and feed-forward sizes and head count. init=auto then starts the student randomly; an
+    init that copies is refused by name."""
     from transformers import BertConfig
 
     from kdbench.planning.inits import init_spec
     from kdbench.planning.specs import ShapeSpec
 
+    (heads, ffn), (student_heads, student_ffn), refusal = UNCOPYABLE[differs]
     teacher = BertConfig(
-        hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64
+        hidden_size=32, num_hidden_layers=4, num_attention_heads=heads, intermediate_size=ffn
     )
-    student = ShapeSpec("2x32", 2, 32, 2, 128)
+    student = ShapeSpec("2x32", 2, 32, student_heads, student_ffn)
     cfg = compose_config([f"init={init}"])
     if init == "auto":
         assert init_spec(cfg.init, teacher, student).name == "random"
         return
-    with pytest.raises(ConfigError, match=r"feed-forward size 128 \(the teacher's 64\)"):
-        init_spec(cfg.init, teacher, student)
-
-
-@pytest.mark.parametrize("init", ["auto", "every_kth"])
-def test_a_student_with_other_heads_takes_no_teacher_layers(init):
-    """A copied block splits its weights into the student's heads: with another head count it is
-    not the teacher's layer. init=auto then starts the student randomly; an init that copies is
-    refused by name."""
-    from transformers import BertConfig
-
-    from kdbench.planning.inits import init_spec
-    from kdbench.planning.specs import ShapeSpec
-
-    teacher = BertConfig(
-        hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64
-    )
-    student = ShapeSpec("2x32", 2, 32, 2, 64)
-    cfg = compose_config([f"init={init}"])
-    if init == "auto":
-        assert init_spec(cfg.init, teacher, student).name == "random"
-        return
-    with pytest.raises(ConfigError, match=r"head count 2 \(the teacher's 4\).*num_heads=4"):
+    with pytest.raises(ConfigError, match=refusal):
         init_spec(cfg.init, teacher, student)

@@ -29,6 +29,21 @@ def write(path, **fields):
     (path / "result.json").write_text(json.dumps(record))
 
 
+def write_grid(runs, name: str, student: str, scores, config: dict, **fields):
+    """A grid of `student`: points at lr 1e-5 and 3e-5 (batch 16) scoring `scores`, each with
+    `config` and its grid point as its run's config."""
+    for lr, score in zip((1e-5, 3e-5), scores, strict=True):
+        stage = {"finetune": {"optimizer": {"lr": lr}, "batch_size": 16}}
+        write(
+            runs / f"{name}-{lr}",
+            score=score,
+            grid={"lr": lr, "batch_size": 16},
+            student_path=student,
+            config=config | {"stages": stage},
+            **fields,
+        )
+
+
 def test_best_grid_point_per_task_and_seed_is_the_result(tmp_path):
     runs = tmp_path / "runs"
     write(runs / "distill", task=None, score=None, metrics={"heldout_loss": 0.3})
@@ -57,15 +72,8 @@ def test_each_students_grid_keeps_its_own_best_point(tmp_path):
     runs = tmp_path / "runs"
     for steps, scores in ((2, (60.0, 61.0)), (4, (70.0, 50.0))):
         student = f"{runs}/distill-{steps}/student"
-        for lr, score in zip((1e-5, 3e-5), scores, strict=True):
-            write(
-                runs / f"ft-{steps}-{lr}",
-                score=score,
-                grid={"lr": lr, "batch_size": 16},
-                student_path=student,
-                config={"stages": {"finetune": {"optimizer": {"lr": lr}, "batch_size": 16}}},
-                distillation_config={"stages": {"distillation": {"steps": steps}}},
-            )
+        design = {"stages": {"distillation": {"steps": steps}}}
+        write_grid(runs, f"ft-{steps}", student, scores, {}, distillation_config=design)
     assert main([str(runs), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
     results = pd.read_csv(tmp_path / "report" / "results.csv")
     assert list(results["score"]) == [61.0]  # the first path's design: 2 steps, its best point
@@ -87,14 +95,7 @@ def test_a_grid_fine_tuned_at_several_seeds_is_refused_in_one_line(tmp_path, cap
     runs = tmp_path / "runs"
     student = f"{runs}/distill/student"
     for finetune_seed, scores in ((1, (60.0, 61.0)), (2, (70.0, 50.0))):
-        for lr, score in zip((1e-5, 3e-5), scores, strict=True):
-            write(
-                runs / f"ft-{finetune_seed}-{lr}",
-                score=score,
-                grid={"lr": lr, "batch_size": 16},
-                student_path=student,
-                config={"seed": finetune_seed},
-            )
+        write_grid(runs, f"ft-{finetune_seed}", student, scores, {"seed": finetune_seed})
     with pytest.raises(SystemExit) as exc:
         main([str(runs), "--out", str(tmp_path / "report"), "--no-plots"])
     err = capsys.readouterr().err.strip().splitlines()
