@@ -333,8 +333,7 @@ def agnostic_batches(stage: StageSpec, device: torch.device, memory) -> BatchLay
 
 
 def agnostic_step_memory(terms, student_conf, teacher_conf, corpus, common) -> StepMemory:
-    """The task-agnostic step's memory bound, its objective built on the meta device (no
-    memory)."""
+    """The task-agnostic step's memory bound, its objective built on the meta device."""
     with torch.device("meta"):
         objective = Objective(terms, student_conf, teacher_conf, None, common["seed"])
     return step_memory(objective, student_conf, teacher_conf, corpus.seq_len, common["precision"])
