@@ -106,7 +106,7 @@ class TaskAgnosticTrainer(DistillationTrainer):
     """setting=task_agnostic: the held-out sample and the input masking of raw text."""
 
     # the held-out loss is the run's metric: every evaluation reads at least one batch
-    heldout_batches: int = key(COUNT)
+    heldout_batches: int = key(COUNT, 1)
     # masking by token frequency ** -smoothing; None: uniform
     mlm_smoothing: float | None = key(POSITIVE.or_null("uniform masking"), None)
     mask_inputs: str = key(
