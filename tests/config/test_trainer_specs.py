@@ -110,3 +110,10 @@ def test_the_finetune_plan_is_a_student_alone(tmp_path, tiny_glue):
 )
 def test_kept_on_disk_follows_the_store_and_the_device(store, device, on_disk):
     assert kept_on_disk(store, device) is on_disk
+
+
+def test_heldout_batches_zero_is_refused_since_the_heldout_loss_is_the_runs_metric():
+    with pytest.raises(
+        ConfigError, match=r"^trainer.heldout_batches=0 must be a positive integer$"
+    ):
+        trainer("setting=task_agnostic", "trainer.heldout_batches=0")

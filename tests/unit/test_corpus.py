@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import random
 import string
+import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,7 +27,10 @@ from kdbench.data.readers import (
     read_text,
     read_wikiextractor,
 )
+from kdbench.data.sources import corpus_files
 from kdbench.errors import ConfigError, DataError
+from kdbench.planning.groups import corpus_spec
+from tests.helpers import compose_config
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "ran", "far", "and", "then"]
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -451,3 +455,45 @@ def test_concurrent_builders_build_once(tmp_path, tokenizer, counting_reader):
         t.join()
     assert not errors and len(results) == 3
     assert len(counting_reader) == 1 and len({r.path for r in results}) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# Hub datasets
+
+
+def hub_text(tmp_path, monkeypatch, rows: list[str], rows_per_document: int) -> Path:
+    """The local text file a Hub corpus of one dataset (`rows`, stubbed) is written to."""
+
+    def load_dataset(path, name=None, split="train", streaming=False):
+        return iter([{"text": row} for row in rows])
+
+    monkeypatch.setitem(sys.modules, "datasets", SimpleNamespace(load_dataset=load_dataset))
+    entry = f"{{path: bookcorpus/bookcorpus, rows_per_document: {rows_per_document}}}"
+    cfg = compose_config(["corpus=wiki_bookcorpus", f"corpus.hf_datasets=[{entry}]"])
+    path, fmt = corpus_files(corpus_spec(cfg.corpus), tmp_path / "cache")
+    assert fmt == "text"
+    return path
+
+
+def test_hub_sentence_rows_are_packed_and_held_out_as_documents_of_rows_per_document(
+    tmp_path, tokenizer, monkeypatch
+):
+    sentences = make_docs(95, seed=5, max_words=8)
+    rows = sentences[:7] + ["", "  \n "] + sentences[7:]  # empty rows belong to no document
+    path = hub_text(tmp_path, monkeypatch, rows, 10)
+    docs = ["\n".join(sentences[i : i + 10]) for i in range(0, 95, 10)]  # the last of 5 rows
+    pc = build_packed_corpus(path, "text", tokenizer, 16, tmp_path / "cache", heldout_fraction=0.3)
+    held = [d for d in docs if is_heldout(d, 0.3)]
+    train = [d for d in docs if not is_heldout(d, 0.3)]
+    assert held and train and pc.meta["docs"] == len(docs) == 10
+    assert split_stream(pc.train) == expected_stream(tokenizer, train)
+    assert split_stream(pc.heldout) == expected_stream(tokenizer, held)
+
+
+def test_hub_text_of_other_rows_per_document_is_another_cache_entry(tmp_path, monkeypatch):
+    rows = make_docs(6, seed=6)
+    whole, joined = (hub_text(tmp_path, monkeypatch, rows, n) for n in (1, 3))
+    assert whole != joined
+    assert whole.read_text() == "".join(f"{row}\n\n" for row in rows)
+    first, second = "\n".join(rows[:3]), "\n".join(rows[3:])
+    assert joined.read_text() == f"{first}\n\n{second}\n\n"

@@ -1,19 +1,28 @@
 """Where the raw text comes from: local files, or Hugging Face datasets written once to a local text
-file."""
+file, a blank line between documents.
+
+A Hub dataset's document is `rows_per_document` consecutive non-empty rows joined by newlines (its
+last one may be shorter): 1 where a row is a whole document (Wikipedia's articles), more where a
+row is one sentence of a continuous text (BookCorpus), so that packing separates documents, not
+sentences, and the held-out split (by a hash of each document's text) keeps a document's
+sentences together.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from filelock import FileLock
 
 from kdbench.errors import DataError
-from kdbench.planning.specs import CorpusSpec
+from kdbench.planning.specs import CorpusSpec, HubDatasetSpec
 from kdbench.runtime import storage
 
 
@@ -27,8 +36,9 @@ def corpus_files(corpus: CorpusSpec, cache_dir: Path) -> tuple[Path, str]:
 def materialise_hf(corpus: CorpusSpec, cache_dir: Path) -> Path:
     """Stream the Hugging Face datasets' documents once into a local text file (blank line between
     documents)."""
-    specs = list(corpus.hf_datasets)
-    key = hashlib.sha256(json.dumps(specs, sort_keys=True).encode()).hexdigest()[:16]
+    specs = corpus.hf_datasets
+    listed = [dataclasses.asdict(spec) for spec in specs]
+    key = hashlib.sha256(json.dumps(listed, sort_keys=True).encode()).hexdigest()[:16]
     target = cache_dir / "hf_corpora" / f"{corpus.name}-{key}.txt"
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
@@ -45,21 +55,26 @@ def materialise_hf(corpus: CorpusSpec, cache_dir: Path) -> Path:
     return target
 
 
-def hub_documents(specs: list[dict]) -> Iterator[str]:
-    """Each dataset's documents in turn, blank lines folded; a dataset that cannot be read is one
-    DataError."""
+def hub_documents(specs: Sequence[HubDatasetSpec]) -> Iterator[str]:
+    """Each dataset's documents in turn (`rows_per_document` non-empty rows each), blank lines
+    folded; a dataset that cannot be read is one DataError."""
     import datasets
 
     for spec in specs:
         try:
-            for row in datasets.load_dataset(
-                spec["path"], spec.get("name"), split=spec.get("split", "train"), streaming=True
-            ):
-                if text := re.sub(r"\n\s*\n+", "\n", row[spec.get("field", "text")]).strip():
-                    yield text
+            rows = datasets.load_dataset(spec.path, spec.name, split=spec.split, streaming=True)
+            yield from grouped((row[spec.field] for row in rows), spec.rows_per_document)
         except Exception as exc:
             raise DataError(
-                f"could not read {spec['path']} from the Hugging Face Hub ({type(exc).__name__}); "
+                f"could not read {spec.path} from the Hugging Face Hub ({type(exc).__name__}); "
                 "offline, "
                 "use corpus=local with corpus.path (or $KDBENCH_CORPUS) pointing at local text"
             ) from exc
+
+
+def grouped(texts: Iterable[str], size: int) -> Iterator[str]:
+    """Every `size` consecutive non-empty texts (blank lines folded, stripped) joined by newlines;
+    the last document holds the rest."""
+    kept = filter(None, (re.sub(r"\n\s*\n+", "\n", text).strip() for text in texts))
+    while group := list(itertools.islice(kept, size)):
+        yield "\n".join(group)

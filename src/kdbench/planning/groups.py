@@ -24,6 +24,7 @@ from kdbench.planning.specs import (
     AugmentSpec,
     CorpusSpec,
     DataSpec,
+    HubDatasetSpec,
     LoggerSpec,
     ShapeSpec,
     TaskSpec,
@@ -191,6 +192,16 @@ def teacher_spec(teacher: DictConfig) -> TeacherSpec:
     )
 
 
+def hub_datasets(entries: list[dict]) -> tuple[HubDatasetSpec, ...]:
+    """`corpus.hf_datasets`' checked entries with their defaults; one without `path` is refused."""
+    return tuple(
+        from_mapping(
+            HubDatasetSpec, with_defaults(entry, HubDatasetSpec), f"corpus.hf_datasets.{i}"
+        )
+        for i, entry in enumerate(entries)
+    )
+
+
 def corpus_spec(corpus: DictConfig) -> CorpusSpec:
     """The raw text, validated before any work: a local corpus names an existing path and a known
     format."""
@@ -198,7 +209,7 @@ def corpus_spec(corpus: DictConfig) -> CorpusSpec:
 
     values = with_defaults(checked(corpus, "corpus"), CorpusSpec)
     if values["hf_datasets"]:  # streamed once into a local text file
-        hub = {"hf_datasets": tuple(values["hf_datasets"]), "path": None, "format": "text"}
+        hub = {"hf_datasets": hub_datasets(values["hf_datasets"]), "path": None, "format": "text"}
         return from_mapping(CorpusSpec, values | hub, "corpus")
     if values["format"] not in READERS:
         raise ConfigError(

@@ -21,6 +21,7 @@ from kdbench.planning.rules import (
     FRACTION,
     PROBABILITY,
     SEED,
+    TEXT,
     choice,
     entries,
     integer,
@@ -190,6 +191,23 @@ class InitSpec:
 
 
 @dataclass(frozen=True)
+class HubDatasetSpec:
+    """One Hugging Face dataset of a Hub corpus (`corpus.hf_datasets.N`) and how its rows form
+    documents."""
+
+    path: str = key(TEXT, help="the dataset's Hub id, e.g. wikimedia/wikipedia")
+    name: str | None = key(None, None, help="its configuration; null: the dataset's default")
+    split: str = key(TEXT, "train", help="the split read")
+    field: str = key(TEXT, "text", help="the column of text")
+    rows_per_document: int = key(
+        COUNT,
+        1,
+        help="consecutive non-empty rows joined into one document (held out and packed as one): "
+        "1 where a row is a document, N where rows are sentences of a continuous text",
+    )
+
+
+@dataclass(frozen=True)
 class CorpusSpec:
     name: str = key(None, help="local, or the Hub corpus's name")
     seq_len: int = key(integer(3), help="packed sequence length, [CLS] ... [SEP]")
@@ -203,8 +221,8 @@ class CorpusSpec:
     format: str = key(
         None, "text", help="text (blank lines between documents) or wikiextractor (<doc> blocks)"
     )
-    hf_datasets: tuple[dict, ...] = key(
-        None, (), help="Hub datasets ({path, name, split, field}) written once to a local file"
+    hf_datasets: tuple[HubDatasetSpec, ...] = key(
+        HubDatasetSpec, (), each=True, help="Hub datasets written once to a local text file"
     )
 
 

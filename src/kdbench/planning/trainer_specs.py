@@ -105,7 +105,8 @@ class TaskSpecificTrainer(DistillationTrainer):
 class TaskAgnosticTrainer(DistillationTrainer):
     """setting=task_agnostic: the held-out sample and the input masking of raw text."""
 
-    heldout_batches: int = key(NON_NEGATIVE_COUNT, 0)
+    # the held-out loss is the run's metric: every evaluation reads at least one batch
+    heldout_batches: int = key(COUNT, 1)
     # masking by token frequency ** -smoothing; None: uniform
     mlm_smoothing: float | None = key(POSITIVE.or_null("uniform masking"), None)
     mask_inputs: str = key(

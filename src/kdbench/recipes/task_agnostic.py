@@ -205,8 +205,9 @@ def corpus_loaders(corpus, plan: Plan, world, masking: MaskingSpec | None):
             f"global batch of stages.distillation.batch_size={plan.stages[STAGE].batch_size}: add "
             "text or lower the batch size"
         )
-    count = max(1, plan.trainer.heldout_batches)
-    heldout = heldout_loader(corpus.heldout, batches.heldout_batch, count, loading, world, masking)
+    heldout = heldout_loader(
+        corpus.heldout, batches.heldout_batch, plan.trainer.heldout_batches, loading, world, masking
+    )
     return train, heldout
 
 
