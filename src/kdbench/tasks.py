@@ -4,19 +4,26 @@ file), in the paper's column order (each config's `order`), with the names its t
 
 from pathlib import Path
 
-import yaml
+from omegaconf import OmegaConf
 
 TASK_DIR = Path(__file__).parent / "conf" / "task"
 
 
-def task_titles(folder: Path = TASK_DIR) -> dict[str, str]:
-    """{name: title} of every task config in `folder`, by its `order`, then by name."""
-    configs = [yaml.safe_load(path.read_text()) for path in sorted(folder.glob("*.yaml"))]
+def task_columns(folder: Path = TASK_DIR) -> dict[str, tuple[int, str]]:
+    """{name: (order, title)} of every task config in `folder`, by its `order`, then by name."""
+    configs = [
+        OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        for path in sorted(folder.glob("*.yaml"))
+    ]
     configs.sort(key=lambda config: (config.get("order", 0), config["name"]))
-    return {config["name"]: config.get("title") or config["name"] for config in configs}
+    return {
+        config["name"]: (config.get("order", 0), config.get("title") or config["name"])
+        for config in configs
+    }
 
 
-TASKS = task_titles()
+COLUMNS = task_columns()
+TASKS = {name: title for name, (_, title) in COLUMNS.items()}
 
 # The majority-class score of each GLUE dev set, x100, per metric of conf/task/<name>.yaml (MNLI:
 # matched): what a model that predicts the most frequent dev label everywhere scores, from the label

@@ -28,7 +28,7 @@ def test_a_task_config_in_another_folder_is_a_task_with_no_code_change(user_data
     choice, composes and plans; in conf/task it would also be listed with its title."""
     from kdbench.planning.groups import task_spec
     from kdbench.planning.hydra_config import compose, sweep_point
-    from kdbench.tasks import task_titles
+    from kdbench.tasks import task_columns
 
     config = {
         "name": "reviews",
@@ -55,4 +55,18 @@ def test_a_task_config_in_another_folder_is_a_task_with_no_code_change(user_data
     points = sweep_point([f"hydra.searchpath=[file://{tmp_path}]", "task=reviews"])
     task = task_spec(compose(points).task)
     assert (task.name, task.labels, task.metrics) == ("reviews", ("neg", "pos"), ("accuracy", "f1"))
-    assert task_titles(tmp_path / "task") == {"reviews": "Reviews"}
+    assert task_columns(tmp_path / "task") == {"reviews": (10, "Reviews")}
+
+
+def test_a_custom_task_is_titled_by_its_name_unless_given_a_title():
+    from omegaconf import OmegaConf
+
+    from kdbench.planning.hydra_config import compose, sweep_point
+
+    def title(*overrides: str) -> str:
+        task = compose(sweep_point(["task=custom", *overrides])).task
+        return OmegaConf.to_container(task, resolve=True)["title"]
+
+    assert (title(), title("task.name=tickets")) == ("custom", "tickets")
+    assert title("task.name=tickets", "task.title=Tickets") == "Tickets"
+    assert TASKS["custom"] == "custom"

@@ -58,10 +58,10 @@ class TaskKeys:
     """The `task` group: a GLUE task (`conf/task/sst2.yaml`, ...) or the user's data (`custom`)."""
 
     name: str = key(None, help=OPTION)
-    title: str = key(None, help="how tables name a task of kdbench's conf/task (others: by name)")
+    title: str = key(None, help="how tables name the task (conf/task's own: by their configs)")
     order: int = key(
         NON_NEGATIVE_COUNT,
-        help="a conf/task task's column (0: before the paper's; beyond them: one they lack)",
+        help="the task's column (0: before the paper's; beyond them: after; conf/task's: fixed)",
     )
     lr: float = key(LEARNING_RATE, help="the task's learning rate (its stages read it)")
     batch_size: int = key(COUNT, help="the task's batch size (the task-specific stages read it)")

@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 
 from kdbench.report.figures import colour_of, safe_name, save_png
 from kdbench.report.frames import COST_COLS, natural_key
+from kdbench.report.task_names import task_title
 from kdbench.report.text import md_escape, md_row
-from kdbench.tasks import TASKS
 
 POINT_COLS = ["task", "teacher", "student", "objective", "init"]
 MARKERS = ("o", "s", "^", "D", "v")  # one per student shape; the colour is the objective's
@@ -59,7 +59,7 @@ def cost_row(r: pd.Series, digits: int) -> str:
     score = f"{r['mean']:.{digits}f}" + ("" if pd.isna(r["std"]) else f" ± {r['std']:.{digits}f}")
     return md_row(
         [
-            md_escape(TASKS.get(r["task"], r["task"])),
+            md_escape(task_title(r["task"])),
             *(md_escape(r[c]) for c in POINT_COLS[1:]),
             f"{score} (n={r['n']})",
             f"{r['student_params'] / 1e6:.2f}M / {r['teacher_params'] / 1e6:.2f}M",
@@ -126,7 +126,7 @@ def plot_cost(table: pd.DataFrame, out: Path) -> list[Path]:
             xscale="log",
             xlabel="latency at batch 1 (ms, log scale)",
             ylabel="dev score, mean ± std over seeds",
-            title=f"{TASKS.get(task, task)}: accuracy vs cost",
+            title=f"{task_title(task)}: accuracy vs cost",
         )
         ax.legend(fontsize=7)
         fig.tight_layout()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pandas as pd
 
 from kdbench.report.collapse import COLLAPSED, HEALTHY
-from kdbench.report.frames import ALL, GROUP_COLS, natural_key, ordered_tasks
+from kdbench.report.frames import ALL, GROUP_COLS, natural_key
+from kdbench.report.task_names import ordered_tasks, task_title
 from kdbench.report.text import fmt, format_p, level_text, md_escape, seeds_text, signed
-from kdbench.tasks import TASKS
 
 SHOWN = 8  # significant comparisons listed per study; the rest are in significance.md
 
@@ -22,7 +22,7 @@ def _levels(values) -> str:
 def design_line(runs: pd.DataFrame) -> str:
     """A study's design in words: objectives x inits on its tasks, its seeds and runs."""
     seeds = sorted(runs["seed"].unique())
-    tasks = ", ".join(TASKS.get(t, t) for t in ordered_tasks(runs["task"]))
+    tasks = ", ".join(task_title(t) for t in ordered_tasks(runs["task"]))
     return (
         f"{runs['objective'].nunique()} objective(s) ({_levels(runs['objective'])}) x "
         f"{runs['init'].nunique()} init(s) ({_levels(runs['init'])}) on {tasks}; seeds "
@@ -47,7 +47,7 @@ def _collapse_line(runs: pd.DataFrame) -> str:
             "set, so the scores compare nothing and no comparison is made."
         )
     cells = collapsed.groupby(["objective", "init", "task"]).size()
-    named = "; ".join(f"{o} at {i} on {TASKS.get(t, t)} ({k})" for (o, i, t), k in cells.items())
+    named = "; ".join(f"{o} at {i} on {task_title(t)} ({k})" for (o, i, t), k in cells.items())
     unknown = len(runs) - known
     rest = (
         f" {unknown} more score(s) lie within 5 points of a constant predictor's without "
@@ -67,7 +67,7 @@ def _teacher_line(runs: pd.DataFrame) -> list[str]:
     failed = runs[runs["teacher_collapse"] == COLLAPSED]
     if failed.empty:
         return []
-    tasks = ", ".join(TASKS.get(t, t) for t in ordered_tasks(failed["task"]))
+    tasks = ", ".join(task_title(t) for t in ordered_tasks(failed["task"]))
     return [
         f"- **The teacher of {len(failed)} of {len(runs)} runs has not learned** "
         f"({md_escape(tasks)}: one class for at least 95% of the dev set, or a regression at "

@@ -10,7 +10,7 @@ import pandas as pd
 
 from kdbench.errors import ReportError
 from kdbench.records.record import KEY_FIELDS
-from kdbench.tasks import TASKS
+from kdbench.report.task_names import learn_tasks, task_sort_key
 
 # dicts, the teacher's collapse (the findings name it), where the per-example predictions are,
 # which checkpoint was scored (one per table: `one_checkpoint_kind`), the student a fine-tuning
@@ -64,15 +64,6 @@ ORIGIN_COLS = [
     *COST_COLS,
     *IN_MEMORY_COLS,
 ]
-_TASK_POSITION = {name: i for i, name in enumerate(TASKS)}
-
-
-def task_sort_key(task: str) -> tuple:
-    """The paper's GLUE order first, then any other task alphabetically."""
-    lower = str(task).lower()
-    if lower in _TASK_POSITION:
-        return (0, _TASK_POSITION[lower], "")
-    return (1, 0, lower)
 
 
 def natural_key(value) -> list:
@@ -81,12 +72,9 @@ def natural_key(value) -> list:
     return [(0, int(p), "") if p.isdigit() else (1, 0, p.lower()) for p in parts if p]
 
 
-def ordered_tasks(tasks) -> list[str]:
-    return sorted(set(tasks), key=task_sort_key)
-
-
 def to_frame(records: list[dict]) -> pd.DataFrame:
     """One row per run (sorted by key): key columns, score, a column per metric, path, origin."""
+    learn_tasks(records)
     base = list(KEY_FIELDS) + ["score", "grid"]
     metric_names: list[str] = []
     for record in records:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kdbench.tasks import DEV_EXAMPLES, TASKS
+from kdbench.report.task_names import task_title
+from kdbench.tasks import DEV_EXAMPLES
 
 # A claimed tie's default margin, in examples of each task's dev set. A gap of at most 4 dev
 # examples is a tie: on SST-2's 872 examples that is 0.46 points, the largest gap the paper itself
@@ -65,12 +66,12 @@ def pooled_margin(pairs: dict[str, int], sizes: dict[str, int], examples: int) -
     tasks = [task for task, n in pairs.items() if n > 0]
     unknown = [task for task in tasks if task not in sizes]
     if unknown or not tasks:
-        names = ", ".join(TASKS.get(t, t) for t in unknown) or "no task"
+        names = ", ".join(task_title(t) for t in unknown) or "no task"
         return Margin(math.nan, f"unknown: no dev set size for {names}")
     points = {task: 100 * examples / sizes[task] for task in tasks}
     mean = sum(points[t] * pairs[t] for t in tasks) / sum(pairs[t] for t in tasks)
     if len(tasks) == 1:
         (task,) = tasks
-        return Margin(mean, f"{examples} of {TASKS.get(task, task)}'s {sizes[task]} dev examples")
-    each = ", ".join(f"{TASKS.get(t, t)} {points[t]:.2f}" for t in tasks)
+        return Margin(mean, f"{examples} of {task_title(task)}'s {sizes[task]} dev examples")
+    each = ", ".join(f"{task_title(t)} {points[t]:.2f}" for t in tasks)
     return Margin(mean, f"{examples} dev examples of each task ({each}), averaged over the pairs")

@@ -23,7 +23,7 @@ from kdbench.report.panels import LEGEND_LEFT, References, Slot, draw_panel, leg
 from kdbench.report.paper import PAPER_DESIGNS, runs_for_table
 from kdbench.report.stats import families
 from kdbench.report.tables import Table
-from kdbench.tasks import TASKS
+from kdbench.report.task_names import task_title
 
 
 class _Names:
@@ -177,7 +177,7 @@ def plot_scores(
         }
         draw_panel(ax, panel, _marked(table, panel, pvalues, alpha, task), mine, refs, task)
         metric = refs.metric.get(task, "score")
-        ax.set_ylabel(f"{TASKS.get(task, task)} {metric}", fontsize=8)
+        ax.set_ylabel(f"{task_title(task)} {metric}", fontsize=8)
     legend(fig, table, factor, bool(papers))
     fig.suptitle(table.title, fontsize=9, x=LEGEND_LEFT / 2)
     fig.text(

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kdbench.report.frames import ALL, ordered_tasks
+from kdbench.report.frames import ALL
 from kdbench.report.stats import families, pair_matrix
+from kdbench.report.task_names import ordered_tasks
 from kdbench.report.text import (
     fmt,
     format_p,

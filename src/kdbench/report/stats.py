@@ -19,12 +19,11 @@ from kdbench.report.frames import (
     ROW_COLS,
     group_key,
     natural_key,
-    ordered_tasks,
     row_key,
     sorted_by,
-    task_sort_key,
 )
 from kdbench.report.paired import holm, paired_effect, paired_ttest, seeds_needed
+from kdbench.report.task_names import ordered_tasks, task_sort_key
 
 SUMMARY_COLS = GROUP_COLS + ROW_COLS + ["task", "mean", "std", "n", "collapsed"]
 FAMILY_COLS = GROUP_COLS + ["factor", "fixed", "task"]

@@ -13,8 +13,8 @@ from kdbench.report.frames import (
     ROW_COLS,
     chosen_on_dev,
     natural_key,
-    ordered_tasks,
 )
+from kdbench.report.task_names import ordered_tasks
 from kdbench.report.text import column_head, fmt, md_escape, md_head, md_row
 
 

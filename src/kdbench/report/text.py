@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kdbench.report.paired import MAX_SEEDS
-from kdbench.tasks import TASKS
+from kdbench.report.task_names import task_title
 
 
 def fmt(value: float, digits: int) -> str:
@@ -53,7 +53,7 @@ def md_row(cells) -> str:
 def column_head(columns: list[str], show_init: bool) -> list[str]:
     """A score table's heading: the row labels, then each task's display name (other columns as they
     are)."""
-    return ["Objective"] + (["Init"] if show_init else []) + [TASKS.get(c, c) for c in columns]
+    return ["Objective"] + (["Init"] if show_init else []) + [task_title(c) for c in columns]
 
 
 def md_head(columns: list[str], show_init: bool) -> list[str]:

@@ -20,8 +20,8 @@ from kdbench.report.paper import (
     measured_cells,
     runs_for_table,
 )
+from kdbench.report.task_names import task_title
 from kdbench.report.text import fmt, md_escape, md_head, md_row, signed
-from kdbench.tasks import TASKS
 
 FLAG = "†"
 DIFF_HEAD = "measured - paper (mean over the tasks shown)"
@@ -124,7 +124,7 @@ def _table(published: pd.DataFrame, measured: pd.DataFrame, digits: int) -> list
     measured_avg = (
         measured["task"] == AVG
     ).any()  # else the column would stay empty: the paper's Avg alone
-    columns = [f"{TASKS.get(t, t)} ({side})" for t in tasks for side in ("paper", "measured")]
+    columns = [f"{task_title(t)} ({side})" for t in tasks for side in ("paper", "measured")]
     columns += [f"{AVG} (paper)"] + ([f"{AVG} (measured)"] if measured_avg else [])
     out = md_head(columns + [DIFF_HEAD], show_init=True)
     for objective, init in dict.fromkeys(
@@ -172,7 +172,7 @@ def _rank_agreement(published: pd.DataFrame, measured: pd.DataFrame) -> list[str
     for task in _tasks(published, measured):
         tau, p, n = rank_agreement(published, measured, task)
         value = "n/a" if math.isnan(tau) else f"{signed(tau, 2)} (p {p:.2g})"
-        parts.append(f"{TASKS.get(task, task)} {value} over {n} rows")
+        parts.append(f"{task_title(task)} {value} over {n} rows")
     return [
         "_Rank agreement of measured and published means (Kendall's tau-b over the rows, per "
         "task: "
@@ -228,7 +228,7 @@ def _footnotes(table: int, published: pd.DataFrame, measured: pd.DataFrame) -> l
         notes.append("Init first 6: the teacher's first six layers (kdbench init 1,2,3,4,5,6)")
     shown = _tasks(published, measured)
     unmeasured = [
-        TASKS.get(t, t) for t in dict.fromkeys(published["task"]) if t != AVG and t not in shown
+        task_title(t) for t in dict.fromkeys(published["task"]) if t != AVG and t not in shown
     ]
     if unmeasured:
         notes.append(
