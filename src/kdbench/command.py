@@ -128,6 +128,11 @@ def print_outcome(record: dict, run_dir) -> float | None:
     )
     if record.get("cost"):
         print(cost_text(record["cost"]))
+    elif (record.get("config") or {}).get("measure_cost"):
+        print(
+            "cost: not measured: measure_cost measures a task-specific run's teacher and student; "
+            f"a setting={record['config']['setting']['name']} run measures none"
+        )
     print(f"record: {Path(run_dir) / RESULT_FILE}")
     return record["score"]
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kdbench import __version__
 from kdbench.errors import KdbenchError, missing_package
+from kdbench.planning.finetune import distillation_record
 from kdbench.planning.paths import writable_folder
 from kdbench.planning.plan import Plan, make_plan
 from kdbench.planning.stage_specs import own_stages
@@ -47,8 +48,8 @@ RECIPES = {setting: recipe(setting) for setting in ("task_specific", "task_agnos
 
 def identity(cfg: DictConfig, plan: Plan | None) -> RunRecord:
     """The record of a run about to start: what was run (before the plan exists, as the config
-    names it)."""
-    return RunRecord(
+    names it; a fine-tuning as the distillation of its student names it, `distillation_record`)."""
+    record = RunRecord(
         setting=cfg.setting.name,
         task=None if cfg.setting.name == "task_agnostic" else cfg.task.name,  # raw text: no task
         teacher=cfg.teacher.name,
@@ -60,6 +61,11 @@ def identity(cfg: DictConfig, plan: Plan | None) -> RunRecord:
         kdbench_version=__version__,
         chain=" -> ".join(plan.chain) if plan is not None else None,
     )
+    if plan is None or plan.setting != "finetune":
+        return record
+    made = distillation_record(plan.student_path, plan.student_conf)
+    named = {field: value for field, value in made.items() if field in RunRecord.NAMING}
+    return replace(record, **named, outcome={k: v for k, v in made.items() if k not in named})
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> dict:

@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from kdbench import job
 from kdbench.errors import ConfigError, DataError
 from kdbench.job import run
 from kdbench.models.pretrained import teacher_tokenizer
@@ -349,6 +350,38 @@ def test_distilled_student_fine_tunes_on_glue_and_names_its_distillation(
     )
     assert (record["setting"], record["stage"]) == ("task_agnostic", "finetune")
     assert record["distilled_from"] == str((tmp_path / "distill" / "result.json").resolve())
+
+
+def test_a_fine_tuning_names_its_distilled_student_while_running_and_when_failed(
+    corpus, tiny_glue, tmp_path, monkeypatch
+):
+    distilled = run(
+        compose_config(
+            agnostic_overrides(corpus, tmp_path / "distill", "objective=hid_seq", "seed=7")
+        )
+    )
+    named = ("setting", "teacher", "student", "objective", "init", "seed", "stage")
+    seen = {}
+
+    def lost(plan, run_dir, log):
+        seen["running"] = json.loads((run_dir / "result.json").read_text())
+        raise RuntimeError("node lost")
+
+    monkeypatch.setitem(job.RECIPES, "finetune", lost)
+    overrides = [
+        "setting=finetune",
+        f"setting.student_path={distilled['student_path']}",
+        "task=rte",
+        f"data.glue_dir={tiny_glue}",
+        f"paths.run_dir={tmp_path / 'ft'}",
+    ]
+    with pytest.raises(RuntimeError):
+        run(compose_config(overrides))
+    failed = json.loads((tmp_path / "ft" / "result.json").read_text())
+    expected = ("task_agnostic", "tiny", "tiny", "hid_seq", "random", 7, "finetune")
+    for record, status in ((seen["running"], "running"), (failed, "failed")):
+        assert record["status"] == status
+        assert tuple(record.get(field) for field in named) == expected
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,22 @@ def test_a_failed_run_finishes_its_wandb_run_as_failed(tiny_glue, tmp_path, wand
     assert wandb_run.exit_code == 1
 
 
+def test_a_job_started_again_in_its_folder_logs_into_its_own_wandb_run(
+    tiny_glue, tmp_path, monkeypatch
+):
+    def preempted(plan, run_dir, log):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setitem(job.RECIPES, "task_specific", preempted)
+        with pytest.raises(KeyboardInterrupt):
+            logged_run(tiny_glue, tmp_path)
+    assert logged_run(tiny_glue, tmp_path)["status"] == "completed"
+    ids = {folder.name.rsplit("-", 1)[1] for folder in (tmp_path / "wandb").glob("offline-run-*")}
+    assert len(ids) == 1  # one wandb run, begun and then resumed
+    assert ids == {(tmp_path / "wandb_run_id").read_text().strip()}
+
+
 def test_a_wandb_run_that_cannot_start_is_one_error_line_and_a_failed_record(
     tiny_glue, tmp_path, monkeypatch, capsys
 ):

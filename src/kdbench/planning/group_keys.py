@@ -288,7 +288,9 @@ class RunKeys:
 
     seed: int = key(SEED, help="the student's seed: data order, dropout, head and projection init")
     save_student: bool = key(FLAG, help="write the distilled student (save_pretrained)")
-    measure_cost: bool = key(FLAG, help="both models' size, FLOPs and speed, after the run")
+    measure_cost: bool = key(
+        FLAG, help="a task-specific run's teacher's and student's size, FLOPs and speed, at its end"
+    )
     paper_analogue: dict | None = key(
         None, None, help="the paper design a scaled replica stands in for: {table, inits, note}"
     )

@@ -102,7 +102,7 @@ class Plan:
     loading: LoadingSpec  # DataLoader workers, pinned memory (trainer.num_workers for the device)
     cache_dir: Path
     save_student: bool
-    measure_cost: bool  # both models' size, FLOPs and speed, measured after the run
+    measure_cost: bool  # a task-specific run's teacher's and student's cost, measured at its end
     student_path: Path | None  # setting=finetune: the distilled student to fine-tune
     # the teacher's distillation chain (one name unless it is a distilled student), the student
     chain: tuple[str, ...]

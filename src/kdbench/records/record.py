@@ -60,9 +60,10 @@ class RunRecord:
     measured and its resolved config.
 
     `outcome` is what the recipe returned (its metrics, teacher metrics, timing and the fields of
-    its own), in the recipe's order; a fine-tuning run's outcome also names the distillation whose
-    student it fine-tunes (its setting, teacher, student, init, objective and seed stand for the
-    run's own in result.json). A field that is None is not written, except those naming the run."""
+    its own), in the recipe's order; a fine-tuning run's record names the distillation whose
+    student it fine-tunes from its start (its setting, teacher, student, init, objective and seed
+    stand for the run's own in result.json). A field that is None is not written, except those
+    naming the run."""
 
     setting: str
     task: str | None  # None: a task-agnostic distillation (raw text, no task)

@@ -3,6 +3,7 @@ configs. And the libraries' own progress bars, which follow `trainer.progress_ba
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,6 +11,21 @@ from pathlib import Path
 from kdbench.errors import KdbenchError, lookup
 from kdbench.planning.specs import LoggerSpec
 from kdbench.records.record import RunRecord, StepLog
+from kdbench.runtime.storage import atomic_write_text
+
+# in a run's folder with logger=wandb: the id of the job's wandb run
+WANDB_RUN_ID_FILE = "wandb_run_id"
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """The job's wandb run id, kept in its folder: a job started there again (resumed, requeued)
+    logs into the run it began, from its step on."""
+    kept = run_dir / WANDB_RUN_ID_FILE
+    if kept.is_file():
+        return kept.read_text().strip()
+    run_id = secrets.token_hex(8)  # wandb's ids: letters and digits
+    atomic_write_text(kept, run_id + "\n")
+    return run_id
 
 
 class WandbLogger:
@@ -26,6 +42,8 @@ class WandbLogger:
                 mode=settings["mode"],
                 dir=str(run_dir),
                 name=spec.run_name,
+                id=wandb_run_id(run_dir),
+                resume="allow",
                 config=config,
                 reinit="finish_previous",
             )
