@@ -23,26 +23,29 @@ def _heading(out: Path) -> str:
     )
 
 
-def test_a_custom_task_is_headed_by_its_records_title_at_its_records_order(tmp_path):
-    results = tmp_path / "results"
-    _write(results, "rte", "RTE", 6)
-    _write(results, "tickets", "Tickets", 0)
-    assert _heading(run_main(results)) == "| Objective | Tickets | RTE | Avg |"
+# (task, title, order) as records hold them -> the tables' heading
+HEADINGS = {
+    "a custom task at its records' order": (
+        [("rte", "RTE", 6), ("tickets", "Tickets", 0)],
+        "| Objective | Tickets | RTE | Avg |",
+    ),
+    "a searchpath task ordered after the paper's": (
+        [("reviews", "Reviews", 10), ("sst2", "SST-2", 2), ("rte", "RTE", 6)],
+        "| Objective | SST-2 | RTE | Reviews | Avg |",
+    ),
+    "the paper's tasks by their configs whatever records say": (
+        [("rte", "Entailment", 0), ("sst2", "Sentiment", 9)],
+        "| Objective | SST-2 | RTE | Avg |",
+    ),
+}
 
 
-def test_a_searchpath_task_ordered_beyond_the_papers_comes_after_them(tmp_path):
-    results = tmp_path / "results"
-    _write(results, "reviews", "Reviews", 10)
-    _write(results, "sst2", "SST-2", 2)
-    _write(results, "rte", "RTE", 6)
-    assert _heading(run_main(results)) == "| Objective | SST-2 | RTE | Reviews | Avg |"
-
-
-def test_the_papers_tasks_keep_their_configs_title_and_order_whatever_records_say(tmp_path):
-    results = tmp_path / "results"
-    _write(results, "rte", "Entailment", 0)
-    _write(results, "sst2", "Sentiment", 9)
-    assert _heading(run_main(results)) == "| Objective | SST-2 | RTE | Avg |"
+@pytest.mark.parametrize("case", HEADINGS)
+def test_a_task_is_headed_by_its_records_title_at_its_order_unless_kdbench_ships_it(tmp_path, case):
+    columns, heading = HEADINGS[case]
+    for task, title, order in columns:
+        _write(tmp_path / "results", task, title, order)
+    assert _heading(run_main(tmp_path / "results")) == heading
 
 
 def test_a_task_whose_records_hold_no_title_goes_by_its_name_after_the_ordered_ones(tmp_path):
