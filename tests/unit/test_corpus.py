@@ -461,11 +461,14 @@ def test_concurrent_builders_build_once(tmp_path, tokenizer, counting_reader):
 # Hub datasets
 
 
-def hub_text(tmp_path, monkeypatch, rows: list[str], rows_per_document: int) -> Path:
-    """The local text file a Hub corpus of one dataset (`rows`, stubbed) is written to."""
+def hub_text(
+    tmp_path, monkeypatch, rows: list[str], rows_per_document: int, column: str = "text"
+) -> Path:
+    """The local text file a Hub corpus of one dataset (`rows` in its `column`, stubbed) is
+    written to."""
 
     def load_dataset(path, name=None, split="train", streaming=False):
-        return iter([{"text": row} for row in rows])
+        return iter([{"id": i, column: row} for i, row in enumerate(rows)])
 
     monkeypatch.setitem(sys.modules, "datasets", SimpleNamespace(load_dataset=load_dataset))
     entry = f"{{path: bookcorpus/bookcorpus, rows_per_document: {rows_per_document}}}"
@@ -497,3 +500,10 @@ def test_hub_text_of_other_rows_per_document_is_another_cache_entry(tmp_path, mo
     assert whole.read_text() == "".join(f"{row}\n\n" for row in rows)
     first, second = "\n".join(rows[:3]), "\n".join(rows[3:])
     assert joined.read_text() == f"{first}\n\n{second}\n\n"
+
+
+def test_a_hub_dataset_without_the_text_column_names_its_columns(tmp_path, monkeypatch):
+    with pytest.raises(
+        DataError, match=r"bookcorpus/bookcorpus has no column 'text' \(it has id, "
+    ):
+        hub_text(tmp_path, monkeypatch, ["a sentence"], 1, column="sentence")

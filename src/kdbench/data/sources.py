@@ -63,13 +63,25 @@ def hub_documents(specs: Sequence[HubDatasetSpec]) -> Iterator[str]:
     for spec in specs:
         try:
             rows = datasets.load_dataset(spec.path, spec.name, split=spec.split, streaming=True)
-            yield from grouped((row[spec.field] for row in rows), spec.rows_per_document)
+            yield from grouped((text_of(row, spec) for row in rows), spec.rows_per_document)
+        except DataError:
+            raise
         except Exception as exc:
             raise DataError(
                 f"could not read {spec.path} from the Hugging Face Hub ({type(exc).__name__}); "
                 "offline, "
                 "use corpus=local with corpus.path (or $KDBENCH_CORPUS) pointing at local text"
             ) from exc
+
+
+def text_of(row: dict, spec: HubDatasetSpec) -> str:
+    """The text of a Hub dataset's row: its `field` column."""
+    if spec.field not in row:
+        raise DataError(
+            f"{spec.path} has no column {spec.field!r} (it has {', '.join(row)}): set its entry's "
+            "field in corpus.hf_datasets to its text column"
+        )
+    return row[spec.field]
 
 
 def grouped(texts: Iterable[str], size: int) -> Iterator[str]:
