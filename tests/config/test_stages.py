@@ -76,7 +76,33 @@ def test_any_registry_loss_can_serve_the_prediction_stage(tiny_glue, tmp_path):
         "stages.prediction.objective.terms=[{loss: cosine, feature: hidden, weight: 2.0}]",
     )
     [cosine] = plan.stages["prediction"].terms
-    assert (cosine.loss, cosine.weight, cosine.pairs) == ("cosine", 2.0, [(2, 4)])  # last layers
+    assert (cosine.loss, cosine.weight, cosine.pairs) == ("cosine", 2.0, [(1, 2), (2, 4)])  # init
+
+
+@pytest.mark.parametrize(
+    ("setting_mapping", "own_mapping"), [(None, None), (None, "last"), ("last", None)]
+)
+def test_a_stage_objective_maps_its_layers_as_the_objective_group(
+    tiny_glue, tmp_path, setting_mapping, own_mapping
+):
+    """The same att_kl named by `objective=` and by a stage's own objective reads the same teacher
+    layers: the init's, the stage objective's own mapping, or the setting's over both."""
+    over = [f"setting.mapping={setting_mapping}"] if setting_mapping else []
+    group = plan_of(tiny_glue, tmp_path, "objective=att_kl", *over)
+    own = "stages.intermediate.objective"
+    mapping = [f"+{own}.mapping={own_mapping}"] if own_mapping else []
+    named = plan_of(
+        tiny_glue,
+        tmp_path,
+        "objective=vanilla_kd",
+        f"+{own}.terms=[{{loss: att_kl, feature: attention_scores}}]",
+        *mapping,
+        *over,
+    )
+    [by_group], [by_stage] = group.stages["intermediate"].terms, named.stages["intermediate"].terms
+    expected = [(2, 4)] if "last" in (setting_mapping, own_mapping) else [(1, 2), (2, 4)]
+    assert by_stage.pairs == expected
+    assert by_group.pairs == (expected if own_mapping is None else [(1, 2), (2, 4)])
 
 
 def test_a_task_takes_its_own_warmup_where_the_stage_names_it(tiny_glue, tmp_path):

@@ -18,6 +18,7 @@ from kdbench.advise.design import (
     total_seeds,
 )
 from kdbench.errors import ConfigError
+from kdbench.models.layers import check_copyable
 from kdbench.planning.declared import declared_keys
 from kdbench.planning.group_keys import AdviseKeys
 from kdbench.planning.rules import duration_seconds
@@ -110,9 +111,9 @@ def test_the_first_seeds_spread_sets_the_seeds_from_the_first_up_to_the_most():
 @pytest.mark.parametrize(
     ("teacher", "student", "cells"),
     [
-        ((6, 384), (3, 384), 6),  # layers 1,2,3 and 2,4,6; hid_seq compares raw states
-        ((6, 384), (6, 384), 6),  # bottom and every_kth both 1-6: bottom and random
-        ((6, 384), (3, 192), 2),  # no layer copy: random; no raw hidden states
+        ((6, 384, 1536, 12), (3, 384, 1536, 12), 6),  # layers 1,2,3 and 2,4,6; raw hid_seq
+        ((6, 384, 1536, 12), (6, 384, 1536, 12), 6),  # bottom and every_kth both 1-6: and random
+        ((6, 384, 1536, 12), (3, 192, 768, 12), 2),  # no layer copy: random; no raw hidden states
     ],
 )
 def test_the_default_cells_are_the_inits_the_student_s_shape_permits(teacher, student, cells):
@@ -121,6 +122,20 @@ def test_the_default_cells_are_the_inits_the_student_s_shape_permits(teacher, st
     assert {objective for objective, _ in found} >= {"vanilla_kd", "att_kl+val_kl"}
     if student[1] != teacher[1]:
         assert {init for _, init in found} == {"random"}
+
+
+@pytest.mark.parametrize("student", [(3, 384, 1024, 12), (3, 384, 1536, 6)])
+def test_the_default_cells_copy_no_layers_the_plan_refuses_to_copy(student):
+    """As wide as the teacher, but of another feed-forward size or head count: the plan refuses a
+    copy (`check_copyable`), so the advice proposes random inits, hid_seq still comparing widths."""
+    teacher = (6, 384, 1536, 12)
+    with pytest.raises(ConfigError, match="copies teacher layers"):
+        check_copyable(student[1:], teacher[1:], "every_kth")
+    assert default_cells(teacher, student) == [
+        ("vanilla_kd", "random"),
+        ("att_kl+val_kl", "random"),
+        ("hid_seq", "random"),
+    ]
 
 
 def test_durations_read_and_written_as_advise_budget_takes_them():

@@ -81,6 +81,13 @@ def test_the_default_cells_of_a_student_as_wide_as_its_teacher(argv):
     assert (inputs.scale.intermediate_epochs, inputs.scale.prediction_epochs) == (1, 1)
 
 
+def test_a_student_of_another_feed_forward_size_is_advised_random_inits(argv):
+    """As wide as the teacher, but a copy the plan refuses: the cells are random, not none."""
+    inputs = read_inputs([*argv, "student.ffn_size=128"])
+    names = {cell.name for cell in inputs.cells}
+    assert names == {f"{o}@random" for o in ("vanilla_kd", "att_kl+val_kl", "hid_seq")}
+
+
 def test_the_pilot_is_one_sweep_per_init_over_the_seeds(argv):
     cells = "advise.candidates=[vanilla_kd@every_kth,att_kl+val_kl@every_kth,vanilla_kd@bottom]"
     inputs = read_inputs([*argv, cells])

@@ -1,10 +1,12 @@
-"""The model card: its Hub metadata names Hub datasets only, and it publishes speed only from a
-machine no other work competed for, saying where and under what load it was timed."""
+"""The model card: its Hub metadata names Hub datasets only, it publishes speed only from a
+machine no other work competed for, saying where and under what load it was timed, and it names
+the init once, with the teacher layers it copied."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
+from transformers import BertConfig
 
 from kdbench.planning.plan import make_plan
 from kdbench.records.card import model_card
@@ -72,3 +74,21 @@ def test_local_files_are_named_in_the_text_not_the_hub_metadata(user_data, tmp_p
     text = card(make_plan(compose_config(overrides)))
     assert "datasets" not in header(text) and "model-index" not in header(text)
     assert f"**Data**: {user_data['csv'].name} (local files)" in text
+
+
+@pytest.mark.parametrize(
+    ("init", "line"),
+    [
+        ("init=pretrained", "- **Init**: pretrained\n"),
+        ("init=random", "- **Init**: random\n"),
+        ("init=every_kth", "- **Init**: every_kth (2,4)\n"),
+    ],
+)
+def test_the_init_is_named_once_with_the_teacher_layers_it_copied(tiny_glue, tmp_path, init, line):
+    saved = tmp_path / "student"
+    BertConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64
+    ).save_pretrained(saved)
+    path = [f"init.path={saved}"] if init == "init=pretrained" else []
+    overrides = tiny_overrides(tiny_glue, tmp_path / "run", init, *path)
+    assert line in card(make_plan(compose_config(overrides)))

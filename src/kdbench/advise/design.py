@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from kdbench.errors import ConfigError
-from kdbench.models.layers import resolve_init_layers
+from kdbench.models.layers import copy_mismatch, resolve_init_layers
 from kdbench.report.paired import seeds_needed
 
 # The study's answers: vanilla KD (its task-specific recommendation, from the lower layers) and
@@ -75,11 +75,12 @@ class Sizing:
         return self.fixed_s + seeds * self.seed_s
 
 
-def init_labels(teacher: tuple[int, int], student: tuple[int, int]) -> dict[str, str]:
-    """The inits a student of (layers, width) permits from a teacher of (layers, width), each with
-    the teacher layers it copies, distinct ones only; random where fewer than two copy layers."""
+def init_labels(teacher: tuple[int, ...], student: tuple[int, ...]) -> dict[str, str]:
+    """The inits a student of (layers, hidden size, feed-forward size, head count) permits from a
+    teacher of the same, each with the teacher layers it copies, distinct ones only: a copy where
+    the plan takes one (`copy_mismatch`); random where fewer than two copy layers."""
     labels: dict[str, str] = {}
-    if student[1] == teacher[1]:
+    if copy_mismatch(student[1:], teacher[1:]) is None:
         for name in COPY_INITS:
             try:
                 layers = resolve_init_layers(name, None, teacher[0], student[0])
@@ -93,9 +94,10 @@ def init_labels(teacher: tuple[int, int], student: tuple[int, int]) -> dict[str,
     return labels
 
 
-def default_cells(teacher: tuple[int, int], student: tuple[int, int]) -> list[tuple[str, str]]:
-    """(objective, init) cells: `OBJECTIVES` (and `HIDDEN` at equal widths) from each init the
-    shape permits: six cells for a student as wide as its teacher, two for a narrower one."""
+def default_cells(teacher: tuple[int, ...], student: tuple[int, ...]) -> list[tuple[str, str]]:
+    """(objective, init) cells of the shapes `init_labels` takes: `OBJECTIVES` (and `HIDDEN` at
+    equal widths) from each init the shape permits: six cells for a student of its teacher's block
+    shape, two for a narrower one."""
     objectives = OBJECTIVES + ((HIDDEN,) if student[1] == teacher[1] else ())
     return [(objective, init) for init in init_labels(teacher, student) for objective in objectives]
 

@@ -12,6 +12,7 @@ from kdbench.errors import ConfigError, KdbenchError
 from kdbench.planning.declared import check_declared, with_defaults
 from kdbench.planning.group_keys import AdviseKeys
 from kdbench.planning.hydra_config import compose, compose_check, group_options, sweep_point
+from kdbench.planning.inits import block_shape, teacher_block_shape
 from kdbench.planning.rules import duration_seconds
 from kdbench.planning.study_config import override_key
 
@@ -158,8 +159,8 @@ def read_inputs(argv: list[str]) -> Inputs:
     if plan.setting != "task_specific":
         raise ConfigError(f"kdbench.advise distils for a task: setting={plan.setting} has none")
     shapes = (
-        (plan.teacher_conf.num_hidden_layers, plan.teacher_conf.hidden_size),
-        (plan.student.num_layers, plan.student.hidden_size),
+        (plan.teacher_conf.num_hidden_layers, *teacher_block_shape(plan.teacher_conf)),
+        (plan.student.num_layers, *block_shape(plan.student)),
     )
     scale = scale_of(plan)
     given = plan.teacher.finetuned_path

@@ -254,8 +254,11 @@ class DebugKeys:
 
 @dataclass(frozen=True, kw_only=True)
 class StageObjectiveKeys:
-    """A stage's own objective (`stages.prediction.objective`): its terms."""
+    """A stage's own objective (`stages.prediction.objective`): its terms and their mapping."""
 
+    mapping: str | list = key(
+        None, "init", help="its terms' layer mapping, as objective.mapping; the setting's over it"
+    )
     terms: list = key(TermKeys, each=True, help="the stage's weighted loss terms")
 
 
@@ -268,7 +271,7 @@ class StageKeys(StageSpec):
     objective: StageObjectiveKeys | None = key(
         StageObjectiveKeys,
         None,
-        help="null: the objective group's terms, or the task's own loss; else {terms: [...]}",
+        help="null: the objective group's terms, or the task's own loss; else {mapping, terms}",
     )
     # read into epochs and eval_every when the stage is planned (`stage_specs.TASK_TABLES`)
     epochs_per_task: dict | None = key(

@@ -24,7 +24,7 @@ from kdbench.data.masking import check_smoothing
 from kdbench.errors import ConfigError
 from kdbench.measure.memory import StepMemory, device_batch, step_memory
 from kdbench.models.configs import student_config, teacher_config
-from kdbench.objectives.term_specs import Term, build_terms, check_padding, check_terms
+from kdbench.objectives.term_specs import Term
 from kdbench.objectives.terms import Objective
 from kdbench.planning.declared import check_declared, declared_keys
 from kdbench.planning.finetune import finetune_parts
@@ -59,7 +59,6 @@ from kdbench.planning.specs import (
     TeacherSpec,
 )
 from kdbench.planning.stage_specs import (
-    SUPERVISED,
     StageSpec,
     check_agnostic_stage,
     check_student_scoring,
@@ -67,6 +66,7 @@ from kdbench.planning.stage_specs import (
     refuse_renamed,
     stage_specs,
 )
+from kdbench.planning.stage_terms import objective_terms, with_terms
 from kdbench.planning.trainer_specs import COMPUTATION_ONLY, TrainerSpec
 from kdbench.records.record import chain_of
 from kdbench.runtime import distributed
@@ -164,61 +164,6 @@ def config_fingerprint(resolved: dict) -> str:
     return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def objective_terms(
-    cfg: DictConfig, init: InitSpec, student_conf, teacher_conf, teacher: TeacherSpec, task
-) -> list[Term]:
-    """The objective group's terms for this setting: raw text uses `terms_task_agnostic` and the
-    setting's mapping."""
-    values = checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
-    for listed in ("terms", "terms_task_agnostic"):
-        check_terms(cfg.objective.name, f"objective.{listed}", values.get(listed) or [])
-    agnostic = cfg.setting.name == "task_agnostic"
-    terms = "terms_task_agnostic" if agnostic and values.get("terms_task_agnostic") else "terms"
-    mapping = cfg.setting.get("mapping") or cfg.objective.mapping
-    mapping = container(mapping) if OmegaConf.is_config(mapping) else mapping
-    where = (cfg.objective.name, f"objective.{terms}")
-    confs = (student_conf, teacher_conf)
-    return terms_of(where, values[terms], mapping, init, confs, teacher, task, agnostic)
-
-
-def terms_of(
-    where, specs, mapping, init, confs, teacher: TeacherSpec, task, agnostic
-) -> list[Term]:
-    """The terms of `specs` (`where`: the objective's name and the list's config path)."""
-    layers = None if init.layers is None else list(init.layers)
-    return build_terms(
-        where[0],
-        specs,
-        mapping,
-        layers,
-        *confs,
-        regression=task.regression,
-        agnostic=agnostic,
-        teacher_has_mlm_head=teacher.has_mlm_head,
-        at=where[1],
-    )
-
-
-def with_terms(stages: dict, terms: list[Term], init, confs, teacher, task) -> dict:
-    """The distillation stages with their terms: the objective group's where a stage names none,
-    else its own (`stages.prediction.objective`: vanilla KD)."""
-    out = {}
-    for name, stage in stages.items():
-        if name in SUPERVISED:
-            out[name] = stage
-            continue
-        own = terms
-        if stage.objective is not None:
-            at = f"stages.{name}.objective"
-            specs = stage.objective["terms"]  # its keys checked with the stages block
-            check_terms(at, f"{at}.terms", specs)
-            where = (at, f"{at}.terms")
-            own = terms_of(where, specs, "last", init, confs, teacher, task, False)
-        check_padding(f"stages.{name}", stage.padding, own)
-        out[name] = replace(stage, terms=tuple(own))
-    return out
-
-
 def check_required(cfg: DictConfig) -> None:
     """Every value an option leaves to the user (`???`: init.path, setting.student_path, ...) is
     set."""
@@ -292,9 +237,9 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
     check_positions(teacher_conf, trainer, corpus)
     student_conf = student_config(teacher_conf, student, common["task"].num_labels)
     init = init_spec(cfg.init, teacher_conf, student)
-    terms = objective_terms(cfg, init, student_conf, teacher_conf, teacher, common["task"])
     confs = (student_conf, teacher_conf)
-    stages = with_terms(common["stages"], terms, init, confs, teacher, common["task"])
+    terms = objective_terms(cfg, init, confs, teacher, common["task"])
+    stages = with_terms(cfg, common["stages"], terms, init, confs, teacher, common["task"])
     task = None if corpus is not None else common["task"].name  # raw text has no task
     batches = None
     if corpus is not None:

@@ -109,7 +109,7 @@ class StageSpec:
     objective: dict | None = key(
         None,
         None,
-        help="null: the objective group's terms, or the task's own loss; else {terms: [...]}",
+        help="null: the objective group's terms, or the task's own loss; else {mapping, terms}",
     )
     name: str = field(default="", metadata=PLANNED)  # the stage's name in `stages`
     terms: tuple = field(default=(), metadata=PLANNED)  # the objective's terms, built by the plan

@@ -125,13 +125,18 @@ def teacher_text(teacher) -> str:
     return f"{teacher.name} ({source})" if source else teacher.name
 
 
+def init_text(init) -> str:
+    """The init's name, with the teacher layers it copied: "every_kth (4,8,12)", "random"."""
+    return init.name if init.label == init.name else f"{init.name} ({init.label})"
+
+
 def recipe_lines(plan) -> list[str]:
     """Teacher, objective (each distillation stage's terms), init, data and chain."""
     labels = list(plan.task.labels) or "a score (regression)"
     return [
         f"- **Teacher**: {teacher_text(plan.teacher)}",
         f"- **Objective**: {objective_text(plan)}",
-        f"- **Init**: {plan.init.name} ({plan.init.label})",
+        f"- **Init**: {init_text(plan.init)}",
         f"- **Data**: {data_text(plan)}; labels {labels}",
         f"- **Chain**: {' -> '.join(plan.chain)}",
     ]

@@ -1,0 +1,79 @@
+"""Each distillation stage's terms: the objective group's, or the stage's own objective's
+(`stages.<stage>.objective`), built against both models and the task.
+
+Both ways of naming an objective map its layers by one rule: the setting's mapping where it sets
+one (task_agnostic: last), else the objective's own `mapping` (`init` unless an objective option or
+a preset names another: `minilm_v2` and `distilbert` name `last`); a term's own `mapping` is over
+both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from omegaconf import DictConfig, OmegaConf
+
+from kdbench.objectives.term_specs import Term, build_terms, check_padding, check_terms
+from kdbench.planning.declared import with_defaults
+from kdbench.planning.group_keys import StageObjectiveKeys
+from kdbench.planning.groups import checked, container
+from kdbench.planning.specs import TeacherSpec
+from kdbench.planning.stage_specs import SUPERVISED
+
+
+def setting_mapping(cfg: DictConfig):
+    """The setting's layer mapping, over every objective's; None where it sets none."""
+    mapping = cfg.setting.get("mapping")
+    return container(mapping) if OmegaConf.is_config(mapping) else mapping
+
+
+def objective_terms(cfg: DictConfig, init, confs, teacher: TeacherSpec, task) -> list[Term]:
+    """The objective group's terms for this setting (`confs`: the student's and the teacher's model
+    configs): raw text uses `terms_task_agnostic`."""
+    values = checked(cfg.objective, "objective")  # both term lists, whichever this setting uses
+    for listed in ("terms", "terms_task_agnostic"):
+        check_terms(cfg.objective.name, f"objective.{listed}", values.get(listed) or [])
+    agnostic = cfg.setting.name == "task_agnostic"
+    terms = "terms_task_agnostic" if agnostic and values.get("terms_task_agnostic") else "terms"
+    mapping = setting_mapping(cfg) or values["mapping"]
+    where = (cfg.objective.name, f"objective.{terms}")
+    return terms_of(where, values[terms], mapping, init, confs, teacher, task, agnostic)
+
+
+def terms_of(
+    where, specs, mapping, init, confs, teacher: TeacherSpec, task, agnostic
+) -> list[Term]:
+    """The terms of `specs` (`where`: the objective's name and the list's config path)."""
+    layers = None if init.layers is None else list(init.layers)
+    return build_terms(
+        where[0],
+        specs,
+        mapping,
+        layers,
+        *confs,
+        regression=task.regression,
+        agnostic=agnostic,
+        teacher_has_mlm_head=teacher.has_mlm_head,
+        at=where[1],
+    )
+
+
+def with_terms(cfg: DictConfig, stages: dict, terms: list[Term], init, confs, teacher, task):
+    """The distillation stages with their terms: the objective group's where a stage names none,
+    else its own (`stages.prediction.objective`: vanilla KD), mapped as the objective group's."""
+    out = {}
+    for name, stage in stages.items():
+        if name in SUPERVISED:
+            out[name] = stage
+            continue
+        own = terms
+        if stage.objective is not None:
+            at = f"stages.{name}.objective"
+            values = with_defaults(stage.objective, StageObjectiveKeys)  # checked with the stages
+            check_terms(at, f"{at}.terms", values["terms"])
+            mapping = setting_mapping(cfg) or values["mapping"]
+            where = (at, f"{at}.terms")
+            own = terms_of(where, values["terms"], mapping, init, confs, teacher, task, False)
+        check_padding(f"stages.{name}", stage.padding, own)
+        out[name] = replace(stage, terms=tuple(own))
+    return out
