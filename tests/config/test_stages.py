@@ -105,6 +105,15 @@ def test_a_stage_objective_maps_its_layers_as_the_objective_group(
     assert by_group.pairs == (expected if own_mapping is None else [(1, 2), (2, 4)])
 
 
+def test_a_task_agnostic_stage_objective_is_refused_since_the_objective_group_sets_its_terms(
+    tmp_path,
+):
+    own = "+stages.distillation.objective.terms=[{loss: mlm_kd, feature: logits}]"
+    cfg = compose_config([*setting_overrides("task_agnostic", None, tmp_path), own])
+    with pytest.raises(ConfigError, match=r"^stages.distillation.objective is not read: a task-ag"):
+        make_plan(cfg)
+
+
 def test_a_task_takes_its_own_warmup_where_the_stage_names_it(tiny_glue, tmp_path):
     at = "+stages.intermediate.optimizer.warmup_ratio_per_task"
     plan = plan_of(tiny_glue, tmp_path, f"{at}.sst2=0.25", f"{at}.rte=0.1")

@@ -13,12 +13,13 @@ from dataclasses import replace
 
 from omegaconf import DictConfig, OmegaConf
 
+from kdbench.errors import ConfigError
 from kdbench.objectives.term_specs import Term, build_terms, check_padding, check_terms
 from kdbench.planning.declared import with_defaults
 from kdbench.planning.group_keys import StageObjectiveKeys
 from kdbench.planning.groups import checked, container
 from kdbench.planning.specs import TeacherSpec
-from kdbench.planning.stage_specs import SUPERVISED
+from kdbench.planning.stage_specs import SETTING_STAGES, SUPERVISED
 
 
 def setting_mapping(cfg: DictConfig):
@@ -69,6 +70,12 @@ def with_terms(cfg: DictConfig, stages: dict, terms: list[Term], init, confs, te
         own = terms
         if stage.objective is not None:
             at = f"stages.{name}.objective"
+            if name in SETTING_STAGES["task_agnostic"]:
+                raise ConfigError(
+                    f"{at} is not read: a task-agnostic run distils with the objective group's "
+                    "terms (objective=..., its terms_task_agnostic); drop it and choose the "
+                    "objective with objective=..."
+                )
             values = with_defaults(stage.objective, StageObjectiveKeys)  # checked with the stages
             check_terms(at, f"{at}.terms", values["terms"])
             mapping = setting_mapping(cfg) or values["mapping"]
