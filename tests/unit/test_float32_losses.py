@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kdbench.objectives import fused
 from kdbench.objectives import losses as F
+from kdbench.objectives.features import attention_scores
 from kdbench.objectives.tensors import split_heads
 
 B, L, H, D = 2, 6, 2, 8
@@ -42,6 +43,13 @@ def _mask():
     return mask
 
 
+def _scores(x):
+    """The attention scores (the feature a reference-path term reads) of queries and keys, the two
+    halves of one [B, L, D] tensor."""
+    query, key = _halves(x)
+    return attention_scores({"query": query, "key": key}, H)
+
+
 def _halves(x):
     """Queries and keys: the two halves of one [B, L, D] tensor."""
     return x[..., : D // 2], x[..., D // 2 :]
@@ -55,6 +63,11 @@ CASES = {
     "mlm": (lambda s, t: F.mlm(s, t, torch.tensor([1, 2, 3, 4, 5])), (5, 11), False),
     "att_mse": (lambda s, t: F.att_mse(s, t, _mask()), (B, H, L, L), False),
     "att_kl": (lambda s, t: F.att_kl(s, t, _mask()), (B, H, L, L), False),
+    "att_kl of recorded projections": (
+        lambda s, t: F.att_kl(_scores(s), _scores(t), _mask()),
+        (B, L, D),
+        True,
+    ),
     "val_kl": (
         lambda s, t: F.val_kl(split_heads(s, H), split_heads(t, H), _mask()),
         (B, L, D),

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from kdbench.models.anatomy import embeddings, encoder_layers
-from kdbench.objectives.tensors import LOGITS, split_heads
+from kdbench.objectives.tensors import LOGITS, outside_autocast, split_heads
 
 # Raw features a hook can record at a layer: the attention projections, by their module names in
 # BERT, RoBERTa and DistilBERT, and the layer's output ("hidden").
@@ -34,8 +34,10 @@ PROJECTION_NAMES = {
 RAW_FEATURES = (*PROJECTION_NAMES, "hidden")
 
 
+@outside_autocast
 def attention_scores(raw: Mapping[str, Tensor], num_heads: int) -> Tensor:
-    """Pre-softmax scores Q K^T / sqrt(d_head), [B, H, L, L], float32, no mask added."""
+    """Pre-softmax scores Q K^T / sqrt(d_head), [B, H, L, L], float32 (the product too, under
+    autocast), no mask added."""
     q = split_heads(raw["query"].float(), num_heads)
     k = split_heads(raw["key"].float(), num_heads)
     return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])

@@ -5,7 +5,7 @@ score map, TinyBERT's released attention map, and a loss computed outside autoca
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -85,6 +85,8 @@ def released_scores(scores: Tensor, mask: Tensor) -> Tensor:
 
 def _first_tensor(args) -> Tensor | None:
     for arg in args:
+        if isinstance(arg, Mapping):
+            arg = list(arg.values())
         found = _first_tensor(arg) if isinstance(arg, (tuple, list)) else arg
         if isinstance(found, Tensor):
             return found
@@ -92,9 +94,9 @@ def _first_tensor(args) -> Tensor | None:
 
 
 def outside_autocast(loss: Callable) -> Callable:
-    """`loss` computed with autocast off on its inputs' device: the loss casts its inputs to
-    float32, and every matmul and reduction in it then runs in float32 whatever autocast region
-    calls it."""
+    """`loss` computed with autocast off on the device of its first tensor argument (in a tuple,
+    list or mapping too): the loss casts its inputs to float32, and every matmul and reduction in
+    it then runs in float32 whatever autocast region calls it."""
 
     @functools.wraps(loss)
     def computed(*args, **kwargs):
