@@ -183,7 +183,7 @@ def tiny_teacher_setup(glue: Path, run_dir: Path, *extra: str):
     from kdbench.data.glue import task_datasets
     from kdbench.models.pretrained import teacher_tokenizer
     from kdbench.planning.plan import make_plan
-    from kdbench.records.record import StepLog
+    from kdbench.records.steplog import StepLog
     from kdbench.teacher.finetune import finetuned_teacher
 
     plan = make_plan(compose_config(tiny_overrides(glue, run_dir, *extra)))

@@ -22,7 +22,8 @@ from kdbench.planning.finetune import distillation_record
 from kdbench.planning.paths import writable_folder
 from kdbench.planning.plan import Plan, make_plan
 from kdbench.planning.stage_specs import own_stages
-from kdbench.records.record import RESULT_FILE, RunRecord, StepLog, provenance, write_json
+from kdbench.records.record import RESULT_FILE, RunRecord, provenance, write_json
+from kdbench.records.steplog import StepLog
 from kdbench.report.collapse import learning_warnings
 from kdbench.runtime import distributed
 from kdbench.runtime.joblock import claim

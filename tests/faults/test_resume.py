@@ -451,3 +451,23 @@ def test_a_student_distilled_again_in_place_is_fine_tuned_again(tiny_glue, tmp_p
     assert not again.get("skipped")
     inputs = [record["provenance"]["inputs"] for record in (first, again)]
     assert list(inputs[0]) == ["setting.student_path"] and inputs[0] != inputs[1]
+
+
+def logged_steps(run_dir) -> list[tuple[str, int]]:
+    """The (stage, step) of every row of the run's log but the teacher's (a cached teacher's
+    fine-tuning is not the run's)."""
+    rows = (run_dir / "train_log.jsonl").read_text().splitlines()
+    keys = [(row["stage"], row["step"]) for row in map(json.loads, rows)]
+    return [key for key in keys if not key[0].startswith("teacher")]
+
+
+def test_a_resumed_run_logs_each_step_once(tiny_glue, tmp_path, monkeypatch):
+    every_two = ("trainer.checkpoint_every=2", "trainer.log_every=1")
+    run(compose_config(tiny_overrides(tiny_glue, tmp_path / "ref", *every_two)))
+    crash_at(monkeypatch, "intermediate", 4)  # after step 3, logged; its checkpoint is step 2's
+    cfg = compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *every_two))
+    with pytest.raises(Crash):
+        run(cfg)
+    monkeypatch.undo()
+    assert run(cfg)["status"] == "completed"
+    assert logged_steps(tmp_path / "run") == logged_steps(tmp_path / "ref")

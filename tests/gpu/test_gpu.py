@@ -22,7 +22,7 @@ from kdbench.measure.timing import PerStep, device_time_by_op, synchronisations
 from kdbench.models.student import build_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.runtime.distributed import World
 from kdbench.teacher.frozen import freeze
 from kdbench.training import loop

@@ -22,7 +22,7 @@ from kdbench.job import run
 from kdbench.measure import synthetic
 from kdbench.measure.timing import PerStep
 from kdbench.models.attention import attention_mask
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.training import loop
 from kdbench.training.hooks import Hook, LogLosses
 from tests.helpers import (

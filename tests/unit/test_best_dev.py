@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.training.best import BestDev
 
 # the dev accuracy after each of 6 steps: best at step 4, not at the end

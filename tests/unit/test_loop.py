@@ -12,7 +12,7 @@ import torch
 from kdbench.data.batches import HeldoutBatches, ResumableSampler, SeededBatches, ShardedBatches
 from kdbench.errors import DataError, KdbenchError
 from kdbench.planning.stage_specs import OptimizerSpec
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.runtime.distributed import World
 from kdbench.training import hooks, loop
 from kdbench.training.checkpoint import Checkpoints

@@ -19,7 +19,7 @@ from kdbench.models import hub
 from kdbench.planning.finetune import distillation_record
 from kdbench.planning.plan import Plan
 from kdbench.records.predictions import PREDICTIONS_FILE
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
@@ -72,7 +72,7 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     every = spec.eval_every
     best = BestDev(score, model, store, every=every, predictions=(written, kept), log=logged)
     hooks = [best, *standard_hooks(trainer, log, checkpoints)]
-    resume = Resume.of(checkpoints, (STAGE,), plan.fingerprint).at(STAGE)
+    resume = Resume.of(checkpoints, (STAGE,), log, plan.fingerprint).at(STAGE)
     stats = train_stage(spec, [model], train_loader, step, plan.device, hooks, resume)
     if not trainer.keep_checkpoints:
         checkpoints.clear()

@@ -36,7 +36,7 @@ from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import save_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.runtime import distributed
 from kdbench.runtime.distributed import World
 from kdbench.teacher.frozen import freeze, in_run_precision
@@ -68,7 +68,7 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         masking = input_masking(objective, trainer, tokenizer, corpus.train.array)
         train_loader, heldout_loader = corpus_loaders(corpus, plan, world, masking)
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
-    resume = unfinished(run_dir, checkpoints, plan.fingerprint)
+    resume = unfinished(run_dir, checkpoints, log, plan.fingerprint)
     layers = (plan.student_conf.num_hidden_layers, plan.teacher_conf.num_hidden_layers)
     with (
         recorder(student, objective, "student", layers[0]) as (student_recorder, student_logits),
@@ -138,11 +138,11 @@ def rate_of(stats: dict, world: World) -> dict:
     return {f"{STAGE}_examples_per_s": rate} if rate else {}
 
 
-def unfinished(run_dir: Path, checkpoints: Checkpoints, fingerprint: str) -> Resume:
+def unfinished(run_dir: Path, checkpoints: Checkpoints, log: StepLog, fingerprint: str) -> Resume:
     """Where the distillation resumes: mid-way, or after its last step when its student is not yet
     saved (the held-out losses at the end and the save then follow); refuses a finished one (its
     student saved: `save_student` writes the folder whole or not at all)."""
-    resume = Resume.of(checkpoints, (STAGE,), fingerprint)
+    resume = Resume.of(checkpoints, (STAGE,), log, fingerprint)
     if resume.finished(STAGE) and (run_dir / "student").is_dir():
         raise ConfigError(
             f"{run_dir} already holds a finished distillation: give a new run directory"

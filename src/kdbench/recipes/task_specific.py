@@ -37,7 +37,7 @@ from kdbench.planning.plan import Plan
 from kdbench.planning.stage_specs import StageSpec
 from kdbench.records.card import model_card
 from kdbench.records.predictions import PREDICTIONS_FILE
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.runtime.precision import computing
 from kdbench.teacher.features import teacher_feature_table
 from kdbench.teacher.finetune import finetuned_teacher
@@ -107,7 +107,7 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     lesson, augmented = distillation_set(plan, teacher, originals, train_set, tokenizer)
     timing = {"teacher_finetune_s": teacher.seconds} | {f"{name}_s": 0.0 for name in DISTILLATION}
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
-    resume = Resume.of(checkpoints, DISTILLATION, plan.fingerprint)
+    resume = Resume.of(checkpoints, DISTILLATION, log, plan.fingerprint)
     hooks = standard_hooks(plan.trainer, log, checkpoints)
     scorer = student_scorer(plan, student, dev_loaders, run_dir, checkpoints.folder, log)
     stages = [plan.stages[name] for name in DISTILLATION]

@@ -1,4 +1,4 @@
-"""Run records: result.json (a `RunRecord`, written atomically) and the per-step JSONL loss log."""
+"""Run records: result.json (a `RunRecord`, written atomically) and what it names."""
 
 from __future__ import annotations
 
@@ -211,33 +211,6 @@ def read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-class StepLog:
-    """Appends one JSON line per logged step: {"stage", "step", "epoch", "lr", term: value, ...};
-    each sink gets the row too, as `sink(stage, the row less its stage)`."""
-
-    def __init__(self, path: Path | None, sinks=()):
-        """`path` None: a process that logs nothing (a data-parallel rank other than 0)."""
-        self.path = path
-        self.sinks = list(sinks)
-        self._handle = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = path.open("a")
-
-    def log(self, stage: str, step: int, values: dict[str, float], **extra) -> None:
-        if self._handle is None:
-            return
-        row = {"stage": stage, "step": step, **extra, **{k: float(v) for k, v in values.items()}}
-        self._handle.write(json.dumps(row, allow_nan=True) + "\n")
-        self._handle.flush()
-        for sink in self.sinks:
-            sink(stage, {k: v for k, v in row.items() if k != "stage"})
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
 
 
 def chain_of(folder: str | Path | None, name: str) -> list[str]:

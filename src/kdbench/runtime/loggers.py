@@ -10,7 +10,8 @@ from pathlib import Path
 
 from kdbench.errors import KdbenchError, lookup
 from kdbench.planning.specs import LoggerSpec
-from kdbench.records.record import RunRecord, StepLog
+from kdbench.records.record import RunRecord
+from kdbench.records.steplog import StepLog
 from kdbench.runtime.storage import atomic_write_text
 
 # in a run's folder with logger=wandb: the id of the job's wandb run

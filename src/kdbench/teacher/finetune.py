@@ -19,7 +19,8 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel, se
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.hub import load
 from kdbench.models.pretrained import pretrained_teacher
-from kdbench.records.record import StepLog, read_json, write_json
+from kdbench.records.record import read_json, write_json
+from kdbench.records.steplog import StepLog
 from kdbench.runtime import storage
 from kdbench.teacher.cache import cache_path, teacher_key
 from kdbench.teacher.frozen import FineTuned, freeze
@@ -88,7 +89,7 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
         )
         step = supervised_step(teacher, plan.device, plan.precision)
         hooks = teacher_hooks(trainer, teacher, score, checkpoints, log)
-        resume = Resume.of(checkpoints, (stage.name,)).at(stage.name)
+        resume = Resume.of(checkpoints, (stage.name,), log).at(stage.name)
         train_stage(stage, [teacher], train_loader, step, plan.device, hooks, resume)
     freeze(teacher)
     metrics = evaluate(

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from kdbench.metrics import scores_only
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.runtime import storage
 from kdbench.training.events import Hook
 

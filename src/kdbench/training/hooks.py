@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kdbench.planning.trainer_specs import TrainerSpec
-from kdbench.records.record import StepLog
+from kdbench.records.steplog import StepLog
 from kdbench.runtime import distributed
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.events import Hook
@@ -58,19 +58,27 @@ class Checkpoint(Hook):
     and, marked done, at the end; never at the last step itself, whose state the end's checkpoint
     holds."""
 
-    def __init__(self, checkpoints: Checkpoints, every: int, at_epochs: bool):
+    def __init__(
+        self, checkpoints: Checkpoints, every: int, at_epochs: bool, log: StepLog | None = None
+    ):
         self.checkpoints, self.every, self.at_epochs = checkpoints, every, at_epochs
+        self.log = log
 
     def on_step(self, progress) -> None:
         if self.every and progress.step % self.every == 0 and not progress.finished:
-            self.checkpoints.save(progress.state())
+            save(self.checkpoints, progress, self.log)
 
     def on_epoch_end(self, progress) -> None:
         if self.at_epochs and not progress.finished:
-            self.checkpoints.save(progress.state())
+            save(self.checkpoints, progress, self.log)
 
     def on_end(self, progress) -> None:
-        self.checkpoints.save(progress.state(done=True))
+        save(self.checkpoints, progress, self.log, done=True)
+
+
+def save(checkpoints: Checkpoints, progress, log: StepLog | None, done: bool = False) -> None:
+    """The loop's state into a checkpoint, with the step log's position (`StepLog.rewind`)."""
+    checkpoints.save(progress.state(done) | (log.position() if log is not None else {}))
 
 
 class StopOnSignal(Hook):
@@ -87,8 +95,9 @@ class StopOnSignal(Hook):
     A single process reads its own flag every step.
     """
 
-    def __init__(self, checkpoints: Checkpoints | None, every: int = 1):
+    def __init__(self, checkpoints: Checkpoints | None, every: int = 1, log: StepLog | None = None):
         self.checkpoints, self.every, self.outer_phase = checkpoints, every, ""
+        self.log = log
 
     def on_start(self, progress) -> None:
         self.outer_phase = enter_phase(progress.stage.name)
@@ -114,7 +123,7 @@ class StopOnSignal(Hook):
 
     def on_stopped(self, progress) -> None:
         if self.checkpoints is not None:
-            self.checkpoints.save(progress.state())
+            save(self.checkpoints, progress, self.log)
 
 
 @contextlib.contextmanager
@@ -171,9 +180,10 @@ def standard_hooks(
     if after_step is not None:
         hooks.append(EveryStep(after_step))
     if checkpoints is not None:
-        hooks.append(Checkpoint(checkpoints, trainer.checkpoint_every, trainer.checkpoint_epochs))
+        every, at_epochs = trainer.checkpoint_every, trainer.checkpoint_epochs
+        hooks.append(Checkpoint(checkpoints, every, at_epochs, log))
     return [
         *hooks,
-        StopOnSignal(checkpoints, trainer.log_every),
+        StopOnSignal(checkpoints, trainer.log_every, log),
         ProgressBar(trainer.progress_bar, trainer.log_every),
     ]

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import torch
 
 from kdbench.errors import KdbenchError
+from kdbench.records.steplog import StepLog
 from kdbench.training.checkpoint import Checkpoints, set_rng_state
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,18 @@ class Resume:
 
     @classmethod
     def of(
-        cls, checkpoints: Checkpoints, stages: tuple[str, ...], fingerprint: str | None = None
+        cls,
+        checkpoints: Checkpoints,
+        stages: tuple[str, ...],
+        log: StepLog,
+        fingerprint: str | None = None,
     ) -> Resume:
-        """The latest of `checkpoints`; refuses one whose fingerprint is not `fingerprint` (None:
-        checkpoints keyed by their folder, written without one)."""
+        """The latest of `checkpoints`, the run's step `log` rewound to it (`StepLog.rewind`);
+        refuses one whose fingerprint is not `fingerprint` (None: checkpoints keyed by their
+        folder, written without one)."""
         latest = checkpoints.latest()
         if latest is None:
+            log.rewind(None, stages)
             return cls(None, stages)
         state, path = latest
         if state.get("fingerprint") != fingerprint:
@@ -38,7 +45,8 @@ class Resume:
                 "same command to resume, or give this run its own directory (paths.run_dir or "
                 "Hydra's hydra.run.dir)"
             )
-        log.info(
+        log.rewind(state, stages)
+        logger.info(
             "resuming from %s, %s, step %d%s",
             path,
             state["stage"],
