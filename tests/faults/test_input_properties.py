@@ -101,8 +101,10 @@ def plans(overrides: tuple[str, ...]) -> bool:
 
 
 def with_option(base: tuple[str, ...], group: str, option: str) -> tuple[str, ...]:
+    """`base` with the group's option, less the base's own settings of that group (corpus.path
+    belongs to corpus=local alone)."""
     return (
-        *(o for o in base if not o.startswith(f"{group}=")),
+        *(o for o in base if not o.startswith((f"{group}=", f"{group}."))),
         f"{group}={option}",
         *NEEDED.get(f"{group}={option}", ()),
     )

@@ -21,6 +21,7 @@ from kdbench.objectives.terms import Objective
 from kdbench.planning.plan import make_plan
 from kdbench.recipes.task_agnostic import input_masking
 from kdbench.records.predictions import read_predictions
+from kdbench.records.steplog import StepLog
 from kdbench.training.checkpoint import Checkpoints
 from tests.helpers import agnostic_overrides, compose_config, write_tiny_corpus
 
@@ -152,7 +153,7 @@ def test_a_run_stopped_after_its_last_step_saves_its_student_when_resumed(
     fingerprint = make_plan(cfg).fingerprint
     checkpoints = Checkpoints(tmp_path / "run" / "checkpoints", meta={"fingerprint": fingerprint})
     with pytest.raises(ConfigError, match="already holds a finished distillation"):
-        task_agnostic.unfinished(tmp_path / "run", checkpoints, fingerprint)
+        task_agnostic.unfinished(tmp_path / "run", checkpoints, StepLog(None), fingerprint)
 
 
 def _logged_steps(run_dir) -> list[dict]:

@@ -22,7 +22,7 @@ from kdbench.models.layers import check_copyable
 from kdbench.planning.declared import declared_keys
 from kdbench.planning.group_keys import AdviseKeys
 from kdbench.planning.rules import duration_seconds
-from kdbench.report.margins import TIE_EXAMPLES
+from kdbench.report.claims import TIE_EXAMPLES
 from kdbench.report.paired import seeds_needed
 
 CELLS = ["vanilla_kd", "att_kl+val_kl"]  # one cell each

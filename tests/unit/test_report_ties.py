@@ -16,10 +16,11 @@ from kdbench.report.claims import (
     DIFFERENCE,
     MAGNITUDE,
     TIE,
+    TIE_EXAMPLES,
     Claim,
     Interaction,
 )
-from kdbench.report.margins import TIE_EXAMPLES, dev_sizes, pooled_margin
+from kdbench.report.margins import dev_sizes, pooled_margin
 from kdbench.report.paired import seeds_needed
 from kdbench.report.rules import (
     CONTRADICTED,

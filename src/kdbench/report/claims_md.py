@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kdbench.report.claims import TABLE_DESIGNS, Claim
+from kdbench.report.claims import TABLE_DESIGNS, TIE_EXAMPLES, Claim
 from kdbench.report.findings import study_findings
-from kdbench.report.margins import TIE_EXAMPLES
 from kdbench.report.paper import PAPER_CITE, PAPER_DESIGNS
 from kdbench.report.rules import NOT_COVERED, SEVERITY, SUPPORTED
 from kdbench.report.text import fmt, format_p, md_escape, md_row, seeds_text, signed

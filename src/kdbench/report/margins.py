@@ -19,11 +19,6 @@ import pandas as pd
 from kdbench.report.task_names import task_title
 from kdbench.tasks import DEV_EXAMPLES
 
-# A claimed tie's default margin, in examples of each task's dev set. A gap of at most 4 dev
-# examples is a tie: on SST-2's 872 examples that is 0.46 points, the largest gap the paper itself
-# calls a tie (Table 1: 0.0-0.5 points in Avg); counted in examples, it follows each dev set's
-# resolution (RTE's 277: 1.44 points; QNLI's 5463: 0.07).
-TIE_EXAMPLES = 4
 _GOLD = re.compile(r"dev_class_\d+")
 
 
