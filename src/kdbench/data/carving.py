@@ -16,11 +16,16 @@ from kdbench.errors import DataError
 log = logging.getLogger("kdbench")
 
 
+def inputs(ds, text_fields: tuple[str, ...]):
+    """Each row's input: the values of its text columns, as a tuple."""
+    return zip(*(column_list(ds, field) for field in text_fields))
+
+
 def input_groups(ds, text_fields: tuple[str, ...]) -> list[list[int]]:
     """The rows of `ds` grouped by their input (the values of its text columns), in the order of
     each input's first row."""
     groups: dict[tuple, list[int]] = {}
-    for row, key in enumerate(zip(*(column_list(ds, field) for field in text_fields))):
+    for row, key in enumerate(inputs(ds, text_fields)):
         groups.setdefault(key, []).append(row)
     return list(groups.values())
 
@@ -29,9 +34,8 @@ def warn_shared(given, train, text_fields: tuple[str, ...], names: tuple[str, st
     """Warns where rows of the given split `given` have an input (the values of its text columns)
     that a row of `train` has too: its scores are then optimistic (a carved split shares none).
     `names`: how messages name the two."""
-    seen = set(zip(*(column_list(train, field) for field in text_fields)))
-    inputs = zip(*(column_list(given, field) for field in text_fields))
-    shared = sum(key in seen for key in inputs)
+    seen = set(inputs(train, text_fields))
+    shared = sum(key in seen for key in inputs(given, text_fields))
     if shared:
         log.warning(
             "%s: %d of its %d examples have an input that train (%s) has too, so its scores "

@@ -16,7 +16,6 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_
 from kdbench.data.batches import eval_loaders, make_loader
 from kdbench.data.glue import task_datasets
 from kdbench.models import hub
-from kdbench.planning.finetune import distillation_record
 from kdbench.planning.plan import Plan
 from kdbench.records.predictions import PREDICTIONS_FILE
 from kdbench.records.steplog import StepLog
@@ -88,5 +87,4 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         },
         "grid": {"lr": spec.optimizer.lr, "batch_size": spec.batch_size},
         "student_path": str(plan.student_path),
-        **distillation_record(plan.student_path, plan.student_conf),
     }

@@ -62,8 +62,8 @@ class RunRecord:
     `outcome` is what the recipe returned (its metrics, teacher metrics, timing and the fields of
     its own), in the recipe's order; a fine-tuning run's record names the distillation whose
     student it fine-tunes from its start (its setting, teacher, student, init, objective and seed
-    stand for the run's own in result.json). A field that is None is not written, except those
-    naming the run."""
+    stand for the run's own in result.json, the rest of what names it opens `outcome`). A field
+    that is None is not written, except those naming the run."""
 
     setting: str
     task: str | None  # None: a task-agnostic distillation (raw text, no task)
@@ -147,11 +147,12 @@ class RunRecord:
         return self.outcome.get("student_parameters")
 
     def completed(self, outcome: dict, wall_s: float, config: dict) -> RunRecord:
-        """This record once its recipe returned `outcome`: scored by its first metric."""
+        """This record once its recipe returned `outcome` (after the fields the record held from
+        its start): scored by its first metric."""
         score_metric = next(iter(outcome["metrics"]))
         return replace(
             self,
-            outcome=rates_apart(outcome),
+            outcome=self.outcome | rates_apart(outcome),
             status="completed",
             score=outcome["metrics"][score_metric],
             score_metric=score_metric,
