@@ -36,8 +36,9 @@ def missing_package(exc: BaseException) -> MissingPackageError | None:
     )
 
 
-class ReportError(Exception):
-    """Unusable input: the CLI prints ``kdbench.report: error: <message>`` and exits 2."""
+class ReportError(KdbenchError):
+    """Unusable results: ``kdbench.report`` prints ``kdbench.report: error: <message>``, any other
+    command its own one line, and exits 2."""
 
 
 def lookup(registry: Mapping, name: str, kind: str):

@@ -188,6 +188,21 @@ def test_a_pilot_whose_first_seeds_leave_a_cell_without_a_score_stops_in_one_lin
     assert steps == ["pilot seeds 1-3"]
 
 
+def test_a_pilot_folder_without_records_stops_in_one_line(argv, capsys, monkeypatch):
+    # the report's own refusal (a ReportError) read by the advice: one line, not a traceback
+    cells = ["vanilla_kd@random", "att_kl@random"]
+    argv = [*argv, f"advise.candidates=[{','.join(cells)}]", "advise.budget=1h"]
+    calibration_file(argv)
+    monkeypatch.setattr(cli, "teacher_of", lambda inputs: "/models/teacher")
+    monkeypatch.setattr(cli, "run_step", lambda out, step, command: None)
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(lines) == 1
+    assert lines[0].startswith("kdbench: error: results directory ")
+    assert f"{cli.PILOT} does not exist" in lines[0]
+
+
 def test_the_design_is_registered_in_the_ledger_apart_from_the_steps_wall_times(tmp_path):
     design = tmp_path / "DESIGN.md"
     design.write_text("# Pilot design\n")
