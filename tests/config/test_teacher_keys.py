@@ -1,13 +1,18 @@
 """What the teacher's cache keys name: the dev subset that scores a fine-tuned teacher, the data
-source of both the teacher and the tables computed from it (a given teacher's too), and TF32 where
-it runs."""
+source of both the teacher and the tables computed from it (a given teacher's too), TF32 where it
+runs, and a local teacher folder by its content."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
+import torch
+from transformers import BertConfig, BertForMaskedLM
+
+from kdbench.models.tiny import tiny_tokenizer
 from kdbench.planning.plan import make_plan
-from kdbench.teacher.cache import cache_path, derived_key, teacher_key
+from kdbench.teacher.cache import cache_path, derived_key, teacher_identity, teacher_key
 from tests.helpers import compose_config, tiny_overrides
 
 HUB = ["teacher=tiny", "student=tiny", "task=sst2", "trainer=smoke", "objective=vanilla_kd"]
@@ -52,3 +57,38 @@ def test_the_teachers_key_names_weight_decay_on_only_where_it_is_not_matrices(ti
     optimizer = key()["recipe"]["stage"]["optimizer"]
     every = key("stages.teacher.optimizer.weight_decay_on=every")["recipe"]["stage"]["optimizer"]
     assert "weight_decay_on" not in optimizer and every == optimizer | {"weight_decay_on": "every"}
+
+
+def save_teacher(folder, seed: int, tokenizer) -> None:
+    """A random 4x32 BERT with an MLM head and the tiny tokenizer, saved as a distilled teacher."""
+    torch.manual_seed(seed)
+    shape = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64)
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), **shape)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def test_a_local_teachers_keys_name_its_content_wherever_it_lies(tiny_glue, tmp_path):
+    """A folder distilled again in place is a new teacher (no entry of the old weights is read); a
+    copy elsewhere is the same one."""
+    tokenizer, folder, copy = tiny_tokenizer(tmp_path / "tok"), tmp_path / "a", tmp_path / "b"
+
+    def plan(path, run):
+        local = ["teacher=distilled", f"teacher.name_or_path={path}"]
+        return make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path / run, *local)))
+
+    save_teacher(folder, 0, tokenizer)
+    first = cache_path(plan(folder, "first"))
+    shutil.copytree(folder, copy)
+    save_teacher(folder, 1, tokenizer)
+    again = plan(folder, "again")
+    assert cache_path(again) != first
+    assert teacher_key(again)["teacher"]["name_or_path"].startswith("sha256:")
+    assert cache_path(plan(copy, "copy")) == first
+
+
+def test_a_hub_teachers_key_names_its_id_also_when_read_from_the_models_dir(tmp_path, monkeypatch):
+    (tmp_path / "bert-base-uncased").mkdir()
+    monkeypatch.setenv("KDBENCH_MODELS_DIR", str(tmp_path))
+    group = {"name": "bert_base_uncased", "name_or_path": "bert-base-uncased", "shape": None}
+    assert teacher_identity(group) == group
+    assert teacher_identity(group | {"name_or_path": None}) == group | {"name_or_path": None}

@@ -4,6 +4,7 @@ BERT MLM, and a GloVe-format file whose neighbours are known by hand."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -423,3 +424,21 @@ def test_stop_words_are_lowercase_function_words():
     assert "film" not in STOP_WORDS
     # the released list has none of these, although NLTK's has
     assert not {"how", "what", "when", "where", "which", "who", "whom", "why"} & STOP_WORDS
+
+
+def test_an_augmented_sets_key_names_a_local_mlm_by_its_content(mlm, tokenizer, tmp_path):
+    """An MLM folder written again in place proposes other words: a new entry; a copy elsewhere
+    names the same one; a Hub id stays itself."""
+    train, folder = sst2(SENTENCES), tmp_path / "mlm"
+    mlm.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    shutil.copytree(folder, tmp_path / "copy")
+    keys = [
+        augmentation.cache_key(train, SST2, spec(mlm_model=str(p)), "")
+        for p in (folder, tmp_path / "copy")
+    ]
+    torch.manual_seed(1)
+    BertForMaskedLM(mlm.config).save_pretrained(folder)
+    again = augmentation.cache_key(train, SST2, spec(mlm_model=str(folder)), "")
+    assert again != keys[0] == keys[1]
+    assert augmentation.cache_key(train, SST2, spec(), "")["augment"]["mlm_model"] == "unused"

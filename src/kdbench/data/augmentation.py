@@ -156,7 +156,7 @@ def cache_key(train: datasets.Dataset, task: TaskSpec, spec: AugmentSpec, source
         else [str(vectors.resolve()), vectors.stat().st_size, vectors.stat().st_mtime_ns]
     )
     originals = hashlib.sha256(json.dumps(sorted(train["idx"])).encode()).hexdigest()
-    settings = asdict(spec)
+    settings = asdict(spec) | {"mlm_model": hub.model_identity(spec.mlm_model)}
     if vectors is None:  # no GloVe file: how much of one would be read changes nothing
         del settings["word_vectors_limit"]
     key = {

@@ -4,10 +4,13 @@ $KDBENCH_MODELS_DIR, or the Hugging Face Hub; and checking a folder kdbench save
 A model is looked for, in order: a local directory given as `name_or_path`; a folder named like the
 model under $KDBENCH_MODELS_DIR (`sentence-transformers/all-MiniLM-L6-v2` ->
 `$KDBENCH_MODELS_DIR/all-MiniLM-L6-v2`); the Hugging Face Hub. Remote code is never executed.
+A cache key names a model as `model_identity` does.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import sys
@@ -42,6 +45,26 @@ def resolve_model_path(name_or_path: str) -> str:
         if candidate.is_dir():
             return str(candidate)
     return name_or_path
+
+
+def model_identity(name_or_path: str) -> str:
+    """How a cache key names a model: a local directory by its files' content (`folder_digest`),
+    wherever it lies, so a folder written again in place names new weights; a Hub id, read from the
+    Hub or its copy under $KDBENCH_MODELS_DIR, by the id itself."""
+    folder = Path(name_or_path).expanduser()
+    return f"sha256:{folder_digest(folder)}" if folder.is_dir() else name_or_path
+
+
+def folder_digest(folder: Path) -> str:
+    """The SHA-256 of a model folder's files (its top level, as `from_pretrained` reads it): each
+    one's name and SHA-256, every byte read once; kdbench's manifest (a summary of them) left
+    out."""
+    files = {
+        path.name: storage.sha256_of(path)
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name != storage.MANIFEST
+    }
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
 def _not_found(name_or_path: str, exc: Exception) -> ModelNotFoundError:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
+from kdbench.models.hub import model_identity
 from kdbench.runtime import storage
 
 TEACHER_CACHE_VERSION = 2
@@ -53,12 +54,19 @@ def teacher_key(plan) -> dict:
     data |= present({"eval_limit": plan.data.eval_limit})
     return {
         "version": TEACHER_CACHE_VERSION,
-        "teacher": plan.teacher.identity,
+        "teacher": teacher_identity(plan.teacher.identity),
         "task": plan.task.name,
         "data": data,
         "recipe": recipe,
         **present({"content": plan.task.content_hash}),
     }  # a user's data file's hash
+
+
+def teacher_identity(group: dict) -> dict:
+    """The resolved teacher group as a key's entry: a checkpoint named by `model_identity` (a local
+    folder by its content)."""
+    name_or_path = group.get("name_or_path")
+    return group | present({"name_or_path": name_or_path and model_identity(name_or_path)})
 
 
 def stage_recipe(stage) -> dict:

@@ -17,7 +17,7 @@ from filelock import FileLock
 from transformers import AutoModelForSequenceClassification, PreTrainedModel, set_seed
 
 from kdbench.models.attention import prepare_for_training
-from kdbench.models.hub import load
+from kdbench.models.hub import load, model_identity
 from kdbench.models.pretrained import pretrained_teacher
 from kdbench.records.record import read_json, write_json
 from kdbench.records.steplog import StepLog
@@ -59,16 +59,13 @@ def finetuned_teacher(plan, train_loader, eval_loaders, log: StepLog) -> FineTun
 
 
 def given_teacher(plan, eval_loaders) -> FineTuned:
-    """The fine-tuned teacher at `teacher.finetuned_path`, named by its files' sizes and times."""
+    """The fine-tuned teacher at `teacher.finetuned_path`, named by its files' content."""
     path = plan.teacher.finetuned_path
     teacher = freeze(load_finetuned(path, plan.num_labels).to(plan.device))
     metrics = evaluate(
         teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision, "teacher_evaluation"
     )
-    stamp = sorted(
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in path.iterdir() if p.is_file()
-    )
-    return FineTuned(teacher, metrics, 0.0, f"{path.resolve()}:{stamp}")
+    return FineTuned(teacher, metrics, 0.0, model_identity(str(path)))
 
 
 def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog) -> FineTuned:
