@@ -11,16 +11,20 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from kdbench.training.signals import TEST_DELAY_ENV
 from tests.helpers import agnostic_overrides, free_port, write_tiny_corpus
 
 ENDED_WITHIN_S = 60
 
 
-def test_a_stop_while_one_process_still_builds_its_loaders_stops_both(tmp_path):
-    """Rank 0 is through its loaders (at its first collective operation) while rank 1 still builds
-    its own; SIGTERM reaches both, as SLURM sends it: both stop, exit 0, and the record says
-    stopped (not a failure of rank 0's collective operation with a process that left)."""
+@pytest.mark.parametrize("phase", ["loaders", "heldout"])  # the held-out: at step 0
+def test_a_stop_while_one_process_is_still_in_a_phase_stops_both(tmp_path, phase):
+    """Rank 0 is through the phase (building its loaders, its share of a held-out evaluation: at
+    its next collective operation) while rank 1 is still in it; SIGTERM reaches both, as SLURM
+    sends it: both stop, exit 0, and the record says stopped (not a failure of rank 0's collective
+    operation with a process that left)."""
     overrides = agnostic_overrides(write_tiny_corpus(tmp_path / "corpus"), tmp_path / "run")
     env = dict(
         os.environ,
@@ -30,8 +34,8 @@ def test_a_stop_while_one_process_still_builds_its_loaders_stops_both(tmp_path):
         KDBENCH_CACHE=str(tmp_path / "cache"),
         OMP_NUM_THREADS="1",
     )
-    marker = tmp_path / "rank1-in-loaders"
-    delays = ("loaders:0:" + str(tmp_path / "rank0-in-loaders"), f"loaders:3:{marker}")
+    marker = tmp_path / f"rank1-in-{phase}"
+    delays = (f"{phase}:0:{tmp_path / f'rank0-in-{phase}'}", f"{phase}:3:{marker}")
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "kdbench.run", *overrides],
@@ -55,6 +59,6 @@ def test_a_stop_while_one_process_still_builds_its_loaders_stops_both(tmp_path):
         for process in processes:
             process.kill()
     assert [process.returncode for process in processes] == [0, 0], [e[1][-2000:] for e in ended]
-    assert "stopped by a signal in loaders" in ended[1][1]
+    assert f"stopped by a signal in {phase}" in ended[1][1]
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert record["status"] == "stopped", record.get("error")

@@ -1,5 +1,6 @@
 """Faults: a stop signal in any long phase outside the training loop (tokenisation, the teacher's
-evaluation, its features and logits tables, augmentation, building a loader, a study's step) ends
+evaluation, its features and logits tables, augmentation, building a loader, a study's step) or in a
+held-out evaluation (the task-agnostic distillation's, during or after the stage) ends
 the process within seconds, the record says where, no partial cache entry is left, and the same
 command again ends with an uninterrupted run's metrics.
 
@@ -21,7 +22,8 @@ import pytest
 from filelock import FileLock
 
 from kdbench.job import run
-from kdbench.training.signals import TEST_DELAY_ENV
+from kdbench.recipes import task_agnostic
+from kdbench.training.signals import TEST_DELAY_ENV, Interrupted
 from tests.helpers import (
     TINY_MLM_SHAPE,
     agnostic_overrides,
@@ -239,3 +241,52 @@ def test_a_signal_to_a_study_stops_its_running_step_cleanly_and_the_study(tiny_g
     )
     record = json.loads((tmp_path / "run" / "result.json").read_text())
     assert (record["status"], record["stopped_in"]) == ("stopped", "teacher_logits")
+
+
+def stop_in_heldout(monkeypatch, evaluation: int, batch_s: float) -> dict:
+    """A SIGTERM at the first batch of a task-agnostic run's `evaluation`-th held-out evaluation,
+    each of whose batches then takes `batch_s` seconds; the dict gets the time it was sent."""
+    real = task_agnostic.heldout_losses
+    calls, sent = {"n": 0}, {}
+
+    def heldout_losses(step, *args):
+        calls["n"] += 1
+        if calls["n"] != evaluation:
+            return real(step, *args)
+
+        def slow_step(batch):
+            if not sent:
+                sent["at"] = time.perf_counter()
+                os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(batch_s)
+            return step(batch)
+
+        return real(slow_step, *args)
+
+    monkeypatch.setattr(task_agnostic, "heldout_losses", heldout_losses)
+    return sent
+
+
+def logged(run_dir: Path) -> list[tuple[str, int]]:
+    rows = (run_dir / "train_log.jsonl").read_text().splitlines()
+    return [(row["stage"], row["step"]) for row in map(json.loads, rows)]
+
+
+# the evaluations: at step 0, every 3 steps (3 and 6, the last) and the final one (the metrics)
+@pytest.mark.parametrize("evaluation", [2, 4], ids=["step_3", "final"])
+def test_a_signal_during_a_heldout_evaluation_stops_it_in_seconds_and_the_same_command_resumes(
+    tmp_path, monkeypatch, evaluation
+):
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    reference = clean_run(agnostic_overrides(corpus, tmp_path / "ref"), tmp_path / "ref-cache")
+    overrides = agnostic_overrides(corpus, tmp_path / "run")
+    sent = stop_in_heldout(monkeypatch, evaluation, batch_s=4)  # 4 batches: 16 s uncut
+    with pytest.raises(Interrupted, match="in heldout"):
+        clean_run(overrides, tmp_path / "cache")
+    assert time.perf_counter() - sent["at"] < STOPPED_WITHIN_S
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert (record["status"], record["stopped_in"]) == ("stopped", "heldout")
+    monkeypatch.undo()
+    resumed = clean_run(overrides, tmp_path / "cache")
+    assert resumed["metrics"] == reference["metrics"]
+    assert logged(tmp_path / "run") == logged(tmp_path / "ref")

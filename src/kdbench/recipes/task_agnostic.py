@@ -78,18 +78,18 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
             teacher_recorder, teacher_logits, device, plan.precision
         )
         student_side = StudentSide(student_recorder, objective, student_logits)
-        student_side, step = reaching_step(
+        replica, step = reaching_step(
             student_side, teacher_records, train_loader, world, device, plan.precision
         )
         modules = [student, objective]
         measured = modules + ([teacher] if trainer.teacher_dropout else [])  # without dropout
-        heldout = HeldoutLosses(step, heldout_loader, measured, world, device, log)
+        # the student side itself, not its replica: no collective operation between two batches
+        unsynced = distillation_step(student_side, teacher_records, device, plan.precision)
+        heldout = HeldoutLosses(unsynced, heldout_loader, measured, world, device, log)
         initial = heldout.logged(0)
         after_step = partial(heldout.periodic, spec.eval_every)
         hooks = standard_hooks(trainer, log, checkpoints if world.is_main else None, after_step)
-        sync = (
-            [student_side] if world.distributed else []
-        )  # all-reduced on a step's last micro-batch
+        sync = [replica] if world.distributed else []  # all-reduced on a step's last micro-batch
         layout = {
             "accumulation": plan.batches.accumulation,
             "sync_modules": sync,

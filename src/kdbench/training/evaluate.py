@@ -13,6 +13,7 @@ from kdbench.models.anatomy import encoder_layers
 from kdbench.records.predictions import split_arrays, write_predictions
 from kdbench.runtime import distributed
 from kdbench.runtime.precision import computing
+from kdbench.training.hooks import stopped_together
 from kdbench.training.signals import check_stop, phase, stop_between
 from kdbench.training.steps import StepFn, model_inputs, to_device
 
@@ -85,13 +86,14 @@ def logits_table(
 def heldout_losses(step: StepFn, loader, modules, world, device) -> dict[str, float]:
     """Mean of every term over the held-out batches (eval mode: no dropout), every process's
     batches (`kdbench.data.batches.HeldoutBatches`, each of the sample's in one process) counted
-    once."""
+    once. A stop signal ends it between batches (phase `heldout`), in every process at once."""
     for module in modules:
         module.eval()
     totals: dict[str, float] = {}
     count = 0
-    with torch.no_grad():
+    with torch.no_grad(), phase("heldout"), stopped_together(device):
         for batch in loader:
+            check_stop()
             for name, value in step(to_device(batch, device)).items():
                 totals[name] = totals.get(name, 0.0) + float(value)
             count += 1

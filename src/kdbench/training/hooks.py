@@ -44,10 +44,14 @@ class LogLosses(Hook):
 
 class EveryStep(Hook):
     """Calls `fn(step)` after every optimizer step (e.g. a periodic held-out evaluation that decides
-    when)."""
+    when), and again at a resumed stage's start: a stop may have cut its step's call short."""
 
     def __init__(self, fn: Callable[[int], None]):
         self.fn = fn
+
+    def on_start(self, progress) -> None:
+        if progress.step:
+            self.fn(progress.step)
 
     def on_step(self, progress) -> None:
         self.fn(progress.step)

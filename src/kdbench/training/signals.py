@@ -3,14 +3,14 @@ end a run at the next safe point, in any phase.
 
 Signals are process-wide, so the flag is too; `graceful_stop()` installs the handlers for the
 duration of a run and restores the previous ones. The training loop checks the flag after every
-optimizer step, writes a checkpoint and raises `Interrupted` (a dev evaluation between steps that a
-stop cuts short leaves that step's checkpoint too: `Hooks.on_stopped`); every other long phase
-(tokenisation, the teacher's evaluation, its logits and features tables, augmentation, the final
-evaluation) runs inside `phase(name)` and calls `check_stop()` before each unit of work (a batch, a
-shard, a model's block: `stop_between`), which raises `Interrupted` naming the phase. Those phases
-write their cache entries whole or not at all, so a stop leaves no partial entry; re-running the
-same command resumes (a stopped phase starts again). A second Ctrl-C raises `StoppedAtOnce` at
-once.
+optimizer step, writes a checkpoint and raises `Interrupted` (a dev or held-out evaluation between
+steps that a stop cuts short leaves that step's checkpoint too: `Hooks.on_stopped`); every other
+long phase (tokenisation, the teacher's evaluation, its logits and features tables, augmentation,
+the final evaluation, the final held-out losses) runs inside `phase(name)` and calls `check_stop()`
+before each unit of work (a batch, a shard, a model's block: `stop_between`), which raises
+`Interrupted` naming the phase. Those phases write their cache entries whole or not at all, so a
+stop leaves no partial entry; re-running the same command resumes (a stopped phase starts again). A
+second Ctrl-C raises `StoppedAtOnce` at once.
 
 Under submitit (hydra/launcher=submitit_slurm or submitit_local) the job process already has a
 handler for the pre-emption signal (SUBMITIT_PREEMPT_SIGNAL, USR2 by default) that requeues the job
