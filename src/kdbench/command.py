@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
@@ -26,6 +27,11 @@ from kdbench.runtime.joblock import CLAIM, describe
 from kdbench.training.signals import SIGINT_EXIT, Interrupted, StoppedAtOnce
 
 INTERNAL_ERROR_EXIT = 1  # bad input exits with KdbenchError.exit_code (2)
+
+
+class FailedJob(CompactHydraException):
+    """A sweep's failed job, its one line: Hydra prints a compact exception without a traceback
+    (under submitit_local and SLURM, in the terminal the sweep started in)."""
 
 
 def run_command(cfg: DictConfig) -> float | None:
@@ -72,12 +78,13 @@ def refuse_or_report(exc: Exception, cfg: DictConfig, run_dir) -> NoReturn:
 
 def stop(line: str, exc: Exception, cfg: DictConfig, run_dir) -> NoReturn:
     """End a failed job with one line (and the traceback with kdbench.debug=true). In a sweep, Hydra
-    records the job as failed, runs the rest, then exits non-zero."""
+    records the job as failed, runs the rest, then prints the first failed job's line again and
+    exits 1 (`FailedJob`)."""
     if cfg.kdbench.debug is True:
         traceback.print_exc()
     if HydraConfig.get().mode == RunMode.MULTIRUN:
         print(f"{line} [job {run_dir}]", file=sys.stderr)
-        raise exc
+        raise FailedJob(f"{line} [job {run_dir}]") from None
     print(line, file=sys.stderr)
     raise SystemExit(
         exc.exit_code if isinstance(exc, KdbenchError) else INTERNAL_ERROR_EXIT

@@ -55,6 +55,26 @@ def test_cli_unknown_option_inside_a_sweep(tmp_path):
     )
 
 
+@pytest.mark.parametrize("override", ["data.glue_dir=/a,/b", "+experiment=demo,distill"])
+def test_a_sweep_over_a_key_its_job_folders_leave_out_is_refused(capsys, override):
+    """Its values' jobs would share one folder, each overwriting the record of the one before."""
+    with pytest.raises(SystemExit) as exited:
+        check_overrides(["-m", "objective=att_kl,vanilla_kd", "seed=1,2", override])
+    key = override.split("=")[0].lstrip("+")
+    assert exited.value.code == 2 and capsys.readouterr().err == (
+        f"kdbench: error: a sweep over {key} writes the jobs of all its values into one folder (a "
+        f"job's folder is not named by {key}): run one sweep per value, each with its own "
+        "hydra.sweep.dir\n"
+    )
+
+
+def test_a_sweep_over_keys_its_job_folders_name_passes_the_check():
+    check_overrides(["-m", "objective=att_kl,vanilla_kd", "seed=1,2", "task=sst2,rte"])
+    check_overrides(  # a key named again in the folders
+        ["-m", "data.glue_dir=/a,/b", "hydra.job.config.override_dirname.exclude_keys=[seed]"]
+    )
+
+
 def exit_and_modules(modules: tuple[str, ...], *overrides: str) -> list[str]:
     """The exit code of the command line given `overrides`, then which of `modules` it loaded."""
     script = f"""

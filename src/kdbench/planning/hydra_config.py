@@ -111,8 +111,31 @@ def check_overrides(argv: list[str]) -> None:
     line."""
     try:
         compose_check(sweep_point(argv))
+        if {"-m", "--multirun"} & set(argv):
+            check_job_folders(overrides_of(argv) or [])
     except ConfigError as exc:
         fail(str(exc))
+
+
+def check_job_folders(tokens: list[str]) -> None:
+    """Refuses a sweep over a key that its job folders are not named by (`override_dirname`'s
+    `exclude_keys`, the seed aside, which ends every name): every value's job would write one
+    folder, each over the record of the one before."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(tokens)
+    swept = [o.key_or_group for o in parsed if o.is_sweep_override() and o.key_or_group != "seed"]
+    if not swept:
+        return
+    naming = [o.input_line for o in parsed if o.key_or_group.startswith("hydra.job.config")]
+    cfg = compose(naming, hydra_config=True)
+    for key in swept:
+        if key in cfg.hydra.job.config.override_dirname.exclude_keys:
+            raise ConfigError(
+                f"a sweep over {key} writes the jobs of all its values into one folder (a job's "
+                f"folder is not named by {key}): run one sweep per value, each with its own "
+                "hydra.sweep.dir"
+            )
 
 
 def sweep_point(argv: list[str]) -> list[str]:
