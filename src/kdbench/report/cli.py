@@ -78,15 +78,15 @@ in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default
     (``--paper``), its captioned plots and significance tables, then the evidence per claim,
     evidence.md and the excluded runs. Opens from the file system.
 ``excluded.csv``
-    path, kind (failed / running / other status / skipped / distillation / grid / duplicate /
-    config_mismatch / not_in_study / missing), reason and whatever key fields the file had.
+    path, kind (failed / running / killed / other status / skipped / distillation / grid /
+    duplicate / config_mismatch / not_in_study / missing), reason and key fields the file had.
     ``config_mismatch``: a run whose resolved config differs from the other runs of its cell in
     more than the seed, paths, device and how-not-what settings (``record.NOT_DESIGN``); the cell
     keeps its most common design and the reason names the differing keys. ``distillation``: a
     task-agnostic distillation record (no task; its GLUE fine-tuning runs carry the scores).
     ``grid``: a fine-tuning grid point (record with a ``grid`` dict) that lost to the best point of
-    its student's grid on its task, the one used. ``not_in_study``, ``missing``: in the sweep dir of
-    a ``kdbench.study``, a record of none of its jobs, a job of it without a record (``jobs``).
+    its student's grid on its task, the one used. ``not_in_study``: a record of none of a study's
+    jobs; ``missing``: a job of a study or sweep without one; ``killed``: a dead run (``jobs``).
 ``paper.csv`` (only with ``--paper``)
     every published cell of Wang et al. (2023), Tables 1-4 (the package data
     ``kdbench/paper/wang2023_tables.csv``), long form in kdbench's names: table, setting, teacher,

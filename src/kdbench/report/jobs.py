@@ -1,14 +1,28 @@
-"""A study's jobs: the sweep dir of a `kdbench.study` holds the job folders of all its steps
+"""A sweep dir's jobs: the sweep dir of a `kdbench.study` holds the job folders of all its steps
 (`study_jobs.txt`, one a line, relative to the sweep dir), and its report reads the records of
 those jobs alone. Another record under the folder (a run of other overrides) is listed as
-``not_in_study``, a listed job without a record as ``missing``."""
+``not_in_study``, a listed job without a record as ``missing``. A plain Hydra sweep's dir names its
+jobs in its ``multirun.yaml``: each of them without a record is ``missing`` too (never started, or
+ended before its first record). A record that says
+``running`` is checked against its job's claim (`kdbench.runtime.joblock`): a free claim means the
+process that wrote it was killed (``killed``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kdbench.records.record import JOBS_FILE, RESULT_FILE
+from omegaconf import OmegaConf
+
+from kdbench.planning.study_config import job_folders
+from kdbench.records.record import JOBS_FILE, RESULT_FILE, read_json
 from kdbench.report.frames import exclusion
+from kdbench.runtime.joblock import describe, held_by, lock_of
+
+MULTIRUN_FILE = "multirun.yaml"  # Hydra's, in a sweep dir: the sweep's config and overrides
+KILLED = (
+    "ended without a last record: killed (a time limit, the OOM killer, a node failure); "
+    "re-run the sweep to resume it from its checkpoint"
+)
 
 
 def study_jobs(results_dir: Path) -> list[str] | None:
@@ -17,6 +31,27 @@ def study_jobs(results_dir: Path) -> list[str] | None:
     if not path.is_file():
         return None
     return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+
+
+def multirun_jobs(results_dir: Path) -> list[str]:
+    """The job folders, relative to `results_dir`, of the Hydra sweep that last ran in each sweep
+    dir under it (its multirun.yaml)."""
+    jobs = []
+    for path in sorted(results_dir.rglob(MULTIRUN_FILE)):
+        folder = path.parent.relative_to(results_dir)
+        jobs += [(folder / job).as_posix() for job in sweep_jobs(path)]
+    return jobs
+
+
+def sweep_jobs(path: Path) -> list[str]:
+    """The job folders a multirun.yaml's sweep names: Hydra's basic sweeper naming its jobs
+    kdbench's way (`hydra.sweep.subdir`); none for another sweeper or naming."""
+    cfg = OmegaConf.load(path)
+    sweeper = OmegaConf.select(cfg, "hydra.sweeper._target_", default="")
+    subdir = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir", "")
+    if not sweeper.endswith(".BasicSweeper") or "kdbench_job_dir" not in str(subdir):
+        return []
+    return job_folders(cfg, list(cfg.hydra.overrides.task))
 
 
 def of_jobs(files: list[Path], results_dir: Path, jobs: list[str]) -> tuple[list[Path], list]:
@@ -34,10 +69,41 @@ def of_jobs(files: list[Path], results_dir: Path, jobs: list[str]) -> tuple[list
         for path in files
         if folders[path] not in listed
     ]
-    found = {folders[path] for path in kept}
-    missing = [
-        exclusion(f"{job}/{RESULT_FILE}", "missing", "a job of the study without a record")
+    return kept, others + unrecorded(files, results_dir, jobs)
+
+
+def unrecorded(files: list[Path], results_dir: Path, jobs: list[str]) -> list[dict]:
+    """A ``missing`` exclusion per listed job without a record file, saying whether it started."""
+    found = {path.parent.relative_to(results_dir).as_posix() for path in files}
+    return [
+        exclusion(
+            f"{job}/{RESULT_FILE}",
+            "missing",
+            "a job of the sweep that wrote no record: "
+            + (
+                "it started but failed or was killed before its first record (its launcher's log "
+                "says why)"
+                if (results_dir / job).is_dir()
+                else "it never started (no job folder)"
+            ),
+        )
         for job in jobs
         if job not in found
     ]
-    return kept, others + missing
+
+
+def claim_state(row: dict, folder: Path) -> dict:
+    """A ``running`` record's exclusion as its job's claim tells it: the process running it, or
+    ``killed`` when nobody holds the claim (the holder's file left behind names the process)."""
+    lock, holder_file = lock_of(folder, 0)
+    if row["kind"] != "running" or not Path(lock.lock_file).is_file():
+        return row  # a folder without its claim (copied elsewhere): nothing to tell
+    try:
+        holder = held_by(folder)
+    except OSError:  # a folder this user cannot lock: nothing to tell
+        return row
+    if holder is not None:
+        return row | {"reason": f"status 'running': being run by {describe(holder)}"}
+    gone = read_json(holder_file)
+    who = describe(gone) if gone else "the process that wrote it"
+    return row | {"kind": "killed", "reason": f"status 'running', but {who} {KILLED}"}

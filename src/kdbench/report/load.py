@@ -20,7 +20,7 @@ from kdbench.records.record import (
 )
 from kdbench.report.collapse import UNKNOWN, collapse_status
 from kdbench.report.frames import COST_FIELDS, exclusion, key_text
-from kdbench.report.jobs import of_jobs, study_jobs
+from kdbench.report.jobs import claim_state, multirun_jobs, of_jobs, study_jobs, unrecorded
 
 
 @dataclass
@@ -95,7 +95,8 @@ def parse_record(path: Path, root: Path) -> tuple[dict | None, dict | None]:
         return None, exclusion(rel, "skipped", f"invalid JSON: {exc}")
     except (OSError, UnicodeDecodeError) as exc:
         return None, exclusion(rel, "skipped", f"unreadable: {exc}")
-    return parse_data(data, rel)
+    record, excluded = parse_data(data, rel)
+    return record, None if excluded is None else claim_state(excluded, path.parent)
 
 
 def parse_data(data, rel: str) -> tuple[dict | None, dict | None]:
@@ -303,9 +304,9 @@ def load_lines(path: Path) -> Loaded:
 
 
 def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
-    """Parse every ``result.json`` under ``results_dir`` (of a study's jobs alone, in its sweep dir:
-    :mod:`kdbench.report.jobs`), or every line of ``results_dir`` when it is a ``.jsonl`` file;
-    raises :class:`ReportError` on unusable input."""
+    """Parse every ``result.json`` under ``results_dir`` (of a study's jobs alone, in its sweep dir;
+    a sweep's jobs without one are exclusions: :mod:`kdbench.report.jobs`), or every line of
+    ``results_dir`` when it is a ``.jsonl`` file; raises :class:`ReportError` on unusable input."""
     if results_dir.is_file() and results_dir.suffix == ".jsonl":
         return load_lines(results_dir)
     if not results_dir.exists():
@@ -317,13 +318,16 @@ def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
             f"{results_dir} is not a directory; pass the directory your runs wrote to"
         )
     files = find_result_files(results_dir, skip=skip)
-    if not files:
+    jobs = study_jobs(results_dir)
+    if jobs is None:  # every record, and the jobs of each Hydra sweep here that wrote none
+        read, excluded = files, unrecorded(files, results_dir, multirun_jobs(results_dir))
+    else:
+        read, excluded = of_jobs(files, results_dir, jobs)
+    if not files and not excluded:
         raise ReportError(
             f"no {RESULT_FILE} found under {results_dir}; "
             "run some experiments first or point at the directory they wrote to"
         )
-    jobs = study_jobs(results_dir)
-    read, excluded = (files, []) if jobs is None else of_jobs(files, results_dir, jobs)
     records = []
     for path in read:
         record, excluded_row = parse_record(path, results_dir)

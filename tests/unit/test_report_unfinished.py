@@ -1,0 +1,107 @@
+"""kdbench.report on a sweep whose jobs did not all finish: each job a Hydra sweep names without a
+record (never started, or ended before its first), and each record left `running` by a killed
+process, is an exclusion that says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kdbench.report.cli import main
+from kdbench.runtime.joblock import claim
+from tests.unit.report_helpers import read_csv, run_main, write_run
+
+# Hydra's multirun.yaml as a sweep of `kdbench.run -m` leaves it (the keys the report reads)
+MULTIRUN = """\
+hydra:
+  sweep:
+    dir: {sweep_dir}
+    subdir: ${{kdbench_job_dir:${{hydra.job.override_dirname}},${{seed}}}}
+  sweeper:
+    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper
+    params:
+      objective: att_kl,hid_mse
+      seed: 1,2
+  overrides:
+    task:
+    - data.glue_dir=/data/glue
+  job:
+    config:
+      override_dirname:
+        kv_sep: '='
+        item_sep: ','
+        exclude_keys: [seed, data.glue_dir]
+seed: 1
+"""
+
+
+def kinds_and_reasons(out: Path) -> dict[str, tuple[str, str]]:
+    excluded = read_csv(out / "excluded.csv")
+    return {
+        path: (kind, reason) for path, kind, reason in excluded[["path", "kind", "reason"]].values
+    }
+
+
+def test_a_sweep_s_jobs_without_a_record_are_missing_and_say_whether_they_started(
+    tmp_path: Path, capsys
+):
+    sweep = tmp_path / "sweep"
+    for objective, seed in (("att_kl", 1), ("att_kl", 2), ("hid_mse", 1)):
+        write_run(sweep, name=f"objective={objective},seed={seed}", objective=objective, seed=seed)
+    (sweep / "objective=att_kl,seed=2" / "result.json").unlink()  # died before its first record
+    (sweep / "objective=att_kl,seed=2" / ".hydra").mkdir()
+    (sweep / "multirun.yaml").write_text(MULTIRUN.format(sweep_dir=sweep))
+    out = run_main(sweep)
+    assert len(read_csv(out / "results.csv")) == 2
+    excluded = kinds_and_reasons(out)
+    assert excluded.keys() == {
+        "objective=att_kl,seed=2/result.json",
+        "objective=hid_mse,seed=2/result.json",
+    }
+    kind, reason = excluded["objective=att_kl,seed=2/result.json"]
+    assert kind == "missing" and "started but failed or was killed" in reason
+    kind, reason = excluded["objective=hid_mse,seed=2/result.json"]
+    assert kind == "missing" and "never started" in reason
+    assert "2 missing" in capsys.readouterr().out
+
+
+def running_job(sweep: Path, holder: dict | None) -> Path:
+    """A job whose record says running, its claim's lock free, its holder's file as `holder`
+    left it."""
+    record = write_run(sweep, name="objective=att_kl,seed=2", seed=2, status="running")
+    (record.parent / ".kdbench-claim.0.lock").touch()
+    if holder is not None:
+        (record.parent / ".kdbench-claim.0.json").write_text(json.dumps(holder))
+    return record.parent
+
+
+def test_a_running_record_whose_claim_is_free_is_killed_and_names_its_process(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    write_run(sweep, name="objective=att_kl,seed=1")
+    running_job(sweep, {"host": "node07", "pid": 4242, "since": "2025-01-01T00:00:00Z"})
+    kind, reason = kinds_and_reasons(run_main(sweep))["objective=att_kl,seed=2/result.json"]
+    assert kind == "killed"
+    assert "pid 4242 on node07" in reason and "re-run the sweep to resume it" in reason
+
+
+def test_a_running_record_whose_claim_is_held_names_the_process_running_it(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    write_run(sweep, name="objective=att_kl,seed=1")
+    job = running_job(sweep, None)
+    with claim(job) as taken:
+        assert taken is None
+        kind, reason = kinds_and_reasons(run_main(sweep))["objective=att_kl,seed=2/result.json"]
+    assert kind == "running" and "being run by pid" in reason
+
+
+def test_a_sweep_without_any_record_lists_its_jobs_and_exits_2(tmp_path: Path, capsys):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(MULTIRUN.format(sweep_dir=sweep))
+    with pytest.raises(SystemExit) as exc:
+        main([str(sweep), "--out", str(tmp_path / "out"), "--no-plots"])
+    assert exc.value.code == 2
+    assert "4 missing" in capsys.readouterr().out
+    assert len(read_csv(tmp_path / "out" / "excluded.csv")) == 4
