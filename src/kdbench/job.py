@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from kdbench import __version__
 from kdbench.errors import KdbenchError, missing_package
 from kdbench.planning.finetune import distillation_record
-from kdbench.planning.paths import writable_folder
+from kdbench.planning.paths import saved_models, writable_folder
 from kdbench.planning.plan import Plan, make_plan
 from kdbench.planning.stage_specs import own_stages
 from kdbench.records.record import RESULT_FILE, RunRecord, provenance, write_json
@@ -29,7 +29,7 @@ from kdbench.runtime import distributed
 from kdbench.runtime.joblock import claim
 from kdbench.runtime.loggers import library_progress_bars, run_logs
 from kdbench.runtime.precision import apply_matmul_precision
-from kdbench.runtime.storage import MANIFEST, DiskFullError, sha256_of
+from kdbench.runtime.storage import DiskFullError
 from kdbench.training.signals import Interrupted, StoppedAtOnce, graceful_stop
 
 
@@ -112,27 +112,6 @@ def run_claimed(cfg: DictConfig, run_dir: Path) -> dict:
     if main_process:
         write_json(run_dir / "config.json", resolved)
     return execute(plan, identity(cfg, plan), run_dir, main_process)
-
-
-# The config keys that name a distilled student a run reads (a study's next step names each saved
-# student by one of them: `study_config.STUDENT_AS`).
-MODEL_KEYS = ("setting.student_path", "init.path", "teacher.name_or_path")
-
-
-def saved_models(resolved: dict) -> dict | None:
-    """The saved models kdbench sealed (`storage.MANIFEST`) that the config names, by key: the
-    SHA-256 of each one's manifest, which holds the hash of each of its files (the record's
-    `provenance.inputs`). A completed record stands for its config while these are the same: a
-    student distilled again in place is a new input to the jobs that read it."""
-    found = {}
-    for key in MODEL_KEYS:
-        value = resolved
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        manifest = Path(value).expanduser() / MANIFEST if isinstance(value, str) else None
-        if manifest is not None and manifest.is_file():
-            found[key] = sha256_of(manifest)
-    return found or None
 
 
 def error_text(exc: BaseException) -> str:

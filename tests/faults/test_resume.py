@@ -453,6 +453,42 @@ def test_a_student_distilled_again_in_place_is_fine_tuned_again(tiny_glue, tmp_p
     assert list(inputs[0]) == ["setting.student_path"] and inputs[0] != inputs[1]
 
 
+def test_a_fine_tuning_stopped_before_its_student_was_distilled_again_does_not_resume(
+    tiny_glue, tmp_path, monkeypatch
+):
+    """Its checkpoint and best dev evaluation are the old student's: the run is refused in one line
+    rather than ending with the old student's fine-tuning under the new student's name."""
+    corpora = [
+        write_tiny_corpus(tmp_path / f"corpus{i}", docs=docs) for i, docs in ((0, 60), (1, 40))
+    ]
+
+    def distil(corpus):
+        return run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
+
+    finetune = compose_config(
+        [
+            "setting=finetune",
+            "task=rte",
+            f"data.glue_dir={tiny_glue}",
+            f"setting.student_path={distil(corpora[0])['student_path']}",
+            "stages.finetune.epochs=2",
+            "stages.finetune.batch_size=16",
+            "trainer.checkpoint_every=2",
+            "trainer.progress_bar=false",
+            f"paths.run_dir={tmp_path / 'f'}",
+        ]
+    )
+    crash_at(monkeypatch, "finetune", 4)
+    with pytest.raises(Crash):
+        run(finetune)
+    monkeypatch.undo()
+    distil(corpora[1])
+    with pytest.raises(KdbenchError, match="another version of a saved model it reads"):
+        run(finetune)
+    record = json.loads((tmp_path / "f" / "result.json").read_text())
+    assert record["status"] == "failed" and "distilled again" in record["error"]
+
+
 def logged_steps(run_dir) -> list[tuple[str, int]]:
     """The (stage, step) of every row of the run's log but the teacher's (a cached teacher's
     fine-tuning is not the run's)."""

@@ -290,3 +290,57 @@ def test_a_signal_during_a_heldout_evaluation_stops_it_in_seconds_and_the_same_c
     resumed = clean_run(overrides, tmp_path / "cache")
     assert resumed["metrics"] == reference["metrics"]
     assert logged(tmp_path / "run") == logged(tmp_path / "ref")
+
+
+def stop_in_dev_evaluation(monkeypatch, evaluation: int) -> dict:
+    """A SIGTERM as a fine-tuning's `evaluation`-th dev evaluation starts; the dict gets the time
+    it was sent."""
+    from kdbench.recipes import finetune
+
+    real, calls, sent = finetune.evaluate, {"n": 0}, {}
+
+    def evaluate(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == evaluation:
+            sent["at"] = time.perf_counter()
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(finetune, "evaluate", evaluate)
+    return sent
+
+
+# 6 steps, the dev set evaluated at steps 2 and 4 and at the end (step 6)
+@pytest.mark.parametrize("evaluation", [1, 2, 3], ids=["step_2", "step_4", "final"])
+def test_a_signal_during_a_fine_tuning_dev_evaluation_resumes_to_the_same_scores_and_log(
+    tiny_glue, tmp_path, monkeypatch, evaluation
+):
+    corpus = write_tiny_corpus(tmp_path / "corpus")
+    distilled = clean_run(agnostic_overrides(corpus, tmp_path / "d"), tmp_path / "cache")
+
+    def finetune(run_dir: Path) -> list[str]:
+        return [
+            "setting=finetune",
+            "trainer=finetune_released",
+            "task=rte",
+            f"data.glue_dir={tiny_glue}",
+            f"setting.student_path={distilled['student_path']}",
+            "stages.finetune.epochs_per_task.rte=2",
+            "stages.finetune.batch_size=16",
+            "stages.finetune.eval_every_per_task.rte=2",
+            "trainer.log_every=1",
+            "trainer.progress_bar=false",
+            f"paths.run_dir={run_dir}",
+        ]
+
+    reference = clean_run(finetune(tmp_path / "ref"), tmp_path / "cache")
+    sent = stop_in_dev_evaluation(monkeypatch, evaluation)
+    with pytest.raises(Interrupted, match="in evaluation"):
+        clean_run(finetune(tmp_path / "run"), tmp_path / "cache")
+    assert time.perf_counter() - sent["at"] < STOPPED_WITHIN_S
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert (record["status"], record["stopped_in"]) == ("stopped", "evaluation")
+    monkeypatch.undo()
+    resumed = clean_run(finetune(tmp_path / "run"), tmp_path / "cache")
+    assert (resumed["metrics"], resumed["scored"]) == (reference["metrics"], reference["scored"])
+    assert logged(tmp_path / "run") == logged(tmp_path / "ref")

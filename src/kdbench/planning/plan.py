@@ -45,7 +45,7 @@ from kdbench.planning.groups import (
     trainer_spec,
 )
 from kdbench.planning.inits import init_spec
-from kdbench.planning.paths import writable_folder
+from kdbench.planning.paths import saved_models, writable_folder
 from kdbench.planning.specs import (
     AugmentSpec,
     BatchLayout,
@@ -155,8 +155,12 @@ def batch_layout(global_batch: int, world_size: int, device_batch) -> BatchLayou
 
 def config_fingerprint(resolved: dict) -> str:
     """Identifies the run's resolved config, less where it is written and how it computes
-    (`COMPUTATION_ONLY`)."""
+    (`COMPUTATION_ONLY`), with the saved models it reads (`saved_models`): a checkpoint of a run
+    whose student was distilled again in place since is not this run's."""
+    inputs = saved_models(resolved)
     resolved = json.loads(json.dumps(resolved, default=str))
+    if inputs is not None:
+        resolved["saved_models"] = inputs
     resolved.get("paths", {}).pop("run_dir", None)
     trainer = resolved.get("trainer", {})
     for how in COMPUTATION_ONLY:

@@ -46,7 +46,7 @@ from kdbench.teacher.logits import LogitsRows, teacher_logits_table
 from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
-from kdbench.training.hooks import standard_hooks
+from kdbench.training.hooks import standard_hooks, with_scorer
 from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import StepFn, output_logits, read_records, teacher_records_now
@@ -198,11 +198,12 @@ def distil(
 ) -> None:
     """One distillation stage, from `resume` (a checkpoint of it) when given: the student and the
     stage's objective trained on `_loss_step`; its times into `timing`. A `scorer` (the student's
-    dev evaluations) comes first among its hooks; the student then runs whole while it trains."""
+    dev evaluations) follows the step's log row (`with_scorer`); the student then runs whole while
+    it trains."""
     labels = torch.from_numpy(column_array(lesson.train_set, "labels"))
     tables = teacher_tables(plan, lesson, timing)
     teacher = lesson.teacher.model
-    hooks = hooks if scorer is None else [scorer, *hooks]
+    hooks = hooks if scorer is None else with_scorer(hooks, scorer)
     whole = scorer is not None
     with stage_step(plan, stage, student, teacher, labels, tables, whole) as (step, modules):
         loader = lesson.loader(stage, plan)

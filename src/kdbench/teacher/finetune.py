@@ -27,7 +27,7 @@ from kdbench.teacher.frozen import FineTuned, freeze
 from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
-from kdbench.training.hooks import Hook, standard_hooks
+from kdbench.training.hooks import Hook, standard_hooks, with_scorer
 from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import supervised_step
@@ -108,7 +108,7 @@ def teacher_hooks(
     if trainer.teacher_best_checkpoint:
         store, logged = checkpoints.folder / "best.pt", (log, "teacher_dev")
         best = BestDev(score, teacher, store, at_epochs=True, keep_weights=True, log=logged)
-        hooks.insert(0, best)
+        hooks = with_scorer(hooks, best)
     return hooks
 
 

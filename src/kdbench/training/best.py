@@ -4,8 +4,9 @@ step (TinyBERT's released prediction stage, the study's released fine-tuning).
 `BestDev` scores the model on its dev set(s) every `every` steps, after every epoch (`at_epochs`)
 and at the end, and keeps the evaluation of the best first metric: its step and metrics, and with
 `keep_weights` its weights, loaded back into the model at the end. The best so far lives in a file,
-so a resumed stage keeps the evaluations before it; the hook comes before the checkpoint hook, so a
-step's checkpoint follows its evaluation. A stop signal may cut an evaluation short after its step
+so a resumed stage keeps the evaluations before it; the hook comes after the step's log row and
+before the checkpoint hook (`kdbench.training.hooks.with_scorer`), so a step's checkpoint follows
+its evaluation. A stop signal may cut an evaluation short after its step
 is checkpointed (`kdbench.training.hooks.StopOnSignal`), so a resumed stage scores its first step
 again where an evaluation was due there. The dev set that chooses is the one the metrics report; a
 NaN score (the Pearson correlation of a constant prediction) is never better than a number.

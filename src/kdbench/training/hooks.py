@@ -172,6 +172,13 @@ class ProgressBar(Hook):
         self.bar.close()
 
 
+def with_scorer(hooks: list[Hook], scorer: Hook) -> list[Hook]:
+    """`standard_hooks` with a dev evaluation (`kdbench.training.best.BestDev`) after the step's
+    log row and before its checkpoint: a stop that cuts the evaluation short keeps the row in the
+    checkpointed log, and a step's checkpoint follows its evaluation."""
+    return [hooks[0], scorer, *hooks[1:]]
+
+
 def standard_hooks(
     trainer: TrainerSpec,
     log: StepLog,

@@ -41,9 +41,10 @@ class Resume:
         state, path = latest
         if state.get("fingerprint") != fingerprint:
             raise KdbenchError(
-                f"{checkpoints.folder} holds checkpoints of a different configuration: re-run the "
-                "same command to resume, or give this run its own directory (paths.run_dir or "
-                "Hydra's hydra.run.dir)"
+                f"{checkpoints.folder} holds checkpoints of a different configuration or of "
+                "another version of a saved model it reads (a student distilled again in place): "
+                "re-run the command that wrote them to resume, or give this run its own directory "
+                "(paths.run_dir or Hydra's hydra.run.dir)"
             )
         log.rewind(state, stages)
         logger.info(
