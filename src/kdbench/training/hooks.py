@@ -176,7 +176,8 @@ def with_scorer(hooks: list[Hook], scorer: Hook) -> list[Hook]:
     """`standard_hooks` with a dev evaluation (`kdbench.training.best.BestDev`) after the step's
     log row and before its checkpoint: a stop that cuts the evaluation short keeps the row in the
     checkpointed log, and a step's checkpoint follows its evaluation."""
-    return [hooks[0], scorer, *hooks[1:]]
+    at = next(i for i, hook in enumerate(hooks) if isinstance(hook, LogLosses)) + 1
+    return [*hooks[:at], scorer, *hooks[at:]]
 
 
 def standard_hooks(
