@@ -212,6 +212,21 @@ def test_device_batch_size_is_refused_outside_the_distillation_stage(
         make_plan(compose_config(overrides))
 
 
+def test_a_device_batch_that_divides_each_process_s_share_plans_on_several_processes(
+    tmp_path, monkeypatch
+):
+    """6 sequences over 2 processes are 3 each, one micro-batch under device_batch_size=4; the
+    held-out sample keeps one process's micro-batch of 4, though 4 does not divide 6."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    overrides = [
+        *setting_overrides("task_agnostic", None, tmp_path),
+        "stages.distillation.batch_size=6",
+        "stages.distillation.device_batch_size=4",
+    ]
+    batches = make_plan(compose_config(overrides)).batches
+    assert (batches.per_process, batches.accumulation, batches.heldout_batch) == (3, 1, 4)
+
+
 def test_padding_is_each_stage_s_own(tiny_glue, tmp_path):
     plan = plan_of(
         tiny_glue, tmp_path, "objective=tinybert", "stages.intermediate.padding=tinybert"

@@ -132,6 +132,12 @@ class Plan:
         )
 
 
+def micro_batch(device_batch: int | None, per_process: int) -> int:
+    """The sequences a process takes at once: `device_batch` (all of them when None), at most
+    `per_process`."""
+    return min(device_batch or per_process, per_process)
+
+
 def batch_layout(global_batch: int, world_size: int, device_batch) -> BatchLayout:
     """Micro-batches per process and gradient-accumulation steps giving exactly `global_batch` per
     step; `device_batch`: a number, or a callable choosing it from the batch per process."""
@@ -143,7 +149,7 @@ def batch_layout(global_batch: int, world_size: int, device_batch) -> BatchLayou
         )
     if callable(device_batch):
         device_batch = device_batch(per_process)
-    micro = min(device_batch or per_process, per_process)
+    micro = micro_batch(device_batch, per_process)
     if per_process % micro:
         raise ConfigError(
             f"stages.distillation.batch_size={global_batch} over {world_size} process(es) is "
@@ -271,14 +277,13 @@ def distillation_parts(cfg: DictConfig, common: dict) -> dict:
 def agnostic_batches(stage: StageSpec, device: torch.device, memory) -> BatchLayout:
     """The task-agnostic batch layout on `device` (`memory`: the step's bound, for
     `stages.distillation.device_batch_size=auto` on a GPU), its held-out micro-batch that of a
-    single process on the CPU (the same on any device and number of processes)."""
-
-    def layout(on: torch.device, processes: int) -> BatchLayout:
-        chosen = partial(device_batch, stage.device_batch_size, device=on, memory=memory)
-        return batch_layout(stage.batch_size, processes, chosen)
-
-    heldout = layout(torch.device("cpu"), 1).per_process
-    return replace(layout(device, distributed.current().size), heldout_batch=heldout)
+    single process on the CPU (the same on any device and number of processes; its sizes need not
+    divide, as the held-out sample takes whole micro-batches only)."""
+    chosen = partial(device_batch, stage.device_batch_size, memory=memory)
+    batch = stage.batch_size
+    heldout = micro_batch(chosen(batch, device=torch.device("cpu")), batch)
+    layout = batch_layout(batch, distributed.current().size, partial(chosen, device=device))
+    return replace(layout, heldout_batch=heldout)
 
 
 def agnostic_step_memory(terms, student_conf, teacher_conf, corpus, common) -> StepMemory:
