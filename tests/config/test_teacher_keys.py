@@ -12,6 +12,7 @@ from transformers import BertConfig, BertForMaskedLM
 
 from kdbench.models.tiny import tiny_tokenizer
 from kdbench.planning.plan import make_plan
+from kdbench.runtime import storage
 from kdbench.teacher.cache import cache_path, derived_key, teacher_identity, teacher_key
 from tests.helpers import compose_config, tiny_overrides
 
@@ -84,6 +85,25 @@ def test_a_local_teachers_keys_name_its_content_wherever_it_lies(tiny_glue, tmp_
     assert cache_path(again) != first
     assert teacher_key(again)["teacher"]["name_or_path"].startswith("sha256:")
     assert cache_path(plan(copy, "copy")) == first
+
+
+def test_a_local_teachers_files_are_read_once_per_process_while_unchanged(
+    tiny_glue, tmp_path, monkeypatch
+):
+    """Every key of a run (and of a sweep's runs in one process) names the folder by one read of
+    its files; a file written again is read again."""
+    tokenizer, folder = tiny_tokenizer(tmp_path / "tok"), tmp_path / "teacher"
+    save_teacher(folder, 0, tokenizer)
+    local = ["teacher=distilled", f"teacher.name_or_path={folder}"]
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path / "run", *local)))
+    read = []
+    sha256_of = storage.sha256_of
+    monkeypatch.setattr(storage, "sha256_of", lambda path: read.append(path) or sha256_of(path))
+    first = [cache_path(plan), teacher_key(plan), cache_path(plan)][0]
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    assert sorted(read) == files
+    save_teacher(folder, 1, tokenizer)
+    assert cache_path(plan) != first and len(read) == 2 * len(files)
 
 
 def test_a_hub_teachers_key_names_its_id_also_when_read_from_the_models_dir(tmp_path, monkeypatch):

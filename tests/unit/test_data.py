@@ -7,7 +7,7 @@ import datasets
 import pytest
 
 from kdbench.data.batches import make_loader
-from kdbench.data.glue import load_hf_split, load_split, subset, tokenize
+from kdbench.data.glue import load_hf_split, load_split, schema, subset, tokenize
 from kdbench.errors import DataError
 from kdbench.planning.groups import data_spec, task_spec
 from tests.helpers import compose_config
@@ -95,6 +95,41 @@ def test_tokenised_batches_are_dynamically_padded(tiny_glue):
         batch["input_ids"].shape[1] == lengths.max()
     )  # padded to the longest in the batch, not to 128
     assert set(batch) >= {"input_ids", "attention_mask", "labels", "idx"}
+
+
+class Pickled:
+    """An attribute that counts the times it is pickled."""
+
+    count = 0
+
+    def __reduce__(self):
+        Pickled.count += 1
+        return (Pickled, ())
+
+
+def test_tokenising_never_pickles_the_tokenizer_and_names_its_length(tiny_glue):
+    from kdbench.models.tiny import tiny_tokenizer
+
+    cfg = task_cfg("sst2", tiny_glue)
+    tokenizer = tiny_tokenizer(tiny_glue / "tok")
+    tokenizer.probe = Pickled()
+    dev = load_split(task_spec(cfg.task), "validation", data_spec(cfg.data))
+    short, full = (tokenize(dev, task_spec(cfg.task), tokenizer, n) for n in (8, 128))
+    assert Pickled.count == 0
+    assert short._fingerprint != full._fingerprint
+
+
+def test_tsv_columns_are_built_whole_not_value_by_value(tiny_glue, monkeypatch):
+    encoded = []
+    encode = datasets.Features.encode_column
+    monkeypatch.setattr(
+        datasets.Features,
+        "encode_column",
+        lambda self, column, name: encoded.append(name) or encode(self, column, name),
+    )
+    cfg = task_cfg("stsb", tiny_glue)
+    train = load_split(task_spec(cfg.task), "train", data_spec(cfg.data))
+    assert encoded == [] and train.features == schema(task_spec(cfg.task))
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,15 @@ source-agnostic.
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
 from kdbench.data import user_data
@@ -74,7 +77,16 @@ def read_tsv_split(task: TaskSpec, split: str, root: Path) -> datasets.Dataset:
             columns[field].append(row[position[field]])
         columns["label"].append(parse_label(task, row[position["label"]], path, line))
         columns["idx"].append(offset)
-    return datasets.Dataset.from_dict(columns, features=schema(task))
+    return typed_dataset(columns, schema(task))
+
+
+def typed_dataset(columns: dict[str, list], features: datasets.Features) -> datasets.Dataset:
+    """A dataset of columns whose values already have their features' types, each column made an
+    Arrow array at once (`from_dict` encodes plain lists one value at a time)."""
+    arrays = {
+        name: pa.array(values, type=features[name].pa_type) for name, values in columns.items()
+    }
+    return datasets.Dataset.from_dict(arrays, features=features)
 
 
 def schema(task: TaskSpec) -> datasets.Features:
@@ -182,7 +194,11 @@ def tokenize(
 
     with phase("tokenisation"):
         encoded = ds.map(
-            encode, batched=True, desc=f"tokenising {task.name}", load_from_cache_file=False
+            encode,
+            batched=True,
+            desc=f"tokenising {task.name}",
+            load_from_cache_file=False,
+            new_fingerprint=tokenised_fingerprint(ds, task, tokenizer, max_length),
         )
     keep = [
         c
@@ -192,6 +208,22 @@ def tokenize(
     encoded = encoded.select_columns(keep).rename_column("label", "labels")
     encoded.set_format("torch")
     return encoded
+
+
+def tokenised_fingerprint(ds: datasets.Dataset, task: TaskSpec, tokenizer, max_length: int) -> str:
+    """The fingerprint `tokenize`'s dataset takes, from what determines it: the examples (by their
+    own fingerprint), the text fields, the tokenizer (its fast backend's serialisation, else its
+    class, name and size) and the length. `tokenize` never reads a result back, so the name only
+    has to differ where the output does; left to datasets, it pickles the tokenizer to hash
+    `encode`, at every call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    tokens = (
+        backend.to_str()
+        if backend is not None
+        else [type(tokenizer).__name__, str(tokenizer.name_or_path), len(tokenizer)]
+    )
+    key = [ds._fingerprint, list(task.text_fields), tokens, max_length]
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]
 
 
 def train_subset(task: TaskSpec, data: DataSpec) -> datasets.Dataset:

@@ -9,6 +9,7 @@ A cache key names a model as `model_identity` does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -58,13 +59,23 @@ def model_identity(name_or_path: str) -> str:
 def folder_digest(folder: Path) -> str:
     """The SHA-256 of a model folder's files (its top level, as `from_pretrained` reads it): each
     one's name and SHA-256, every byte read once; kdbench's manifest (a summary of them) left
-    out."""
-    files = {
-        path.name: storage.sha256_of(path)
-        for path in sorted(folder.iterdir())
-        if path.is_file() and path.name != storage.MANIFEST
-    }
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    out. Read once per process while the files stay as they were (`_files_digest`)."""
+    files = sorted(
+        path for path in folder.iterdir() if path.is_file() and path.name != storage.MANIFEST
+    )
+    return _files_digest(tuple((path, _written(path)) for path in files))
+
+
+def _written(path: Path) -> tuple[int, ...]:
+    """What changes whenever a file is written: its inode, size, modification and change times."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
+@functools.cache
+def _files_digest(files: tuple[tuple[Path, tuple[int, ...]], ...]) -> str:
+    digests = {path.name: storage.sha256_of(path) for path, _ in files}
+    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
 
 
 def _not_found(name_or_path: str, exc: Exception) -> ModelNotFoundError:
