@@ -105,3 +105,58 @@ def test_a_sweep_without_any_record_lists_its_jobs_and_exits_2(tmp_path: Path, c
     assert exc.value.code == 2
     assert "4 missing" in capsys.readouterr().out
     assert len(read_csv(tmp_path / "out" / "excluded.csv")) == 4
+
+
+def sweep_of(tmp_path: Path, runs: dict[tuple[str, int], str]) -> Path:
+    """The MULTIRUN sweep with a record of status `runs[(objective, seed)]` for each listed job
+    (the others wrote none)."""
+    sweep = tmp_path / "sweep"
+    for (objective, seed), status in runs.items():
+        name = f"objective={objective},seed={seed}"
+        write_run(sweep, name=name, objective=objective, seed=seed, status=status)
+    (sweep / "multirun.yaml").write_text(MULTIRUN.format(sweep_dir=sweep))
+    return sweep
+
+
+def test_a_missing_job_s_row_has_its_cell_s_key_fields_and_its_folder_s_seed(tmp_path: Path):
+    done, failed = "completed", "failed"
+    sweep = sweep_of(tmp_path, {("att_kl", 1): done, ("att_kl", 2): done, ("hid_mse", 1): failed})
+    excluded = read_csv(run_main(sweep) / "excluded.csv").set_index("path")
+    row = excluded.loc["objective=hid_mse,seed=2/result.json"]
+    assert row["kind"] == "missing"
+    assert (row["setting"], row["task"], row["objective"], row["init"], row["seed"]) == (
+        "task_specific",
+        "rte",
+        "hid_mse",
+        "4,8,12",
+        2,
+    )
+
+
+def test_a_cell_of_the_design_without_a_score_shows_a_dash_and_what_its_jobs_lack(
+    tmp_path: Path,
+):
+    done, failed = "completed", "failed"
+    sweep = sweep_of(tmp_path, {("att_kl", 1): done, ("att_kl", 2): done, ("hid_mse", 1): failed})
+    out = run_main(sweep)
+    tables = (out / "tables.md").read_text()
+    assert "| hid_mse | — |" in tables
+    assert "hid_mse on RTE lacks 2 of 2 (1 failed, 1 missing); —: no completed run." in tables
+    assert "hid\\_mse & --- \\\\" in (out / "tables.tex").read_text()
+
+
+def test_a_cell_short_of_the_design_s_seeds_says_how_many_it_lacks_and_why(tmp_path: Path):
+    done = "completed"
+    sweep = sweep_of(tmp_path, {("att_kl", 1): done, ("hid_mse", 1): done, ("hid_mse", 2): done})
+    tables = (run_main(sweep) / "tables.md").read_text()
+    assert "| att_kl | **70.0** (n=1) |" in tables
+    note = "n = 2 seeds per cell unless marked (n=k). Seeds of the design without a score"
+    assert note + " (Excluded runs): att_kl on RTE lacks 1 of 2 (1 missing)._" in tables
+
+
+def test_a_failed_record_of_no_sweep_adds_no_cell_to_the_tables(tmp_path: Path):
+    results = tmp_path / "runs"
+    write_run(results, objective="att_kl", seed=1)
+    write_run(results, objective="hid_mse", seed=1, status="failed")
+    tables = (run_main(results) / "tables.md").read_text()
+    assert "| hid_mse |" not in tables and "without a score" not in tables

@@ -24,10 +24,9 @@ in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default
 ``cost.csv``
     (when a run measured its cost) per (task, teacher, student, objective, init) with a measured
     cost (``kdbench.measure.cost``): the score's mean, std and n over seeds, both models'
-    parameters, FLOPs
-    per example, latency (batch 1) and throughput (batch 32), and the student's speed-ups over its
-    teacher; shown as the Cost section of ``tables.md`` and, per task, in ``cost_<task>.png`` (score
-    against latency, seeds as error bars, the teacher as a star).
+    parameters, FLOPs per example, latency (batch 1) and throughput (batch 32), the student's
+    speed-ups over its teacher; shown as the Cost section of ``tables.md`` and, per task, in
+    ``cost_<task>.png`` (score against latency, seeds as error bars, the teacher as a star).
 ``summary.csv``
     long form: setting, teacher, student, objective, init, task, mean, std, n. ``std`` is the sample
     std (ddof=1), empty for n=1. Rows with ``task == "Avg"`` hold the mean of the per-task means of
@@ -36,10 +35,10 @@ in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default
     one table per (setting, teacher, student). Rows are objectives, or (objective, init) when the
     init varies within the table. Cells are ``mean ± std`` (just the mean when n=1), Avg is the mean
     of the per-task means. The best displayed mean per column is bold (all tied rows; no bold when a
-    column has fewer than two values). When n is the same in every cell the footnote reads ``n = 4
-    seeds per cell``; otherwise cells whose n differs from the most common n carry ``(n=k)`` and the
-    footnote says so. ``tables.tex`` is a fragment of ``table`` environments that needs
-    ``\\usepackage{booktabs}``.
+    column has fewer than two values). The footnote reads ``n = 4 seeds per cell``, or when n
+    varies ``unless marked (n=k)`` (cells whose n is not the most common carry it); then what each
+    cell of a study's or sweep's design lacks of its seeds and why (missing / killed / failed); a
+    cell without a completed run shows ``—``. ``tables.tex``: ``table`` environments (booktabs).
 ``pvalues.csv``
     paired t-tests (``scipy.stats.ttest_rel``, runs paired by seed; for the pooled task ``ALL`` by
     (task, seed)). Factor ``objective`` compares every pair of objectives at a fixed init, factor
@@ -86,7 +85,8 @@ in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default
     task-agnostic distillation record (no task; its GLUE fine-tuning runs carry the scores).
     ``grid``: a fine-tuning grid point (record with a ``grid`` dict) that lost to the best point of
     its student's grid on its task, the one used. ``not_in_study``: a record of none of a study's
-    jobs; ``missing``: a job of a study or sweep without one; ``killed``: a dead run (``jobs``).
+    jobs; ``missing``: a job of a study or sweep without one (its key: a record of its cell's);
+    ``killed``: a dead run (``jobs``).
 ``paper.csv`` (only with ``--paper``)
     every published cell of Wang et al. (2023), Tables 1-4 (the package data
     ``kdbench/paper/wang2023_tables.csv``), long form in kdbench's names: table, setting, teacher,
@@ -269,7 +269,7 @@ def _write_report(
     """Write the csv, markdown and LaTeX files; returns what the page shows and the number of
     unmatched runs."""
     summary = summarise(frame)
-    tables = build_tables(summary, frame)
+    tables = build_tables(summary, frame, excluded)
     pvalues = paired_tests(frame, args.alpha)
     unmatched = unmatched_runs(frame)
     _write_csv(frame.drop(columns=IN_MEMORY_COLS), out / "results.csv")

@@ -5,17 +5,21 @@ those jobs alone. Another record under the folder (a run of other overrides) is 
 jobs in its ``multirun.yaml``: each of them without a record is ``missing`` too (never started, or
 ended before its first record). A record that says
 ``running`` is checked against its job's claim (`kdbench.runtime.joblock`): a free claim means the
-process that wrote it was killed (``killed``)."""
+process that wrote it was killed (``killed``). A job of the study or sweep that did not finish
+keeps its place in the design: its exclusion names its job (``job``) and its cell's key fields
+(`of_design`), and the tables show what each cell lacks."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from collections import Counter
+from pathlib import Path, PurePosixPath
 
 from omegaconf import OmegaConf
 
 from kdbench.planning.study_config import job_folders
-from kdbench.records.record import JOBS_FILE, RESULT_FILE, read_json
-from kdbench.report.frames import exclusion
+from kdbench.records.record import JOBS_FILE, KEY_FIELDS, RESULT_FILE, read_json
+from kdbench.report.frames import GROUP_COLS, ROW_COLS, exclusion, key_text
 from kdbench.runtime.joblock import describe, held_by, lock_of
 
 MULTIRUN_FILE = "multirun.yaml"  # Hydra's, in a sweep dir: the sweep's config and overrides
@@ -23,6 +27,8 @@ KILLED = (
     "ended without a last record: killed (a time limit, the OOM killer, a node failure); "
     "re-run the sweep to resume it from its checkpoint"
 )
+UNFINISHED = ("failed", "killed", "missing", "running")  # a job's kinds of exclusion: no score yet
+JOB_NAME = re.compile(r"(?:(?P<cell>.*),)?seed=(?P<seed>[^,]+)")  # `job_dir_name`'s folders
 
 
 def study_jobs(results_dir: Path) -> list[str] | None:
@@ -107,3 +113,49 @@ def claim_state(row: dict, folder: Path) -> dict:
     gone = read_json(holder_file)
     who = describe(gone) if gone else "the process that wrote it"
     return row | {"kind": "killed", "reason": f"status 'running', but {who} {KILLED}"}
+
+
+def of_design(excluded: list[dict], records: list[dict], jobs: list[str]) -> list[dict]:
+    """The exclusions, each of a listed job that did not finish (`UNFINISHED`) naming its job
+    (``job``); a ``missing`` one takes its key fields from a record (completed or not) of a job of
+    its cell, the job of its folder less the seed, and its seed from its folder (none: it keeps
+    them empty)."""
+    listed = set(jobs)
+    known = {}
+    for row in records + excluded:
+        job, _ = job_cell(row["path"])
+        if job is not None and row.get("objective") is not None:
+            known.setdefault(job, row)
+    out = []
+    for row in excluded:
+        folder = PurePosixPath(row["path"]).parent.as_posix()
+        if row["kind"] not in UNFINISHED or folder not in listed:
+            out.append(row)
+            continue
+        cell, seed = job_cell(row["path"])
+        keys = {key: row[key] for key in KEY_FIELDS}
+        if row["kind"] == "missing" and cell in known:
+            keys = {key: key_text(known[cell][key]) for key in KEY_FIELDS} | {"seed": seed}
+        out.append(row | keys | {"job": folder})
+    return out
+
+
+def job_cell(path: str) -> tuple[str | None, str | None]:
+    """(the folder of a job's cell: its folder less the seed, the seed) of a record's path; (None,
+    None) for a folder not named as a sweep names its jobs."""
+    folder = PurePosixPath(path).parent
+    match = JOB_NAME.fullmatch(folder.name)
+    if match is None:
+        return None, None
+    return (folder.parent / (match["cell"] or "")).as_posix(), match["seed"]
+
+
+def unfinished_cells(excluded: list[dict]) -> dict[tuple, Counter]:
+    """Per cell of the design (group, objective, init, task), how many of its jobs did not finish,
+    by kind: the exclusions `of_design` names a job and a key for."""
+    cells: dict[tuple, Counter] = {}
+    for row in excluded:
+        key = tuple(row.get(column) for column in GROUP_COLS + ROW_COLS + ["task"])
+        if row.get("job") is not None and None not in key:
+            cells.setdefault(key, Counter())[row["kind"]] += 1
+    return cells

@@ -20,7 +20,14 @@ from kdbench.records.record import (
 )
 from kdbench.report.collapse import UNKNOWN, collapse_status
 from kdbench.report.frames import COST_FIELDS, exclusion, key_text
-from kdbench.report.jobs import claim_state, multirun_jobs, of_jobs, study_jobs, unrecorded
+from kdbench.report.jobs import (
+    claim_state,
+    multirun_jobs,
+    of_design,
+    of_jobs,
+    study_jobs,
+    unrecorded,
+)
 
 
 @dataclass
@@ -320,7 +327,8 @@ def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
     files = find_result_files(results_dir, skip=skip)
     jobs = study_jobs(results_dir)
     if jobs is None:  # every record, and the jobs of each Hydra sweep here that wrote none
-        read, excluded = files, unrecorded(files, results_dir, multirun_jobs(results_dir))
+        jobs = multirun_jobs(results_dir)
+        read, excluded = files, unrecorded(files, results_dir, jobs)
     else:
         read, excluded = of_jobs(files, results_dir, jobs)
     if not files and not excluded:
@@ -335,4 +343,5 @@ def load_records(results_dir: Path, skip: Path | None = None) -> Loaded:
             records.append(record)
         else:
             excluded.append(excluded_row)
+    excluded = of_design(excluded, records, jobs)
     return Loaded(records=records, excluded=excluded, n_files=len(files))

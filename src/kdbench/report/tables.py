@@ -14,8 +14,11 @@ from kdbench.report.frames import (
     chosen_on_dev,
     natural_key,
 )
-from kdbench.report.task_names import ordered_tasks
+from kdbench.report.jobs import unfinished_cells
+from kdbench.report.task_names import ordered_tasks, task_title
 from kdbench.report.text import column_head, fmt, md_escape, md_head, md_row
+
+NO_SCORE = "—"  # a cell of the design without a completed run
 
 
 @dataclass
@@ -34,6 +37,8 @@ class Table:
     inits: list[str] = field(default_factory=list)
     collapsed: pd.DataFrame | None = None  # tasks only: runs collapsed to one class (NaN: unknown)
     chosen: str = ""  # what its scores were chosen on, when it is the dev set they report
+    # per (row, task): how many of the design's jobs of the cell did not finish, by kind
+    short: dict[tuple, Counter] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -77,24 +82,35 @@ class Table:
         return len(values) <= 1
 
 
-def build_tables(summary: pd.DataFrame, frame: pd.DataFrame | None = None) -> list[Table]:
+def build_tables(
+    summary: pd.DataFrame, frame: pd.DataFrame | None = None, excluded: list[dict] | None = None
+) -> list[Table]:
     """Pivot the long summary into one :class:`Table` per (setting, teacher, student); with the
-    runs (`frame`), each says what its scores were chosen on (`chosen_on_dev`)."""
+    runs (`frame`), each says what its scores were chosen on (`chosen_on_dev`); with the
+    exclusions, the cells of the design whose jobs did not all finish (`unfinished_cells`)."""
     if summary.empty:
         return []
     runs = {} if frame is None else dict(list(frame.groupby(GROUP_COLS, sort=True)))
+    unfinished = unfinished_cells(excluded or [])
     return [
-        _table(key, group, "" if key not in runs else chosen_on_dev(runs[key]))
+        _table(
+            key,
+            group,
+            "" if key not in runs else chosen_on_dev(runs[key]),
+            {(cell[3:5], cell[5]): kinds for cell, kinds in unfinished.items() if cell[:3] == key},
+        )
         for key, group in summary.groupby(GROUP_COLS, sort=True)
     ]
 
 
-def _table(key: tuple[str, str, str], group: pd.DataFrame, chosen: str) -> Table:
-    """One group's summary rows pivoted to (objective, init) x task."""
+def _table(key: tuple[str, str, str], group: pd.DataFrame, chosen: str, short: dict) -> Table:
+    """One group's summary rows pivoted to (objective, init) x task, with the cells of the design
+    that have none (`short`: per (row, task) its unfinished jobs by kind)."""
     per_task = group[group["task"] != AVG]
-    tasks = ordered_tasks(per_task["task"])
+    tasks = ordered_tasks([*per_task["task"], *(task for _, task in short)])
     rows = sorted(
-        {tuple(r) for r in per_task[ROW_COLS].itertuples(index=False, name=None)},
+        {tuple(r) for r in per_task[ROW_COLS].itertuples(index=False, name=None)}
+        | {row for row, _ in short},
         key=lambda r: (natural_key(r[0]), natural_key(r[1])),
     )
     index = pd.MultiIndex.from_tuples(rows, names=ROW_COLS)
@@ -120,6 +136,7 @@ def _table(key: tuple[str, str, str], group: pd.DataFrame, chosen: str) -> Table
         inits=inits,
         collapsed=pivot("collapsed", tasks).astype(float),
         chosen=chosen,
+        short=short,
     )
 
 
@@ -156,7 +173,31 @@ def _footnote(table: Table) -> str:
         return table.chosen
     seeds = "seed" if modal == 1 else "seeds"
     marked = "" if table.n_uniform() else " unless marked (n=k)"
-    return " ".join(filter(None, [f"n = {modal} {seeds} per cell{marked}.", table.chosen]))
+    counted = f"n = {modal} {seeds} per cell{marked}."
+    return " ".join(filter(None, [counted, _short_note(table), table.chosen]))
+
+
+def _short_note(table: Table) -> str:
+    """What the cells short of the design's seeds lack, and why (their exclusions)."""
+    cells = []
+    for (row, task), kinds in sorted(
+        table.short.items(),
+        key=lambda c: (table.rows.index(c[0][0]), table.tasks.index(c[0][1])),
+    ):
+        n = table.n.at[row, task]
+        lacking = sum(kinds.values())
+        label = f"{row[0]} ({row[1]})" if table.show_init else row[0]
+        why = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+        design = lacking + (0 if pd.isna(n) else int(n))
+        cells.append(f"{label} on {task_title(task)} lacks {lacking} of {design} ({why})")
+    if not cells:
+        return ""
+    dash = (
+        f"; {NO_SCORE}: no completed run"
+        if any(pd.isna(table.mean.at[row, task]) for row, task in table.short)
+        else ""
+    )
+    return f"Seeds of the design without a score (Excluded runs): {'; '.join(cells)}{dash}."
 
 
 DESCRIPTION = (
@@ -185,7 +226,7 @@ def body_cells(table: Table, digits: int, escape, *, pm: str, bold: str):
         for column in table.columns:
             parts = _cell_parts(table, row, column, digits)
             if parts is None:
-                cells.append("")
+                cells.append(escape(NO_SCORE) if (row, column) in table.short else "")
                 continue
             mean, std, mark = parts
             text = mean if std is None else f"{mean} {pm} {std}"
@@ -242,6 +283,7 @@ _TEX_SPECIAL = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    NO_SCORE: "---",
 }
 
 
