@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from kdbench.planning.hydra_config import check_overrides
+from kdbench.planning.hydra_config import check_overrides, check_run_folder
 from tests.helpers import agnostic_overrides, tiny_overrides, write_tiny_corpus, write_tiny_glue
 
 
@@ -316,6 +316,41 @@ def test_a_setting_that_trains_in_one_process_refuses_a_launch_of_several(
         "hydra/launcher=slurm, not slurm_ddp",
     )
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
+
+
+def test_a_launch_of_several_processes_into_hydras_dated_folder_is_refused(tmp_path, monkeypatch):
+    """Each process would date its own folder by the second it starts in: rank 0's record and
+    checkpoints in one, rank 1's claim and log in another. Refused before Hydra makes any."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    work = tmp_path / "work"
+    work.mkdir()
+    overrides = in_hydras_folder(agnostic_overrides(write_tiny_corpus(tmp_path), tmp_path))
+    result = cli(*overrides, cwd=work)
+    assert_one_line_error(result, "this launch started 2 processes", "paths.run_dir=DIR")
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("environment", "extra", "refused"),
+    [
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, [], True),  # srun -n 2
+        ({"WORLD_SIZE": "2"}, ["paths.run_dir=/tmp/x"], False),
+        ({"WORLD_SIZE": "2"}, ["hydra.run.dir=/tmp/x"], False),
+        ({"WORLD_SIZE": "2"}, ["-m", "seed=1,2"], False),  # a sweep names its jobs' folders
+        ({"WORLD_SIZE": "1"}, [], False),
+    ],
+)
+def test_only_several_processes_without_a_named_run_folder_are_refused(
+    monkeypatch, environment, extra, refused
+):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    if not refused:
+        check_run_folder(["setting=task_agnostic", *extra])
+        return
+    with pytest.raises(SystemExit) as exited:
+        check_run_folder(["setting=task_agnostic", *extra])
+    assert exited.value.code == 2
 
 
 def test_cli_success_prints_scores_and_where_the_record_is(tiny_glue, tmp_path):

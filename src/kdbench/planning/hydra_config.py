@@ -15,6 +15,7 @@ from pathlib import Path
 from kdbench.errors import ConfigError
 from kdbench.planning.paths import writable_folder
 from kdbench.planning.stage_specs import renamed
+from kdbench.runtime.processes import launched
 
 # Hydra flags that take a value (the value is not an override).
 _VALUE_FLAGS = {
@@ -115,6 +116,24 @@ def check_overrides(argv: list[str]) -> None:
             check_job_folders(overrides_of(argv) or [])
     except ConfigError as exc:
         fail(str(exc))
+
+
+def check_run_folder(argv: list[str]) -> None:
+    """Refuses a single run of several processes (torchrun, `srun -n N`) whose folder is Hydra's
+    dated one: each process composes its own config, dated by the second it starts in, so one
+    launch could write to several folders (rank 0 the record and checkpoints, the others their
+    claims and logs) and could not be resumed as one. Exit 2 with one line."""
+    processes, tokens = launched(), overrides_of(argv)
+    if processes < 2 or tokens is None or {"-m", "--multirun"} & set(argv):
+        return
+    if any(token.lstrip("+").startswith("hydra.run.dir=") for token in tokens):
+        return
+    if not compose(sweep_point(argv)).paths.run_dir:
+        fail(
+            f"this launch started {processes} processes, and each would name its own dated run "
+            "folder: give them one with paths.run_dir=DIR (the same on every process; re-run "
+            "with it to resume)"
+        )
 
 
 def check_job_folders(tokens: list[str]) -> None:

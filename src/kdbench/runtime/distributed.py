@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from kdbench.errors import ConfigError
+from kdbench.runtime.processes import job_tasks
 
 
 @dataclass(frozen=True)
@@ -34,20 +35,6 @@ class World:
     @property
     def distributed(self) -> bool:
         return self.size > 1
-
-
-# The variable that holds a job's number of tasks: its own for submitit's local executor,
-# SLURM's otherwise (under submitit's SLURM executor too).
-TASK_COUNTS = {"local": "SUBMITIT_LOCAL_NTASKS"}
-
-
-def job_tasks() -> int:
-    """How many tasks this process's SLURM or submitit job has, as its environment says (1 outside
-    a job)."""
-    executor = os.environ.get("SUBMITIT_EXECUTOR")
-    if executor is None and "SLURM_PROCID" not in os.environ:
-        return 1
-    return int(os.environ.get(TASK_COUNTS.get(executor, "SLURM_NTASKS")) or 1)
 
 
 def job_environment():
