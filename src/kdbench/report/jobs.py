@@ -12,14 +12,13 @@ keeps its place in the design: its exclusion names its job (``job``) and its cel
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path, PurePosixPath
 
 from omegaconf import OmegaConf
 
 from kdbench.planning.study_config import job_folders
 from kdbench.records.record import JOBS_FILE, KEY_FIELDS, RESULT_FILE, read_json
-from kdbench.report.frames import GROUP_COLS, ROW_COLS, exclusion, key_text
+from kdbench.report.frames import exclusion, key_text
 from kdbench.runtime.joblock import describe, held_by, lock_of
 
 MULTIRUN_FILE = "multirun.yaml"  # Hydra's, in a sweep dir: the sweep's config and overrides
@@ -148,14 +147,3 @@ def job_cell(path: str) -> tuple[str | None, str | None]:
     if match is None:
         return None, None
     return (folder.parent / (match["cell"] or "")).as_posix(), match["seed"]
-
-
-def unfinished_cells(excluded: list[dict]) -> dict[tuple, Counter]:
-    """Per cell of the design (group, objective, init, task), how many of its jobs did not finish,
-    by kind: the exclusions `of_design` names a job and a key for."""
-    cells: dict[tuple, Counter] = {}
-    for row in excluded:
-        key = tuple(row.get(column) for column in GROUP_COLS + ROW_COLS + ["task"])
-        if row.get("job") is not None and None not in key:
-            cells.setdefault(key, Counter())[row["kind"]] += 1
-    return cells

@@ -14,7 +14,6 @@ from kdbench.report.frames import (
     chosen_on_dev,
     natural_key,
 )
-from kdbench.report.jobs import unfinished_cells
 from kdbench.report.task_names import ordered_tasks, task_title
 from kdbench.report.text import column_head, fmt, md_escape, md_head, md_row
 
@@ -316,3 +315,14 @@ def render_latex(tables: list[Table], digits: int = 1) -> str:
             out.append(" & ".join(cells) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     return "\n".join(out)
+
+
+def unfinished_cells(excluded: list[dict]) -> dict[tuple, Counter]:
+    """Per cell of the design (group, objective, init, task), how many of its jobs did not finish,
+    by kind: the exclusions `kdbench.report.jobs.of_design` names a job and a key for."""
+    cells: dict[tuple, Counter] = {}
+    for row in excluded:
+        key = tuple(row.get(column) for column in GROUP_COLS + ROW_COLS + ["task"])
+        if row.get("job") is not None and None not in key:
+            cells.setdefault(key, Counter())[row["kind"]] += 1
+    return cells
