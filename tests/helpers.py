@@ -113,6 +113,25 @@ def agnostic_overrides(corpus: Path, run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+def released_finetune_overrides(
+    student: str, glue_dir: Path, run_dir: Path, *extra: str
+) -> list[str]:
+    """The study's released fine-tuning of a tiny student on tiny RTE: 2 epochs of batches of 16
+    (6 steps)."""
+    return [
+        "setting=finetune",
+        "trainer=finetune_released",
+        "task=rte",
+        f"data.glue_dir={glue_dir}",
+        f"setting.student_path={student}",
+        "stages.finetune.epochs_per_task.rte=2",
+        "stages.finetune.batch_size=16",
+        "trainer.progress_bar=false",
+        f"paths.run_dir={run_dir}",
+        *extra,
+    ]
+
+
 def compose_config(overrides: list[str] | None = None):
     from hydra import (
         compose,

@@ -18,7 +18,13 @@ from kdbench.job import run
 from kdbench.training import evaluate, loop
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.signals import Interrupted, graceful_stop
-from tests.helpers import agnostic_overrides, compose_config, tiny_overrides, write_tiny_corpus
+from tests.helpers import (
+    agnostic_overrides,
+    compose_config,
+    released_finetune_overrides,
+    tiny_overrides,
+    write_tiny_corpus,
+)
 
 CHECKPOINTED = (
     "trainer.checkpoint_every=1",
@@ -157,20 +163,15 @@ def test_a_crashed_fine_tuning_resumes_with_the_evaluations_before_its_checkpoin
     distilled = run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
 
     def finetune(run_dir):  # 6 steps, each evaluated; checkpoints at steps 2, 3 (an epoch) and 4
+        student = distilled["student_path"]
         return compose_config(
-            [
-                "setting=finetune",
-                "trainer=finetune_released",
-                "task=rte",
-                f"data.glue_dir={tiny_glue}",
-                f"setting.student_path={distilled['student_path']}",
-                "stages.finetune.epochs_per_task.rte=2",
-                "stages.finetune.batch_size=16",
+            released_finetune_overrides(
+                student,
+                tiny_glue,
+                run_dir,
                 "stages.finetune.eval_every_per_task.rte=1",
                 "trainer.checkpoint_every=2",
-                "trainer.progress_bar=false",
-                f"paths.run_dir={run_dir}",
-            ]
+            )
         )
 
     reference = run(finetune(tmp_path / "ref"))
@@ -422,10 +423,10 @@ def test_a_non_finite_loss_names_the_term_and_keeps_the_last_good_checkpoint(
     assert state["stage"] == "intermediate" and state["step"] == 4  # the last good step
 
 
-def test_a_student_distilled_again_in_place_is_fine_tuned_again(tiny_glue, tmp_path):
-    """A completed fine-tuning stands for its config and the student it read: distilled again in
-    its folder (the corpus' path is not in a job folder's name), the student is a new input and its
-    fine-tuning runs again; the same student is skipped."""
+def fine_tuning_of_a_student(tiny_glue, tmp_path, *overrides):
+    """The fine-tuning config (`overrides` added) of a tiny task-agnostic student, and what distils
+    that student again into its folder from another corpus (the corpus' path is not in a job
+    folder's name)."""
     corpora = [
         write_tiny_corpus(tmp_path / f"corpus{i}", docs=docs) for i, docs in ((0, 60), (1, 40))
     ]
@@ -439,14 +440,24 @@ def test_a_student_distilled_again_in_place_is_fine_tuned_again(tiny_glue, tmp_p
             "task=rte",
             f"data.glue_dir={tiny_glue}",
             f"setting.student_path={distil(corpora[0])['student_path']}",
-            "stages.finetune.epochs=1",
+            *overrides,
             "trainer.progress_bar=false",
             f"paths.run_dir={tmp_path / 'f'}",
         ]
     )
+    return finetune, lambda: distil(corpora[1])
+
+
+def test_a_student_distilled_again_in_place_is_fine_tuned_again(tiny_glue, tmp_path):
+    """A completed fine-tuning stands for its config and the student it read: distilled again in
+    its folder, the student is a new input and its fine-tuning runs again; the same student is
+    skipped."""
+    finetune, distil_again = fine_tuning_of_a_student(
+        tiny_glue, tmp_path, "stages.finetune.epochs=1"
+    )
     first = run(finetune)
     assert run(finetune).get("skipped")
-    distil(corpora[1])
+    distil_again()
     again = run(finetune)
     assert not again.get("skipped")
     inputs = [record["provenance"]["inputs"] for record in (first, again)]
@@ -458,31 +469,18 @@ def test_a_fine_tuning_stopped_before_its_student_was_distilled_again_does_not_r
 ):
     """Its checkpoint and best dev evaluation are the old student's: the run is refused in one line
     rather than ending with the old student's fine-tuning under the new student's name."""
-    corpora = [
-        write_tiny_corpus(tmp_path / f"corpus{i}", docs=docs) for i, docs in ((0, 60), (1, 40))
-    ]
-
-    def distil(corpus):
-        return run(compose_config(agnostic_overrides(corpus, tmp_path / "d", "objective=att_kl")))
-
-    finetune = compose_config(
-        [
-            "setting=finetune",
-            "task=rte",
-            f"data.glue_dir={tiny_glue}",
-            f"setting.student_path={distil(corpora[0])['student_path']}",
-            "stages.finetune.epochs=2",
-            "stages.finetune.batch_size=16",
-            "trainer.checkpoint_every=2",
-            "trainer.progress_bar=false",
-            f"paths.run_dir={tmp_path / 'f'}",
-        ]
+    finetune, distil_again = fine_tuning_of_a_student(
+        tiny_glue,
+        tmp_path,
+        "stages.finetune.epochs=2",
+        "stages.finetune.batch_size=16",
+        "trainer.checkpoint_every=2",
     )
     crash_at(monkeypatch, "finetune", 4)
     with pytest.raises(Crash):
         run(finetune)
     monkeypatch.undo()
-    distil(corpora[1])
+    distil_again()
     with pytest.raises(KdbenchError, match="another version of a saved model it reads"):
         run(finetune)
     record = json.loads((tmp_path / "f" / "result.json").read_text())

@@ -28,6 +28,7 @@ from tests.helpers import (
     TINY_MLM_SHAPE,
     agnostic_overrides,
     compose_config,
+    released_finetune_overrides,
     tiny_overrides,
     write_tiny_corpus,
     write_tiny_mlm_tokenizer,
@@ -319,19 +320,14 @@ def test_a_signal_during_a_fine_tuning_dev_evaluation_resumes_to_the_same_scores
     distilled = clean_run(agnostic_overrides(corpus, tmp_path / "d"), tmp_path / "cache")
 
     def finetune(run_dir: Path) -> list[str]:
-        return [
-            "setting=finetune",
-            "trainer=finetune_released",
-            "task=rte",
-            f"data.glue_dir={tiny_glue}",
-            f"setting.student_path={distilled['student_path']}",
-            "stages.finetune.epochs_per_task.rte=2",
-            "stages.finetune.batch_size=16",
+        student = distilled["student_path"]
+        return released_finetune_overrides(
+            student,
+            tiny_glue,
+            run_dir,
             "stages.finetune.eval_every_per_task.rte=2",
             "trainer.log_every=1",
-            "trainer.progress_bar=false",
-            f"paths.run_dir={run_dir}",
-        ]
+        )
 
     reference = clean_run(finetune(tmp_path / "ref"), tmp_path / "cache")
     sent = stop_in_dev_evaluation(monkeypatch, evaluation)
