@@ -145,6 +145,19 @@ def test_a_cell_of_the_design_without_a_score_shows_a_dash_and_what_its_jobs_lac
     assert "hid\\_mse & --- \\\\" in (out / "tables.tex").read_text()
 
 
+def test_the_page_says_what_a_cell_without_a_score_lacks_as_tables_md_does(tmp_path: Path):
+    done, failed = "completed", "failed"
+    sweep = sweep_of(tmp_path, {("att_kl", 1): done, ("att_kl", 2): done, ("hid_mse", 1): failed})
+    out = run_main(sweep)
+    note = "hid_mse on RTE lacks 2 of 2 (1 failed, 1 missing); —: no completed run."
+    assert note in (out / "tables.md").read_text()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert (
+        "<td>—</td>" in page
+        and f"Seeds of the design without a score (Excluded runs): {note}" in page
+    )
+
+
 def test_a_cell_short_of_the_design_s_seeds_says_how_many_it_lacks_and_why(tmp_path: Path):
     done = "completed"
     sweep = sweep_of(tmp_path, {("att_kl", 1): done, ("hid_mse", 1): done, ("hid_mse", 2): done})

@@ -25,7 +25,7 @@ from markdown_it import MarkdownIt
 from kdbench.report.frames import GROUP_COLS, ROW_COLS, code_versions
 from kdbench.report.significance import family_section, significance_intro
 from kdbench.report.stats import families
-from kdbench.report.tables import DESCRIPTION, Table, body_cells
+from kdbench.report.tables import DESCRIPTION, Table, body_cells, short_note
 from kdbench.report.text import column_head
 from kdbench.runtime.storage import atomic_write_text
 
@@ -160,6 +160,12 @@ def measured_table(parts: PageParts, table: Table) -> str:
     return f'<table class="measured"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _notes(table: Table) -> str:
+    """What the measured table's cells are, what its cells short of the design lack (as tables.md
+    says it) and what its scores were chosen on."""
+    return " ".join(filter(None, [DESCRIPTION, short_note(table), table.chosen]))
+
+
 def study_section(parts: PageParts, table: Table, index: int) -> str:
     runs = parts.frame[
         (parts.frame[GROUP_COLS] == pd.Series(table.key, index=GROUP_COLS)).all(axis=1)
@@ -172,7 +178,7 @@ def study_section(parts: PageParts, table: Table, index: int) -> str:
         f"code {html.escape(code_versions(runs))}.</p>",
         "<h3>Measured</h3>",
         measured_table(parts, table),
-        f'<p class="meta">{html.escape(" ".join(filter(None, [DESCRIPTION, table.chosen])))}</p>',
+        f'<p class="meta">{html.escape(_notes(table))}</p>',
         "<h3>Wall time</h3>",
         markdown(parts.walltimes.get(table.key, [])),
     ]

@@ -173,10 +173,10 @@ def _footnote(table: Table) -> str:
     seeds = "seed" if modal == 1 else "seeds"
     marked = "" if table.n_uniform() else " unless marked (n=k)"
     counted = f"n = {modal} {seeds} per cell{marked}."
-    return " ".join(filter(None, [counted, _short_note(table), table.chosen]))
+    return " ".join(filter(None, [counted, short_note(table), table.chosen]))
 
 
-def _short_note(table: Table) -> str:
+def short_note(table: Table) -> str:
     """What the cells short of the design's seeds lack, and why (their exclusions)."""
     cells = []
     for (row, task), kinds in sorted(
