@@ -173,3 +173,24 @@ def test_a_failed_record_of_no_sweep_adds_no_cell_to_the_tables(tmp_path: Path):
     write_run(results, objective="hid_mse", seed=1, status="failed")
     tables = (run_main(results) / "tables.md").read_text()
     assert "| hid_mse |" not in tables and "without a score" not in tables
+
+
+def test_a_group_of_the_design_without_a_completed_run_has_a_table_of_dashes(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    for student, status in (("3x768", "completed"), ("6x768", "failed")):
+        for seed in (1, 2):
+            name = f"model.student={student},seed={seed}"
+            write_run(sweep, name=name, student=student, seed=seed, status=status)
+    multirun = MULTIRUN.format(sweep_dir=sweep)
+    (sweep / "multirun.yaml").write_text(
+        multirun.replace("objective: att_kl,hid_mse", "model.student: 3x768,6x768")
+    )
+    out = run_main(sweep, "--paper", plots=True)
+    title = "setting task_specific, teacher roberta_base, student 6x768, init 4,8,12"
+    note = "att_kl on RTE lacks 2 of 2 (2 failed); —: no completed run."
+    tables = (out / "tables.md").read_text()
+    assert f"## {title}\n\n| Objective | RTE |\n|---|---:|\n| att_kl | — |\n\n_Seeds" in tables
+    assert note in tables
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert f'<h2>{title}</h2>\n<p class="meta">0 runs.</p>' in page and note in page
+    assert not list(out.glob("scores_*6x768*.png"))

@@ -36,9 +36,9 @@ in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default
     init varies within the table. Cells are ``mean ± std`` (just the mean when n=1), Avg is the mean
     of the per-task means. The best displayed mean per column is bold (all tied rows; no bold when a
     column has fewer than two values). The footnote reads ``n = 4 seeds per cell``, or when n
-    varies ``unless marked (n=k)`` (cells whose n is not the most common carry it); then what each
-    cell of a study's or sweep's design lacks of its seeds and why (missing / killed / failed); a
-    cell without a completed run shows ``—``. ``tables.tex``: ``table`` environments (booktabs).
+    varies ``unless marked (n=k)``; then what each cell of a study's or sweep's design lacks of its
+    seeds and why (missing / killed / failed); a cell without a completed run shows ``—``, a group
+    without one is a table of them. ``tables.tex``: ``table`` environments (booktabs).
 ``pvalues.csv``
     paired t-tests (``scipy.stats.ttest_rel``, runs paired by seed; for the pooled task ``ALL`` by
     (task, seed)). Factor ``objective`` compares every pair of objectives at a fixed init, factor

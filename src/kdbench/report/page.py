@@ -172,10 +172,10 @@ def study_section(parts: PageParts, table: Table, index: int) -> str:
     ]
     notes = sorted(runs["paper_note"].dropna().unique())
     design = f"Stands for the paper's design: {'; '.join(notes)}. " if notes else ""
+    code = f"; code {code_versions(runs)}" if len(runs) else ""
     out = [
         f'<section id="study-{index}"><h2>{html.escape(table.title)}</h2>',
-        f'<p class="meta">{html.escape(design)}{len(runs)} runs; '
-        f"code {html.escape(code_versions(runs))}.</p>",
+        f'<p class="meta">{html.escape(design)}{len(runs)} runs{html.escape(code)}.</p>',
         "<h3>Measured</h3>",
         measured_table(parts, table),
         f'<p class="meta">{html.escape(_notes(table))}</p>',

@@ -205,8 +205,8 @@ def write_plots(
     papers = paper_marks(frame, paper)
     written: dict[tuple[str, str, str], list[Path]] = {}
     for t in tables:
-        if t.tasks:
-            runs = frame[(frame[GROUP_COLS] == pd.Series(t.key, index=GROUP_COLS)).all(axis=1)]
+        runs = frame[(frame[GROUP_COLS] == pd.Series(t.key, index=GROUP_COLS)).all(axis=1)]
+        if not runs.empty:  # a group of the design without a completed run has no scores to plot
             path = out / names(f"scores_{group_stem(*t.key)}")
             written.setdefault(t.key, []).append(
                 plot_scores(t, runs, pvalues, references(frame, t.key), papers, path, alpha)

@@ -86,19 +86,22 @@ def build_tables(
 ) -> list[Table]:
     """Pivot the long summary into one :class:`Table` per (setting, teacher, student); with the
     runs (`frame`), each says what its scores were chosen on (`chosen_on_dev`); with the
-    exclusions, the cells of the design whose jobs did not all finish (`unfinished_cells`)."""
+    exclusions, the cells of the design whose jobs did not all finish (`unfinished_cells`), and a
+    table for each group of the design without a completed run."""
     if summary.empty:
         return []
     runs = {} if frame is None else dict(list(frame.groupby(GROUP_COLS, sort=True)))
     unfinished = unfinished_cells(excluded or [])
+    groups = dict(list(summary.groupby(GROUP_COLS, sort=True)))
+    keys = sorted(groups.keys() | {cell[:3] for cell in unfinished})
     return [
         _table(
             key,
-            group,
+            groups.get(key, summary.iloc[:0]),
             "" if key not in runs else chosen_on_dev(runs[key]),
             {(cell[3:5], cell[5]): kinds for cell, kinds in unfinished.items() if cell[:3] == key},
         )
-        for key, group in summary.groupby(GROUP_COLS, sort=True)
+        for key in keys
     ]
 
 
@@ -120,7 +123,7 @@ def _table(key: tuple[str, str, str], group: pd.DataFrame, chosen: str, short: d
         )
         return wide.reindex(index=index, columns=columns)
 
-    inits = sorted(per_task["init"].unique(), key=natural_key)
+    inits = sorted({*per_task["init"], *(row[1] for row in rows)}, key=natural_key)
     setting, teacher, student = key
     return Table(
         setting=setting,
@@ -168,8 +171,8 @@ def _cell_parts(
 
 def _footnote(table: Table) -> str:
     modal = table.modal_n()
-    if modal is None:
-        return table.chosen
+    if modal is None:  # a group of the design without a completed run
+        return " ".join(filter(None, [short_note(table), table.chosen]))
     seeds = "seed" if modal == 1 else "seeds"
     marked = "" if table.n_uniform() else " unless marked (n=k)"
     counted = f"n = {modal} {seeds} per cell{marked}."
