@@ -110,6 +110,36 @@ def test_the_pilot_is_one_sweep_per_init_over_the_seeds(argv):
     assert "init=bottom" in commands[1] and "objective=vanilla_kd" in commands[1]
 
 
+EXCLUDE_KEYS = "hydra.job.config.override_dirname.exclude_keys"
+
+
+@pytest.mark.parametrize(
+    ("excluded", "cells", "key"),
+    [
+        ("objective", "[vanilla_kd@random,att_kl@random]", "objective"),
+        ("init", "[vanilla_kd@random,vanilla_kd@every_kth]", "init"),
+    ],
+)
+def test_job_folders_that_leave_out_a_key_the_cells_differ_in_are_refused_before_any_job(
+    argv, excluded, cells, key
+):
+    """The calibration and the pilot sweep the cells' objectives and inits: their jobs would write
+    one folder, each over the record of the one before."""
+    naming = f"{EXCLUDE_KEYS}=[seed,{excluded}]"
+    with pytest.raises(ConfigError) as refused:
+        read_inputs([*argv, naming, f"advise.candidates={cells}"])
+    assert str(refused.value) == (
+        f"a sweep over {key} writes the jobs of all its values into one folder (a job's folder is "
+        f"not named by {key}): kdbench.advise sweeps its cells' objectives and inits: drop "
+        f"{naming}"
+    )
+
+
+def test_job_folders_that_name_every_key_the_cells_differ_in_pass(argv):
+    cells = "advise.candidates=[vanilla_kd@random,att_kl@random]"
+    assert len(read_inputs([*argv, f"{EXCLUDE_KEYS}=[seed,init]", cells]).cells) == 2
+
+
 def calibration_file(argv):
     """A calibration as if measured for `argv`: 60 s, then every job 30 s, nothing else; the
     inputs."""

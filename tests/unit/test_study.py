@@ -377,3 +377,40 @@ def test_a_sweep_dir_another_study_holds_is_refused_before_any_step(tmp_path, mo
         "mini_table3 a sweep dir of its own (hydra.sweep.dir=DIR)"
     ]
     study.run_study(study_config.make_study("mini_table1", [f"hydra.sweep.dir={tmp_path}"], []))
+
+
+NO_OBJECTIVE = "hydra.job.config.override_dirname.exclude_keys=[seed,objective]"
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "finetune", "step", "key"),
+    [
+        ("mini_table1", ["teacher.name_or_path=a,b"], [], "distil", "teacher.name_or_path"),
+        ("mini_table2", ["data.glue_dir=/a,/b"], [], "distil", "data.glue_dir"),
+        ("mini_table2", [], ["task=rte", "data.glue_dir=/a,/b"], "finetune", "data.glue_dir"),
+        ("mini_minilm_ta", [], ["corpus.path=/a,/b"], "mini_minilm_ta_student", "corpus.path"),
+        ("mini_table1", [NO_OBJECTIVE, "objective=att_kl,hid_seq"], [], "distil", "objective"),
+    ],
+)
+def test_a_sweep_of_any_step_over_a_key_its_job_folders_leave_out_is_refused_before_the_first(
+    tmp_path, monkeypatch, capsys, name, overrides, finetune, step, key
+):
+    """Every value's job of that step would write one folder: the study stops in one line before
+    its first step, not when the step's own sweep starts (after hours of the steps before it)."""
+    fake = FakeSteps()
+    monkeypatch.setattr(study, "run_child", fake)
+    sweep_dir = tmp_path / "sweep"
+    finetunes = [token for override in finetune for token in ("--finetune", override)]
+    with pytest.raises(SystemExit) as exc:
+        study.main([name, f"hydra.sweep.dir={sweep_dir}", *overrides, *finetunes])
+    assert exc.value.code == 2 and fake.commands == [] and not sweep_dir.exists()
+    assert capsys.readouterr().err.splitlines() == [
+        f"kdbench: error: study step '{step}': a sweep over {key} writes the jobs of all its "
+        f"values into one folder (a job's folder is not named by {key}): run one study per "
+        "value, each with its own hydra.sweep.dir"
+    ]
+
+
+def test_a_sweep_of_a_step_over_keys_its_job_folders_name_passes_the_study_check():
+    got = study_config.make_study("mini_table2", ["objective=att_kl,hid_seq"], ["task=rte,sst2"])
+    assert got.finetune_overrides == ("task=rte,sst2",)

@@ -11,7 +11,13 @@ from kdbench.advise.design import Scale, default_cells
 from kdbench.errors import ConfigError, KdbenchError
 from kdbench.planning.declared import check_declared, with_defaults
 from kdbench.planning.group_keys import AdviseKeys
-from kdbench.planning.hydra_config import compose, compose_check, group_options, sweep_point
+from kdbench.planning.hydra_config import (
+    check_job_folders,
+    compose,
+    compose_check,
+    group_options,
+    sweep_point,
+)
 from kdbench.planning.inits import block_shape, teacher_block_shape
 from kdbench.planning.rules import duration_seconds
 from kdbench.planning.study_config import override_key
@@ -128,6 +134,19 @@ def cells_of(overrides: list[str], candidates: list | None, shapes) -> tuple[Cel
     return tuple(cells.values())
 
 
+def check_cell_folders(overrides: list[str], cells: tuple[CellSpec, ...]) -> None:
+    """Refuses a naming of job folders (`hydra.job.config`) under which two cells' jobs would share
+    one: the steps' sweeps range over the cells' objectives and inits (`check_job_folders`)."""
+    naming = [token for token in overrides if override_key(token).startswith("hydra.job.config")]
+    if naming:
+        objectives = ",".join(dict.fromkeys(cell.objective for cell in cells))
+        inits = ",".join(dict.fromkeys(cell.init for cell in cells))
+        check_job_folders(
+            [*naming, f"objective={objectives}", f"init={inits}"],
+            f"kdbench.advise sweeps its cells' objectives and inits: drop {naming[-1]}",
+        )
+
+
 def scale_of(plan) -> Scale:
     """The full run: the training examples and each stage's epochs; the teacher ready when given
     or cached."""
@@ -165,11 +184,13 @@ def read_inputs(argv: list[str]) -> Inputs:
     scale = scale_of(plan)
     given = plan.teacher.finetuned_path
     entry = cache_path(plan)
+    cells = cells_of(overrides, keys["candidates"], shapes)
+    check_cell_folders(overrides, cells)
     return Inputs(
         overrides=tuple(overrides),
         keys=keys,
         out=Path(keys["out"] or Path("advice") / plan.task.name),
-        cells=cells_of(overrides, keys["candidates"], shapes),
+        cells=cells,
         scale=scale,
         task=plan.task.name,
         teacher=plan.teacher.name,

@@ -136,10 +136,14 @@ def check_run_folder(argv: list[str]) -> None:
         )
 
 
-def check_job_folders(tokens: list[str]) -> None:
+RUN_APART = "run one sweep per value, each with its own hydra.sweep.dir"
+
+
+def check_job_folders(tokens: list[str], fix: str = RUN_APART) -> None:
     """Refuses a sweep over a key that its job folders are not named by (`override_dirname`'s
     `exclude_keys`, the seed aside, which ends every name): every value's job would write one
-    folder, each over the record of the one before."""
+    folder, each over the record of the one before. `fix` is what the error tells the user to
+    do."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(tokens)
@@ -152,8 +156,7 @@ def check_job_folders(tokens: list[str]) -> None:
         if key in cfg.hydra.job.config.override_dirname.exclude_keys:
             raise ConfigError(
                 f"a sweep over {key} writes the jobs of all its values into one folder (a job's "
-                f"folder is not named by {key}): run one sweep per value, each with its own "
-                "hydra.sweep.dir"
+                f"folder is not named by {key}): {fix}"
             )
 
 

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kdbench.errors import ConfigError
 from kdbench.planning.hydra_config import (
+    check_job_folders,
     compose,
     group_options,
     job_dir_name,
@@ -138,6 +139,15 @@ def check_launch(cfg: DictConfig, step: str, fix: str) -> None:
         )
 
 
+def check_folders(step: str, overrides: list[str]) -> None:
+    """Refuses a step whose sweep writes the jobs of several values into one folder
+    (`check_job_folders`), before the study's first step runs."""
+    try:
+        check_job_folders(overrides, "run one study per value, each with its own hydra.sweep.dir")
+    except ConfigError as exc:
+        raise ConfigError(f"study step '{step}': {exc}") from None
+
+
 def sweep_dir_of(name: str, overrides: list[str], preset_dir: str | None) -> Path:
     """The distillation sweep's folder: the command line's hydra.sweep.dir, else the preset's when
     it is a fixed path (a re-run must find it again: not `${now:...}`), else multirun/NAME."""
@@ -180,17 +190,20 @@ def make_study(
         name, overrides, OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir")
     )
     check_launch(cfg, "distil", "give it hydra/launcher=slurm (one process a job)")
+    check_folders("distil", overrides)
     if setting == "task_agnostic":
         check_read(name, overrides)
     next_preset, student_as = next_step(name, cfg)
     forwarded, next_cfg = next_overrides(next_preset, overrides, finetune_overrides)
     if next_cfg is not None:
+        step = "finetune" if student_as == "finetune" else next_preset
         check_launch(
             next_cfg,
-            "finetune" if student_as == "finetune" else next_preset,
+            step,
             "give its sweeps one process a job (--finetune hydra/launcher=slurm --finetune "
             "hydra.launcher.nodes=1)",
         )
+        check_folders(step, forwarded)
     elif finetune_overrides:
         raise ConfigError(
             f"--finetune {finetune_overrides[0]}: experiment {name} is {setting}, its study "
