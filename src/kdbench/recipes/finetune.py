@@ -22,7 +22,7 @@ from kdbench.records.steplog import StepLog
 from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
-from kdbench.training.hooks import standard_hooks, with_scorer
+from kdbench.training.hooks import standard_hooks
 from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import supervised_step
@@ -70,7 +70,7 @@ def run_finetune(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     store, logged = checkpoints.folder / "best.pt", (log, f"{STAGE}_dev")
     every = spec.eval_every
     best = BestDev(score, model, store, every=every, predictions=(written, kept), log=logged)
-    hooks = with_scorer(standard_hooks(trainer, log, checkpoints), best)
+    hooks = standard_hooks(trainer, log, checkpoints, scorer=best)
     resume = Resume.of(checkpoints, (STAGE,), log, plan.fingerprint).at(STAGE)
     stats = train_stage(spec, [model], train_loader, step, plan.device, hooks, resume)
     if not trainer.keep_checkpoints:

@@ -46,7 +46,7 @@ from kdbench.teacher.logits import LogitsRows, teacher_logits_table
 from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
-from kdbench.training.hooks import standard_hooks, with_scorer
+from kdbench.training.hooks import standard_hooks
 from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import StepFn, output_logits, read_records, teacher_records_now
@@ -108,12 +108,12 @@ def run_task_specific(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     timing = {"teacher_finetune_s": teacher.seconds} | {f"{name}_s": 0.0 for name in DISTILLATION}
     checkpoints = Checkpoints(run_dir / "checkpoints", meta={"fingerprint": plan.fingerprint})
     resume = Resume.of(checkpoints, DISTILLATION, log, plan.fingerprint)
-    hooks = standard_hooks(plan.trainer, log, checkpoints)
     scorer = student_scorer(plan, student, dev_loaders, run_dir, checkpoints.folder, log)
     stages = [plan.stages[name] for name in DISTILLATION]
     stages = [stage for stage in stages if stage.runs and stage.terms]
     for stage in stages:
         scores = scorer if stage is stages[-1] else None
+        hooks = standard_hooks(plan.trainer, log, checkpoints, scorer=scores)
         if not resume.skips(stage.name, student, plan.device):
             distil(plan, stage, student, lesson, hooks, resume.at(stage.name), timing, scores)
     at = scored(scorer, stages[-1].name if stages else None, timing)
@@ -198,12 +198,10 @@ def distil(
 ) -> None:
     """One distillation stage, from `resume` (a checkpoint of it) when given: the student and the
     stage's objective trained on `_loss_step`; its times into `timing`. A `scorer` (the student's
-    dev evaluations) follows the step's log row (`with_scorer`); the student then runs whole while
-    it trains."""
+    dev evaluations, among `hooks` too) makes the student run whole while it trains."""
     labels = torch.from_numpy(column_array(lesson.train_set, "labels"))
     tables = teacher_tables(plan, lesson, timing)
     teacher = lesson.teacher.model
-    hooks = hooks if scorer is None else with_scorer(hooks, scorer)
     whole = scorer is not None
     with stage_step(plan, stage, student, teacher, labels, tables, whole) as (step, modules):
         loader = lesson.loader(stage, plan)

@@ -132,10 +132,9 @@ def of_design(excluded: list[dict], records: list[dict], jobs: list[str]) -> lis
             out.append(row)
             continue
         cell, seed = job_cell(row["path"])
-        keys = {key: row[key] for key in KEY_FIELDS}
         if row["kind"] == "missing" and cell in known:
-            keys = {key: key_text(known[cell][key]) for key in KEY_FIELDS} | {"seed": seed}
-        out.append(row | keys | {"job": folder})
+            row = row | {key: key_text(known[cell][key]) for key in KEY_FIELDS} | {"seed": seed}
+        out.append(row | {"job": folder})
     return out
 
 

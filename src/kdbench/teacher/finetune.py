@@ -27,7 +27,7 @@ from kdbench.teacher.frozen import FineTuned, freeze
 from kdbench.training.best import BestDev
 from kdbench.training.checkpoint import Checkpoints
 from kdbench.training.evaluate import evaluate
-from kdbench.training.hooks import Hook, standard_hooks, with_scorer
+from kdbench.training.hooks import Hook, standard_hooks
 from kdbench.training.loop import train_stage
 from kdbench.training.resume import Resume
 from kdbench.training.steps import supervised_step
@@ -101,15 +101,14 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
 def teacher_hooks(
     trainer, teacher: PreTrainedModel, score, checkpoints: Checkpoints, log: StepLog
 ) -> list[Hook]:
-    """The standard hooks; with `trainer.teacher_best_checkpoint`, first the dev set scored after
+    """The standard hooks; with `trainer.teacher_best_checkpoint`, the dev set scored after
     every epoch (logged as stage `teacher_dev`), the best epoch's weights kept and loaded back at
     the end (the study's released code picks the teacher's best dev checkpoint)."""
-    hooks = standard_hooks(trainer, log, checkpoints)
+    best = None
     if trainer.teacher_best_checkpoint:
         store, logged = checkpoints.folder / "best.pt", (log, "teacher_dev")
         best = BestDev(score, teacher, store, at_epochs=True, keep_weights=True, log=logged)
-        hooks = with_scorer(hooks, best)
-    return hooks
+    return standard_hooks(trainer, log, checkpoints, scorer=best)
 
 
 def save_entry(path: Path, teacher: PreTrainedModel, meta: dict) -> None:

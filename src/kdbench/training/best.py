@@ -5,7 +5,7 @@ step (TinyBERT's released prediction stage, the study's released fine-tuning).
 and at the end, and keeps the evaluation of the best first metric: its step and metrics, and with
 `keep_weights` its weights, loaded back into the model at the end. The best so far lives in a file,
 so a resumed stage keeps the evaluations before it; the hook comes after the step's log row and
-before the checkpoint hook (`kdbench.training.hooks.with_scorer`), so a step's checkpoint follows
+before the checkpoint hook (`kdbench.training.hooks.standard_hooks`), so a step's checkpoint follows
 its evaluation. A stop signal may cut an evaluation short after its step
 is checkpointed (`kdbench.training.hooks.StopOnSignal`), so a resumed stage scores its first step
 again where an evaluation was due there. The dev set that chooses is the one the metrics report; a

@@ -172,25 +172,22 @@ class ProgressBar(Hook):
         self.bar.close()
 
 
-def with_scorer(hooks: list[Hook], scorer: Hook) -> list[Hook]:
-    """`standard_hooks` with a dev evaluation (`kdbench.training.best.BestDev`) after the step's
-    log row and before its checkpoint: a stop that cuts the evaluation short keeps the row in the
-    checkpointed log, and a step's checkpoint follows its evaluation."""
-    at = next(i for i, hook in enumerate(hooks) if isinstance(hook, LogLosses)) + 1
-    return [*hooks[:at], scorer, *hooks[at:]]
-
-
 def standard_hooks(
     trainer: TrainerSpec,
     log: StepLog,
     checkpoints: Checkpoints | None,
     after_step: Callable[[int], None] | None = None,
+    scorer: Hook | None = None,
 ) -> list[Hook]:
-    """The hooks of every stage, in their order: log, evaluate, checkpoint, stop on a signal, show
-    progress."""
+    """The hooks of every stage, in their order: log, evaluate (`after_step`, or the dev set's
+    `scorer`, `kdbench.training.best.BestDev`), checkpoint, stop on a signal, show progress. An
+    evaluation follows its step's log row, so a stop that cuts it short keeps the row in the
+    checkpointed log, and a step's checkpoint follows its evaluation."""
     hooks: list[Hook] = [LogLosses(log, trainer.log_every)]
     if after_step is not None:
         hooks.append(EveryStep(after_step))
+    if scorer is not None:
+        hooks.append(scorer)
     if checkpoints is not None:
         every, at_epochs = trainer.checkpoint_every, trainer.checkpoint_epochs
         hooks.append(Checkpoint(checkpoints, every, at_epochs, log))
