@@ -335,6 +335,7 @@ def test_a_launch_of_several_processes_into_hydras_dated_folder_is_refused(tmp_p
     [
         ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, [], True),  # srun -n 2
         ({"WORLD_SIZE": "2"}, ["paths.run_dir=/tmp/x"], False),
+        ({"WORLD_SIZE": "2"}, ["paths.run_dir=/tmp/x/${hydra:job.name}"], False),
         ({"WORLD_SIZE": "2"}, ["hydra.run.dir=/tmp/x"], False),
         ({"WORLD_SIZE": "2"}, ["-m", "seed=1,2"], False),  # a sweep names its jobs' folders
         ({"WORLD_SIZE": "1"}, [], False),
@@ -506,6 +507,33 @@ def test_an_unusable_folder_is_bad_input(tiny_glue, tmp_path, where):
     under = f"is under {tmp_path / 'file'}, a file"
     problem = under if where == "cache" else "is a file, not a folder"
     assert_one_line_error(cli(*overrides), problem, "give a folder this user can write")
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "problem"),
+    [
+        ("{file}/${{hydra:job.override_dirname}}", "is under {file}, a file"),
+        ("{file}/${{hydra:job.name}}", "is under {file}, a file"),
+        ("{tmp}/" + "n" * 300, "has a name of 300 bytes, over the 255 a file system allows"),
+        ("{tmp}/${{hydra:job.override_dirname}}", None),
+        ("{tmp}/${{hydra:job.num}}", None),
+        ("{tmp}/${{hydra:runtime.output_dir}}", None),  # known to the running job alone
+    ],
+)
+def test_a_run_folder_is_checked_as_its_job_resolves_it(capsys, tmp_path, run_dir, problem):
+    """paths.run_dir is checked with Hydra's resolver (`${hydra:...}`), and a name longer than a
+    file system allows is one line, exit 2."""
+    (tmp_path / "file").write_text("x")
+    folder = run_dir.format(file=tmp_path / "file", tmp=tmp_path)
+    argv = ["-m", "setting=task_agnostic", "seed=1,2", f"paths.run_dir={folder}"]
+    if problem is None:
+        check_overrides(argv)
+        return
+    with pytest.raises(SystemExit) as exited:
+        check_overrides(argv)
+    line = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and line.startswith("kdbench: error: paths.run_dir=")
+    assert problem.format(file=tmp_path / "file") in line and "\n" not in line
 
 
 def test_a_fine_tuning_refuses_to_save_a_student_it_would_not_save(tiny_glue, tmp_path):

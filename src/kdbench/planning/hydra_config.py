@@ -128,7 +128,7 @@ def check_run_folder(argv: list[str]) -> None:
         return
     if any(token.lstrip("+").startswith("hydra.run.dir=") for token in tokens):
         return
-    if not compose(sweep_point(argv)).paths.run_dir:
+    if not run_folder(compose(sweep_point(argv), hydra_config=True)):
         fail(
             f"this launch started {processes} processes, and each would name its own dated run "
             "folder: give them one with paths.run_dir=DIR (the same on every process; re-run "
@@ -229,11 +229,28 @@ def compose_check(overrides: list[str]) -> None:
     line: a key the config lacks with the closest one it has, or a run folder (paths.run_dir,
     which Hydra makes first) that cannot be one."""
     try:
-        cfg = compose(overrides)
+        cfg = compose(overrides, hydra_config=True)
     except Exception as exc:
         raise ConfigError(unknown_key(overrides) or one_line(exc)) from None
-    if cfg.paths.run_dir:
-        writable_folder(cfg.paths.run_dir, "paths.run_dir")
+    if folder := run_folder(cfg):
+        writable_folder(folder, "paths.run_dir")
+
+
+def run_folder(cfg) -> str | None:
+    """`paths.run_dir` of a config composed with its `hydra` node, resolved as its job will
+    resolve it (`${hydra:job.override_dirname}` included); None where it is unset or names what
+    only a running job knows (`${hydra:runtime.output_dir}`, `${hydra:job.num}`)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+    hydra, outer = HydraConfig.instance(), HydraConfig.instance().cfg
+    hydra.set_config(cfg)
+    try:
+        return cfg.paths.run_dir or None
+    except (InterpolationResolutionError, MissingMandatoryValue):
+        return None
+    finally:
+        hydra.cfg = outer
 
 
 def unknown_key(overrides: list[str]) -> str | None:

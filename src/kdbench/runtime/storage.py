@@ -88,9 +88,16 @@ def space_for(path: Path, need: int = 0, partial: Path | None = None) -> Iterato
         ) from None
 
 
+# The longest name of a file or folder, in bytes, on the file systems kdbench runs on.
+NAME_MAX = 255
+
+
 def folder_problem(path: Path) -> str | None:
     """Why `path` cannot be a folder this process writes into (it may not exist yet), or None when
     it can."""
+    sizes = [len(os.fsencode(part)) for part in path.parts]
+    if max(sizes) > NAME_MAX:
+        return f"has a name of {max(sizes)} bytes, over the {NAME_MAX} a file system allows"
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         return "is a file, not a folder" if existing == path else f"is under {existing}, a file"
