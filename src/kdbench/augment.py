@@ -14,8 +14,9 @@ from pathlib import Path
 from kdbench.data.augmentation import augmented_train_set
 from kdbench.data.glue import train_subset
 from kdbench.errors import ConfigError, KdbenchError
+from kdbench.planning.command_line import check_overrides
 from kdbench.planning.groups import augment_spec, check_data_files, data_spec, task_spec
-from kdbench.planning.hydra_config import check_overrides, compose, fail
+from kdbench.planning.hydra_config import compose, fail
 from kdbench.runtime.device import resolve_device
 from kdbench.training.signals import Interrupted, graceful_stop
 

@@ -14,12 +14,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from kdbench.planning.hydra_config import (
-    check_overrides,
-    check_run_folder,
-    config_dir,
-    register_resolvers,
-)
+from kdbench.planning.command_line import check_overrides, check_run_folder
+from kdbench.planning.hydra_config import config_dir, register_resolvers
 
 # the sweep's job-folder resolver must exist wherever a job is resolved (submitit children too)
 register_resolvers()

@@ -9,8 +9,8 @@ import torch
 from transformers import BertConfig
 
 from kdbench.errors import ConfigError
+from kdbench.planning.command_line import compose_check
 from kdbench.planning.group_keys import rule_for
-from kdbench.planning.hydra_config import compose_check
 from kdbench.planning.plan import make_plan
 from kdbench.planning.stage_specs import RENAMED, OptimizerSpec, StageSpec
 from kdbench.recipes.task_agnostic import distillation_models

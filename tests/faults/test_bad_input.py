@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from kdbench.planning.hydra_config import check_overrides, check_run_folder
+from kdbench.planning.command_line import check_overrides, check_run_folder
 from tests.helpers import agnostic_overrides, tiny_overrides, write_tiny_corpus, write_tiny_glue
 
 
@@ -337,12 +337,15 @@ def test_a_launch_of_several_processes_into_hydras_dated_folder_is_refused(tmp_p
         ({"WORLD_SIZE": "2"}, ["paths.run_dir=/tmp/x"], False),
         ({"WORLD_SIZE": "2"}, ["paths.run_dir=/tmp/x/${hydra:job.name}"], False),
         ({"WORLD_SIZE": "2"}, ["hydra.run.dir=/tmp/x"], False),
-        ({"WORLD_SIZE": "2"}, ["-m", "seed=1,2"], False),  # a sweep names its jobs' folders
+        ({"WORLD_SIZE": "2"}, ["-m", "seed=1,2"], True),  # Hydra's dated sweep folder
+        ({"WORLD_SIZE": "2"}, ["-m", "seed=1,2", "hydra.sweep.dir=/tmp/x"], False),
+        ({"WORLD_SIZE": "2"}, ["-m", "seed=1,2", "paths.run_dir=/tmp/x/${hydra:job.num}"], False),
+        ({"WORLD_SIZE": "2"}, ["-m", "seed=1,2", "+experiment=minilm_v2_recipe"], False),
         ({"WORLD_SIZE": "1"}, [], False),
     ],
 )
 def test_only_several_processes_without_a_named_run_folder_are_refused(
-    monkeypatch, environment, extra, refused
+    monkeypatch, capsys, environment, extra, refused
 ):
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
@@ -352,6 +355,10 @@ def test_only_several_processes_without_a_named_run_folder_are_refused(
     with pytest.raises(SystemExit) as exited:
         check_run_folder(["setting=task_agnostic", *extra])
     assert exited.value.code == 2
+    folder = (
+        "sweep folder: give them one with hydra.sweep.dir=DIR" if extra else "paths.run_dir=DIR"
+    )
+    assert folder in capsys.readouterr().err
 
 
 def test_cli_success_prints_scores_and_where_the_record_is(tiny_glue, tmp_path):
@@ -510,6 +517,30 @@ def test_an_unusable_folder_is_bad_input(tiny_glue, tmp_path, where):
 
 
 @pytest.mark.parametrize(
+    ("run_dir", "refused"),
+    [
+        ("{tmp}/one", "objective"),
+        ("{tmp}/${{objective.name}}", "seed"),
+        ("{tmp}/${{objective.name}}/${{seed}}", None),
+        ("{tmp}/${{hydra:job.num}}", None),
+    ],
+)
+def test_a_sweep_whose_jobs_share_a_run_folder_is_refused(capsys, tmp_path, run_dir, refused):
+    """A paths.run_dir that two jobs of a sweep resolve alike (the second would write over the
+    first's record) is one line naming the key it does not change with, exit 2."""
+    folder = run_dir.format(tmp=tmp_path)
+    argv = ["-m", "objective=att_kl,hid_seq", "seed=1,2", f"paths.run_dir={folder}"]
+    if refused is None:
+        check_overrides(argv)
+        return
+    with pytest.raises(SystemExit) as exited:
+        check_overrides(argv)
+    line = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and f"is the folder of every {refused} of this sweep" in line
+    assert "hydra.sweep.dir=DIR" in line
+
+
+@pytest.mark.parametrize(
     ("run_dir", "problem"),
     [
         ("{file}/${{hydra:job.override_dirname}}", "is under {file}, a file"),
@@ -525,7 +556,7 @@ def test_a_run_folder_is_checked_as_its_job_resolves_it(capsys, tmp_path, run_di
     file system allows is one line, exit 2."""
     (tmp_path / "file").write_text("x")
     folder = run_dir.format(file=tmp_path / "file", tmp=tmp_path)
-    argv = ["-m", "setting=task_agnostic", "seed=1,2", f"paths.run_dir={folder}"]
+    argv = ["-m", "setting=task_agnostic", "objective=att_kl,hid_seq", f"paths.run_dir={folder}"]
     if problem is None:
         check_overrides(argv)
         return

@@ -9,15 +9,10 @@ from pathlib import Path
 
 from kdbench.advise.design import Scale, default_cells
 from kdbench.errors import ConfigError, KdbenchError
+from kdbench.planning.command_line import check_job_folders, compose_check
 from kdbench.planning.declared import check_declared, with_defaults
 from kdbench.planning.group_keys import AdviseKeys
-from kdbench.planning.hydra_config import (
-    check_job_folders,
-    compose,
-    compose_check,
-    group_options,
-    sweep_point,
-)
+from kdbench.planning.hydra_config import compose, group_options, sweep_point
 from kdbench.planning.inits import block_shape, teacher_block_shape
 from kdbench.planning.rules import duration_seconds
 from kdbench.planning.study_config import override_key

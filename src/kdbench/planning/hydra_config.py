@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 
 from kdbench.errors import ConfigError
-from kdbench.planning.paths import writable_folder
 from kdbench.planning.stage_specs import renamed
-from kdbench.runtime.processes import launched
 
 # Hydra flags that take a value (the value is not an override).
 _VALUE_FLAGS = {
@@ -107,59 +105,6 @@ def overrides_of(argv: list[str]) -> list[str] | None:
     return overrides
 
 
-def check_overrides(argv: list[str]) -> None:
-    """Validate group choices and keys of a command line (each value of a sweep); exit 2 with one
-    line."""
-    try:
-        compose_check(sweep_point(argv))
-        if {"-m", "--multirun"} & set(argv):
-            check_job_folders(overrides_of(argv) or [])
-    except ConfigError as exc:
-        fail(str(exc))
-
-
-def check_run_folder(argv: list[str]) -> None:
-    """Refuses a single run of several processes (torchrun, `srun -n N`) whose folder is Hydra's
-    dated one: each process composes its own config, dated by the second it starts in, so one
-    launch could write to several folders (rank 0 the record and checkpoints, the others their
-    claims and logs) and could not be resumed as one. Exit 2 with one line."""
-    processes, tokens = launched(), overrides_of(argv)
-    if processes < 2 or tokens is None or {"-m", "--multirun"} & set(argv):
-        return
-    if any(token.lstrip("+").startswith("hydra.run.dir=") for token in tokens):
-        return
-    if not run_folder(compose(sweep_point(argv), hydra_config=True)):
-        fail(
-            f"this launch started {processes} processes, and each would name its own dated run "
-            "folder: give them one with paths.run_dir=DIR (the same on every process; re-run "
-            "with it to resume)"
-        )
-
-
-RUN_APART = "run one sweep per value, each with its own hydra.sweep.dir"
-
-
-def check_job_folders(tokens: list[str], fix: str = RUN_APART) -> None:
-    """Refuses a sweep over a key that its job folders are not named by (`override_dirname`'s
-    `exclude_keys`, the seed aside, which ends every name): every value's job would write one
-    folder, each over the record of the one before. `fix` is what the error tells the user to
-    do."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(tokens)
-    swept = [o.key_or_group for o in parsed if o.is_sweep_override() and o.key_or_group != "seed"]
-    if not swept:
-        return
-    naming = [o.input_line for o in parsed if o.key_or_group.startswith("hydra.job.config")]
-    cfg = compose(naming, hydra_config=True)
-    for key in swept:
-        if key in cfg.hydra.job.config.override_dirname.exclude_keys:
-            raise ConfigError(
-                f"a sweep over {key} writes the jobs of all its values into one folder (a job's "
-                f"folder is not named by {key}): {fix}"
-            )
-
-
 def sweep_point(argv: list[str]) -> list[str]:
     """The overrides of a command line with each sweep at its first value, less Hydra's own keys
     (`hydra.*`, `hydra/launcher=...`) but `hydra.searchpath` (whose folders add group options),
@@ -222,35 +167,6 @@ def compose(overrides: list[str], *, hydra_config: bool = False):
             return hydra_compose("config", overrides=overrides, return_hydra_config=hydra_config)
     finally:
         GlobalHydra.instance().clear()
-
-
-def compose_check(overrides: list[str]) -> None:
-    """Compose the config as Hydra will (first value of each sweep) and report a failure as one
-    line: a key the config lacks with the closest one it has, or a run folder (paths.run_dir,
-    which Hydra makes first) that cannot be one."""
-    try:
-        cfg = compose(overrides, hydra_config=True)
-    except Exception as exc:
-        raise ConfigError(unknown_key(overrides) or one_line(exc)) from None
-    if folder := run_folder(cfg):
-        writable_folder(folder, "paths.run_dir")
-
-
-def run_folder(cfg) -> str | None:
-    """`paths.run_dir` of a config composed with its `hydra` node, resolved as its job will
-    resolve it (`${hydra:job.override_dirname}` included); None where it is unset or names what
-    only a running job knows (`${hydra:runtime.output_dir}`, `${hydra:job.num}`)."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
-
-    hydra, outer = HydraConfig.instance(), HydraConfig.instance().cfg
-    hydra.set_config(cfg)
-    try:
-        return cfg.paths.run_dir or None
-    except (InterpolationResolutionError, MissingMandatoryValue):
-        return None
-    finally:
-        hydra.cfg = outer
 
 
 def unknown_key(overrides: list[str]) -> str | None:

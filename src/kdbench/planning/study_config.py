@@ -12,8 +12,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from kdbench.errors import ConfigError
+from kdbench.planning.command_line import check_job_folders
 from kdbench.planning.hydra_config import (
-    check_job_folders,
     compose,
     group_options,
     job_dir_name,
