@@ -172,7 +172,8 @@ def _seeds(study: Study, factor: str, fixed: str) -> str:
     high_text = f"over {MAX_SEEDS}" if high >= MAX_SEEDS else str(high)
     text = f"{low} pairs" if low == high else f"{low} to {high_text} pairs"
     zero = int((tests["diff"] == 0).sum())
-    zeros = f" ({zero} {'pair differs' if zero == 1 else 'pairs differ'} by exactly 0: no effect)"
+    whose = "pair's mean difference is" if zero == 1 else "pairs' mean differences are"
+    zeros = f" ({zero} {whose} exactly 0 on these seeds: no observed effect to power a test for)"
     return text + (zeros if zero else "")
 
 
