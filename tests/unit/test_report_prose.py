@@ -125,3 +125,13 @@ def test_a_mean_difference_of_exactly_0_is_not_called_no_effect(tmp_path: Path):
     text = figure(study, "seeds objective 4,8,12")
     assert "no effect)" not in text and "differs by exactly 0" not in text
     assert "1 pair's mean difference is exactly 0 on these seeds" in text
+
+
+def test_the_sd_figure_of_equal_differences_gives_an_infinite_d_z(tmp_path: Path):
+    for seed in range(1, 5):
+        write_run(tmp_path, objective="att_kl", seed=seed, score=70.0 + seed)
+        write_run(tmp_path, objective="hid_seq", seed=seed, score=69.0 + seed)
+    lines = [path.read_text() for path in sorted(tmp_path.rglob("result.json"))]
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    study = Study(tmp_path / "runs.jsonl")
+    assert figure(study, "sd objective 4,8,12 att_kl hid_seq") == "sd 0.00 points (d_z inf)"
