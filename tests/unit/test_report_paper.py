@@ -44,7 +44,6 @@ FLAGGED = {
     (1, "att_mse+hid_seq", "4,8,12"),
     (3, "hid_cls", "4,8,12"),
     (3, "hid_seq", "1,8,12"),
-    (4, "hid_seq", "first 6"),
 }
 TABLE3_INITS = {"2,4,6": "4,8,12", "1,2,3": "1,2,3"}
 NOTE = "MiniLM-L6 for RoBERTa-base, 3x384 for 3x768"
@@ -148,13 +147,20 @@ def test_measured_metric_is_what_the_paper_reports(paper):
         assert row.measured_metric in _task_metrics(row.task), (row.table, row.task)
 
 
-def test_exactly_the_five_rows_whose_printed_avg_is_not_their_mean_are_flagged(paper):
+def test_exactly_the_four_rows_whose_printed_avg_is_not_their_mean_are_flagged(paper):
     avg = paper[paper["task"] == AVG]
     flagged = avg[avg["avg_flag"].astype(bool)]
     assert {(r.table, r.objective, r.paper_init) for r in flagged.itertuples()} == FLAGGED
     assert paper.loc[paper["task"] != AVG, "avg_flag"].isna().all()
-    hid_seq = flagged[(flagged["table"] == 4)].iloc[0]
-    assert hid_seq["mean"] == 79.9 and round(hid_seq["cells_mean"], 2) == 79.83
+
+
+def test_an_avg_that_rounding_alone_explains_is_not_flagged(paper):
+    row = paper[(paper["table"] == 4) & (paper["objective"] == "hid_seq")]
+    row = row[row["paper_init"] == "first 6"]
+    cells, avg = row[row["task"] != AVG], row[row["task"] == AVG].iloc[0]
+    unrounded = cells["mean"] + 0.0499  # cells that print as published
+    assert (unrounded.round(1) == cells["mean"]).all() and round(unrounded.mean(), 1) == avg["mean"]
+    assert not avg["avg_flag"] and round(avg["cells_mean"], 2) == 79.83
 
 
 # ----------------------------------------------------------------------------------------------
@@ -359,14 +365,11 @@ def test_agnostic_tables_compare_as_labelled_and_never_match_quoted_systems(tmp_
         "(paper) |" in t4
     )
     assert (
-        "| hid_seq | first 6 | 66.4 |  | 50.6 | 40.0 (1) | 79.9 † | -10.6 |" in t4
+        "| hid_seq | first 6 | 66.4 |  | 50.6 | 40.0 (1) | 79.9 | -10.6 |" in t4
     )  # CoLA as MCC, not accuracy 78.0
     assert "| vanilla_kd | random | 61.0 | 61.0 (1) | 54.4 |  | 79.3 | +0.0 |" in t4
     assert "its inits stand for the paper's: 1,2,3,4,5,6 for first 6._" in t4
-    assert (
-        "hid_seq first 6 (printed 79.9, mean 79.83)" in t4
-        and "Init first 6: the teacher's first six" in t4
-    )
+    assert "† The printed Avg" not in t4 and "Init first 6: the teacher's first six" in t4
     assert (
         "compared as labelled" in t4
         and "Not shown, no measured run: QNLI, SST-2, MNLI, MRPC, QQP (" in t4
@@ -425,7 +428,7 @@ def test_paper_csv_is_every_published_cell_with_the_measured_ones(tmp_path: Path
         ["measured_teacher", "measured_mean", "measured_std", "measured_n"]
     ].values.tolist() == [["minilm_l6", 71.0, pytest.approx(2**0.5), 2]]
     avg = csv[csv.task == AVG]
-    assert avg["avg_flag"].sum() == 5 and csv.loc[csv.task != AVG, "avg_flag"].isna().all()
+    assert avg["avg_flag"].sum() == 4 and csv.loc[csv.task != AVG, "avg_flag"].isna().all()
     assert csv[csv.objective.isin(QUOTED)]["measured_mean"].isna().all()
 
 

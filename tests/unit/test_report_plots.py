@@ -88,6 +88,23 @@ def test_a_star_marks_cells_significantly_below_the_best(tmp_path: Path):
     assert below_best(head, "objective", "4,8,12", "rte", means, pvalues, 1e-12) == set()
 
 
+def test_no_star_on_a_cell_significantly_above_the_best_on_their_matched_seeds(tmp_path: Path):
+    # att_kl's best mean comes from a fifth seed hid_seq lacks; on seeds 1-4 hid_seq is higher
+    write_scores(
+        tmp_path,
+        {
+            ("rte", "att_kl", "4,8,12"): [70.0, 71.0, 72.0, 73.0, 100.0],
+            ("rte", "hid_seq", "4,8,12"): [72.0, 73.1, 74.0, 75.05],
+        },
+    )
+    frame, (table,), pvalues = report_parts(tmp_path)
+    head = {"setting": table.setting, "teacher": table.teacher, "student": table.student}
+    means = {s.objective: s.interval()[0] for s in slots(table, frame, "rte")}
+    (row,) = pvalues[pvalues["task"] == "rte"].itertuples()
+    assert means["att_kl"] > means["hid_seq"] and row.p_holm < 0.05 and row.diff < 0
+    assert below_best(head, "objective", "4,8,12", "rte", means, pvalues, 0.05) == set()
+
+
 def test_the_plots_are_byte_stable(tmp_path: Path):
     write_scores(
         tmp_path / "results", {("rte", "att_kl", "4,8,12"): A, ("rte", "hid_mse", "4,8,12"): B}

@@ -110,3 +110,28 @@ def test_a_figure_of_one_task_and_of_its_dev_examples(tmp_path: Path):
     assert examples.startswith("-50.00 points (95% CI ") and "n = 20;" in examples
     interaction = figure(study, "example_interaction att_kl vanilla_kd 1,2,3 2,4,6 rte")
     assert interaction.startswith("+50.00 points (95% CI ") and "n = 20;" in interaction
+
+
+def test_a_mean_difference_of_exactly_0_is_not_called_no_effect(tmp_path: Path):
+    for seed, (a, b) in enumerate(((70.0, 71.0), (72.0, 71.0), (70.5, 70.0), (70.0, 70.5)), 1):
+        write_run(tmp_path, objective="att_kl", seed=seed, score=a)
+        write_run(tmp_path, objective="hid_seq", seed=seed, score=b)
+        write_run(tmp_path, objective="vanilla_kd", seed=seed, score=b - 3 + seed % 2)
+    lines = [path.read_text() for path in sorted(tmp_path.rglob("result.json"))]
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    study = Study(tmp_path / "runs.jsonl")
+    pooled = study.pvalues[study.pvalues["task"] == "ALL"]
+    assert (pooled["diff"] == 0).sum() == 1 and (pooled["se"] > 0).all()
+    text = figure(study, "seeds objective 4,8,12")
+    assert "no effect)" not in text and "differs by exactly 0" not in text
+    assert "1 pair's mean difference is exactly 0 on these seeds" in text
+
+
+def test_the_sd_figure_of_equal_differences_gives_an_infinite_d_z(tmp_path: Path):
+    for seed in range(1, 5):
+        write_run(tmp_path, objective="att_kl", seed=seed, score=70.0 + seed)
+        write_run(tmp_path, objective="hid_seq", seed=seed, score=69.0 + seed)
+    lines = [path.read_text() for path in sorted(tmp_path.rglob("result.json"))]
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    study = Study(tmp_path / "runs.jsonl")
+    assert figure(study, "sd objective 4,8,12 att_kl hid_seq") == "sd 0.00 points (d_z inf)"

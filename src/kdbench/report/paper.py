@@ -172,19 +172,16 @@ def cell_means(cells: pd.DataFrame) -> pd.Series:
     return on_avg.where(cells["task"] == AVG)
 
 
-def avg_tolerance(k: int) -> float:
-    """How far a printed Avg may lie from the mean of its k printed cells by rounding alone: half
-    the printed digit (0.05) plus one standard deviation of the rounding error of a mean of k cells
-    each rounded to that digit (0.1 / sqrt(12 k): 0.011 for seven cells, 0.061 in all)."""
-    return PRINTED_DIGIT / 2 + PRINTED_DIGIT / math.sqrt(12 * k)
+# How far a printed Avg may lie from the mean of its row's printed cells by rounding alone: half the
+# printed digit between the Avg and the cells' true mean, and at most half a digit between that
+# mean and the mean of the cells as printed (each rounded by at most half a digit).
+AVG_ROUNDING = PRINTED_DIGIT
 
 
 def avg_flags(cells: pd.DataFrame) -> pd.Series:
-    """True on a printed Avg farther from the mean of its row's cells than :func:`avg_tolerance`; NA
-    on the task cells."""
-    k = cells[cells["task"] != AVG].groupby(ROW_KEY)["task"].count()
-    tolerance = cells[ROW_KEY].apply(tuple, axis=1).map(k).map(avg_tolerance)
-    off = (cells["mean"] - cell_means(cells)).abs() > tolerance
+    """True on a printed Avg farther from the mean of its row's cells than rounding alone puts it
+    (:data:`AVG_ROUNDING`, less float error); NA on the task cells."""
+    off = (cells["mean"] - cell_means(cells)).abs() > AVG_ROUNDING + 1e-9
     return off.astype("boolean").where(cells["task"] == AVG, pd.NA)
 
 

@@ -116,8 +116,9 @@ def below_best(
     pvalues: pd.DataFrame,
     alpha: float,
 ) -> set[str]:
-    """The levels (of ``means``, at one held level on one task) significantly below the best one
-    (per-task paired test, Holm)."""
+    """The levels (of ``means``, at one held level on one task) significantly below the best one:
+    the per-task paired test's Holm p below ``alpha`` with its matched pairs' mean difference best -
+    level above 0 (the best by its runs' mean may lie below a level on the seeds both have)."""
     if len(means) < 2 or pvalues.empty:
         return set()
     best = max(means, key=means.get)
@@ -131,7 +132,11 @@ def below_best(
         & ((pvalues["a"] == best) | (pvalues["b"] == best))
         & (pvalues["p_holm"] < alpha)
     ]
-    return {b if a == best else a for a, b in zip(rows["a"], rows["b"], strict=True)} & set(means)
+    return {
+        b if a == best else a
+        for a, b, diff in zip(rows["a"], rows["b"], rows["diff"], strict=True)
+        if (diff if a == best else -diff) > 0
+    } & set(means)
 
 
 def _marked(table: Table, panel: list[Slot], pvalues: pd.DataFrame, alpha: float, task: str) -> set:

@@ -67,7 +67,7 @@ class Study:
 
     def pair(self, factor: str, fixed: str, a: str, b: str, task: str = ALL) -> dict:
         """The test of a - b at ``fixed``, pooled over tasks or of one ``task``: n, diff, its
-        (1 - alpha) interval, se, p (Holm)."""
+        (1 - alpha) interval, se, d_z, p (Holm)."""
         tests = self.pooled(factor, a, b, task)
         row = tests[tests["fixed"] == fixed].iloc[0]
         sign = 1.0 if row["a"] == a else -1.0
@@ -77,6 +77,7 @@ class Study:
             "diff": sign * float(row["diff"]),
             "ci": (low, high),
             "se": float(row["se"]),
+            "effect": sign * float(row["effect"]),
             "p_holm": float(row["p_holm"]),
         }
 
@@ -150,10 +151,11 @@ def _magnitude(study: Study, a: str, b: str, lower: str, upper: str, task: str =
 
 
 def _sd(study: Study, factor: str, fixed: str, a: str, b: str) -> str:
-    """The standard deviation of the paired differences and the standardised effect d_z."""
+    """The standard deviation of the paired differences and the standardised effect d_z (infinite
+    for equal non-zero differences)."""
     test = study.pair(factor, fixed, a, b)
     sd = test["se"] * test["n"] ** 0.5
-    return f"sd {sd:.2f} points (d_z {abs(test['diff']) / sd:.2f})"
+    return f"sd {sd:.2f} points (d_z {abs(test['effect']):.2f})"
 
 
 def _family(study: Study, factor: str, fixed: str) -> str:
@@ -172,7 +174,8 @@ def _seeds(study: Study, factor: str, fixed: str) -> str:
     high_text = f"over {MAX_SEEDS}" if high >= MAX_SEEDS else str(high)
     text = f"{low} pairs" if low == high else f"{low} to {high_text} pairs"
     zero = int((tests["diff"] == 0).sum())
-    zeros = f" ({zero} {'pair differs' if zero == 1 else 'pairs differ'} by exactly 0: no effect)"
+    whose = "pair's mean difference is" if zero == 1 else "pairs' mean differences are"
+    zeros = f" ({zero} {whose} exactly 0 on these seeds: no observed effect to power a test for)"
     return text + (zeros if zero else "")
 
 

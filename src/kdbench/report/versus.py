@@ -11,12 +11,12 @@ from scipy import stats
 
 from kdbench.report.frames import AVG, GROUP_COLS
 from kdbench.report.paper import (
+    AVG_ROUNDING,
     FIRST_6_TABLES,
     METRIC_NOTES,
     PAPER_CITE,
     PAPER_DESIGNS,
     READ_AS_ACCURACY,
-    avg_tolerance,
     measured_cells,
     runs_for_table,
 )
@@ -252,9 +252,8 @@ def _flag_note(published: pd.DataFrame) -> list[str]:
     return [
         f"{FLAG} The printed Avg differs from the mean of the row's {k} published cells by more "
         "than rounding "
-        f"(more than {avg_tolerance(k):.3f}: half the printed digit plus one standard deviation of "
-        "the rounding "
-        f"error of a mean of {k} rounded cells): {rows}. It is shown as printed"
+        f"(more than {AVG_ROUNDING:g}: half the printed digit for the Avg and at most half for the "
+        f"mean of {k} rounded cells): {rows}. It is shown as printed"
     ]
 
 
