@@ -297,3 +297,17 @@ def test_a_layer_mapping_the_models_lack_is_refused_naming_the_key_that_gave_it(
 ):
     with pytest.raises(ConfigError, match=message):
         plan_of(tiny_glue, tmp_path, *overrides)
+
+
+@pytest.mark.parametrize("stage", ["intermediate", "prediction"])
+def test_a_stage_that_runs_with_an_empty_term_list_is_refused(tiny_glue, tmp_path, stage):
+    message = (
+        rf"^stages.{stage}.objective.terms is empty, so the stage would not train: give it "
+        rf"terms, or skip it with stages.{stage}.epochs=0 stages.{stage}.steps=null$"
+    )
+    with pytest.raises(ConfigError, match=message):
+        plan_of(tiny_glue, tmp_path, "objective=att_kl", f"stages.{stage}.objective={{terms: []}}")
+    skipped = plan_of(
+        tiny_glue, tmp_path, f"stages.{stage}.objective={{terms: []}}", f"stages.{stage}.epochs=0"
+    )
+    assert not skipped.stages[stage].runs

@@ -88,6 +88,11 @@ def with_terms(cfg: DictConfig, stages: dict, terms: list[Term], init, confs, te
                 )
             values = with_defaults(stage.objective, StageObjectiveKeys)  # checked with the stages
             check_terms(at, f"{at}.terms", values["terms"])
+            if stage.runs and not values["terms"]:
+                raise ConfigError(
+                    f"{at}.terms is empty, so the stage would not train: give it terms, or "
+                    f"skip it with stages.{name}.epochs=0 stages.{name}.steps=null"
+                )
             mapping, mapping_at = mapping_of(cfg, values["mapping"], at)
             where = (at, f"{at}.terms", mapping_at)
             own = terms_of(where, values["terms"], mapping, init, confs, teacher, task, False)
