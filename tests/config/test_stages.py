@@ -261,3 +261,53 @@ def test_trainer_compile_compiles_the_losses_chains_in_each_setting(
     else:
         objective = stage_objective(plan, plan.stages["intermediate"], torch.zeros(48).long())
     assert objective.compile_backend == backend
+
+
+HID = "{loss: hid_mse, feature: hidden}"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            [f"stages.intermediate.objective={{mapping: [1, 9], terms: [{HID}]}}"],
+            r"^stages.intermediate.objective.mapping=\[1, 9\]: layer 9 does not exist",
+        ),
+        (
+            [f"stages.intermediate.objective={{mapping: [1, 2, 3], terms: [{HID}]}}"],
+            r"^stages.intermediate.objective.mapping=\[1, 2, 3\] has 3 entries but the student",
+        ),
+        (
+            [
+                "stages.prediction.objective.terms=[{loss: kd, feature: logits}, "
+                "{loss: hid_mse, feature: hidden, mapping: [7, 8]}]"
+            ],
+            r"^stages.prediction.objective.terms.1.mapping=\[7, 8\]: layer 7 does not exist",
+        ),
+        (
+            ["objective=hid_seq", "init=random", "student.num_layers=3"],
+            r"^objective.mapping=init maps every k-th teacher layer into a random student, and "
+            r"the teacher's 4 layers are not a multiple of the student's 3: give one teacher "
+            r"layer per student layer \(objective.mapping=\[\.\.\.\]\)$",
+        ),
+    ],
+)
+def test_a_layer_mapping_the_models_lack_is_refused_naming_the_key_that_gave_it(
+    tiny_glue, tmp_path, overrides, message
+):
+    with pytest.raises(ConfigError, match=message):
+        plan_of(tiny_glue, tmp_path, *overrides)
+
+
+@pytest.mark.parametrize("stage", ["intermediate", "prediction"])
+def test_a_stage_that_runs_with_an_empty_term_list_is_refused(tiny_glue, tmp_path, stage):
+    message = (
+        rf"^stages.{stage}.objective.terms is empty, so the stage would not train: give it "
+        rf"terms, or skip it with stages.{stage}.epochs=0 stages.{stage}.steps=null$"
+    )
+    with pytest.raises(ConfigError, match=message):
+        plan_of(tiny_glue, tmp_path, "objective=att_kl", f"stages.{stage}.objective={{terms: []}}")
+    skipped = plan_of(
+        tiny_glue, tmp_path, f"stages.{stage}.objective={{terms: []}}", f"stages.{stage}.epochs=0"
+    )
+    assert not skipped.stages[stage].runs

@@ -13,11 +13,9 @@ def every_kth(teacher_layers: int, student_layers: int) -> list[int]:
     """k, 2k, ..., with k = teacher layers / student layers (4,8,12 for 12 -> 3)."""
     if teacher_layers % student_layers:
         raise ConfigError(
-            "every k-th teacher layer (init=every_kth, the uniform mapping) needs the teacher's "
-            f"{teacher_layers} "
+            f"every k-th teacher layer (init=every_kth) needs the teacher's {teacher_layers} "
             f"layers to be a multiple of student.num_layers={student_layers}: give the layers "
-            "explicitly "
-            "(init=layers 'init.layers=[...]')"
+            "explicitly (init=layers 'init.layers=[...]')"
         )
     k = teacher_layers // student_layers
     return [k * (i + 1) for i in range(student_layers)]
@@ -99,9 +97,14 @@ def check_copyable(
 
 
 def resolve_pairs(
-    mapping, init_layers: list[int] | None, student_layers: int, teacher_layers: int
+    mapping,
+    init_layers: list[int] | None,
+    student_layers: int,
+    teacher_layers: int,
+    at: str = "objective.mapping",
 ) -> list[tuple[int, int]]:
-    """(student layer, teacher layer) pairs of a layer mapping, validated.
+    """(student layer, teacher layer) pairs of a layer mapping, validated; `at` is the config key
+    that gave the mapping, which a refusal names.
 
     `mapping`: init (the layers the student was initialised from; uniform for random init), uniform
     (TinyBERT's g(m) = k*m), fixed (the study's released code: every k-th teacher layer whatever the
@@ -110,11 +113,18 @@ def resolve_pairs(
     """
     if isinstance(mapping, (list, tuple)):
         layers = list(mapping)
-        validate_layer_list(layers, teacher_layers, student_layers, what="objective.mapping")
+        validate_layer_list(layers, teacher_layers, student_layers, what=at)
         return list(zip(range(1, student_layers + 1), layers))
     if mapping == "init" and init_layers is not None:
         return list(zip(range(1, student_layers + 1), init_layers))
     if mapping in ("init", "uniform", "fixed"):
+        if teacher_layers % student_layers:
+            into = " into a random student" if mapping == "init" else ""
+            raise ConfigError(
+                f"{at}={mapping} maps every k-th teacher layer{into}, and the teacher's "
+                f"{teacher_layers} layers are not a multiple of the student's {student_layers}: "
+                f"give one teacher layer per student layer ({at}=[...])"
+            )
         return list(zip(range(1, student_layers + 1), every_kth(teacher_layers, student_layers)))
     if mapping == "last":
         return [(student_layers, teacher_layers)]

@@ -62,12 +62,14 @@ def build_terms(
     agnostic: bool,
     teacher_has_mlm_head: bool,
     at: str = "objective.terms",
+    mapping_at: str = "objective.mapping",
 ) -> list[Term]:
     """Terms of an objective's term specs, validated against the architectures, the task and the
     setting.
 
     `term_specs`: plain dicts of `TermKeys`, at config path `at`. `default_mapping`: the layer
-    mapping of a term without its own `mapping` (see `kdbench.models.layers.resolve_pairs`).
+    mapping of a term without its own `mapping` (see `kdbench.models.layers.resolve_pairs`), at
+    config path `mapping_at`.
     """
     depths = (student_conf.num_hidden_layers, teacher_conf.num_hidden_layers)
     terms = []
@@ -78,7 +80,8 @@ def build_terms(
         _check_setting(objective_name, loss, entry, regression, agnostic, teacher_has_mlm_head)
         feature = spec["feature"] or entry.features[0]
         _check_feature(objective_name, index, loss, entry, feature, student_conf, teacher_conf)
-        pairs = _pairs(spec, feature, default_mapping, init_layers, depths)
+        own = f"{at}.{index}.mapping" if spec["mapping"] else mapping_at
+        pairs = _pairs(spec, feature, (default_mapping, own), init_layers, depths)
         projected = _projected(
             objective_name, index, spec["projection"], entry, student_conf, teacher_conf
         )
@@ -94,16 +97,18 @@ def build_terms(
 def _pairs(
     spec: dict,
     feature: str,
-    default_mapping,
+    default_mapping: tuple,
     init_layers: list[int] | None,
     depths: tuple[int, int],
 ) -> list[tuple[int, int]]:
-    """The term's (student, teacher) layer pairs: its mapping's, led by the embedding outputs'
-    (0, 0) when `embedding_pair` asks; the logits' one pair for LOGITS."""
+    """The term's (student, teacher) layer pairs: its mapping's (`default_mapping`: the mapping
+    of a term without its own and the config path of the one it reads), led by the embedding
+    outputs' (0, 0) when `embedding_pair` asks; the logits' one pair for LOGITS."""
     if feature == LOGITS:
         pairs = [(LOGITS, LOGITS)]
     else:
-        pairs = resolve_pairs(spec["mapping"] or default_mapping, init_layers, *depths)
+        mapping, at = default_mapping
+        pairs = resolve_pairs(spec["mapping"] or mapping, init_layers, *depths, at=at)
     if spec["embedding_pair"] and (0, 0) not in pairs:
         pairs = [(0, 0), *pairs]
     return pairs

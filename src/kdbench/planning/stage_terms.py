@@ -36,15 +36,24 @@ def objective_terms(cfg: DictConfig, init, confs, teacher: TeacherSpec, task) ->
         check_terms(cfg.objective.name, f"objective.{listed}", values.get(listed) or [])
     agnostic = cfg.setting.name == "task_agnostic"
     terms = "terms_task_agnostic" if agnostic and values.get("terms_task_agnostic") else "terms"
-    mapping = setting_mapping(cfg) or values["mapping"]
-    where = (cfg.objective.name, f"objective.{terms}")
+    mapping, mapping_at = mapping_of(cfg, values["mapping"], "objective")
+    where = (cfg.objective.name, f"objective.{terms}", mapping_at)
     return terms_of(where, values[terms], mapping, init, confs, teacher, task, agnostic)
+
+
+def mapping_of(cfg: DictConfig, own, at: str) -> tuple:
+    """The layer mapping of the objective at config path `at` (`own`: its `mapping`), the setting's
+    over it, and the config key that gives it."""
+    if setting := setting_mapping(cfg):
+        return setting, "setting.mapping"
+    return own, f"{at}.mapping"
 
 
 def terms_of(
     where, specs, mapping, init, confs, teacher: TeacherSpec, task, agnostic
 ) -> list[Term]:
-    """The terms of `specs` (`where`: the objective's name and the list's config path)."""
+    """The terms of `specs` (`where`: the objective's name, the list's config path and the config
+    path of `mapping`, the layer mapping of a term without its own)."""
     layers = None if init.layers is None else list(init.layers)
     return build_terms(
         where[0],
@@ -56,6 +65,7 @@ def terms_of(
         agnostic=agnostic,
         teacher_has_mlm_head=teacher.has_mlm_head,
         at=where[1],
+        mapping_at=where[2],
     )
 
 
@@ -78,8 +88,13 @@ def with_terms(cfg: DictConfig, stages: dict, terms: list[Term], init, confs, te
                 )
             values = with_defaults(stage.objective, StageObjectiveKeys)  # checked with the stages
             check_terms(at, f"{at}.terms", values["terms"])
-            mapping = setting_mapping(cfg) or values["mapping"]
-            where = (at, f"{at}.terms")
+            if stage.runs and not values["terms"]:
+                raise ConfigError(
+                    f"{at}.terms is empty, so the stage would not train: give it terms, or "
+                    f"skip it with stages.{name}.epochs=0 stages.{name}.steps=null"
+                )
+            mapping, mapping_at = mapping_of(cfg, values["mapping"], at)
+            where = (at, f"{at}.terms", mapping_at)
             own = terms_of(where, values["terms"], mapping, init, confs, teacher, task, False)
         check_padding(f"stages.{name}", stage.padding, own)
         out[name] = replace(stage, terms=tuple(own))
