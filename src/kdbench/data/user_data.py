@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
+from pandas.errors import ParserWarning
 
 from kdbench.data.carving import carve, warn_shared
 from kdbench.data.columns import column_list
@@ -152,7 +154,8 @@ def read_source(user: UserData, split: str) -> datasets.Dataset:
     read or is empty."""
     options = {} if user.dataset_name else file_options(user, user.files[split])
     try:
-        with quiet():
+        with quiet(), warnings.catch_warnings():
+            warnings.simplefilter("error", ParserWarning)  # a row longer than its header
             if user.dataset_name:
                 ds = datasets.load_dataset(user.dataset_name, user.dataset_config, split=split)
             else:
@@ -182,6 +185,7 @@ def file_options(user: UserData, path: Path) -> dict:
         "delimiter": csv_delimiter(path, user.delimiter),
         "keep_default_na": False,
         "na_values": [""],
+        "index_col": False,
         "converters": {user.label_column: str},
     }
 
@@ -192,6 +196,8 @@ def unreadable(user: UserData, split: str, exc: Exception, delimiter: str | None
     while exc.__cause__ is not None:
         exc = exc.__cause__
     reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if isinstance(exc, ParserWarning):
+        reason = "its first row has more fields than its header"
     if delimiter is None:
         return DataError(
             f"cannot read {where(user, split)} ({reason}): give a readable "
