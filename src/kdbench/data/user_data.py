@@ -235,7 +235,7 @@ def check_columns(ds: datasets.Dataset, user: UserData, split: str) -> None:
 
 def check_text(ds: datasets.Dataset, user: UserData, split: str, column: str) -> None:
     """The column `column` holds text in every row: not numbers, no values of mixed types (a JSON
-    file's), none missing."""
+    file's), none missing or blank (empty or whitespace only, as a blank label is missing)."""
     texts = column_list(ds, column)
     dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
     if dtype not in ("string", "large_string"):
@@ -249,10 +249,11 @@ def check_text(ds: datasets.Dataset, user: UserData, split: str, column: str) ->
             f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
             "name its text columns in task.text_columns"
         )
-    if None in texts:
+    blank = next((row for row, text in enumerate(texts) if not (text or "").strip()), None)
+    if blank is not None:
         raise DataError(
-            f"{where(user, split)}: row {texts.index(None) + 1} has no text in column "
-            f"{column!r}: fill it in or drop the row"
+            f"{where(user, split)}: row {blank + 1} has no text in column {column!r} (it is "
+            "missing or blank): fill it in or drop the row"
         )
 
 
