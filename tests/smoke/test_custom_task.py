@@ -69,6 +69,26 @@ def test_a_csv_task_ships_a_student_that_predicts_label_names(user_data, tmp_pat
         assert fragment in card
 
 
+def test_a_fine_tuned_teacher_given_back_maps_the_labels_by_its_names(
+    user_data, tmp_path, monkeypatch
+):
+    from kdbench.planning.plan import make_plan
+    from tests.helpers import compose_config
+
+    monkeypatch.setenv("KDBENCH_CACHE", str(tmp_path / "cache"))
+    data = [
+        f"task.train_file={user_data['csv']}",
+        "task.text_columns=[review]",
+        "task.label_column=sentiment",
+    ]
+    completed(tmp_path / "run", *data, "stages.intermediate.epochs=0", "measure_cost=false")
+    (teacher,) = (tmp_path / "cache" / "teachers").glob("custom-tiny-*[0-9a-f]")
+    assert json.loads((teacher / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
+    given = [*data, f"teacher.finetuned_path={teacher}"]
+    overrides = custom_overrides(tmp_path / "again", *given, "task.label_names=[pos,neg]")
+    assert make_plan(compose_config(overrides)).task.labels == ("neg", "pos")
+
+
 def test_the_record_carries_both_models_measured_cost(user_data, tmp_path):
     cost = completed(
         tmp_path,

@@ -160,6 +160,12 @@ BAD = {
         DataError,
         ["cannot read", "t.csv with task.delimiter=','", "Expected 2 fields", "set task.delimiter"],
     ),
+    "rows longer than the header": (  # pandas would read their first field as an index
+        {"t.csv": "text,label\ngreat, loved it,x\nawful, hated it,y\n"},
+        [],
+        DataError,
+        ["t.csv with the delimiter ','", "first row has more fields than its header", "quote"],
+    ),
     "a header read with another delimiter": (
         {"t.csv": "text;label\na;x\nb;y\n"},
         ["task.delimiter='|'"],

@@ -77,6 +77,21 @@ def test_a_label_is_its_stripped_text_and_a_blank_one_is_missing(tmp_path):
         carved_task(jsonl)
 
 
+@pytest.mark.parametrize(
+    "name, text",
+    [("t.jsonl", '{"text": "", "label": "y"}\n'), ("t.csv", "   ,y\n"), ("t.csv", '"",y\n')],
+)
+def test_a_blank_text_is_missing_in_every_format(tmp_path, name, text):
+    rows = [("a", "x"), ("b", "y"), ("c", "x")]
+    if name.endswith(".jsonl"):
+        lines = [json.dumps({"text": t, "label": y}) + "\n" for t, y in rows]
+    else:
+        lines = ["text,label\n", *(f"{t},{y}\n" for t, y in rows)]
+    path = write(tmp_path / name, "".join(lines) + text)
+    with pytest.raises(DataError, match=rf"{name}: row 4 has no text in column 'text'"):
+        carved_task(path)
+
+
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
 def test_a_regression_label_that_is_not_a_finite_number_is_refused(tmp_path, value):
     path = write(tmp_path / "t.csv", f"text,label\na,1.5\nb,{value}\nc,2.5\n")

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
+from pandas.errors import ParserWarning
 
 from kdbench.data.carving import carve, warn_shared
 from kdbench.data.columns import column_list
@@ -152,7 +154,8 @@ def read_source(user: UserData, split: str) -> datasets.Dataset:
     read or is empty."""
     options = {} if user.dataset_name else file_options(user, user.files[split])
     try:
-        with quiet():
+        with quiet(), warnings.catch_warnings():
+            warnings.simplefilter("error", ParserWarning)  # a row longer than its header
             if user.dataset_name:
                 ds = datasets.load_dataset(user.dataset_name, user.dataset_config, split=split)
             else:
@@ -182,6 +185,7 @@ def file_options(user: UserData, path: Path) -> dict:
         "delimiter": csv_delimiter(path, user.delimiter),
         "keep_default_na": False,
         "na_values": [""],
+        "index_col": False,
         "converters": {user.label_column: str},
     }
 
@@ -192,6 +196,8 @@ def unreadable(user: UserData, split: str, exc: Exception, delimiter: str | None
     while exc.__cause__ is not None:
         exc = exc.__cause__
     reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if isinstance(exc, ParserWarning):
+        reason = "its first row has more fields than its header"
     if delimiter is None:
         return DataError(
             f"cannot read {where(user, split)} ({reason}): give a readable "
@@ -229,7 +235,7 @@ def check_columns(ds: datasets.Dataset, user: UserData, split: str) -> None:
 
 def check_text(ds: datasets.Dataset, user: UserData, split: str, column: str) -> None:
     """The column `column` holds text in every row: not numbers, no values of mixed types (a JSON
-    file's), none missing."""
+    file's), none missing or blank (empty or whitespace only, as a blank label is missing)."""
     texts = column_list(ds, column)
     dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
     if dtype not in ("string", "large_string"):
@@ -243,10 +249,11 @@ def check_text(ds: datasets.Dataset, user: UserData, split: str, column: str) ->
             f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
             "name its text columns in task.text_columns"
         )
-    if None in texts:
+    blank = next((row for row, text in enumerate(texts) if not (text or "").strip()), None)
+    if blank is not None:
         raise DataError(
-            f"{where(user, split)}: row {texts.index(None) + 1} has no text in column "
-            f"{column!r}: fill it in or drop the row"
+            f"{where(user, split)}: row {blank + 1} has no text in column {column!r} (it is "
+            "missing or blank): fill it in or drop the row"
         )
 
 

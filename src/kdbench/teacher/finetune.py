@@ -19,6 +19,7 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel, se
 from kdbench.models.attention import prepare_for_training
 from kdbench.models.hub import load, model_identity
 from kdbench.models.pretrained import pretrained_teacher
+from kdbench.models.student import describe_task_head
 from kdbench.records.record import read_json, write_json
 from kdbench.records.steplog import StepLog
 from kdbench.runtime import storage
@@ -93,6 +94,7 @@ def fine_tune_teacher(plan, path: Path, train_loader, eval_loaders, log: StepLog
         teacher, eval_loaders, plan.task.metrics, plan.device, plan.precision, "teacher_evaluation"
     )
     seconds = time.perf_counter() - start
+    describe_task_head(teacher.config, plan.task.labels)  # given back, it is matched by name
     save_entry(path, teacher, {"key": teacher_key(plan), "metrics": metrics, "seconds": seconds})
     checkpoints.clear()
     return FineTuned(teacher, metrics, seconds, path.name)
