@@ -54,7 +54,7 @@ def run_folder(cfg, job: int = 0) -> str | None:
     from omegaconf import open_dict
     from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-    if "hydra:runtime." in str(cfg.paths._get_node("run_dir")._value()):
+    if "hydra:runtime." in str(unresolved(cfg.paths, "run_dir")):
         return None  # Hydra sets hydra.runtime in the running job alone
     with open_dict(cfg.hydra.job):
         cfg.hydra.job.num = job
@@ -66,6 +66,13 @@ def run_folder(cfg, job: int = 0) -> str | None:
         return None
     finally:
         hydra.cfg = outer
+
+
+def unresolved(node, key: str):
+    """The value of `key` in a config node as written, its interpolations unresolved."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=False)[key]
 
 
 def check_run_dir_per_job(tokens: list[str], folder: str) -> None:
@@ -103,7 +110,7 @@ def check_run_folder(argv: list[str]) -> None:
     if any(token.lstrip("+").startswith(f"{key}=") for token in tokens):
         return
     cfg = compose(sweep_point(argv), hydra_config=True)
-    if run_folder(cfg) or sweep and "${now:" not in str(cfg.hydra.sweep._get_node("dir")._value()):
+    if run_folder(cfg) or sweep and "${now:" not in str(unresolved(cfg.hydra.sweep, "dir")):
         return
     name = "hydra.sweep.dir" if sweep else "paths.run_dir"
     fail(
