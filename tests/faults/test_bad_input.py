@@ -564,6 +564,14 @@ def test_a_run_folder_is_checked_as_its_job_resolves_it(capsys, tmp_path, run_di
     assert problem.format(file=tmp_path / "file") in line
 
 
+def test_a_preset_sweep_whose_jobs_share_a_run_folder_is_refused(capsys, tmp_path):
+    """A preset's own sweep (`hydra.sweeper.params`) is checked as the command line's is."""
+    line = refusal(capsys, ["-m", "+experiment=mini_table1", f"paths.run_dir={tmp_path}"])
+    assert "is the folder of every objective of this sweep" in line
+    folder = f"paths.run_dir={tmp_path}/${{objective.name}}/${{seed}}"
+    assert refusal(capsys, ["-m", "+experiment=mini_table1", folder]) is None
+
+
 def refusal(capsys, argv: list[str]) -> str | None:
     """The one line check_overrides refuses `argv` with (exit 2); None where it passes."""
     try:

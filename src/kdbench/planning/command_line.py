@@ -21,28 +21,38 @@ def check_overrides(argv: list[str]) -> None:
     """Validate group choices and keys of a command line (each value of a sweep) and the folders
     of its jobs; exit 2 with one line."""
     try:
-        folder = compose_check(sweep_point(argv))
+        cfg = compose_check(sweep_point(argv))
         if {"-m", "--multirun"} & set(argv):
-            tokens = overrides_of(argv) or []
+            tokens = swept(cfg, overrides_of(argv) or [])
             check_job_folders(tokens)
-            if folder is not None:
-                check_run_dir_per_job(tokens, folder)
+            if run_folder(cfg):
+                check_run_dir_per_job(tokens)
     except ConfigError as exc:
         fail(str(exc))
 
 
-def compose_check(overrides: list[str]) -> str | None:
+def compose_check(overrides: list[str]):
     """Compose the config as Hydra will (first value of each sweep) and report a failure as one
     line: a key the config lacks with the closest one it has, or a run folder (paths.run_dir,
-    which Hydra makes first) that cannot be one. Returns that folder (None where Hydra names
-    it)."""
+    which Hydra makes first) that cannot be one. Returns the config, with its `hydra` node."""
     try:
         cfg = compose(overrides, hydra_config=True)
     except Exception as exc:
         raise ConfigError(unknown_key(overrides) or one_line(exc)) from None
     if folder := run_folder(cfg):
         writable_folder(folder, "paths.run_dir")
-    return folder
+    return cfg
+
+
+def swept(cfg, tokens: list[str]) -> list[str]:
+    """A sweep's overrides as Hydra's basic sweeper crosses them: the preset's
+    (`hydra.sweeper.params` of the composed `cfg`) of the keys the command line leaves, then the
+    command line's."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    given = {o.key_or_group for o in OverridesParser.create().parse_overrides(tokens)}
+    params = (cfg.hydra.sweeper.params or {}).items()
+    return [*(f"{key}={value}" for key, value in params if key not in given), *tokens]
 
 
 def run_folder(cfg, job: int = 0) -> str | None:
@@ -51,12 +61,12 @@ def run_folder(cfg, job: int = 0) -> str | None:
     None where it is unset or names what only a running job knows
     (`${hydra:runtime.output_dir}`)."""
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
+    from omegaconf import open_dict, read_write
     from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
     if "hydra:runtime." in str(unresolved(cfg.paths, "run_dir")):
         return None  # Hydra sets hydra.runtime in the running job alone
-    with open_dict(cfg.hydra.job):
+    with read_write(cfg.hydra), open_dict(cfg.hydra.job):  # set_config made it read-only
         cfg.hydra.job.num = job
     hydra, outer = HydraConfig.instance(), HydraConfig.instance().cfg
     hydra.set_config(cfg)
@@ -75,12 +85,14 @@ def unresolved(node, key: str):
     return OmegaConf.to_container(node, resolve=False)[key]
 
 
-def check_run_dir_per_job(tokens: list[str], folder: str) -> None:
-    """Refuses a sweep whose paths.run_dir (`folder` at its first point) is the same for two of
-    its jobs: the second would write over the first's record. The folder must change with every
-    swept key (as `${hydra:job.num}` does), or be Hydra's (paths.run_dir unset)."""
+def check_run_dir_per_job(tokens: list[str]) -> None:
+    """Refuses a sweep (`tokens`: its overrides, the preset's included) whose paths.run_dir is the
+    same for two of its jobs: the second would write over the first's record. The folder must
+    change with every swept key (as `${hydra:job.num}` does), or be Hydra's (paths.run_dir
+    unset)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    folder = run_folder(compose(sweep_point(tokens), hydra_config=True))
     parsed = OverridesParser.create().parse_overrides(tokens)
     for at, override in enumerate(parsed):
         values = list(override.sweep_string_iterator()) if override.is_sweep_override() else []
