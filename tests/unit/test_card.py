@@ -1,6 +1,7 @@
 """The model card: its Hub metadata names Hub datasets only, it publishes speed only from a
 machine no other work competed for, saying where and under what load it was timed, and it names
-the init once, with the teacher layers it copied."""
+the init once, with the teacher layers it copied, and each objective term with the parameters its
+loss reads."""
 
 from __future__ import annotations
 
@@ -91,4 +92,19 @@ def test_the_init_is_named_once_with_the_teacher_layers_it_copied(tiny_glue, tmp
     ).save_pretrained(saved)
     path = [f"init.path={saved}"] if init == "init=pretrained" else []
     overrides = tiny_overrides(tiny_glue, tmp_path / "run", init, *path)
+    assert line in card(make_plan(compose_config(overrides)))
+
+
+@pytest.mark.parametrize(
+    ("task", "line"),
+    [
+        ("task=sst2", "- **Objective**: prediction: kd (alpha=0.5, temperature=2.0)\n"),
+        ("task=stsb", "- **Objective**: prediction: kd (alpha=0.5)\n"),
+    ],
+)
+def test_the_objective_names_the_parameters_its_loss_reads_on_the_task(
+    tiny_glue, tmp_path, task, line
+):
+    """A regression's `kd` is MSE to the teacher's output: it reads no temperature."""
+    overrides = tiny_overrides(tiny_glue, tmp_path, task, "objective=vanilla_kd")
     assert line in card(make_plan(compose_config(overrides)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -90,6 +91,36 @@ def test_a_blank_text_is_missing_in_every_format(tmp_path, name, text):
     path = write(tmp_path / name, "".join(lines) + text)
     with pytest.raises(DataError, match=rf"{name}: row 4 has no text in column 'text'"):
         carved_task(path)
+
+
+@pytest.mark.parametrize(
+    "name, labels, extra",
+    [
+        ("t.tsv", ("pos", "neg"), []),
+        ("t.csv", ("pos", "neg"), []),
+        ("t.csv", ("4.5", "0.5"), ["task.regression=true"]),
+    ],
+)
+def test_a_text_with_an_unclosed_quote_swallowing_rows_is_refused(tmp_path, name, labels, extra):
+    delimiter, (high, low) = "\t" if name == "t.tsv" else ",", labels
+    rows = [("great", high), ("bad", low), ('"so good', high), ("awful", low), ('fine ok"', high)]
+    rows += [(f"text {i}", labels[i % 2]) for i in range(6)]
+    lines = [f"text{delimiter}label", *(f"{t}{delimiter}{y}" for t, y in rows)]
+    path = write(tmp_path / name, "\n".join(lines) + "\n")
+    swallowed = rf"'awful{re.escape(repr(delimiter)[1:-1])}{low}'"
+    with pytest.raises(DataError, match=rf"{name}: row 3's text holds the line {swallowed}.*quote"):
+        carved_task(path, *extra)
+
+
+def test_a_quoted_text_of_several_lines_is_one_example(tmp_path):
+    lines = '"great, loved it\nwould watch again",pos\nbad,neg\nnice,pos\nmeh,neg\n'
+    task = carved_task(
+        write(tmp_path / "t.csv", "text,label\n" + lines), "task.validation_fraction=0.5"
+    )
+    texts = [
+        text for split in ("train", "validation") for text in load_split(task, split, None)["text"]
+    ]
+    assert len(texts) == 4 and "great, loved it\nwould watch again" in texts
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf"])

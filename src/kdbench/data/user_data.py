@@ -25,6 +25,7 @@ from kdbench.data.carving import carve, warn_shared
 from kdbench.data.columns import column_list
 from kdbench.data.files import DELIMITERS, TAB, check_utf8, csv_delimiter, folder_files, no_rows
 from kdbench.data.labels import check_known, class_names, label_text, label_values, number
+from kdbench.data.texts import check_text, check_whole_rows
 from kdbench.errors import ConfigError, DataError
 from kdbench.planning.specs import UserData
 from kdbench.runtime.loggers import library_progress_bars
@@ -230,31 +231,7 @@ def check_columns(ds: datasets.Dataset, user: UserData, split: str) -> None:
                 f"{', '.join(ds.column_names)}): {fix}"
             )
     for column in user.text_fields:
-        check_text(ds, user, split, column)
-
-
-def check_text(ds: datasets.Dataset, user: UserData, split: str, column: str) -> None:
-    """The column `column` holds text in every row: not numbers, no values of mixed types (a JSON
-    file's), none missing or blank (empty or whitespace only, as a blank label is missing)."""
-    texts = column_list(ds, column)
-    dtype = getattr(ds.features[column], "dtype", type(ds.features[column]).__name__)
-    if dtype not in ("string", "large_string"):
-        if any(isinstance(text, str) for text in texts):
-            row = next(i for i, text in enumerate(texts) if not isinstance(text, (str, type(None))))
-            raise DataError(
-                f"{where(user, split)}: column {column!r} mixes text and other values (row "
-                f"{row + 1} holds {texts[row]!r}): write every value of it as a string"
-            )
-        raise DataError(
-            f"{where(user, split)}: column {column!r} holds {dtype}, not text: "
-            "name its text columns in task.text_columns"
-        )
-    blank = next((row for row, text in enumerate(texts) if not (text or "").strip()), None)
-    if blank is not None:
-        raise DataError(
-            f"{where(user, split)}: row {blank + 1} has no text in column {column!r} (it is "
-            "missing or blank): fill it in or drop the row"
-        )
+        check_text(ds, column, where(user, split))
 
 
 def task_metrics(metric, regression: bool, num_classes: int) -> tuple[str, ...]:
@@ -301,6 +278,7 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
     raw = {split: read_source(user, split) for split in splits}
     labels = {split: checked_labels(ds, user, split, regression) for split, ds in raw.items()}
     given, train = task.get("label_names"), where(user, "train")
+    check_quotes(user, raw, labels, regression, given)
     names = () if regression else class_names(labels["train"], train, given)
     for split in splits if names else ():
         check_known(labels[split], names, where(user, split), train, given)
@@ -320,6 +298,23 @@ def describe(task: dict) -> tuple[UserData, tuple[str, ...], tuple[str, ...], st
         regression,
     )
     return user, names, metrics, content_hash(user, raw, reading)
+
+
+def check_quotes(user: UserData, raw: dict, labels: dict, regression: bool, given) -> None:
+    """No text of a CSV file's split (`raw`) holds a whole row (`check_whole_rows`): a line ending
+    in the delimiter and a number for a regression, else a label read in a split (`labels`) or
+    given (`task.label_names`)."""
+    known = {str(name) for name in given or ()}.union(*labels.values())
+
+    def is_label(text: str) -> bool:
+        label = label_text(text) or ""
+        return number(label) is not None if regression else label in known
+
+    for split in raw if user.format == "csv" else ():
+        delimiter, source = csv_delimiter(user.files[split], user.delimiter), where(user, split)
+        for field in user.text_fields:
+            texts = column_list(raw[split], field)
+            check_whole_rows(texts, source, delimiter, is_label)
 
 
 def checked_labels(ds: datasets.Dataset, user: UserData, split: str, regression: bool) -> list:

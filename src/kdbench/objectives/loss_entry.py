@@ -36,6 +36,8 @@ class LossEntry:
     # `fn(student_width, teacher_width, train_labels, seed, **params)` builds an nn.Module
     module: bool = False
     classification_only: bool = False  # contrasts examples by their task labels
+    # the parameters only its classification form reads (a regression's one output ignores them)
+    classification_params: tuple[str, ...] = ()
     # reads masked-language-model logits (task-agnostic setting, a teacher with an MLM head)
     mlm: bool = False
     # {parameter: Rule} where a range matters; another parameter takes values of its default's type
@@ -63,7 +65,9 @@ class LossEntry:
         object.__setattr__(self, "takes_padding", padded and "padding" not in self.rules)
         if padded and self.fused is not None and "padding" not in keywords:
             raise TypeError(f"{self.fn.__name__}'s fused form takes no padding")
-        if undeclared := sorted(set(self.rules) - set(self.param_rules)):
+        if undeclared := sorted(
+            (set(self.rules) | set(self.classification_params)) - set(self.param_rules)
+        ):
             raise TypeError(f"{self.fn.__name__} has no parameter {', '.join(undeclared)}")
 
     @cached_property

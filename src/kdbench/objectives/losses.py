@@ -321,7 +321,12 @@ CRD = {
     "form": choice("infonce", "nce", meaning="nce: CRD as released"),
 }
 LOSSES: dict[str, LossEntry] = {
-    "kd": LossEntry(kd, (LOGITS,), rules={"temperature": POSITIVE, "alpha": PROBABILITY}),
+    "kd": LossEntry(
+        kd,
+        (LOGITS,),
+        classification_params=("temperature",),
+        rules={"temperature": POSITIVE, "alpha": PROBABILITY},
+    ),
     "mlm_kd": LossEntry(mlm_kd, (LOGITS,), mlm=True, rules={"temperature": POSITIVE}),
     "mlm": LossEntry(mlm, (LOGITS,), mlm=True),
     "att_mse": LossEntry(att_mse, ("attention_scores",), fused=fused.att_mse),

@@ -9,6 +9,7 @@ import yaml
 
 from kdbench.measure.cost import contended
 from kdbench.metrics import scores_only
+from kdbench.objectives.losses import LOSSES
 
 SIZE_ROWS = (  # (label, the cost field, its format): what the model is, whatever the machine
     ("parameters", "params", "{:,}"),
@@ -146,13 +147,20 @@ def objective_text(plan) -> str:
     """The stages that distilled, each with its terms: "intermediate: att_kl (padding=masked); then
     prediction: kd (alpha=0.5, temperature=2.0)"."""
     stages = [stage for stage in plan.stages.values() if stage.terms and stage.runs]
+    regression = plan.task.regression
     return "; then ".join(
-        f"{stage.name}: {', '.join(map(term_text, stage.terms))}" for stage in stages
+        f"{stage.name}: {', '.join(term_text(term, regression) for term in stage.terms)}"
+        for stage in stages
     )
 
 
-def term_text(term) -> str:
-    params = ", ".join(f"{name}={value}" for name, value in sorted(term.params.items()))
+def term_text(term, regression: bool) -> str:
+    """A term with the parameters its loss reads on the task (a regression's `kd` no
+    temperature)."""
+    unread = LOSSES[term.loss].classification_params if regression else ()
+    params = ", ".join(
+        f"{name}={value}" for name, value in sorted(term.params.items()) if name not in unread
+    )
     return f"{term.name} ({params})" if params else term.name
 
 
