@@ -14,7 +14,8 @@ import pytest
 from scipy import stats
 
 from kdbench.report.claims import CLAIMS, TABLE_DESIGNS, TIE
-from kdbench.report.frames import best_of_grid, drop_duplicates, split_designs, to_frame
+from kdbench.report.frames import drop_duplicates, split_designs, to_frame
+from kdbench.report.grids import best_of_grid
 from kdbench.report.load import load_records
 from kdbench.report.rules import (
     ALL_COLLAPSED,

@@ -119,3 +119,53 @@ def test_a_grid_table_says_its_cells_are_chosen_on_the_dev_set_they_show(tmp_pat
     assert f"_n = 1 seed per cell. {note}_" in (tmp_path / "report" / "tables.md").read_text()
     assert note in (tmp_path / "report" / "tables.tex").read_text()
     assert note in (tmp_path / "report" / "report.html").read_text().replace("&#x27;", "'")
+
+
+def write_study_grids(runs, scores: dict[int, dict[float, float | str | None]]) -> None:
+    """A study's sweep dir: per distillation seed, its student's grid on RTE in its own sweep dir
+    (`finetune/distill-sSEED`), one job per lr at fine-tuning seed 1; a point's score, "failed"
+    (a failed record) or None (a job of the study without a record)."""
+    jobs = []
+    for seed, points in scores.items():
+        grid_dir = f"finetune/distill-s{seed}"
+        for lr, score in points.items():
+            job = f"{grid_dir}/stages.finetune.optimizer.lr={lr},task=rte,seed=1"
+            jobs.append(job)
+            fields = dict(seed=seed, grid={"lr": lr, "batch_size": 16}, student_path=grid_dir)
+            if score == "failed":
+                write(runs / job, status="failed", error="RuntimeError: boom", **fields)
+            elif score is not None:
+                write(runs / job, score=score, **fields)
+    (runs / "study_jobs.txt").write_text("\n".join(jobs) + "\n")
+
+
+def test_a_grid_with_a_failed_point_has_no_best_point_and_its_seed_is_short(tmp_path):
+    runs = tmp_path / "runs"
+    write_study_grids(runs, {1: {1e-5: 60.0, 3e-5: "failed"}, 2: {1e-5: 62.0, 3e-5: 64.0}})
+    assert main([str(runs), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
+    results = pd.read_csv(tmp_path / "report" / "results.csv")
+    assert list(results["score"]) == [64.0]  # seed 1's grid waits for its lr 3e-5 point
+    excluded = pd.read_csv(tmp_path / "report" / "excluded.csv").set_index("path")
+    waiting = excluded.loc[
+        "finetune/distill-s1/stages.finetune.optimizer.lr=1e-05,task=rte,seed=1/result.json"
+    ]
+    assert waiting["kind"] == "incomplete_grid"
+    assert waiting["reason"] == (
+        "its student's grid on rte lacks 1 failed grid point(s): its best point waits for them "
+        "(re-run the sweep to resume them)"
+    )
+    tables = (tmp_path / "report" / "tables.md").read_text()
+    assert "att_kl on RTE lacks 1 of 2 (1 incomplete grid)" in tables
+
+
+def test_a_grid_with_a_missing_point_waits_for_it_at_its_distillation_seed(tmp_path):
+    runs = tmp_path / "runs"
+    write_study_grids(runs, {1: {1e-5: 60.0, 3e-5: 61.0}, 2: {1e-5: 70.0, 3e-5: None}})
+    assert main([str(runs), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
+    assert list(pd.read_csv(tmp_path / "report" / "results.csv")["score"]) == [61.0]
+    excluded = pd.read_csv(tmp_path / "report" / "excluded.csv")
+    missing = excluded[excluded["kind"] == "missing"].iloc[0]
+    assert (missing["task"], missing["objective"], missing["seed"]) == ("rte", "att_kl", 2)
+    assert list(excluded["kind"]).count("incomplete_grid") == 1
+    tables = (tmp_path / "report" / "tables.md").read_text()
+    assert "att_kl on RTE lacks 1 of 2 (1 incomplete grid)" in tables

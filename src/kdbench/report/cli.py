@@ -78,15 +78,15 @@ in ``excluded.csv`` and at the end of ``tables.md``. Written to DIR (default
     evidence.md and the excluded runs. Opens from the file system.
 ``excluded.csv``
     path, kind (failed / running / killed / other status / skipped / distillation / grid /
-    duplicate / config_mismatch / not_in_study / missing), reason and key fields the file had.
-    ``config_mismatch``: a run whose resolved config differs from the other runs of its cell in
-    more than the seed, paths, device and how-not-what settings (``record.NOT_DESIGN``); the cell
-    keeps its most common design and the reason names the differing keys. ``distillation``: a
-    task-agnostic distillation record (no task; its GLUE fine-tuning runs carry the scores).
-    ``grid``: a fine-tuning grid point (record with a ``grid`` dict) that lost to the best point of
-    its student's grid on its task, the one used. ``not_in_study``: a record of none of a study's
-    jobs; ``missing``: a job of a study or sweep without one (its key: a record of its cell's);
-    ``killed``: a dead run (``jobs``).
+    incomplete_grid / duplicate / config_mismatch / not_in_study / missing), reason and key fields
+    the file had. ``config_mismatch``: a run whose config differs from its cell's other runs in
+    more than ``record.NOT_DESIGN``; the cell keeps its most common design, the reason names the
+    keys. ``distillation``: a task-agnostic distillation (its fine-tuning runs carry the scores).
+    ``grid``: a fine-tuning grid point that lost to its grid's best point on its task, the one
+    used; ``incomplete_grid``: a point of a grid lacking a point (no best point until a re-run
+    completes it: the cell lacks that seed). ``not_in_study``: a record of none of a study's jobs;
+    ``missing``: a job of a study or sweep without one (its key: a record of its cell's, a grid
+    point's seed its distillation's); ``killed``: a dead run (``jobs``).
 ``paper.csv`` (only with ``--paper``)
     every published cell of Wang et al. (2023), Tables 1-4 (the package data
     ``kdbench/paper/wang2023_tables.csv``), long form in kdbench's names: table, setting, teacher,
@@ -138,12 +138,12 @@ from kdbench.report.evidence import write_evidence
 from kdbench.report.frames import (
     EXCLUDED_COLS,
     IN_MEMORY_COLS,
-    best_of_grid,
     code_versions,
     drop_duplicates,
     split_designs,
     to_frame,
 )
+from kdbench.report.grids import best_of_grid
 from kdbench.report.load import Loaded, load_records
 from kdbench.report.page import PAGE_FILE, PageParts, render_page
 from kdbench.report.paper import PAPER_CITE, comparison, load_paper
@@ -228,7 +228,7 @@ def _write_text(path: Path, text: str) -> None:
 def _usable_runs(loaded: Loaded, results_dir: Path, out: Path) -> tuple[pd.DataFrame, list[dict]]:
     """The runs the tables use (best grid point, first of duplicates) and every exclusion, which are
     printed and written to ``excluded.csv``; exits 2 when no run is left."""
-    frame, below_best = _or_fail(lambda: best_of_grid(to_frame(loaded.records)))
+    frame, below_best = _or_fail(lambda: best_of_grid(to_frame(loaded.records), loaded.excluded))
     frame, duplicates = drop_duplicates(frame)
     frame, mismatched = _or_fail(lambda: split_designs(frame))
     excluded = loaded.excluded + below_best + duplicates + mismatched

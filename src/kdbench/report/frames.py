@@ -15,7 +15,7 @@ from kdbench.report.task_names import learn_tasks, task_sort_key
 # dicts, the teacher's collapse (the findings name it), where the per-example predictions are,
 # which checkpoint was scored (one per table: `one_checkpoint_kind`), the student a fine-tuning
 # grid point fine-tunes (a grid's best point is its own) and its own seed (one per grid:
-# `one_finetune_seed`), not written to results.csv
+# `kdbench.report.grids.one_finetune_seed`), not written to results.csv
 IN_MEMORY_COLS = [
     "design",
     "timing",
@@ -122,70 +122,6 @@ def sort_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return sorted_by(
         frame, lambda r: (*group_key(r), task_sort_key(r["task"]), *row_key(r), r["seed"])
     )
-
-
-def _excluded_copies(
-    frame: pd.DataFrame, kept: pd.DataFrame, kind: str, reason, keys: list[str]
-) -> list[dict]:
-    """An exclusion of ``kind`` per row of ``frame``; ``reason(row, kept)`` names the one of its
-    ``keys`` used."""
-    kept = kept.set_index(keys)
-    rows = []
-    for _, row in frame.iterrows():
-        winner = kept.loc[tuple(row[keys])]
-        rows.append(
-            exclusion(row["path"], kind, reason(row, winner), {key: row[key] for key in KEY_FIELDS})
-        )
-    return rows
-
-
-def best_of_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    """Fine-tuning grids (the task-agnostic protocol): keep the best grid point by dev score of each
-    student's grid on each task.
-
-    A student's grid points on a task share its key and its `student_path`; the best score is the
-    run's result, as in the paper. The other grid points are listed as ``grid`` exclusions (not
-    errors). Two students of one key (distillations that differ in more than the key) keep a best
-    point each. A grid fine-tuned at several seeds is refused (`one_finetune_seed`).
-    """
-    gridded = frame["grid"].notna()
-    if not gridded.any():
-        return frame, []
-    keys = [*KEY_FIELDS, "student_path"]
-    ranked = (
-        frame[gridded]
-        .assign(student_path=frame["student_path"].fillna(""))
-        .sort_values(["score", "path"], ascending=[False, True], kind="stable")
-    )
-    one_finetune_seed(ranked, keys)
-    below = ranked.duplicated(keys, keep="first")
-    excluded = _excluded_copies(
-        ranked[below],
-        ranked[~below],
-        "grid",
-        lambda row, best: (
-            f"grid point {row['grid']} scored {row['score']:.2f}; "
-            f"the best, {best['grid']}, scored {best['score']:.2f}"
-        ),
-        keys,
-    )
-    return sort_frame(pd.concat([frame[~gridded], ranked[~below]])), excluded
-
-
-def one_finetune_seed(grids: pd.DataFrame, keys: list[str]) -> None:
-    """Refuses a student's grid on a task whose points ran at several fine-tuning seeds: the key's
-    seed is the distillation's, so its best point would be the best seed of the best point."""
-    seeded = grids.dropna(subset=["finetune_seed"])
-    for key, found in seeded.groupby(keys, dropna=False)["finetune_seed"].unique().items():
-        if len(found) > 1:
-            row = dict(zip(keys, key, strict=True))
-            seeds = ", ".join(str(int(seed)) for seed in sorted(found))
-            raise ReportError(
-                f"the fine-tuning grid of {row['student_path'] or 'one student'} on "
-                f"{row['task']} ran at fine-tuning seeds {seeds}: its best "
-                "point would be chosen over seeds as well; report each fine-tuning seed from "
-                "its own results folder"
-            )
 
 
 def chosen_on_dev(runs: pd.DataFrame) -> str:

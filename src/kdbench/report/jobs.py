@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from omegaconf import OmegaConf
 
 from kdbench.planning.study_config import job_folders
-from kdbench.records.record import JOBS_FILE, KEY_FIELDS, RESULT_FILE, read_json
+from kdbench.records.record import GRID_AT, JOBS_FILE, KEY_FIELDS, RESULT_FILE, read_json
 from kdbench.report.frames import exclusion, key_text
 from kdbench.runtime.joblock import describe, held_by, lock_of
 
@@ -28,6 +28,10 @@ KILLED = (
 )
 UNFINISHED = ("failed", "killed", "missing", "running")  # a job's kinds of exclusion: no score yet
 JOB_NAME = re.compile(r"(?:(?P<cell>.*),)?seed=(?P<seed>[^,]+)")  # `job_dir_name`'s folders
+# a fine-tuning grid point's keys in its folder's name (the sweep's overrides)
+GRID_KEYS = re.compile(
+    "|".join(rf"(?:^|,){re.escape(at + key)}=[^,]*" for key, at in GRID_AT.items())
+)
 
 
 def study_jobs(results_dir: Path) -> list[str] | None:
@@ -116,9 +120,10 @@ def claim_state(row: dict, folder: Path) -> dict:
 
 def of_design(excluded: list[dict], records: list[dict], jobs: list[str]) -> list[dict]:
     """The exclusions, each of a listed job that did not finish (`UNFINISHED`) naming its job
-    (``job``); a ``missing`` one takes its key fields from a record (completed or not) of a job of
-    its cell, the job of its folder less the seed, and its seed from its folder (none: it keeps
-    them empty)."""
+    (``job``), a fine-tuning grid point's saying so (``grid_point``); a ``missing`` one takes its
+    key fields from a record (completed or not) of a job of its cell, the job of its folder less
+    the seed and the grid point, and its seed from its folder, a grid point's from that record (a
+    fine-tuning record's seed is its distillation's; none: it keeps them empty)."""
     listed = set(jobs)
     known = {}
     for row in records + excluded:
@@ -132,17 +137,20 @@ def of_design(excluded: list[dict], records: list[dict], jobs: list[str]) -> lis
             out.append(row)
             continue
         cell, seed = job_cell(row["path"])
+        in_grid = GRID_KEYS.search(PurePosixPath(folder).name) is not None
         if row["kind"] == "missing" and cell in known:
-            row = row | {key: key_text(known[cell][key]) for key in KEY_FIELDS} | {"seed": seed}
-        out.append(row | {"job": folder})
+            own_seed = {} if in_grid else {"seed": seed}
+            row = row | {key: key_text(known[cell][key]) for key in KEY_FIELDS} | own_seed
+        out.append(row | {"job": folder, "grid_point": in_grid})
     return out
 
 
 def job_cell(path: str) -> tuple[str | None, str | None]:
-    """(the folder of a job's cell: its folder less the seed, the seed) of a record's path; (None,
-    None) for a folder not named as a sweep names its jobs."""
+    """(the folder of a job's cell: its folder less the seed and a fine-tuning grid point, the
+    seed) of a record's path; (None, None) for a folder not named as a sweep names its jobs."""
     folder = PurePosixPath(path).parent
     match = JOB_NAME.fullmatch(folder.name)
     if match is None:
         return None, None
-    return (folder.parent / (match["cell"] or "")).as_posix(), match["seed"]
+    cell = GRID_KEYS.sub("", match["cell"] or "").lstrip(",")
+    return (folder.parent / cell).as_posix(), match["seed"]

@@ -17,12 +17,12 @@ from kdbench.report.evidence import ALL_RUNS, evidence_tests, interaction_exampl
 from kdbench.report.frames import (
     ALL,
     AVG,
-    best_of_grid,
     drop_duplicates,
     natural_key,
     split_designs,
     to_frame,
 )
+from kdbench.report.grids import best_of_grid
 from kdbench.report.interaction import contrast_values
 from kdbench.report.load import load_records
 from kdbench.report.paired import MAX_SEEDS, equivalence_p, paired_effect, paired_ttest
@@ -41,7 +41,8 @@ class Study:
     frame: pd.DataFrame = field(init=False)
 
     def __post_init__(self) -> None:
-        frame, _ = best_of_grid(to_frame(load_records(self.runs).records))
+        loaded = load_records(self.runs)
+        frame, _ = best_of_grid(to_frame(loaded.records), loaded.excluded)
         frame, _ = drop_duplicates(frame)
         self.frame, _ = split_designs(frame)
 

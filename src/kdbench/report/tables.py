@@ -321,11 +321,17 @@ def render_latex(tables: list[Table], digits: int = 1) -> str:
 
 
 def unfinished_cells(excluded: list[dict]) -> dict[tuple, Counter]:
-    """Per cell of the design (group, objective, init, task), how many of its jobs did not finish,
-    by kind: the exclusions `kdbench.report.jobs.of_design` names a job and a key for."""
-    cells: dict[tuple, Counter] = {}
+    """Per cell of the design (group, objective, init, task), how many of its seeds did not finish,
+    by kind: the exclusions `kdbench.report.jobs.of_design` names a job and a key for, each job a
+    seed, but a seed whose fine-tuning grid lacks points once, as an ``incomplete grid``."""
+    seeds: dict[tuple, dict] = {}
     for row in excluded:
         key = tuple(row.get(column) for column in GROUP_COLS + ROW_COLS + ["task"])
         if row.get("job") is not None and None not in key:
-            cells.setdefault(key, Counter())[row["kind"]] += 1
-    return cells
+            seed, kind = (
+                (row["seed"], "incomplete grid")
+                if row.get("grid_point")
+                else (row["job"], row["kind"])
+            )
+            seeds.setdefault(key, {}).setdefault(seed, kind)
+    return {key: Counter(kinds.values()) for key, kinds in seeds.items()}
