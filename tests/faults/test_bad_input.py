@@ -446,14 +446,14 @@ def test_cli_more_bad_configs(tiny_glue, tmp_path, overrides, fragments):
                 "stages.distillation.batch_size=512: add text or lower the batch size"
             ],
         ),
-        (  # 9 held-out sequences, a held-out batch of 16
+        (  # 8 held-out sequences, a held-out batch of 16
             [
-                "corpus.heldout_fraction=0.01",
+                "corpus.heldout_fraction=0.05",
                 "stages.distillation.batch_size=16",
                 "stages.distillation.device_batch_size=16",
             ],
             [
-                "the corpus has 9 held-out sequences, fewer than one held-out batch of 16",
+                "the corpus has 8 held-out sequences, fewer than one held-out batch of 16",
                 "raise corpus.heldout_fraction, add text or lower "
                 "stages.distillation.device_batch_size",
             ],

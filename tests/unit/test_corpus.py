@@ -256,8 +256,8 @@ def test_packed_corpus_stores_every_token_in_order(tmp_path, tokenizer):
         tmp_path / "cache",
         heldout_fraction=0.3,
     )
-    held = [d for d in docs if is_heldout(d, 0.3)]
-    train = [d for d in docs if not is_heldout(d, 0.3)]
+    held = [d for d in docs if is_heldout(doc_tokens(tokenizer, d), 0.3)]
+    train = [d for d in docs if not is_heldout(doc_tokens(tokenizer, d), 0.3)]
     assert held and train and long_doc in train
     assert split_stream(pc.train) == expected_stream(tokenizer, train)
     assert split_stream(pc.heldout) == expected_stream(tokenizer, held)
@@ -285,6 +285,24 @@ def test_packed_corpus_stores_every_token_in_order(tmp_path, tokenizer):
     assert meta["dtype"] == "uint16" and pc.train.array.dtype == np.uint16
 
 
+def split_documents(ds) -> set[tuple[int, ...]]:
+    """The documents of a split, as the token ids the model reads."""
+    stream = split_stream(ds)
+    cuts = [-1, *(i for i, token in enumerate(stream) if token == SEP), len(stream)]
+    return {tuple(stream[a + 1 : b]) for a, b in zip(cuts, cuts[1:])}
+
+
+def test_documents_that_tokenise_alike_share_a_split(tmp_path, tokenizer):
+    """Copies of a document that differ only in what the (uncased) tokenizer drops, case and
+    spacing, are one document to the model: never in both splits."""
+    docs = [d for d in make_docs(30, seed=7) for d in (d, d.upper(), d.replace(" ", "   "))]
+    pc = build_packed_corpus(
+        corpus_dir(tmp_path, [docs]), "text", tokenizer, 8, tmp_path / "cache", heldout_fraction=0.5
+    )
+    train, held = split_documents(pc.train), split_documents(pc.heldout)
+    assert train and held and not train & held
+
+
 def test_max_docs_keeps_the_first_documents(tmp_path, tokenizer):
     docs = make_docs(10, seed=3)
     root = corpus_dir(tmp_path, [docs])
@@ -292,10 +310,10 @@ def test_max_docs_keeps_the_first_documents(tmp_path, tokenizer):
         root, "text", tokenizer, 16, tmp_path / "cache", heldout_fraction=0.3, max_docs=8
     )
     assert split_stream(pc.train) == expected_stream(
-        tokenizer, [d for d in docs[:8] if not is_heldout(d, 0.3)]
+        tokenizer, [d for d in docs[:8] if not is_heldout(doc_tokens(tokenizer, d), 0.3)]
     )
     assert split_stream(pc.heldout) == expected_stream(
-        tokenizer, [d for d in docs[:8] if is_heldout(d, 0.3)]
+        tokenizer, [d for d in docs[:8] if is_heldout(doc_tokens(tokenizer, d), 0.3)]
     )
     assert pc.meta["docs"] == 8
 
@@ -348,7 +366,7 @@ def test_bad_build_settings_are_config_errors(tmp_path, tokenizer, kwargs):
 
 def test_all_documents_held_out_is_a_data_error(tmp_path, tokenizer):
     docs = make_docs(3, seed=6)
-    assert all(is_heldout(d, 0.999) for d in docs)
+    assert all(is_heldout(doc_tokens(tokenizer, d), 0.999) for d in docs)
     with pytest.raises(DataError, match="held-out"):
         build_packed_corpus(
             corpus_dir(tmp_path, [docs]),
@@ -486,8 +504,8 @@ def test_hub_sentence_rows_are_packed_and_held_out_as_documents_of_rows_per_docu
     path = hub_text(tmp_path, monkeypatch, rows, 10)
     docs = ["\n".join(sentences[i : i + 10]) for i in range(0, 95, 10)]  # the last of 5 rows
     pc = build_packed_corpus(path, "text", tokenizer, 16, tmp_path / "cache", heldout_fraction=0.3)
-    held = [d for d in docs if is_heldout(d, 0.3)]
-    train = [d for d in docs if not is_heldout(d, 0.3)]
+    held = [d for d in docs if is_heldout(doc_tokens(tokenizer, d), 0.3)]
+    train = [d for d in docs if not is_heldout(doc_tokens(tokenizer, d), 0.3)]
     assert held and train and pc.meta["docs"] == len(docs) == 10
     assert split_stream(pc.train) == expected_stream(tokenizer, train)
     assert split_stream(pc.heldout) == expected_stream(tokenizer, held)

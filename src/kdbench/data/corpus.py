@@ -171,8 +171,8 @@ def build_packed_corpus(
     leaves no entry behind, and an entry damaged since (checked each time it is opened) is rebuilt
     with a warning.
 
-    `heldout_fraction` (default 0.01) holds documents out by a hash of their text; `max_docs` keeps
-    the first N non-empty documents in reading order.
+    `heldout_fraction` (default 0.01) holds documents out by a hash of their tokens; `max_docs`
+    keeps the first N non-empty documents in reading order.
     """
     _check_build_settings(fmt, tokenizer, seq_len, max_docs)
     split = _split_spec(heldout_fraction)

@@ -1,4 +1,4 @@
-"""One corpus cache entry written: documents tokenised, held out by a hash of their text, each
+"""One corpus cache entry written: documents tokenised, held out by a hash of their tokens, each
 split's token stream packed onto disk (:mod:`kdbench.data.packed`), and the entry's metadata.
 
 * Documents are tokenised with `add_special_tokens=False`, no truncation and
@@ -6,10 +6,12 @@ split's token stream packed onto disk (:mod:`kdbench.data.packed`), and the entr
   tokenised as ordinary text.
 * Documents that tokenise to zero tokens (e.g. only characters the tokenizer deletes) have nothing
   to store; they are counted in the metadata (`docs_without_tokens`), not stored.
-* Held-out split, by document: a document is held out when the 64-bit BLAKE2b hash of its text, as a
-  fraction of 2**64, is below `heldout_fraction` (default 0.01). The decision depends only on the
-  text, so it is stable when files are added or reordered, and exact duplicate documents always land
-  in the same split (no train/held-out leakage through duplicates).
+* Held-out split, by document: a document is held out when the 64-bit BLAKE2b hash of its token
+  ids, as a fraction of 2**64, is below `heldout_fraction` (default 0.01). The decision depends only
+  on what the model reads of the document, so it is stable when files are added or reordered, and
+  documents that tokenise alike (duplicates, or copies differing only in what the tokenizer drops,
+  such as case for an uncased one) always land in the same split (no train/held-out leakage through
+  them).
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ log = logging.getLogger(__name__)
 _TOKENISE_BATCH = 256  # documents per fast-tokenizer call
 
 
-def is_heldout(text: str, fraction: float) -> bool:
-    """Whether a document is held out under `heldout_fraction=fraction` (a hash of its text)."""
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+def is_heldout(tokens: Sequence[int], fraction: float) -> bool:
+    """Whether a document of token ids `tokens` is held out under `heldout_fraction=fraction` (a
+    hash of its ids)."""
+    ids = np.asarray(tokens, dtype="<u4").tobytes()
+    digest = hashlib.blake2b(ids, digest_size=8).digest()
     return int.from_bytes(digest, "big") < fraction * 2.0**64
 
 
@@ -103,9 +107,9 @@ def _write_split(
     return n_rows, final_length
 
 
-def _tokenise_batches(docs: Iterable[str], tokenizer) -> Iterator[tuple[str, list[int]]]:
-    """Each document with its token ids, tokenised `_TOKENISE_BATCH` documents per tokenizer call; a
-    stop signal ends it between calls."""
+def _tokenise_batches(docs: Iterable[str], tokenizer) -> Iterator[list[int]]:
+    """Each document's token ids, tokenised `_TOKENISE_BATCH` documents per tokenizer call; a stop
+    signal ends it between calls."""
     docs = iter(docs)
     while batch := list(itertools.islice(docs, _TOKENISE_BATCH)):
         check_stop()
@@ -118,7 +122,7 @@ def _tokenise_batches(docs: Iterable[str], tokenizer) -> Iterator[tuple[str, lis
             return_token_type_ids=False,
             verbose=False,
         )
-        yield from zip(batch, enc["input_ids"])
+        yield from enc["input_ids"]
 
 
 @dataclass(frozen=True)
@@ -149,14 +153,14 @@ def _write_streams(
     }
     counts = {"docs": 0, "docs_without_tokens": 0}
     try:
-        for text, tokens in _tokenise_batches(job.documents(), job.tokenizer):
+        for tokens in _tokenise_batches(job.documents(), job.tokenizer):
             counts["docs"] += 1
             if counts["docs"] % 100_000 == 0:
                 log.info("corpus %s: %d documents tokenised", job.key, counts["docs"])
             if not tokens:
                 counts["docs_without_tokens"] += 1
                 continue
-            writers["heldout" if is_heldout(text, job.split["fraction"]) else "train"].add(tokens)
+            writers["heldout" if is_heldout(tokens, job.split["fraction"]) else "train"].add(tokens)
     finally:
         for w in writers.values():
             w.close()

@@ -25,7 +25,7 @@ from torch.utils.data import Dataset
 
 from kdbench.errors import ConfigError
 
-CORPUS_FORMAT_VERSION = 1
+CORPUS_FORMAT_VERSION = 2
 _PACK_CHUNK_ROWS = 16384  # rows written per step when packing a split onto disk
 
 

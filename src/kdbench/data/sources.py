@@ -4,7 +4,7 @@ file, a blank line between documents.
 A Hub dataset's document is `rows_per_document` consecutive non-empty rows joined by newlines (its
 last one may be shorter): 1 where a row is a whole document (Wikipedia's articles), more where a
 row is one sentence of a continuous text (BookCorpus), so that packing separates documents, not
-sentences, and the held-out split (by a hash of each document's text) keeps a document's
+sentences, and the held-out split (by a hash of each document's tokens) keeps a document's
 sentences together.
 """
 

@@ -212,7 +212,7 @@ class CorpusSpec:
     name: str = key(None, help="local, or the Hub corpus's name")
     seq_len: int = key(integer(3), help="packed sequence length, [CLS] ... [SEP]")
     heldout_fraction: float = key(
-        FRACTION, help="documents held out for the held-out loss (by a hash of their text)"
+        FRACTION, help="documents held out for the held-out loss (by a hash of their tokens)"
     )
     max_docs: int | None = key(COUNT.or_null("every document"), help="the first N documents only")
     path: Path | None = key(
