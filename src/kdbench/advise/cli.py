@@ -183,7 +183,7 @@ def spread_line(sd: float, effect: float, design: dict, first: int, seeds: int) 
     level = f"at alpha {design['alpha']}/{design['family']} with 80% power"
     needed = seeds_to_detect(sd, effect, design["alpha"], design["family"])
     if math.isnan(needed):
-        asks = "unknown (no 2 seeds every cell scored): no seed count follows from it"
+        asks = "unknown (fewer than 2 seeds every cell scored), so the budget's most"
     else:
         count = f"over {MAX_SEEDS}" if needed >= MAX_SEEDS else f"{needed:.0f}"
         asks = f"{sd:.2f} points: {count} seeds per cell detect {effect:.2f} points {level}"
