@@ -110,12 +110,14 @@ def test_a_pilot_on_a_user_csv_decides_and_ships_the_answer(tmp_path):
     classifier = pipeline("text-classification", model=str(student))
     assert {p["label"] for p in classifier(["a good movie", "awful plot"])} <= {"neg", "pos"}
 
-    # the same command again resumes: the design kept, every job skipped, the same answer
+    # the same command again resumes: the design kept, every job skipped, the same pages
     runs = {p: p.read_text() for p in out.glob("*/*/result.json")}
     decided = (out / "decision.json").read_text()
+    pages = {name: (out / name).read_bytes() for name in ("advice.md", "report/report.html")}
     again = advise(*command, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming the pilot designed in {out / 'DESIGN.md'}" in again.stdout
     assert {p: p.read_text() for p in out.glob("*/*/result.json")} == runs
     assert (out / "decision.json").read_text() == decided
+    assert {name: (out / name).read_bytes() for name in pages} == pages  # its times too
     assert (out / "report" / "report.html").read_text().count('<section id="lead">') == 1

@@ -22,7 +22,7 @@ from kdbench.advise.decide import (
     none_learned,
     spread,
 )
-from kdbench.advise.pages import answer_lines, evidence_table, pilot_line
+from kdbench.advise.pages import answer_lines, evidence_table, held_line, pilot_line
 from kdbench.errors import KdbenchError
 from kdbench.records.predictions import write_predictions
 from kdbench.report.paired import MAX_SEEDS, paired_power
@@ -156,6 +156,15 @@ def test_the_cheapest_equivalent_is_said_within_the_margin_of_the_best_not_of_ea
         "seeds every cell scored, Holm over 3 pairs)."
     )
     assert "each other" not in "\n".join(answer + evidence_table(decision))
+
+
+def test_an_undecided_pilot_s_full_run_checks_a_provisional_choice_not_a_decision(tmp_path):
+    frame = write_pilot(tmp_path, {"A@r": noisy(80, 3.0, 3, 8), "B@r": noisy(79, 3.0, 3, 9)})
+    decision = decide(frame, margin=1.0, min_effect=2.0)
+    assert decision.kind == UNDECIDED
+    held = held_line(decision, {"score": 90.0})
+    assert "the provisional choice held" in held and "the decision" not in held
+    assert "the provisional choice did not hold" in held_line(decision, {"score": 10.0})
 
 
 def test_seeds_to_decide_a_pair_with_one_common_seed_are_not_estimated(tmp_path):

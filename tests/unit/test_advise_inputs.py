@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kdbench.advise import cli
+from kdbench.advise import cli, jobs
 from kdbench.advise.cli import CALIBRATION_JSON, DESIGN_JSON, main
-from kdbench.advise.design import Calibration
+from kdbench.advise.design import Calibration, Sizing
 from kdbench.advise.inputs import read_inputs
 from kdbench.advise.jobs import (
     calibration_of,
@@ -24,10 +24,13 @@ from kdbench.advise.jobs import (
     note,
     pilot_commands,
     register,
+    report,
+    run_step,
 )
 from kdbench.errors import ConfigError
 from kdbench.records.record import RunRecord
-from tests.unit.report_helpers import write_pilot
+from kdbench.report.paired import seeds_needed
+from tests.unit.report_helpers import write_pilot, write_run
 
 
 @pytest.fixture(autouse=True)
@@ -182,7 +185,7 @@ def pilot_stopped(argv, cells, frame, monkeypatch, capsys) -> tuple[int, list[st
     calibration_file(argv)
     steps = []
     monkeypatch.setattr(cli, "teacher_of", lambda inputs: "/models/teacher")
-    monkeypatch.setattr(cli, "run_step", lambda out, step, command: steps.append(step))
+    monkeypatch.setattr(cli, "run_step", lambda out, step, command, folder: steps.append(step))
     monkeypatch.setattr(cli, "pilot_frame", lambda inputs: frame)
     with pytest.raises(SystemExit) as exited:
         main(argv)
@@ -218,13 +221,30 @@ def test_a_pilot_whose_first_seeds_leave_a_cell_without_a_score_stops_in_one_lin
     assert steps == ["pilot seeds 1-3"]
 
 
+def test_the_pilot_names_the_seeds_its_spread_asks_for_beyond_what_the_budget_allows(
+    argv, capsys, monkeypatch, tmp_path
+):
+    cells = ["vanilla_kd@random", "att_kl@random"]
+    inputs = read_inputs([*argv, f"advise.candidates=[{','.join(cells)}]"])
+    frame = write_pilot(tmp_path / "runs", {cells[0]: [60.0, 80.0, 70.0], cells[1]: [70, 70, 70]})
+    monkeypatch.setattr(cli, "run_step", lambda out, step, command, folder: None)
+    monkeypatch.setattr(cli, "pilot_frame", lambda inputs: frame)
+    sizing = Sizing(frame["seed"].max(), 1, 3, 3, 0.0, 1.0)
+    cli.run_pilot(inputs, {"sizing": asdict(sizing), "alpha": 0.05, "family": 1}, "/teacher")
+    # differences -10, +10, 0 (sd 10 points); 8 dev examples of 400 are 2 points
+    needed = seeds_needed(2.0 / 10.0, 0.05)
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "spread" in line]
+    assert f"is 10.00 points: {needed:.0f} seeds per cell detect 2.00 points" in line
+    assert line.endswith("; the budget allows 3: the pilot runs 3 seeds per cell")
+
+
 def test_a_pilot_folder_without_records_stops_in_one_line(argv, capsys, monkeypatch):
     # the report's own refusal (a ReportError) read by the advice: one line, not a traceback
     cells = ["vanilla_kd@random", "att_kl@random"]
     argv = [*argv, f"advise.candidates=[{','.join(cells)}]", "advise.budget=1h"]
     calibration_file(argv)
     monkeypatch.setattr(cli, "teacher_of", lambda inputs: "/models/teacher")
-    monkeypatch.setattr(cli, "run_step", lambda out, step, command: None)
+    monkeypatch.setattr(cli, "run_step", lambda out, step, command, folder: None)
     with pytest.raises(SystemExit) as exited:
         main(argv)
     lines = capsys.readouterr().err.strip().splitlines()
@@ -243,6 +263,24 @@ def test_the_design_is_registered_in_the_ledger_apart_from_the_steps_wall_times(
     assert entry["sha256"] == hashlib.sha256(b"# Pilot design\n").hexdigest()
     assert before <= datetime.fromisoformat(entry["written_at"]) <= datetime.now(timezone.utc)
     assert ledger_seconds(tmp_path, "pilot", "design") == 12.5
+
+
+def test_re_running_done_steps_leaves_the_pilots_wall_time_as_it_was(tmp_path, monkeypatch):
+    pending = [lambda: write_run(tmp_path / "pilot", objective="vanilla_kd", seed=1)]
+
+    def child(command):  # the first run finishes a job, the re-run finds it done
+        if pending:
+            pending.pop()()
+        return 0, False
+
+    monkeypatch.setattr(jobs, "run_child", child)
+    monkeypatch.setattr("kdbench.report.cli.main", lambda arguments: None)
+    first = run_step(tmp_path, "pilot seeds 1-3", ["kdbench.run"], "pilot")
+    report(tmp_path)
+    took = ledger_seconds(tmp_path, "pilot", "report")
+    run_step(tmp_path, "pilot seeds 1-3", ["kdbench.run"], "pilot")
+    report(tmp_path)
+    assert ledger_seconds(tmp_path, "pilot", "report") == took and took >= first
 
 
 @pytest.mark.parametrize(

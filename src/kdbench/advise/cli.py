@@ -18,6 +18,7 @@ Re-running the same command resumes: the design is reused, finished jobs are ski
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -30,7 +31,7 @@ from kdbench.advise.decide import (
     none_learned,
     spread,
 )
-from kdbench.advise.design import Sizing, size_pilot, total_seeds
+from kdbench.advise.design import Sizing, seeds_to_detect, size_pilot, total_seeds
 from kdbench.advise.inputs import Inputs, read_inputs
 from kdbench.advise.jobs import (
     CAL_EXAMPLES,
@@ -38,6 +39,7 @@ from kdbench.advise.jobs import (
     FINAL,
     PILOT,
     REPORT,
+    TEACHER,
     calibration_command,
     calibration_of,
     completed,
@@ -59,6 +61,7 @@ from kdbench.advise.pages import (
 from kdbench.errors import ConfigError, KdbenchError
 from kdbench.planning.hydra_config import fail
 from kdbench.records.record import read_json, write_json
+from kdbench.report.paired import MAX_SEEDS
 from kdbench.training.signals import SIGINT_EXIT, StoppedAtOnce
 
 DESIGN_JSON, DESIGN_MD, CALIBRATION_JSON = "design.json", "DESIGN.md", "calibration.json"
@@ -83,7 +86,7 @@ def calibration(inputs: Inputs):
         "timed to size the pilot; its scores and warnings say nothing of the methods",
         flush=True,
     )
-    elapsed = run_step(inputs.out, CALIBRATION, calibration_command(inputs))
+    elapsed = run_step(inputs.out, CALIBRATION, calibration_command(inputs), CALIBRATION)
     measured = asdict(calibration_of(inputs.out / CALIBRATION, examples, elapsed))
     write_json(path, {"asked": key, "calibration": measured})
     return measured
@@ -133,7 +136,7 @@ def teacher_of(inputs: Inputs) -> str:
 
     if inputs.teacher_path is not None:
         return inputs.teacher_path
-    run_step(inputs.out, "teacher", teacher_command(inputs))
+    run_step(inputs.out, TEACHER, teacher_command(inputs), TEACHER)
     if not intact(Path(inputs.cache_entry), "the fine-tuned teacher"):
         fail(f"the teacher step left no fine-tuned teacher at {inputs.cache_entry}", 1)
     return inputs.cache_entry
@@ -154,7 +157,7 @@ def run_pilot(inputs: Inputs, design: dict, teacher: str):
     sizing = Sizing(**design["sizing"])
     first = range(1, sizing.first_seeds + 1)
     for command in pilot_commands(inputs, design, teacher, first):
-        run_step(inputs.out, f"pilot seeds 1-{first[-1]}", command)
+        run_step(inputs.out, f"pilot seeds 1-{first[-1]}", command, PILOT)
     frame = pilot_frame(inputs)
     early = frame[frame["seed"] <= first[-1]]
     if none_learned(early):
@@ -167,23 +170,34 @@ def run_pilot(inputs: Inputs, design: dict, teacher: str):
     sd = spread(early, [cell.name for cell in inputs.cells])  # no seed every cell scored: stop
     effect = in_points(inputs.keys["min_effect"], dev_examples(frame, inputs.out / PILOT))
     seeds = total_seeds(sd, effect, design["alpha"], design["family"], sizing)
-    print(
-        f"kdbench.advise: the first {len(first)} seeds' spread (std of paired differences) is "
-        f"{sd:.2f} points: {seeds} seeds per cell detect {effect:.2f} points at alpha "
-        f"{design['alpha']}/{design['family']} with 80% power, the budget allowing",
-        flush=True,
-    )
+    print(spread_line(sd, effect, design, len(first), seeds), flush=True)
     if seeds > first[-1]:
         for command in pilot_commands(inputs, design, teacher, range(first[-1] + 1, seeds + 1)):
-            run_step(inputs.out, f"pilot seeds {first[-1] + 1}-{seeds}", command)
+            run_step(inputs.out, f"pilot seeds {first[-1] + 1}-{seeds}", command, PILOT)
         frame = pilot_frame(inputs)
     return frame
+
+
+def spread_line(sd: float, effect: float, design: dict, first: int, seeds: int) -> str:
+    """The seeds the first ones' spread asks for (`seeds_to_detect`) and those the pilot runs."""
+    level = f"at alpha {design['alpha']}/{design['family']} with 80% power"
+    needed = seeds_to_detect(sd, effect, design["alpha"], design["family"])
+    if math.isnan(needed):
+        asks = "unknown (fewer than 2 seeds every cell scored), so the budget's most"
+    else:
+        count = f"over {MAX_SEEDS}" if needed >= MAX_SEEDS else f"{needed:.0f}"
+        asks = f"{sd:.2f} points: {count} seeds per cell detect {effect:.2f} points {level}"
+    allows = f"; the budget allows {seeds}" if needed > seeds else ""
+    return (
+        f"kdbench.advise: the first {first} seeds' spread (std of paired differences) is {asks}"
+        f"{allows}: the pilot runs {seeds} seeds per cell"
+    )
 
 
 def ship(inputs: Inputs, name: str) -> tuple[Path, dict]:
     """The chosen cell on the whole training set: its run folder and record."""
     cell = next(cell for cell in inputs.cells if cell.name == name)
-    run_step(inputs.out, "final", final_command(inputs, cell.objective, cell.init))
+    run_step(inputs.out, FINAL, final_command(inputs, cell.objective, cell.init), FINAL)
     (folder, record), *_ = completed(inputs.out / FINAL)
     return folder, record.as_json()
 
@@ -216,7 +230,7 @@ def advise(inputs: Inputs, argv: list[str]) -> None:
     student = folder / "student"
     add_card_section(student / "README.md", card_section(inputs, design, decision, final))
     projected = Sizing(**design["sizing"]).projected_s(frame["seed"].nunique())
-    actual = ledger_seconds(inputs.out, CALIBRATION, "teacher", "pilot", REPORT)
+    actual = ledger_seconds(inputs.out, CALIBRATION, TEACHER, PILOT, REPORT)
     times = (projected, actual, final.get("wall_s") or 0.0, student.relative_to(inputs.out))
     advice = advice_markdown(inputs, design, decision, final, times)
     (inputs.out / "advice.md").write_text(advice)

@@ -195,12 +195,19 @@ def duration_text(seconds: float, up: bool = False) -> str:
     return f"{math.ceil(seconds)}s"
 
 
-def total_seeds(sd: float, min_effect: float, alpha: float, family: int, sizing: Sizing) -> int:
-    """The seeds per cell after the first ones: those a paired t-test at the Holm level (alpha /
-    the design's pairs) needs to detect `min_effect` points with the first seeds' spread `sd`,
-    from the first seeds up to the budget's most."""
+def seeds_to_detect(sd: float, min_effect: float, alpha: float, family: int) -> float:
+    """The seeds per cell a paired t-test at the Holm level (alpha / the design's pairs) needs to
+    detect `min_effect` points with 80% power at the first seeds' spread `sd` (`seeds_needed`);
+    NaN where the spread is unknown."""
     if math.isnan(sd):
+        return math.nan
+    return seeds_needed(math.inf if sd == 0 else min_effect / sd, alpha / family)
+
+
+def total_seeds(sd: float, min_effect: float, alpha: float, family: int, sizing: Sizing) -> int:
+    """The seeds per cell after the first ones: `seeds_to_detect`, from the first seeds up to the
+    budget's most (the most where the spread is unknown)."""
+    needed = seeds_to_detect(sd, min_effect, alpha, family)
+    if math.isnan(needed):
         return sizing.max_seeds
-    effect = math.inf if sd == 0 else min_effect / sd
-    needed = seeds_needed(effect, alpha / family)
     return int(min(sizing.max_seeds, max(sizing.first_seeds, needed)))

@@ -111,13 +111,16 @@ def final_command(inputs: Inputs, objective: str, init: str) -> list[str]:
     return sweep(inputs, FINAL, f"objective={objective}", f"init={init}", *tokens)
 
 
-def run_step(out: Path, label: str, command: list[str]) -> float:
-    """Runs one step in the foreground and adds its wall time to the ledger; a failure or a stop
-    ends the advice with one line (re-running the command resumes: finished jobs are skipped)."""
+def run_step(out: Path, label: str, command: list[str], folder: str) -> float:
+    """Runs one step, whose runs go below out/`folder`, in the foreground and adds its wall time to
+    the ledger (idle where it finished no run: every job was done); a failure or a stop ends the
+    advice with one line (re-running the command resumes: finished jobs are skipped)."""
     print(f"kdbench.advise: {label}: {shlex.join(command)}", flush=True)
+    before = finished(out / folder)
     start = time.perf_counter()
     code, stopped = run_child(command)
-    seconds = note(out, label, time.perf_counter() - start)
+    idle = not (stopped or code) and finished(out / folder) == before
+    seconds = note(out, label, time.perf_counter() - start, idle)
     if stopped or code:
         why = "stopped by a signal" if stopped else f"failed (exit code {code})"
         fail(
@@ -128,10 +131,19 @@ def run_step(out: Path, label: str, command: list[str]) -> float:
     return seconds
 
 
-def note(out: Path, label: str, seconds: float) -> float:
-    """Adds a step's wall time to the ledger; returns it."""
+def finished(folder: Path) -> dict[Path, int]:
+    """The completed records below `folder`, each with the time it was written (ns)."""
+    return {
+        path / RESULT_FILE: (path / RESULT_FILE).stat().st_mtime_ns for path, _ in completed(folder)
+    }
+
+
+def note(out: Path, label: str, seconds: float, idle: bool = False) -> float:
+    """Adds a step's wall time to the ledger, marked `idle` where the step did no work the advice
+    had not done before (a re-run skipping finished jobs); returns it."""
+    entry = {"step": label, "seconds": seconds} | ({"idle": True} if idle else {})
     with (out / LEDGER).open("a") as ledger:
-        ledger.write(json.dumps({"step": label, "seconds": seconds}) + "\n")
+        ledger.write(json.dumps(entry) + "\n")
     return seconds
 
 
@@ -141,9 +153,12 @@ def report(out: Path) -> None:
 
     arguments = [str(out / PILOT), "--out", str(out / REPORT)]
     print(f"kdbench.advise: report: python -m kdbench.report {shlex.join(arguments)}", flush=True)
+    again = any(
+        step["step"] == REPORT for step in ledger_entries(out)
+    )  # the pilot's runs are final
     start = time.perf_counter()
     main(arguments)
-    note(out, REPORT, time.perf_counter() - start)
+    note(out, REPORT, time.perf_counter() - start, idle=again)
 
 
 def register(out: Path, design: Path) -> None:
@@ -158,12 +173,17 @@ def register(out: Path, design: Path) -> None:
         ledger.write(json.dumps(entry) + "\n")
 
 
-def ledger_seconds(out: Path, *labels: str) -> float:
-    """The ledger's wall time of the steps whose label starts with one of `labels`."""
+def ledger_entries(out: Path) -> list[dict]:
+    """The ledger's entries, in the order written."""
     path = out / LEDGER
     lines = path.read_text().splitlines() if path.is_file() else []
-    steps = [json.loads(line) for line in lines if line.strip()]
-    timed = [step for step in steps if "seconds" in step]  # not the design's registration
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def ledger_seconds(out: Path, *labels: str) -> float:
+    """The ledger's wall time of the steps whose label starts with one of `labels`, less the idle
+    ones (re-runs of done work), so that re-running a finished advice leaves it as it was."""
+    timed = [step for step in ledger_entries(out) if "seconds" in step and not step.get("idle")]
     return sum(step["seconds"] for step in timed if step["step"].startswith(labels))
 
 

@@ -216,15 +216,17 @@ def std_text(value: float) -> str:
 
 
 def held_line(decision: Decision, final: dict) -> str:
-    """The chosen cell's full-data score beside its pilot score, and whether the decision held:
-    the full run scores no lower than the pilot's mean less the margin."""
+    """The chosen cell's full-data score beside its pilot score, and whether the decision (the
+    provisional choice, undecided) held: the full run scores no lower than the pilot's mean less
+    the margin."""
     pilot = decision.cell(decision.chosen)
     score = final["score"]
     held = score >= pilot.mean - decision.margin
+    choice = "the provisional choice" if decision.kind == UNDECIDED else "the decision"
     verdict = (
-        "the decision held: the full run scores no lower than the pilot, less the margin"
+        f"{choice} held: the full run scores no lower than the pilot, less the margin"
         if held
-        else "the decision did not hold: the full run scores below the pilot by more than the "
+        else f"{choice} did not hold: the full run scores below the pilot by more than the "
         "margin; the pilot's scale may not carry to the full data"
     )
     return (
