@@ -153,9 +153,8 @@ def report(out: Path) -> None:
 
     arguments = [str(out / PILOT), "--out", str(out / REPORT)]
     print(f"kdbench.advise: report: python -m kdbench.report {shlex.join(arguments)}", flush=True)
-    again = any(
-        step["step"] == REPORT for step in ledger_entries(out)
-    )  # the pilot's runs are final
+    # made before from the same runs (the pilot's are final when it reports): no new work
+    again = any(step["step"] == REPORT for step in ledger_entries(out))
     start = time.perf_counter()
     main(arguments)
     note(out, REPORT, time.perf_counter() - start, idle=again)
