@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -505,3 +506,23 @@ def test_a_student_without_its_record_is_named_by_its_shape_and_chain_when_fine_
         compose_config([*finetune, f"setting.student_path={moved}", f"paths.run_dir={tmp_path}/b"])
     )
     assert (record["teacher"], record["student"], record["objective"]) == ("none", "2x32", "none")
+
+
+@pytest.mark.parametrize(
+    ("objective", "tag"), [("vanilla_kd", "fill-mask"), ("att_kl", "feature-extraction")]
+)
+def test_the_saved_student_has_a_card_saying_how_it_loads(corpus, tmp_path, objective, tag):
+    """fill-mask where the objective trains the MLM head, AutoModel where it leaves it as
+    initialised; the card's held-out losses are the record's."""
+    import yaml
+    from transformers import pipeline
+
+    record = run(compose_config(agnostic_overrides(corpus, tmp_path, f"objective={objective}")))
+    card = (Path(record["student_path"]) / "README.md").read_text()
+    assert yaml.safe_load(card.split("---")[1])["pipeline_tag"] == tag
+    for name, value in record["metrics"].items():
+        assert f"| {name} | {value:.4g} |" in card
+    if tag == "fill-mask":
+        assert pipeline(tag, model=record["student_path"])("a good [MASK]")
+    else:
+        assert "AutoModel.from_pretrained" in card and "MLM head is untrained" in card

@@ -36,6 +36,7 @@ from kdbench.models.pretrained import pretrained_teacher, teacher_tokenizer
 from kdbench.models.student import save_student
 from kdbench.objectives.features import FeatureRecorder
 from kdbench.objectives.terms import Objective
+from kdbench.records.card import agnostic_card
 from kdbench.records.steplog import StepLog
 from kdbench.runtime import distributed
 from kdbench.runtime.distributed import World
@@ -100,9 +101,10 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
         start = time.perf_counter()
         final = heldout.measure()
     eval_s = time.perf_counter() - start
+    outcome = distilled_result(plan, run_dir, corpus, world, stats, eval_s, initial, final)
     if world.is_main:
-        save_distilled(plan, run_dir, student, objective, tokenizer, checkpoints)
-    return distilled_result(plan, run_dir, corpus, world, stats, eval_s, initial, final)
+        save_distilled(plan, run_dir, student, (objective, tokenizer, checkpoints), outcome)
+    return outcome
 
 
 def distilled_result(
@@ -255,13 +257,16 @@ class HeldoutLosses:
             self.logged(at_step)
 
 
-def save_distilled(
-    plan: Plan, run_dir: Path, student, objective: Objective, tokenizer, checkpoints: Checkpoints
-) -> None:
-    """The student in `run_dir`/student with the objective's learnt projections, for GLUE
-    fine-tuning; the checkpoints cleared unless `trainer.keep_checkpoints`."""
+def save_distilled(plan: Plan, run_dir: Path, student, parts: tuple, outcome: dict) -> None:
+    """The student in `run_dir`/student with the objective's learnt projections and its model card
+    (`outcome`: the run's record fields), for GLUE fine-tuning; `parts`: the objective, tokenizer
+    and checkpoints, cleared unless `trainer.keep_checkpoints`."""
+    objective, tokenizer, checkpoints = parts
     projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
-    save_student(student, tokenizer, run_dir / "student", plan.chain, projections=projections)
+    card = agnostic_card(plan, outcome)
+    save_student(
+        student, tokenizer, run_dir / "student", plan.chain, card=card, projections=projections
+    )
     if not plan.trainer.keep_checkpoints:
         checkpoints.clear()
 

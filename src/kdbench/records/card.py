@@ -10,6 +10,7 @@ import yaml
 from kdbench.measure.cost import contended
 from kdbench.metrics import scores_only
 from kdbench.objectives.losses import LOSSES
+from kdbench.objectives.tensors import LOGITS
 
 SIZE_ROWS = (  # (label, the cost field, its format): what the model is, whatever the machine
     ("parameters", "params", "{:,}"),
@@ -64,10 +65,13 @@ def metadata(plan, outcome: dict) -> dict:
         **({"datasets": hub} if (hub := hub_datasets(plan)) else {}),
         "metrics": sorted({name.split("_")[0] for name in scores_only(outcome["metrics"])}),
     }
+    return header | base_model(plan) | model_index(plan, scores_only(outcome["metrics"]))
+
+
+def base_model(plan) -> dict:
+    """The Hub's `base_model`: the teacher's Hub id (a local folder is no base model there)."""
     teacher = plan.teacher.name_or_path
-    if teacher and not Path(teacher).exists():  # a Hub id: a local folder is no base model there
-        header["base_model"] = teacher
-    return header | model_index(plan, scores_only(outcome["metrics"]))
+    return {"base_model": teacher} if teacher and not Path(teacher).exists() else {}
 
 
 def score_rows(outcome: dict) -> list[str]:
@@ -227,3 +231,43 @@ def model_card(plan, outcome: dict) -> str:
         *usage_lines(plan),
     ]
     return "\n".join(lines)
+
+
+def agnostic_card(plan, outcome: dict) -> str:
+    """README.md for a task-agnostic student: its MLM head trained (`fill-mask`) where the objective
+    reads MLM logits, else an encoder for `AutoModel` (its MLM head left as initialised); its
+    held-out losses, how it was made, and its fine-tuning."""
+    trained = any(term.feature == LOGITS for term in plan.terms)
+    header = {
+        "library_name": "transformers",
+        "pipeline_tag": "fill-mask" if trained else "feature-extraction",
+        "tags": ["knowledge-distillation", "kdbench", plan.objective],
+    } | base_model(plan)
+    corpus = plan.corpus
+    source = f"{corpus.path.name} (local files)" if corpus.path else corpus.name
+    use = (
+        'pipeline("fill-mask", model="path/to/this/folder"): its MLM head is trained'
+        if trained
+        else 'AutoModel.from_pretrained("path/to/this/folder"): its MLM head is untrained (the '
+        "objective reads no MLM logits), so fill-mask predictions mean nothing"
+    )
+    return "\n".join(
+        [
+            f"---\n{yaml.safe_dump(header, sort_keys=False)}---",
+            "",
+            f"# {plan.student.name} student distilled from {plan.teacher.name}, task-agnostic",
+            "",
+            "| held-out loss | student |",
+            "|---|---|",
+            *(f"| {name} | {value:.4g} |" for name, value in outcome["metrics"].items()),
+            "",
+            f"- **Teacher**: {teacher_text(plan.teacher)}",
+            f"- **Objective**: {objective_text(plan)}",
+            f"- **Init**: {init_text(plan.init)}",
+            f"- **Corpus**: {source}, sequences of {corpus.seq_len} tokens",
+            f"- **Chain**: {' -> '.join(plan.chain)}",
+            "",
+            f"Use: {use}. Fine-tune it on a task with kdbench's setting=finetune.",
+            "",
+        ]
+    )
