@@ -17,10 +17,10 @@ from omegaconf import DictConfig
 
 from kdbench.errors import KdbenchError, missing_package
 from kdbench.job import SECOND_CTRL_C, run
-from kdbench.measure.cost import contended
 from kdbench.metrics import scores_only
 from kdbench.planning.hydra_config import one_line
 from kdbench.records.card import load_text
+from kdbench.records.rates import contended
 from kdbench.records.record import RESULT_FILE
 from kdbench.runtime import distributed
 from kdbench.runtime.joblock import CLAIM, describe

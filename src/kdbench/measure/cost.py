@@ -107,9 +107,3 @@ def machine_load() -> dict[str, float]:
     """How busy the machine was while the timings ran: its 1-minute load average (the runnable
     threads of every process, this one's included) and its CPU count."""
     return {"load_1min": round(os.getloadavg()[0], 2), "cpu_count": os.cpu_count() or 1}
-
-
-def contended(cost: dict) -> bool:
-    """Whether other work competed for the cores while `cost` was timed: a load average above the
-    CPU count (more runnable threads than cores). A record without the figures counts as not."""
-    return cost.get("load_1min", 0) > cost.get("cpu_count", float("inf"))

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import yaml
 
-from kdbench.measure.cost import contended
 from kdbench.metrics import scores_only
 from kdbench.objectives.losses import LOSSES
 from kdbench.objectives.tensors import LOGITS
+from kdbench.records.rates import contended
 
 SIZE_ROWS = (  # (label, the cost field, its format): what the model is, whatever the machine
     ("parameters", "params", "{:,}"),
@@ -96,7 +96,7 @@ def cost_rows(cost: dict | None) -> list[str]:
 
 def speed_line(cost: dict | None) -> str:
     """Where and how the cost was measured, and the student's gains: its speed-ups only when no
-    other work competed for the cores (`cost.contended`)."""
+    other work competed for the cores (`rates.contended`)."""
     if cost is None:
         return "Cost not measured (measure_cost=false)."
     size = (

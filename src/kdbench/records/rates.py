@@ -37,3 +37,9 @@ def rates_apart(outcome: dict) -> dict:
         else:
             apart[name] = value
     return apart
+
+
+def contended(cost: dict) -> bool:
+    """Whether other work competed for the cores while `cost` was timed: a load average above the
+    CPU count (more runnable threads than cores). A record without the figures counts as not."""
+    return cost.get("load_1min", 0) > cost.get("cpu_count", float("inf"))
