@@ -1,7 +1,7 @@
 """The model card: its Hub metadata names Hub datasets only, it publishes speed only from a
 machine no other work competed for, saying where and under what load it was timed, and it names
-the init once, with the teacher layers it copied, and each objective term with the parameters its
-loss reads."""
+the init once, with the teacher layers it copied, each objective term with the parameters its
+loss reads, and a best dev checkpoint as such."""
 
 from __future__ import annotations
 
@@ -108,3 +108,14 @@ def test_the_objective_names_the_parameters_its_loss_reads_on_the_task(
     """A regression's `kd` is MSE to the teacher's output: it reads no temperature."""
     overrides = tiny_overrides(tiny_glue, tmp_path, task, "objective=vanilla_kd")
     assert line in card(make_plan(compose_config(overrides)))
+
+
+def test_a_best_dev_checkpoint_is_named_as_one(glue_plan):
+    best = {"checkpoint": "best", "stage": "prediction", "step": 3, "eval_every": 1}
+    best["selected_by"] = "accuracy on the dev set(s) the metrics report"
+    outcome = {"metrics": {"accuracy": 81.25}, "teacher_metrics": {"accuracy": 90.0}, "cost": None}
+    text = model_card(glue_plan, outcome | {"scored": best})
+    assert "its prediction stage's best checkpoint (step 3 of dev evaluations every 1" in text
+    assert "so they lean high" in text
+    last = {"checkpoint": "last", "stage": "prediction", "step": 6}
+    assert "best checkpoint" not in model_card(glue_plan, outcome | {"scored": last})

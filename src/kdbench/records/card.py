@@ -226,11 +226,25 @@ def model_card(plan, outcome: dict) -> str:
         "",
         speed_line(outcome.get("cost")),
         "",
+        *chosen_lines(outcome.get("scored")),
         *recipe_lines(plan),
         "",
         *usage_lines(plan),
     ]
     return "\n".join(lines)
+
+
+def chosen_lines(scored: dict | None) -> list[str]:
+    """Where the saved student is its best dev checkpoint (the record's `scored`), a line saying so:
+    chosen on the dev set its scores are of, they lean high. None for the last step's."""
+    if not scored or scored.get("checkpoint") != "best":
+        return []
+    return [
+        f"The student is its {scored['stage']} stage's best checkpoint (step {scored['step']} of "
+        f"dev evaluations every {scored['eval_every']} steps, chosen by {scored['selected_by']}): "
+        "its scores are of the dev set that chose it, so they lean high.",
+        "",
+    ]
 
 
 def agnostic_card(plan, outcome: dict) -> str:
