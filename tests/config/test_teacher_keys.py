@@ -4,11 +4,12 @@ runs, and a local teacher folder by its content."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 
 import torch
-from transformers import BertConfig, BertForMaskedLM
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
 from kdbench.models.tiny import tiny_tokenizer
 from kdbench.planning.plan import make_plan
@@ -132,6 +133,21 @@ def test_the_teachers_keys_name_the_glue_files_content_and_how_they_are_read(tmp
     text, label = first.rsplit("\t", 1)
     train.write_text("\n".join([header, f"{text}\t{1 - int(label)}", *rest]) + "\n")
     assert all_new(keys(), before)
+
+
+def test_the_tables_keys_name_a_local_tokenizer_by_its_content(tiny_glue, tmp_path):
+    """A given teacher's tokenizer folder written again in place (here: truncating from the left)
+    tokenises the examples otherwise: its tables are new ones."""
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path / "run")))
+    folder = tmp_path / "tokenizer"
+    tiny_tokenizer(tmp_path / "cache").save_pretrained(folder)
+    before = derived_key("a given teacher", range(3), AutoTokenizer.from_pretrained(folder), plan)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(settings | {"truncation_side": "left"})
+    )
+    after = derived_key("a given teacher", range(3), AutoTokenizer.from_pretrained(folder), plan)
+    assert after["tokenizer"] != before["tokenizer"]
 
 
 def all_new(keys: tuple, old: tuple) -> bool:
