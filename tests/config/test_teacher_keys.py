@@ -4,17 +4,18 @@ runs, and a local teacher folder by its content."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 
 import torch
-from transformers import BertConfig, BertForMaskedLM
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
 from kdbench.models.tiny import tiny_tokenizer
 from kdbench.planning.plan import make_plan
 from kdbench.runtime import storage
 from kdbench.teacher.cache import cache_path, derived_key, teacher_identity, teacher_key
-from tests.helpers import compose_config, tiny_overrides
+from tests.helpers import compose_config, tiny_overrides, write_tiny_glue
 
 HUB = ["teacher=tiny", "student=tiny", "task=sst2", "trainer=smoke", "objective=vanilla_kd"]
 
@@ -112,3 +113,42 @@ def test_a_hub_teachers_key_names_its_id_also_when_read_from_the_models_dir(tmp_
     group = {"name": "bert_base_uncased", "name_or_path": "bert-base-uncased", "shape": None}
     assert teacher_identity(group) == group
     assert teacher_identity(group | {"name_or_path": None}) == group | {"name_or_path": None}
+
+
+def test_the_teachers_keys_name_the_glue_files_content_and_how_they_are_read(tmp_path):
+    """A GLUE file written again in place, or its labels read in another order, gives a new
+    teacher and new tables; another run folder or student seed reuses them."""
+    glue = write_tiny_glue(tmp_path / "glue")
+
+    def keys(*extra, run="a"):
+        plan = make_plan(compose_config(tiny_overrides(glue, tmp_path / run, *extra)))
+        return teacher_key(plan), derived_key("a teacher", range(3), None, plan)
+
+    before = keys()
+    assert keys(run="b") == before and keys("seed=7") == before
+    rte = keys("task=rte")
+    assert all_new(keys("task=rte", "task.labels=[not_entailment,entailment]"), rte)
+    train = glue / "SST-2" / "train.tsv"
+    header, first, *rest = train.read_text().splitlines()
+    text, label = first.rsplit("\t", 1)
+    train.write_text("\n".join([header, f"{text}\t{1 - int(label)}", *rest]) + "\n")
+    assert all_new(keys(), before)
+
+
+def test_the_tables_keys_name_a_local_tokenizer_by_its_content(tiny_glue, tmp_path):
+    """A given teacher's tokenizer folder written again in place (here: truncating from the left)
+    tokenises the examples otherwise: its tables are new ones."""
+    plan = make_plan(compose_config(tiny_overrides(tiny_glue, tmp_path / "run")))
+    folder = tmp_path / "tokenizer"
+    tiny_tokenizer(tmp_path / "cache").save_pretrained(folder)
+    before = derived_key("a given teacher", range(3), AutoTokenizer.from_pretrained(folder), plan)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(settings | {"truncation_side": "left"})
+    )
+    after = derived_key("a given teacher", range(3), AutoTokenizer.from_pretrained(folder), plan)
+    assert after["tokenizer"] != before["tokenizer"]
+
+
+def all_new(keys: tuple, old: tuple) -> bool:
+    return all(key != was for key, was in zip(keys, old, strict=True))

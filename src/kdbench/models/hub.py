@@ -63,6 +63,12 @@ def folder_digest(folder: Path) -> str:
     files = sorted(
         path for path in folder.iterdir() if path.is_file() and path.name != storage.MANIFEST
     )
+    return files_digest(files)
+
+
+def files_digest(files: list[Path]) -> str:
+    """The SHA-256 of files' names and SHA-256s, read once per process while they stay as they
+    were (`_files_digest`)."""
     return _files_digest(tuple((path, _written(path)) for path in files))
 
 

@@ -8,6 +8,8 @@ shape whose heads do not divide its width.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import replace
 
@@ -15,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import PretrainedConfig
 
 from kdbench.errors import ConfigError, DataError
-from kdbench.models.hub import check_saved_model, saved_config
+from kdbench.models.hub import check_saved_model, files_digest, saved_config
 from kdbench.planning.declared import check_declared, with_defaults
 from kdbench.planning.group_keys import TeacherKeys, declaration_at
 from kdbench.planning.paths import local_path
@@ -267,7 +269,7 @@ def check_data_files(task: TaskSpec, data: DataSpec) -> None:
     numbers later)."""
     if data.glue_dir is None or task.tsv is None:
         return
-    for split in ["train", *task.eval_splits.values()]:
+    for split in task.splits:
         files = task.tsv.files
         if split not in files or not (data.glue_dir / task.tsv.dir / files[split]).is_file():
             where = data.glue_dir / task.tsv.dir / files.get(split, f"<{split}>")
@@ -277,6 +279,18 @@ def check_data_files(task: TaskSpec, data: DataSpec) -> None:
                 "task or split; choose another task, or unset data.glue_dir / $KDBENCH_GLUE_DIR to "
                 "use the Hub"
             )
+
+
+def with_glue_content(task: TaskSpec, data: DataSpec) -> TaskSpec:
+    """A GLUE task read from a local folder, keyed by what it reads there (`content_hash`): the
+    bytes of the splits a run reads and how it reads them (text fields, label names, layout), so a
+    file written again or read another way gives new cache entries."""
+    if data.glue_dir is None or task.tsv is None:
+        return task
+    files = [data.glue_dir / task.tsv.dir / task.tsv.files[split] for split in task.splits]
+    reading = [task.text_fields, task.labels, task.tsv.header, dict(task.tsv.columns)]
+    key = json.dumps([reading, files_digest(files)], sort_keys=True)
+    return replace(task, content_hash=hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
 def check_positions(

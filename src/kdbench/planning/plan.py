@@ -43,6 +43,7 @@ from kdbench.planning.groups import (
     task_spec,
     teacher_spec,
     trainer_spec,
+    with_glue_content,
 )
 from kdbench.planning.inits import init_spec
 from kdbench.planning.paths import saved_models, writable_folder
@@ -214,6 +215,7 @@ def common_parts(cfg: DictConfig, resolved: dict) -> dict:
     corpus = corpus_spec(cfg.corpus) if cfg.setting.name == "task_agnostic" else None
     if corpus is None:
         check_data_files(task, data)
+        task = with_glue_content(task, data)
     stages = stage_specs(checked_stages(resolved["stages"]), cfg.setting.name, task.name)
     resolved = own_stages(resolved)
     return dict(

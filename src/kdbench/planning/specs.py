@@ -104,7 +104,12 @@ class TaskSpec:
     eval_splits: dict  # metric-name suffix ("" or "matched") -> split
     tsv: TsvLayout | None  # the GLUE files' layout under data.glue_dir; None: the user's data
     user_data: UserData | None = None  # where a task of the user's data lives
-    content_hash: str | None = None  # of the user's data: keys the caches built from it
+    content_hash: str | None = None  # of the data as read: keys the caches built from it
+
+    @property
+    def splits(self) -> list[str]:
+        """The splits a run reads: train, then the dev split(s)."""
+        return ["train", *self.eval_splits.values()]
 
     @property
     def regression(self) -> bool:

@@ -91,8 +91,8 @@ def cache_path(plan) -> Path:
 def derived_key(identity: str, train_set, tokenizer, plan, augmented: str | None = None) -> dict:
     """What determines anything computed from the frozen teacher of `identity` over the training
     set: the teacher's weights (in bf16 in a bf16 run: `in_run_precision`), the examples and their
-    tokenisation, the precision and TF32 (where its matmuls run). `augmented` names the augmented
-    set's cache entry."""
+    tokenisation (the tokenizer by `tokenizer_identity`), the precision and TF32 (where its matmuls
+    run). `augmented` names the augmented set's cache entry."""
     key = {
         "teacher": identity,
         "task": plan.task.name,
@@ -100,7 +100,7 @@ def derived_key(identity: str, train_set, tokenizer, plan, augmented: str | None
         "train_limit": plan.data.train_limit,
         "subset_seed": plan.data.subset_seed,
         "max_length": plan.trainer.max_length,
-        "tokenizer": getattr(tokenizer, "name_or_path", ""),
+        "tokenizer": tokenizer_identity(tokenizer),
         "precision": plan.precision,
         "n": len(train_set),
     }
@@ -113,6 +113,13 @@ def derived_key(identity: str, train_set, tokenizer, plan, augmented: str | None
             "content": plan.task.content_hash,
         }
     )
+
+
+def tokenizer_identity(tokenizer) -> str:
+    """The tokenizer as a key's entry: named as `model_identity` names a model (a local folder by
+    its files' content: its vocabulary, truncation side and the rest of its settings)."""
+    name_or_path = str(getattr(tokenizer, "name_or_path", ""))
+    return name_or_path and model_identity(name_or_path)
 
 
 def cached_tensors(folder: Path, prefix: str, key: dict, build, size: int, what: str):
