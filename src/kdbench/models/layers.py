@@ -9,11 +9,14 @@ from __future__ import annotations
 from kdbench.errors import ConfigError
 
 
-def every_kth(teacher_layers: int, student_layers: int) -> list[int]:
-    """k, 2k, ..., with k = teacher layers / student layers (4,8,12 for 12 -> 3)."""
+def every_kth(teacher_layers: int, student_layers: int, refusal: str | None = None) -> list[int]:
+    """k, 2k, ..., with k = teacher layers / student layers (4,8,12 for 12 -> 3); where the
+    student's depth does not divide the teacher's, a ConfigError of `refusal` (default: the
+    init's)."""
     if teacher_layers % student_layers:
         raise ConfigError(
-            f"every k-th teacher layer (init=every_kth) needs the teacher's {teacher_layers} "
+            refusal
+            or f"every k-th teacher layer (init=every_kth) needs the teacher's {teacher_layers} "
             f"layers to be a multiple of student.num_layers={student_layers}: give the layers "
             "explicitly (init=layers 'init.layers=[...]')"
         )
@@ -118,14 +121,14 @@ def resolve_pairs(
     if mapping == "init" and init_layers is not None:
         return list(zip(range(1, student_layers + 1), init_layers))
     if mapping in ("init", "uniform", "fixed"):
-        if teacher_layers % student_layers:
-            into = " into a random student" if mapping == "init" else ""
-            raise ConfigError(
-                f"{at}={mapping} maps every k-th teacher layer{into}, and the teacher's "
-                f"{teacher_layers} layers are not a multiple of the student's {student_layers}: "
-                f"give one teacher layer per student layer ({at}=[...])"
-            )
-        return list(zip(range(1, student_layers + 1), every_kth(teacher_layers, student_layers)))
+        into = " into a random student" if mapping == "init" else ""
+        refusal = (
+            f"{at}={mapping} maps every k-th teacher layer{into}, and the teacher's "
+            f"{teacher_layers} layers are not a multiple of the student's {student_layers}: "
+            f"give one teacher layer per student layer ({at}=[...])"
+        )
+        layers = every_kth(teacher_layers, student_layers, refusal)
+        return list(zip(range(1, student_layers + 1), layers))
     if mapping == "last":
         return [(student_layers, teacher_layers)]
     if mapping == "embeddings":

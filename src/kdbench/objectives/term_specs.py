@@ -80,8 +80,12 @@ def build_terms(
         _check_setting(objective_name, loss, entry, regression, agnostic, teacher_has_mlm_head)
         feature = spec["feature"] or entry.features[0]
         _check_feature(objective_name, index, loss, entry, feature, student_conf, teacher_conf)
-        own = f"{at}.{index}.mapping" if spec["mapping"] else mapping_at
-        pairs = _pairs(spec, feature, (default_mapping, own), init_layers, depths)
+        mapping = (
+            (spec["mapping"], f"{at}.{index}.mapping")
+            if spec["mapping"]
+            else (default_mapping, mapping_at)
+        )
+        pairs = _pairs(spec, feature, mapping, init_layers, depths)
         projected = _projected(
             objective_name, index, spec["projection"], entry, student_conf, teacher_conf
         )
@@ -97,18 +101,18 @@ def build_terms(
 def _pairs(
     spec: dict,
     feature: str,
-    default_mapping: tuple,
+    mapping: tuple,
     init_layers: list[int] | None,
     depths: tuple[int, int],
 ) -> list[tuple[int, int]]:
-    """The term's (student, teacher) layer pairs: its mapping's (`default_mapping`: the mapping
-    of a term without its own and the config path of the one it reads), led by the embedding
-    outputs' (0, 0) when `embedding_pair` asks; the logits' one pair for LOGITS."""
+    """The term's (student, teacher) layer pairs: its mapping's (`mapping`: the layer mapping it
+    reads and that mapping's config key), led by the embedding outputs' (0, 0) when
+    `embedding_pair` asks; the logits' one pair for LOGITS."""
     if feature == LOGITS:
         pairs = [(LOGITS, LOGITS)]
     else:
-        mapping, at = default_mapping
-        pairs = resolve_pairs(spec["mapping"] or mapping, init_layers, *depths, at=at)
+        layers, at = mapping
+        pairs = resolve_pairs(layers, init_layers, *depths, at=at)
     if spec["embedding_pair"] and (0, 0) not in pairs:
         pairs = [(0, 0), *pairs]
     return pairs

@@ -135,14 +135,13 @@ def init_text(init) -> str:
     return init.name if init.label == init.name else f"{init.name} ({init.label})"
 
 
-def recipe_lines(plan) -> list[str]:
-    """Teacher, objective (each distillation stage's terms), init, data and chain."""
-    labels = list(plan.task.labels) or "a score (regression)"
+def recipe_lines(plan, data: str) -> list[str]:
+    """Teacher, objective (each distillation stage's terms), init, `data` (its line) and chain."""
     return [
         f"- **Teacher**: {teacher_text(plan.teacher)}",
         f"- **Objective**: {objective_text(plan)}",
         f"- **Init**: {init_text(plan.init)}",
-        f"- **Data**: {data_text(plan)}; labels {labels}",
+        data,
         f"- **Chain**: {' -> '.join(plan.chain)}",
     ]
 
@@ -208,6 +207,7 @@ def model_card(plan, outcome: dict) -> str:
     """README.md for the saved student: header, scores and costs beside the teacher's, how it was
     made, how to use it."""
     header = yaml.safe_dump(metadata(plan, outcome), sort_keys=False)
+    labels = list(plan.task.labels) or "a score (regression)"
     title = (
         f"# {plan.student.name} student for {plan.task.name}, distilled from {plan.teacher.name}"
     )
@@ -227,7 +227,7 @@ def model_card(plan, outcome: dict) -> str:
         speed_line(outcome.get("cost")),
         "",
         *chosen_lines(outcome.get("scored")),
-        *recipe_lines(plan),
+        *recipe_lines(plan, f"- **Data**: {data_text(plan)}; labels {labels}"),
         "",
         *usage_lines(plan),
     ]
@@ -275,11 +275,7 @@ def agnostic_card(plan, outcome: dict) -> str:
             "|---|---|",
             *(f"| {name} | {value:.4g} |" for name, value in outcome["metrics"].items()),
             "",
-            f"- **Teacher**: {teacher_text(plan.teacher)}",
-            f"- **Objective**: {objective_text(plan)}",
-            f"- **Init**: {init_text(plan.init)}",
-            f"- **Corpus**: {source}, sequences of {corpus.seq_len} tokens",
-            f"- **Chain**: {' -> '.join(plan.chain)}",
+            *recipe_lines(plan, f"- **Corpus**: {source}, sequences of {corpus.seq_len} tokens"),
             "",
             f"Use: {use}. Fine-tune it on a task with kdbench's setting=finetune.",
             "",
