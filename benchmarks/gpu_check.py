@@ -19,6 +19,8 @@ cap, so a slow or failing part loses only its own figures:
   tuned loop's (`benchmarks/step_profile.py`: the host's time per phase, the GPU's busy time and
   operations per step, the top operations), in `log.txt`.
 
+`--parts tests,profile` runs only those parts, `--budget S` within S seconds (default 540): the
+parts run share it as their caps share 540 (a second call on a GPU lent for minutes).
 DIR (default `benchmarks/gpu/DATE-DEVICE`) receives at most 8 files: the parts' outputs, `log.txt`
 (each part's command, outcome and the end of its output) and `summary.md`, the figures in Markdown.
 On a GPU the summary also goes into `benchmarks/RESULTS_GPU.md`, newest first;
@@ -38,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -105,9 +107,8 @@ def commands(part: str, out: Path) -> list[list[str]]:
         profiled = ("--profile", "att_kl,vanilla_kd")
         return [bench("agnostic", OBJECTIVES, "--steps", "5", "--warmup", "2", *profiled)]
     if part == "agnostic_compiled":
-        # compiled vanilla_kd ran at 0.78-0.80x its eager rate in both H200 checks: its profile
-        # beside the eager one says whether the device or the host is where the time goes
-        profiled = ("--compile", "--profile", "vanilla_kd")
+        # both profiled, beside the eager part's profiles: what the fused kernels save, by operator
+        profiled = ("--compile", "--profile", COMPILED)
         return [bench("agnostic", COMPILED, "--steps", "5", "--warmup", "3", *profiled)]
     if part == "host":
         return [bench("host", "att_kl,vanilla_kd", "--steps", "5", "--workers", "0")]
@@ -210,16 +211,25 @@ def default_out() -> Path:
     return ROOT / "benchmarks" / "gpu" / f"{datetime.date.today()}-{slug}"
 
 
-def check(out: Path) -> dict[str, str]:
-    """Every part, in order, within `BUDGET_S`; returns each part's outcome."""
+def chosen_parts(names: frozenset[str], budget_s: int) -> list[Part]:
+    """The parts `names` names (all when empty), in order, their caps scaled to share `budget_s`
+    as they share `BUDGET_S`."""
+    parts = [part for part in PARTS if not names or part.name in names]
+    scale = budget_s / sum(part.cap_s for part in parts)
+    return [replace(part, cap_s=int(part.cap_s * scale)) for part in parts]
+
+
+def check(out: Path, names: frozenset[str] = frozenset(), budget_s: int = BUDGET_S) -> dict:
+    """Every part, or those `names` names, in order, within `budget_s`; returns each one's
+    outcome."""
     out.mkdir(parents=True, exist_ok=True)
-    gpu, deadline, outcomes = torch.cuda.is_available(), time.monotonic() + BUDGET_S, {}
+    gpu, deadline, outcomes = torch.cuda.is_available(), time.monotonic() + budget_s, {}
     env_src = str(ROOT / "src")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [env_src, os.environ.get("PYTHONPATH")])
     )
     with open(out / "log.txt", "w") as log:
-        for part in PARTS:
+        for part in chosen_parts(names, budget_s):
             outcome, seconds, tail = run_part(part, out, deadline, gpu)
             if part.name == "e2e":
                 keep_record(out / "e2e", out / "e2e_result.json")
@@ -246,16 +256,31 @@ def record(folder: Path) -> None:
     RESULTS.write_text(text + section if first < 0 else text[:first] + section + text[first:])
 
 
+PARTS_HELP = f"comma-separated parts to run, of {', '.join(p.name for p in PARTS)} (default: all)"
+
+
+def part_names(text: str) -> frozenset[str]:
+    """`--parts`'s value: the names of known parts."""
+    names = frozenset(filter(None, text.split(",")))
+    if unknown := sorted(names - {part.name for part in PARTS}):
+        raise argparse.ArgumentTypeError(f"no part named {', '.join(unknown)}: {PARTS_HELP}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help="the folder (default benchmarks/gpu/DATE-DEVICE)")
     parser.add_argument("--record", type=Path, help="only insert FOLDER's summary into the record")
+    parser.add_argument("--parts", type=part_names, default=frozenset(), help=PARTS_HELP)
+    parser.add_argument(
+        "--budget", type=int, default=BUDGET_S, help="seconds for all the parts run (their caps)"
+    )
     args = parser.parse_args(argv)
     if args.record:
         record(args.record)
         return 0
     out = args.out or default_out()
-    outcomes = check(out)
+    outcomes = check(out, args.parts, args.budget)
     (out / "summary.md").write_text(summary(out, outcomes))
     if torch.cuda.is_available():
         record(out)

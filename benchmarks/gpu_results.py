@@ -178,8 +178,10 @@ def profile_lines(log: Path) -> list[str]:
     start = text.find("phase (ms per step)", text.find("## profile"))
     if "## profile" not in text or start < 0:
         return NO_FIGURES
-    table = text[start:].split("\n\n", 1)[0]
-    return ["```text", table, "```", "", "The top operations of each: `log.txt`."]
+    table, rest = (text[start:].split("\n\n", 1) + [""])[:2]
+    part = rest.split("\n## ", 1)[0]
+    tops = [line for line in part.splitlines() if ": the top operators by self time" in line]
+    return ["```text", table, "```", "", *(f"- {line}" for line in tops)]
 
 
 def parts_lines(outcomes: dict[str, str] | None) -> list[str]:

@@ -6,7 +6,7 @@ seed, threads); both implementations run the same batches (kdbench's length-grou
 same weights, so the work is equal, each in a fresh process. torch.profiler records the timed steps,
 each phase under its own label: the teacher's forward, the student's forward, the losses (the rest
 of the step function), backward and the optimizer step; `other` is what the loop itself spends
-outside them. The five ops with the most self time are listed too.
+outside them. The aten operators with the most self time on the device are listed too.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -26,11 +27,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import peers  # noqa: E402
 
-from kdbench.measure.timing import gpu_events, optimizer_for, profiler_activities  # noqa: E402
+from kdbench.measure.timing import (  # noqa: E402
+    busy_time_by_op,
+    gpu_events,
+    optimizer_for,
+    profiler_activities,
+)
 from kdbench.models.attention import prepare_for_training  # noqa: E402
 from kdbench.recipes.task_specific import stage_step  # noqa: E402
 
 PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
+TOP_OPS = 15  # aten operators listed by their self time on the device
 
 
 def labelled(module: torch.nn.Module, label: str) -> None:
@@ -89,7 +96,7 @@ def phase_ms(prof: profile, steps: int) -> dict[str, float]:
     totals = {
         e.key: e.cpu_time_total / 1000
         for e in prof.key_averages()
-        if e.key in (*PHASES, "timed step")
+        if e.key in (*PHASES, "timed step") and e.device_type == DeviceType.CPU
     }
     result = {label: totals.get(label, 0.0) for label in PHASES}
     result["losses"] = result.pop("step") - result["teacher forward"] - result["student forward"]
@@ -116,13 +123,12 @@ def run(impl: str, spec: dict) -> dict:
     else:
         step, modules = peers.tuned_stage1(setup)
         prof = profiled_steps(step, modules, batches, spec["warmup"])
-    by = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-    ops = prof.key_averages().table(sort_by=by, row_limit=5, max_name_column_width=40)
     steps = spec["steps"]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return {
         "impl": impl,
         "ms_per_step": {**phase_ms(prof, steps), **kernel_ms(prof, steps)},
-        "top_ops": ops,
+        "top_ops": busy_time_by_op(prof, device, steps, top=TOP_OPS)["by_op"],
     }
 
 
@@ -151,7 +157,8 @@ def main() -> None:
     for phase in results[0]["ms_per_step"]:
         print(f"{phase:<20}" + "".join(f"{r['ms_per_step'][phase]:>10.1f}" for r in results))
     for result in results:
-        print(f"\n{result['impl']}: top ops by self time\n{result['top_ops']}")
+        ops = ", ".join(f"{name.removeprefix('aten::')} {ms:.2f}" for name, ms in result["top_ops"])
+        print(f"\n{result['impl']}: the top operators by self time, ms per step: {ops}")
 
 
 if __name__ == "__main__":

@@ -188,3 +188,26 @@ def test_the_gpu_results_page_reports_the_tests_and_the_bench(tmp_path, capsys):
     assert proc.stdout.count(" | 7.3 | ") == 1
     assert "Compiled against eager in this run: att_kl 1.25x (" in proc.stdout
     assert "Where a micro-step's device time goes" in proc.stdout and "mm " in proc.stdout
+
+
+def test_the_step_profile_reads_each_phase_from_the_hosts_events():
+    """On CUDA each profiler label is also a GPU-side range of the same name, with no host time:
+    the phases are read from the host's events, not whichever of the two comes last."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from benchmarks import step_profile
+
+    def event(key, ms, device):
+        return SimpleNamespace(key=key, cpu_time_total=ms * 1e3, device_type=device)
+
+    host = {"teacher forward": 4, "student forward": 2, "step": 9, "backward": 5, "optimizer": 1}
+    events = [event("timed step", 20, DeviceType.CPU)]
+    for key, ms in host.items():
+        events += [event(key, ms, DeviceType.CPU), event(key, 0, DeviceType.CUDA)]
+    profile = SimpleNamespace(key_averages=lambda: events)
+    phases = step_profile.phase_ms(profile, steps=2)
+    assert phases["teacher forward"] == 2 and phases["losses"] == 1.5
+    assert phases["other"] == 2.5 and phases["total"] == 10

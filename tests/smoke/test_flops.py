@@ -138,3 +138,25 @@ def test_the_cpus_fused_attention_is_counted_backward_too():
     forward = 2 * (2 * 16 * 16 * 32) * 2  # per head Q K^T and P V, [16, 32] x [32, 16]; 2 heads
     # backward: the scores recomputed, then the four gradient products (torch's formula)
     assert counted == forward + 5 * forward // 2
+
+
+def _compiled_regions(run) -> int:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        run()
+    return sum(e.name.startswith("Torch-Compiled Region") for e in profiler.events())
+
+
+def test_counting_a_compiled_steps_flops_leaves_it_compiled():
+    """The bench counts a step's FLOPs before timing it: the count is the eager one, and the step
+    still runs its compiled regions afterwards (a compiled region first called under
+    FlopCounterMode otherwise runs eagerly ever after)."""
+    device = torch.device("cpu")
+    with synthetic.distillation(
+        "vanilla_kd", SMALL, device, "fp32", steps=1, compile_backend="aot_eager"
+    ) as stage:
+        batch = next(iter(stage.loader))
+        counted = _counted_per_sequence(stage.step, batch)
+        regions = _compiled_regions(lambda: stage.step(batch)["total"].backward())
+        analytic = analytic_flops(stage, batch, SMALL)
+    assert regions > 0
+    assert analytic == pytest.approx(counted, rel=MARGIN)

@@ -78,3 +78,29 @@ def test_without_cuda_it_is_a_dry_run_that_still_writes_its_folder(tmp_path):
     gpu_parts = sum(part.gpu_only for part in gpu_check.PARTS)
     assert summary.count("skipped: no CUDA device") == gpu_parts and "| e2e | ok" in summary
     assert "status completed" in summary
+
+
+def test_only_the_parts_asked_for_run(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(
+        gpu_check, "run_part", lambda part, *_: ran.append(part.name) or ("ok", 0.0, "")
+    )
+    outcomes = gpu_check.check(tmp_path, gpu_check.part_names("profile,tests"))
+    assert ran == ["tests", "profile"] == list(outcomes)
+
+
+def test_an_unknown_part_is_refused_with_the_known_ones(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gpu_check.main(["--parts", "tests,profiles"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and "no part named profiles" in error and "agnostic" in error
+
+
+def test_the_parts_run_share_the_budget_as_their_caps_share_the_whole():
+    assert gpu_check.chosen_parts(frozenset(), gpu_check.BUDGET_S) == list(gpu_check.PARTS)
+    parts = {p.name: p for p in gpu_check.PARTS}
+    tests, profile = gpu_check.chosen_parts(frozenset({"tests", "profile"}), 300)
+    assert tests.cap_s + profile.cap_s <= 300
+    assert tests.cap_s / profile.cap_s == pytest.approx(
+        parts["tests"].cap_s / parts["profile"].cap_s, rel=0.05
+    )

@@ -6,18 +6,15 @@ forward and backward). Analytic, per sequence of `length` tokens (a matmul [m, k
 FLOPs):
 
 - a transformer block of width D and feed-forward width F: 2L(4D^2 + 2DF) for its linears + 4L^2 D
-  for
-  attention; a last layer read at its projections only runs those (2LD^2 each, in query, key, value
-  order);
+  for attention; a last layer read at its projections only runs those (2LD^2 each, in query, key,
+  value order);
 - the heads: pooler and classifier (2D^2 + 2DC) when a task-specific step reads logits, the MLM head
-  at the
-  masked positions only (M(2D^2 + 2DV)) when a task-agnostic one does;
+  at the masked positions only (M(2D^2 + 2DV)) when a task-agnostic one does;
 - the losses: a score map (q k^T, or a relation x x^T) is 2L^2 D per side, its gradient two more on
-  the
-  student's; a width projection W_h is 2 L D_S D_T (one token for [CLS]), 3x with its backward;
+  the student's; a width projection W_h is 2 L D_S D_T (one token for [CLS]), 3x with its backward;
 - the student runs forward and backward (3x its forward: each matmul's backward is two of the same
-  size; less
-  the backward of projections that run but are not read), the frozen teacher forward only.
+  size; less the backward of projections that run but are not read), the frozen teacher forward
+  only.
 
 Model FLOPs utilisation (MFU) = FLOPs per second / the device's dense peak for the precision used.
 """
@@ -27,7 +24,8 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -127,13 +125,20 @@ def _cpu_flash_attention_backward(grad_shape, query_shape, key_shape, value_shap
     return sdpa_backward_flop_count(grad_shape, query_shape, key_shape, value_shape)
 
 
-def flop_counter() -> FlopCounterMode:
+@contextmanager
+def flop_counter() -> Iterator[FlopCounterMode]:
     """FlopCounterMode, counting the CPU's fused attention kernel too, forward and backward (torch
-    has no formula for either)."""
+    has no formula for either), over eager code: compiled regions run eagerly inside it, since a
+    compiled region first called under the counter runs eagerly ever after (and a compiled graph's
+    fused kernels dispatch no operators to count)."""
     cpu_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     cpu_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
     mapping = {cpu_flash: _cpu_flash_attention, cpu_flash_backward: _cpu_flash_attention_backward}
-    return FlopCounterMode(display=False, custom_mapping=mapping)
+    with (
+        torch.compiler.set_stance("force_eager"),
+        FlopCounterMode(display=False, custom_mapping=mapping) as counter,
+    ):
+        yield counter
 
 
 def counted_flops(run: Callable[[], object]) -> int:

@@ -159,6 +159,11 @@ def device_time_by_op(run, device: torch.device, repeats: int, top: int = 12) ->
             run()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+    return busy_time_by_op(profiler, device, repeats, top)
+
+
+def busy_time_by_op(profiler, device: torch.device, repeats: int, top: int = 12) -> dict:
+    """`device_time_by_op`'s figures from a finished profile of `repeats` calls."""
     own = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     ops = [(e.key, getattr(e, own) / 1e3 / repeats) for e in profiler.key_averages()]
     ops = sorted((op for op in ops if op[0].startswith("aten::")), key=lambda op: -op[1])
