@@ -242,44 +242,45 @@ def micro_step_profiles(results: list[dict]) -> list[str]:
     return lines
 
 
-def summary(folder: Path, outcomes: dict[str, str] | None = None) -> str:
-    """The folder's figures as one dated section of RESULTS_GPU.md."""
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+def sections(folder: Path) -> dict[str, list[str]]:
+    """Each part's section of the summary, by the part's name."""
     eager, compiled = rows(folder / "agnostic.jsonl"), rows(folder / "agnostic_compiled.jsonl")
-    page = [
-        f"## {datetime.date.today()}, {device} (`make gpu-check`, folder `{folder.name}`)",
-        "",
-        *environment(),
-        "",
-        *parts_lines(outcomes),
-        "",
-        "### The gpu test tier",
-        "",
-        *test_summary(folder / "tests.xml")[0],
-        "",
-        *agnostic_section("Task-agnostic steps at the paper's shapes", eager),
-        "",
-        *agnostic_section("The same, compiled (`--compile`)", compiled),
-        *compiled_gain(eager, compiled),
-        "",
-        "### Host time per micro-step (tiny widths, the paper's depths)",
-        "",
-        *host_table(rows(folder / "host.jsonl")),
-        "",
-        "### Stage 1 side by side (MiniLM-L6 -> 3x384, att_kl+val_kl, SST-2)",
-        "",
-        *peers_table(rows(folder / "peers.jsonl")),
-        "",
-        "### Where stage 1's time goes at batch 256, fp32 (`benchmarks/step_profile.py`)",
-        "",
-        *profile_lines(folder / "log.txt"),
-        "",
-        "### The user's command end to end",
-        "",
-        *e2e_lines(folder / "e2e_result.json"),
-        "",
-    ]
-    return "\n".join(page)
+    return {
+        "tests": ["### The gpu test tier", "", *test_summary(folder / "tests.xml")[0]],
+        "agnostic": agnostic_section("Task-agnostic steps at the paper's shapes", eager),
+        "agnostic_compiled": [
+            *agnostic_section("The same, compiled (`--compile`)", compiled),
+            *compiled_gain(eager, compiled),
+        ],
+        "host": [
+            "### Host time per micro-step (tiny widths, the paper's depths)",
+            "",
+            *host_table(rows(folder / "host.jsonl")),
+        ],
+        "peers": [
+            "### Stage 1 side by side (MiniLM-L6 -> 3x384, att_kl+val_kl, SST-2)",
+            "",
+            *peers_table(rows(folder / "peers.jsonl")),
+        ],
+        "profile": [
+            "### Where stage 1's time goes at batch 256, fp32 (`benchmarks/step_profile.py`)",
+            "",
+            *profile_lines(folder / "log.txt"),
+        ],
+        "e2e": ["### The user's command end to end", "", *e2e_lines(folder / "e2e_result.json")],
+    }
+
+
+def summary(folder: Path, outcomes: dict[str, str] | None = None) -> str:
+    """The folder's figures as one dated section of RESULTS_GPU.md: the sections of the parts
+    `outcomes` names (all without it)."""
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    title = f"## {datetime.date.today()}, {device} (`make gpu-check`, folder `{folder.name}`)"
+    page = [title, "", *environment(), "", *parts_lines(outcomes)]
+    for part, lines in sections(folder).items():
+        if outcomes is None or part in outcomes:
+            page += ["", *lines]
+    return "\n".join(page) + "\n"
 
 
 if __name__ == "__main__":

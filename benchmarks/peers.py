@@ -1,23 +1,20 @@
 """The implementations kdbench is measured against, written the way their users write them.
 
 * `tuned`: a Hugging Face loop as a careful user writes it: SDPA attention on both models, the
-  features taken
-  only at the mapped layers by forward hooks (the query, key and value projections, from which it
-  rebuilds the attention probabilities and value relations, or the blocks' outputs), the teacher
-  under `torch.inference_mode()`; the caller gives it kdbench's batches (dynamic padding,
-  length-grouped).
+  features taken only at the mapped layers by forward hooks (the query, key and value projections,
+  from which it rebuilds the attention probabilities and value relations, or the blocks' outputs),
+  the teacher under `torch.inference_mode()`; the caller gives it kdbench's batches (dynamic
+  padding, length-grouped).
 * `plain`: a Hugging Face loop as run_glue's defaults and most examples write it: eager attention
-  with
-  `output_attentions=True` and `output_hidden_states=True` on every layer of both models (Hugging
-  Face's SDPA attention cannot return attention maps), value projections read by forward hooks
-  (MiniLM's value relation is not a model output), the teacher recomputed under `torch.no_grad()`
-  every step, batches padded to the maximum length.
+  with `output_attentions=True` and `output_hidden_states=True` on every layer of both models
+  (Hugging Face's SDPA attention cannot return attention maps), value projections read by forward
+  hooks (MiniLM's value relation is not a model output), the teacher recomputed under
+  `torch.no_grad()` every step, batches padded to the maximum length.
 * `textbrewer`: TextBrewer's `GeneralDistiller` on the same models and the given batches (padded, or
-  kdbench's), with the
-  matching intermediate matches. Its attention losses expect pre-softmax scores from its own model
-  code, Hugging Face returns probabilities, so the attention and value-relation KL are registered as
-  match losses (the documented `register_new` route); hid_seq uses TextBrewer's own `hidden_mse`
-  with a linear projection.
+  kdbench's), with the matching intermediate matches. Its attention losses expect pre-softmax scores
+  from its own model code, Hugging Face returns probabilities, so the attention and value-relation
+  KL are registered as match losses (the documented `register_new` route); hid_seq uses TextBrewer's
+  own `hidden_mse` with a linear projection.
 
 All compute the same losses as kdbench's objectives (the loops checked by `measure.py`'s `check`
 mode).

@@ -10,17 +10,14 @@ fresh process, timed from the outside, so every one pays its imports, data loadi
 fine-tuning (once) and every job:
 
 * kdbench: its sweep, `python -m kdbench.run -m +experiment=mini_table1 objective=... seed=...`,
-  from an empty
-  cache (`KDBENCH_CACHE` and the sweep folder in a fresh temporary folder), with its defaults: the
-  teacher's logits (stage 2) and mapped-layer features (stage 1) computed once and shared by every
-  job and epoch;
+  from an empty cache (`KDBENCH_CACHE` and the sweep folder in a fresh temporary folder), with its
+  defaults: the teacher's logits (stage 2) and mapped-layer features (stage 1) computed once and
+  shared by every job and epoch;
 * tuned: the tuned loop of `peers.py` (kdbench's length-grouped batches, SDPA, features hooked at
-  the mapped
-  layers, the teacher under inference_mode and recomputed every step), after fine-tuning the teacher
-  with the same loop;
+  the mapped layers, the teacher under inference_mode and recomputed every step), after fine-tuning
+  the teacher with the same loop;
 * textbrewer: TextBrewer's BasicTrainer fine-tunes the teacher and its GeneralDistiller runs both
-  stages, on the
-  same length-grouped batches.
+  stages, on the same length-grouped batches.
 
 Every implementation starts from the same weights and takes the same optimizer steps on the same
 examples. Prints one JSON line: impl, seconds, and each job's dev accuracy and seconds by phase (the

@@ -211,3 +211,19 @@ def test_the_step_profile_reads_each_phase_from_the_hosts_events():
     phases = step_profile.phase_ms(profile, steps=2)
     assert phases["teacher forward"] == 2 and phases["losses"] == 1.5
     assert phases["other"] == 2.5 and phases["total"] == 10
+
+
+def test_the_gpus_busy_time_counts_kernels_not_the_labels_ranges():
+    """A `record_function` label is also a GPU-side range spanning the kernels inside it."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from kdbench.measure.timing import gpu_events
+
+    def event(name, device, annotation=False):
+        return SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation)
+
+    kernel, copy = event("gemm", DeviceType.CUDA), event("Memcpy HtoD", DeviceType.CUDA)
+    events = [event("aten::mm", DeviceType.CPU), kernel, copy, event("step", DeviceType.CUDA, True)]
+    assert gpu_events(SimpleNamespace(events=lambda: events)) == [kernel, copy]

@@ -1,6 +1,5 @@
 """The step's memory bound (`kdbench.measure.memory.step_memory`) against what autograd keeps for
-the
-backward in each task-agnostic objective's real step, fp32 and bf16, and what it allows at the
+the backward in each task-agnostic objective's real step, fp32 and bf16, and what it allows at the
 paper's shapes."""
 
 from __future__ import annotations

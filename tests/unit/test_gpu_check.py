@@ -104,3 +104,17 @@ def test_the_parts_run_share_the_budget_as_their_caps_share_the_whole():
     assert tests.cap_s / profile.cap_s == pytest.approx(
         parts["tests"].cap_s / parts["profile"].cap_s, rel=0.05
     )
+
+
+def test_a_summary_holds_the_sections_of_the_parts_run(tmp_path):
+    from benchmarks.gpu_results import summary
+
+    page = summary(tmp_path, {"profile": "ok (80 s)"})
+    assert "### Where stage 1's time goes" in page and "| profile | ok (80 s) |" in page
+    assert "### The gpu test tier" not in page and "### The user's command" not in page
+    assert "### The gpu test tier" in summary(tmp_path)
+
+
+def test_the_loss_and_gradient_check_runs_in_full_fp32():
+    check = gpu_check.peer_specs()[-1]
+    assert check["impl"] == "check" and "trainer.tf32=false" in check["overrides"]

@@ -1,6 +1,6 @@
 """What `kdbench.measure.timing` counts as a host-device synchronisation: each report of CUDA's
-sync debug
-mode, and nothing else (fabricated warnings stand for CUDA's here), told apart by optimizer step."""
+sync debug mode, and nothing else (fabricated warnings stand for CUDA's here), told apart by
+optimizer step."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """A task of the user's own data: files (CSV, TSV, JSON/JSONL, Parquet) or a Hub dataset, read with
 `datasets`.
 
-`describe` checks the data where it enters (before any heavy work) and finds what the task is:
-its label names, its metrics and a hash of its content; it warns of given splits that share
-inputs with train. `split_columns` gives a split in the
-schema every task has: the text columns, `label` (the label's id, or its value for a regression)
-and `idx` (the row number in its split). A CSV file's cells are missing only where empty (`NA`,
-`None` and `null` are text) and its labels are read as written (`01` stays `01`).
+`describe` checks the data where it enters (before any heavy work) and finds what the task is: its
+label names, its metrics and a hash of its content; it warns of given splits that share inputs with
+train. `split_columns` gives a split in the schema every task has: the text columns, `label` (the
+label's id, or its value for a regression) and `idx` (the row number in its split). A CSV file's
+cells are missing only where empty (`NA`, `None` and `null` are text) and its labels are read as
+written (`01` stays `01`).
 """
 
 from __future__ import annotations

@@ -145,8 +145,13 @@ def profiler_activities(device: torch.device) -> list:
 
 
 def gpu_events(profiler) -> list:
-    """A finished profile's GPU events (kernels and copies)."""
-    return [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    """A finished profile's GPU events (kernels and copies), not the GPU-side ranges of the
+    `record_function` labels, which span the kernels inside them."""
+    return [
+        e
+        for e in profiler.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not e.is_user_annotation
+    ]
 
 
 def device_time_by_op(run, device: torch.device, repeats: int, top: int = 12) -> dict:

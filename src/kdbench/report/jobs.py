@@ -1,13 +1,12 @@
 """A sweep dir's jobs: the sweep dir of a `kdbench.study` holds the job folders of all its steps
-(`study_jobs.txt`, one a line, relative to the sweep dir), and its report reads the records of
-those jobs alone. Another record under the folder (a run of other overrides) is listed as
+(`study_jobs.txt`, one a line, relative to the sweep dir), and its report reads the records of those
+jobs alone. Another record under the folder (a run of other overrides) is listed as
 ``not_in_study``, a listed job without a record as ``missing``. A plain Hydra sweep's dir names its
 jobs in its ``multirun.yaml``: each of them without a record is ``missing`` too (never started, or
-ended before its first record). A record that says
-``running`` is checked against its job's claim (`kdbench.runtime.joblock`): a free claim means the
-process that wrote it was killed (``killed``). A job of the study or sweep that did not finish
-keeps its place in the design: its exclusion names its job (``job``) and its cell's key fields
-(`of_design`), and the tables show what each cell lacks."""
+ended before its first record). A record that says ``running`` is checked against its job's claim
+(`kdbench.runtime.joblock`): a free claim means the process that wrote it was killed (``killed``). A
+job of the study or sweep that did not finish keeps its place in the design: its exclusion names its
+job (``job``) and its cell's key fields (`of_design`), and the tables show what each cell lacks."""
 
 from __future__ import annotations
 

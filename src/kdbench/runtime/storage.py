@@ -1,13 +1,12 @@
 """Files that are written whole and checked when read.
 
 - `atomic_write`: a temp file in the same folder, fsync, rename: a reader (or a process killed
-  mid-write) never
-  sees half a file; a full disk leaves the previous version and fails with one line
+  mid-write) never sees half a file; a full disk leaves the previous version and fails with one line
   (`DiskFullError`).
 - Manifests: a cache entry or checkpoint (a file or a folder) records the size and SHA-256 of each
-  of its files
-  when it is complete (`publish`); `damage` re-reads them when it is opened. A folder's manifest is
-  the file `kdbench_manifest.json` inside it, a file's the sibling `<name>.manifest.json`.
+  of its files when it is complete (`publish`); `damage` re-reads them when it is opened. A folder's
+  manifest is the file `kdbench_manifest.json` inside it, a file's the sibling
+  `<name>.manifest.json`.
 """
 
 from __future__ import annotations
