@@ -211,3 +211,21 @@ def test_the_fused_kl_passes_over_a_map_as_often_as_docs_speed_counts():
         score_map_loss("kl", student, teacher, H, _mask()).backward()
     matmuls = [op for op in passes.ops if op in ("bmm", "mm", "matmul")]
     assert len(matmuls) == 4 and len(passes.ops) - len(matmuls) == 14, passes.ops
+
+
+# A one-chunk att_kl forward and backward: the padding mask and its counted pairs, four float32
+# factor views, two products, the KL chain and its gradient, two gradient products, the division.
+KERNELS_PER_ONE_CHUNK_LOSS = 63
+
+
+def test_a_loss_of_one_chunk_of_heads_launches_no_gradient_buffer_or_copy():
+    """GLUE-length maps fit one chunk: its gradients are the whole gradients, taken as they are
+    (no buffers written column by column), and float32 factors are read without a cast."""
+    from kdbench.measure.timing import OpCounts
+
+    torch.manual_seed(0)
+    q, k = (torch.randn(2, 8, 64, requires_grad=True) for _ in range(2))
+    mask = torch.tensor([[1.0] * 8, [1.0] * 5 + [0.0] * 3])
+    with OpCounts() as ops:
+        fused.att_kl((q, k), (torch.randn(2, 8, 64), torch.randn(2, 8, 64)), 4, mask).backward()
+    assert ops.counts["kernels"] <= KERNELS_PER_ONE_CHUNK_LOSS

@@ -48,7 +48,9 @@ def _heads_view(x: Tensor, start: int, stop: int, heads: int, zeroed: Tensor | N
     """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], the tokens
     `zeroed` [B, L] marks (those a loss leaves out, or None) zeroed."""
     d = x.shape[-1] // heads
-    chunk = x[..., start * d : stop * d].float()
+    chunk = x if stop - start == heads else x[..., start * d : stop * d]
+    if chunk.dtype != torch.float32:
+        chunk = chunk.float()
     if zeroed is not None:
         chunk = chunk.masked_fill(zeroed[:, :, None], 0.0)
     return split_heads(chunk, stop - start)
@@ -69,12 +71,13 @@ def _kl_rows(student: Tensor, teacher: Tensor, pair: Tensor) -> tuple[Tensor, Te
     everywhere (invalid entries hold MASKED_SCORE, not -inf) and p_t is zero off the valid pairs, so
     neither the difference needs masking nor the product a map of its own.
     """
-    log_student = torch.log_softmax(student.masked_fill_(~pair, MASKED_SCORE), dim=-1)
-    log_teacher = torch.log_softmax(teacher.masked_fill_(~pair, MASKED_SCORE), dim=-1)
+    left_out = ~pair
+    log_student = torch.log_softmax(student.masked_fill_(left_out, MASKED_SCORE), dim=-1)
+    log_teacher = torch.log_softmax(teacher.masked_fill_(left_out, MASKED_SCORE), dim=-1)
     del student, teacher
-    p_teacher = log_teacher.exp().masked_fill_(~pair, 0.0)
+    p_teacher = log_teacher.exp().masked_fill_(left_out, 0.0)
     value = torch.dot(p_teacher.flatten(), log_teacher.sub_(log_student).flatten())
-    grad = log_student.exp_().sub_(p_teacher).masked_fill_(~pair, 0.0)
+    grad = log_student.exp_().sub_(p_teacher).masked_fill_(left_out, 0.0)
     return value, grad
 
 
@@ -118,18 +121,6 @@ def _entries(
     rows, keys = rows_and_keys(m, padding)
     denom = (heads * count(rows.sum(dim=1), keys.sum(dim=1))).clamp_min(1)
     return rows[:, None, :, None] & keys[:, None, None, :], (~rows, ~keys), denom
-
-
-def _gradient_buffers(
-    student_a: Tensor, student_b: Tensor, with_grad: bool
-) -> tuple[Tensor | None, Tensor | None]:
-    """Float32 gradients of A and B, or None without a gradient. Every chunk of heads writes its
-    columns: the whole gradient is written, nothing needs zeroing."""
-    if not with_grad:
-        return None, None
-    grad_a = torch.empty(student_a.shape, dtype=torch.float32, device=student_a.device)
-    grad_b = torch.empty(student_b.shape, dtype=torch.float32, device=student_b.device)
-    return grad_a, grad_b
 
 
 def _cast_gradients(
@@ -186,29 +177,28 @@ class _ScoreMapLoss(torch.autograd.Function):
         with_grad: bool,
         padding: str,
     ):
-        batch, length, width = student_a.shape
+        batch, length, _ = student_a.shape
         m = padding_mask(mask, batch, length, student_a.device)
         entries, zeroed, denom = _entries(kind, m, heads, padding)
         self_relation = student_b is None
         student_b = student_a if self_relation else student_b
         teacher_b = teacher_a if teacher_b is None else teacher_b
-        grad_a, grad_b = _gradient_buffers(student_a, student_b, with_grad)
         step = max(1, CHUNK_BYTES // (4 * batch * length * length))
-        total = torch.zeros((), dtype=torch.float32, device=student_a.device)
-        d = width // heads
+        values, grads_a, grads_b = [], [], []
         for start in range(0, heads, step):
             stop = min(heads, start + step)
             sides = zip((student_a, student_b, teacher_a, teacher_b), zeroed * 2)
             factors = (_heads_view(x, start, stop, heads, out) for x, out in sides)
             value, chunk_a, chunk_b = _chunk(kind, *factors, entries, denom, with_grad)
-            total += value
-            if with_grad:
-                grad_a[..., start * d : stop * d] = chunk_a
-                grad_b[..., start * d : stop * d] = chunk_b
+            values.append(value)
+            grads_a.append(chunk_a)
+            grads_b.append(chunk_b)
         if with_grad:
+            grad_a, grad_b = (g[0] if len(g) == 1 else torch.cat(g, -1) for g in (grads_a, grads_b))
             ctx.save_for_backward(
                 *_cast_gradients(grad_a, grad_b, student_a, student_b, self_relation)
             )
+        total = values[0] if len(values) == 1 else torch.stack(values).sum()
         return total / denom
 
     @staticmethod
