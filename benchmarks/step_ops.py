@@ -1,8 +1,7 @@
 """Casts and kernel-level ops per bf16 task-agnostic step, counted at the dispatcher on the CPU
 (`kdbench.measure.timing.OpCounts`; a GPU launches a kernel for each): `python
-benchmarks/step_ops.py
-[OBJECTIVE ...]` prints one JSON line per objective, at the tests' small shapes (a 2x64 student,
-a 4x64 teacher, 4 sequences of 32 tokens), dropout on as a run has it."""
+benchmarks/step_ops.py [OBJECTIVE ...]` prints one JSON line per objective, at the tests' small
+shapes (a 2x64 student, a 4x64 teacher, 4 sequences of 32 tokens), dropout on as a run has it."""
 
 from __future__ import annotations
 
