@@ -38,6 +38,7 @@ from kdbench.recipes.task_specific import stage_step  # noqa: E402
 
 PHASES = ("teacher forward", "student forward", "step", "backward", "optimizer")
 TOP_OPS = 15  # aten operators listed by their self time on the device
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def labelled(module: torch.nn.Module, label: str) -> None:
@@ -70,8 +71,7 @@ def profiled_steps(step, modules, batches: list[dict], warmup: int) -> profile:
     optimizer = optimizer_for(modules)
     for batch in batches[:warmup]:
         train_step(step, optimizer, batch)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    with profile(activities=profiler_activities(device)) as prof:
+    with profile(activities=profiler_activities(DEVICE)) as prof:
         for batch in batches[warmup:]:
             with record_function("timed step"):
                 train_step(step, optimizer, batch)
@@ -124,11 +124,10 @@ def run(impl: str, spec: dict) -> dict:
         step, modules = peers.tuned_stage1(setup)
         prof = profiled_steps(step, modules, batches, spec["warmup"])
     steps = spec["steps"]
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return {
         "impl": impl,
         "ms_per_step": {**phase_ms(prof, steps), **kernel_ms(prof, steps)},
-        "top_ops": busy_time_by_op(prof, device, steps, top=TOP_OPS)["by_op"],
+        "top_ops": busy_time_by_op(prof, DEVICE, steps, top=TOP_OPS)["by_op"],
     }
 
 

@@ -48,7 +48,7 @@ def _heads_view(x: Tensor, start: int, stop: int, heads: int, zeroed: Tensor | N
     """Heads [start, stop) of a projection [B, L, heads*d] as float32 [B, h, L, d], the tokens
     `zeroed` [B, L] marks (those a loss leaves out, or None) zeroed."""
     d = x.shape[-1] // heads
-    chunk = x if stop - start == heads else x[..., start * d : stop * d]
+    chunk = x[..., start * d : stop * d]
     if chunk.dtype != torch.float32:
         chunk = chunk.float()
     if zeroed is not None:

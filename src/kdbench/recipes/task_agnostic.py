@@ -103,7 +103,7 @@ def run_task_agnostic(plan: Plan, run_dir: Path, log: StepLog) -> dict:
     eval_s = time.perf_counter() - start
     outcome = distilled_result(plan, run_dir, corpus, world, stats, eval_s, initial, final)
     if world.is_main:
-        save_distilled(plan, run_dir, student, (objective, tokenizer, checkpoints), outcome)
+        save_distilled(plan, run_dir, student, objective, tokenizer, checkpoints, outcome)
     return outcome
 
 
@@ -257,11 +257,18 @@ class HeldoutLosses:
             self.logged(at_step)
 
 
-def save_distilled(plan: Plan, run_dir: Path, student, parts: tuple, outcome: dict) -> None:
+def save_distilled(
+    plan: Plan,
+    run_dir: Path,
+    student,
+    objective: Objective,
+    tokenizer,
+    checkpoints: Checkpoints,
+    outcome: dict,
+) -> None:
     """The student in `run_dir`/student with the objective's learnt projections and its model card
-    (`outcome`: the run's record fields), for GLUE fine-tuning; `parts`: the objective, tokenizer
-    and checkpoints, cleared unless `trainer.keep_checkpoints`."""
-    objective, tokenizer, checkpoints = parts
+    (`outcome`: the run's record fields), for GLUE fine-tuning; the checkpoints cleared unless
+    `trainer.keep_checkpoints`."""
     projections = {k: v.cpu() for k, v in objective.projections.state_dict().items()}
     card = agnostic_card(plan, outcome)
     save_student(
